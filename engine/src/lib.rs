@@ -1,0 +1,26 @@
+//! # actum
+//!
+//! An embedded storage engine that keeps an AI agent's books: a durable
+//! journal, checkpoint store and side-effect ledger on a custom write-ahead
+//! log, so a restarted worker resumes at the exact step and no side effect
+//! fires twice.
+//!
+//! This crate is organised in layers (see `ARCHITECTURE.md`):
+//!
+//! - [`storage`]: the only code touching the file system ([`Storage`]);
+//! - [`wal`]: the segmented, checksummed write-ahead log with group commit;
+//! - [`manifest`]: the durable root, updated atomically;
+//! - [`Clock`]: time behind a trait, so the simulator can drive it.
+
+pub mod clock;
+pub mod error;
+pub mod ids;
+pub mod manifest;
+pub mod storage;
+pub(crate) mod sync;
+pub mod wal;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, Result};
+pub use ids::{DatabaseId, Lsn, SegmentId};
+pub use storage::{FsStorage, OpenMode, Storage, StorageFile};

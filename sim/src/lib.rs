@@ -1,0 +1,1 @@
+//! actum-sim: the deterministic simulator for actum.

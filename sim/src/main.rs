@@ -1,0 +1,2 @@
+//! Runs one simulator seed.
+fn main() {}
