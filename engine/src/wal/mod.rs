@@ -1,1 +1,29 @@
-//! The write-ahead log.
+//! The write-ahead log: segmented, checksummed, with group commit.
+//!
+//! One concern per file: [`format`] (bytes on disk, pure), `segment` (one
+//! segment file), `group` (the group-commit kernel), `writer` (what a
+//! leader writes), `table` (live segments), `reader` ([`WalIter`]),
+//! `recovery`, and `log` (the [`Wal`] facade). `docs/FORMAT.md` documents
+//! every byte and `docs/DURABILITY.md` every fsync.
+//!
+//! **Invariant:** an LSN returned by [`Wal::append`] is durable and survives
+//! any crash; recovery truncates only records that were never acknowledged.
+
+pub mod format;
+mod group;
+mod log;
+mod options;
+mod planted;
+mod reader;
+mod recovery;
+mod segment;
+mod table;
+mod writer;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use log::Wal;
+pub use options::{RecoveryReport, WalOptions, WalStats};
+pub use planted::PlantedBug;
+pub use reader::WalIter;

@@ -1,0 +1,304 @@
+//! `Wal`: the write-ahead log's public facade, tying the group-commit
+//! kernel, the writer, readers, preparation and garbage collection together.
+//!
+//! **Invariant:** `append` returns an LSN only once that record and every
+//! record before it are durable; after any commit-path I/O error every
+//! append fails with `Error::Poisoned` until the log is reopened.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use super::format::{self, SEGMENT_HEADER_BYTES};
+use super::group::GroupCommit;
+use super::reader::WalIter;
+use super::recovery;
+use super::segment;
+use super::table::{Context, Counters, LiveSegment, SegmentTable};
+use super::writer::{Batch, Writer};
+use super::{RecoveryReport, WalOptions, WalStats};
+use crate::error::{Error, Result};
+use crate::ids::{DatabaseId, Lsn, SegmentId};
+use crate::storage::Storage;
+
+/// The segmented, checksummed write-ahead log with group commit.
+#[derive(Debug)]
+pub struct Wal {
+    ctx: Context,
+    group: GroupCommit<Batch, Writer>,
+}
+
+impl Wal {
+    /// Creates a new empty log in `dir` (created if missing, directory
+    /// synced): first segment `SegmentId(1)`, first LSN `Lsn(1)`. Fails with
+    /// `InvalidConfig` if `dir` already holds segments.
+    pub fn create(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        db: DatabaseId,
+        options: WalOptions,
+    ) -> Result<Wal> {
+        options.validate()?;
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create wal directory", dir, e))?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            storage
+                .sync_dir(parent)
+                .map_err(|e| Error::io("sync parent of wal directory", parent, e))?;
+        }
+        let names = storage
+            .list_dir(dir)
+            .map_err(|e| Error::io("list wal directory", dir, e))?;
+        if names
+            .iter()
+            .any(|n| format::parse_segment_file_name(n).is_some())
+        {
+            return Err(Error::InvalidConfig {
+                reason: format!("{} already holds a write-ahead log", dir.display()),
+            });
+        }
+        let first = segment::prepare(&storage, dir, db, SegmentId(1), Lsn(1), &options)?;
+        let live = vec![LiveSegment {
+            id: SegmentId(1),
+            first_lsn: Lsn(1),
+        }];
+        let writer = Writer::new(first, SEGMENT_HEADER_BYTES);
+        Ok(Wal::assemble(
+            storage,
+            dir,
+            db,
+            options,
+            live,
+            None,
+            writer,
+            Lsn::ZERO,
+        ))
+    }
+
+    /// Opens an existing log and runs recovery (see `docs/DURABILITY.md`).
+    /// `first_segment` is the oldest live segment and `covered` the LSN a
+    /// state checkpoint already covers, both from the manifest; segments
+    /// numbered below `first_segment` are deleted as leftovers of an
+    /// interrupted garbage collection.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        db: DatabaseId,
+        options: WalOptions,
+        first_segment: SegmentId,
+        covered: Lsn,
+    ) -> Result<(Wal, RecoveryReport)> {
+        options.validate()?;
+        let found = recovery::recover(&storage, dir, db, &options, first_segment, covered)?;
+        let last = found.report.last_lsn;
+        let writer = Writer::new(found.active, found.offset);
+        let wal = Wal::assemble(
+            storage,
+            dir,
+            db,
+            options,
+            found.live,
+            found.prepared,
+            writer,
+            last,
+        );
+        Ok((wal, found.report))
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "private constructor used twice")]
+    fn assemble(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        database: DatabaseId,
+        options: WalOptions,
+        live: Vec<LiveSegment>,
+        prepared: Option<segment::SegmentFile>,
+        writer: Writer,
+        durable: Lsn,
+    ) -> Wal {
+        assert!(!live.is_empty(), "a log always has an active segment");
+        assert_eq!(live.last().map(|s| s.id), Some(writer.active.id));
+        let ctx = Context {
+            storage,
+            dir: dir.to_path_buf(),
+            database,
+            options,
+            table: Mutex::new(SegmentTable { live, prepared }),
+            prepare_lock: Mutex::new(()),
+            counters: Counters::default(),
+        };
+        Wal {
+            ctx,
+            group: GroupCommit::new(writer, durable),
+        }
+    }
+
+    /// Appends `batch` atomically (after a crash all of its records survive
+    /// or none) and returns the LSN of its last record once it is durable.
+    /// An empty batch writes nothing and returns the durable LSN.
+    pub fn append(&self, batch: &[&[u8]]) -> Result<Lsn> {
+        if let Some(cause) = self.group.poison() {
+            return Err(Error::Poisoned { cause });
+        }
+        if batch.is_empty() {
+            return Ok(self.durable_lsn());
+        }
+        let max_bytes = self.ctx.options.max_record_bytes;
+        if let Some(big) = batch.iter().find(|p| p.len() as u64 > max_bytes) {
+            let size_bytes = big.len() as u64;
+            return Err(Error::RecordTooLarge {
+                size_bytes,
+                max_bytes,
+            });
+        }
+        let batch = Batch::new(batch);
+        let capacity = self.ctx.options.segment_capacity_bytes();
+        if batch.encoded_bytes() > capacity {
+            // A batch never spans segments, so it must fit an empty one.
+            let size_bytes = batch.encoded_bytes();
+            return Err(Error::RecordTooLarge {
+                size_bytes,
+                max_bytes: capacity,
+            });
+        }
+        let count = batch.count();
+        let ctx = &self.ctx;
+        let last = self
+            .group
+            .append(batch, count, |writer, group, ack| {
+                writer.flush(ctx, group, ack).map_err(|e| e.to_string())
+            })
+            .map_err(|cause| Error::Poisoned { cause })?;
+        Counters::bump(&self.ctx.counters.appends);
+        assert!(last.0 >= count && self.durable_lsn() >= last);
+        Ok(last)
+    }
+
+    /// An iterator over durable records with LSN `>= from` (`Lsn::ZERO`
+    /// means the first record still held), in order, read segment by
+    /// segment. Fails with `LsnOutOfRange` if `from` was garbage-collected
+    /// or lies beyond the durable LSN plus one.
+    pub fn read_from(&self, from: Lsn) -> Result<WalIter> {
+        let end = self.durable_lsn();
+        let mut live: VecDeque<LiveSegment> = self.ctx.table().live.iter().copied().collect();
+        let first = live
+            .front()
+            .expect("live segments are never empty")
+            .first_lsn;
+        let from = if from == Lsn::ZERO { first } else { from };
+        if from < first || from > end.next() {
+            return Err(Error::LsnOutOfRange {
+                requested: from,
+                first,
+                last: end,
+            });
+        }
+        // Start in the segment holding `from`.
+        while live.get(1).is_some_and(|s| s.first_lsn <= from) {
+            live.pop_front();
+        }
+        assert!(live.front().is_some_and(|s| s.first_lsn <= from));
+        Ok(WalIter::new(
+            Arc::clone(&self.ctx.storage),
+            self.ctx.dir.clone(),
+            self.ctx.database,
+            live,
+            from,
+            end,
+        ))
+    }
+
+    /// The highest LSN known durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.group.durable_lsn()
+    }
+
+    /// The oldest live segment.
+    pub fn first_segment(&self) -> SegmentId {
+        self.ctx
+            .table()
+            .live
+            .first()
+            .expect("live segments are never empty")
+            .id
+    }
+
+    /// The oldest live segment once `remove_covered_segments(covered)` has
+    /// run: what a checkpoint's manifest update must name *before* the
+    /// segments are removed.
+    pub fn first_live_segment_after(&self, covered: Lsn) -> SegmentId {
+        let table = self.ctx.table();
+        let count = covered_segment_count(&table.live, covered);
+        assert!(count < table.live.len(), "the active segment always stays");
+        table.live[count].id
+    }
+
+    /// Garbage collection after a checkpoint covering `covered`: removes
+    /// whole segments all of whose records are `<= covered`, never the
+    /// active one, syncs the directory, and returns the oldest live segment.
+    /// Record the result in the manifest (see `docs/DURABILITY.md`).
+    pub fn remove_covered_segments(&self, covered: Lsn) -> Result<SegmentId> {
+        let durable = self.durable_lsn();
+        if covered > durable {
+            return Err(Error::InvalidConfig {
+                reason: format!("cannot cover {covered}: only up to {durable} is durable"),
+            });
+        }
+        let (doomed, first) = {
+            let mut table = self.ctx.table();
+            let count = covered_segment_count(&table.live, covered);
+            let doomed: Vec<SegmentId> = table.live.drain(..count).map(|s| s.id).collect();
+            (doomed, table.live[0].id)
+        };
+        for &id in &doomed {
+            let path = format::segment_path(&self.ctx.dir, id);
+            self.ctx
+                .storage
+                .remove_file(&path)
+                .map_err(|e| Error::io("remove covered segment", &path, e))?;
+        }
+        if !doomed.is_empty() {
+            let dir = &self.ctx.dir;
+            self.ctx
+                .storage
+                .sync_dir(dir)
+                .map_err(|e| Error::io("sync wal directory", dir, e))?;
+        }
+        assert!(doomed.iter().all(|&id| id < first));
+        Ok(first)
+    }
+
+    /// Creates, preallocates and syncs the next segment ahead of need, so
+    /// rotation on the commit path is a cheap switch. A no-op if done.
+    pub fn prepare_next_segment(&self) -> Result<()> {
+        self.ctx.prepare_ahead(self.durable_lsn().next())
+    }
+
+    /// Counters since the log was opened.
+    pub fn stats(&self) -> WalStats {
+        let c = &self.ctx.counters;
+        WalStats {
+            appends: c.appends.load(Ordering::Relaxed),
+            records: c.records.load(Ordering::Relaxed),
+            groups: c.groups.load(Ordering::Relaxed),
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            inline_prepares: c.inline_prepares.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// How many of the oldest `live` segments hold only records `<= covered`
+/// (each is followed by a segment starting at or below `covered + 1`); the
+/// active (last) segment is never counted.
+fn covered_segment_count(live: &[super::table::LiveSegment], covered: Lsn) -> usize {
+    // Bounded by the number of live segments.
+    let count = live
+        .windows(2)
+        .take_while(|pair| pair[1].first_lsn.0 - 1 <= covered.0)
+        .count();
+    assert!(count < live.len().max(1));
+    count
+}

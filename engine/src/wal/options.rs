@@ -1,0 +1,100 @@
+//! The WAL's options, recovery report and metrics: plain data types.
+//!
+//! **Invariant:** options that pass [`WalOptions::validate`] let the largest
+//! allowed record (header included) fit an empty segment.
+
+use std::path::PathBuf;
+
+use super::format::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::error::{Error, Result};
+use crate::ids::Lsn;
+
+/// How a [`super::Wal`] is configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalOptions {
+    /// Size of every new segment file, header included (default 64 MiB).
+    pub segment_size_bytes: u64,
+    /// Largest accepted record payload (default 1 MiB); with its header it
+    /// must fit an empty segment.
+    pub max_record_bytes: u64,
+    /// Truncate damaged acknowledged data instead of refusing to open, and
+    /// report what was dropped (default false).
+    pub repair: bool,
+    /// A known bug to plant, for the simulator's "the harness bites" runs.
+    #[cfg(feature = "planted-bugs")]
+    pub planted_bug: Option<super::PlantedBug>,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_size_bytes: 64 << 20,
+            max_record_bytes: 1 << 20,
+            repair: false,
+            #[cfg(feature = "planted-bugs")]
+            planted_bug: None,
+        }
+    }
+}
+
+impl WalOptions {
+    /// Bytes available for records in one segment.
+    pub fn segment_capacity_bytes(&self) -> u64 {
+        self.segment_size_bytes.saturating_sub(SEGMENT_HEADER_BYTES)
+    }
+
+    /// Checks that the options are consistent.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| Err(Error::InvalidConfig { reason });
+        if self.max_record_bytes > u64::from(u32::MAX) {
+            return invalid(format!(
+                "max_record_bytes {} exceeds the format's 4 GiB record limit",
+                self.max_record_bytes
+            ));
+        }
+        let largest = self.max_record_bytes + RECORD_HEADER_BYTES as u64;
+        if largest > self.segment_capacity_bytes() {
+            return invalid(format!(
+                "a record of max_record_bytes {} plus its {RECORD_HEADER_BYTES}-byte header does \
+                 not fit a segment of segment_size_bytes {} (whose header takes \
+                 {SEGMENT_HEADER_BYTES})",
+                self.max_record_bytes, self.segment_size_bytes
+            ));
+        }
+        assert!(self.segment_size_bytes > SEGMENT_HEADER_BYTES);
+        assert!(self.segment_capacity_bytes() >= RECORD_HEADER_BYTES as u64);
+        Ok(())
+    }
+}
+
+/// What recovery found and did when a log was opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The last durable LSN after recovery (the covered LSN if the log holds
+    /// no record after it).
+    pub last_lsn: Lsn,
+    /// Segment files examined.
+    pub segments_scanned: u64,
+    /// Non-zero bytes discarded as a torn tail (or, with repair, as damage).
+    pub truncated_bytes: u64,
+    /// Where the log was cut: segment file and byte offset.
+    pub truncated_at: Option<(PathBuf, u64)>,
+    /// In repair mode: what acknowledged data was dropped (file, offset,
+    /// LSN range).
+    pub repair_dropped: Option<String>,
+}
+
+/// Counters since the log was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Append calls that wrote records.
+    pub appends: u64,
+    /// Records written.
+    pub records: u64,
+    /// Group flushes (each one write + sync round).
+    pub groups: u64,
+    /// `fdatasync` calls on the commit path.
+    pub fsyncs: u64,
+    /// Segments created on the commit path because none was prepared.
+    pub inline_prepares: u64,
+}

@@ -1,0 +1,263 @@
+//! One segment file: prepare (create, fill, sync, rename), open and validate
+//! its header, and walk the records in its bytes.
+//!
+//! **Invariant:** a file under a final segment name always holds a durable,
+//! valid header and its full preallocated size: it is built under a
+//! temporary name, zero-filled, `fdatasync`ed, and only then renamed (and the
+//! directory synced), so the commit path never changes a file's size.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::format::{
+    self, HeaderError, RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader,
+};
+use super::options::WalOptions;
+use super::planted::{PlantedBug, planted};
+use crate::error::{Error, Result};
+use crate::ids::{DatabaseId, Lsn, SegmentId};
+use crate::storage::{OpenMode, Storage, StorageFile};
+
+/// Zero-fill chunk size used while preallocating.
+const FILL_CHUNK_BYTES: usize = 1 << 20;
+
+/// An open segment file.
+#[derive(Debug)]
+pub struct SegmentFile {
+    /// The segment's number.
+    pub id: SegmentId,
+    /// Its path.
+    pub path: PathBuf,
+    /// The open file.
+    pub file: Box<dyn StorageFile>,
+    /// The file's size in bytes (fixed once prepared).
+    pub size_bytes: u64,
+    /// The record checksum seed of this segment.
+    pub seed: u32,
+}
+
+/// Creates segment `id` in `dir`: temp name, header, zero fill to
+/// `size_bytes`, `fdatasync`, rename, directory sync.
+pub fn prepare(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    database: DatabaseId,
+    id: SegmentId,
+    first_lsn: Lsn,
+    options: &WalOptions,
+) -> Result<SegmentFile> {
+    let size_bytes = options.segment_size_bytes;
+    assert!(
+        size_bytes > SEGMENT_HEADER_BYTES,
+        "segment smaller than its header"
+    );
+    let temp = dir.join(format::temp_file_name(id));
+    let path = format::segment_path(dir, id);
+    if storage
+        .exists(&temp)
+        .map_err(|e| Error::io("stat temp segment", &temp, e))?
+    {
+        storage
+            .remove_file(&temp)
+            .map_err(|e| Error::io("remove stale temp segment", &temp, e))?;
+    }
+    let file = storage
+        .open(&temp, OpenMode::CreateNew)
+        .map_err(|e| Error::io("create segment", &temp, e))?;
+    let header = SegmentHeader {
+        database,
+        segment: id,
+        first_lsn,
+    };
+    file.write_at(0, &header.encode())
+        .map_err(|e| Error::io("write segment header", &temp, e))?;
+    let zeros = vec![0u8; FILL_CHUNK_BYTES];
+    let mut offset = SEGMENT_HEADER_BYTES;
+    while offset < size_bytes {
+        let chunk = usize::try_from((size_bytes - offset).min(FILL_CHUNK_BYTES as u64))
+            .expect("chunk fits usize");
+        file.write_at(offset, &zeros[..chunk])
+            .map_err(|e| Error::io("preallocate segment", &temp, e))?;
+        offset += chunk as u64;
+    }
+    file.sync_data()
+        .map_err(|e| Error::io("sync new segment", &temp, e))?;
+    storage
+        .rename(&temp, &path)
+        .map_err(|e| Error::io("rename new segment", &path, e))?;
+    if !planted(options, PlantedBug::SkipSegmentDirSync) {
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("sync wal directory", dir, e))?;
+    }
+    assert_eq!(offset, size_bytes);
+    Ok(SegmentFile {
+        id,
+        path,
+        file,
+        size_bytes,
+        seed: format::record_seed(database, id),
+    })
+}
+
+/// Opens segment `id` and validates its header against `database` and `id`.
+pub fn open(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    database: DatabaseId,
+    id: SegmentId,
+) -> Result<(SegmentFile, SegmentHeader)> {
+    let path = format::segment_path(dir, id);
+    let file = storage
+        .open(&path, OpenMode::Existing)
+        .map_err(|e| Error::io("open segment", &path, e))?;
+    let size_bytes = file
+        .len()
+        .map_err(|e| Error::io("stat segment", &path, e))?;
+    if size_bytes <= SEGMENT_HEADER_BYTES {
+        return Err(Error::corrupt(&path, 0, "segment shorter than its header"));
+    }
+    let mut raw = vec![0u8; SEGMENT_HEADER_BYTES as usize];
+    file.read_at(0, &mut raw)
+        .map_err(|e| Error::io("read segment header", &path, e))?;
+    let header = match SegmentHeader::decode(&raw) {
+        Ok(header) => header,
+        Err(HeaderError::Version(found)) => {
+            return Err(Error::UnsupportedFormat {
+                file: path,
+                found,
+                supported: format::FORMAT_VERSION,
+            });
+        }
+        Err(HeaderError::Damaged(reason)) => return Err(Error::corrupt(&path, 0, reason)),
+    };
+    if header.database != database {
+        return Err(Error::ForeignFile {
+            file: path,
+            expected: database,
+            found: header.database,
+        });
+    }
+    if header.segment != id {
+        return Err(Error::corrupt(
+            &path,
+            0,
+            format!(
+                "header names {} but the file name says {id}",
+                header.segment
+            ),
+        ));
+    }
+    let seed = format::record_seed(database, id);
+    Ok((
+        SegmentFile {
+            id,
+            path,
+            file,
+            size_bytes,
+            seed,
+        },
+        header,
+    ))
+}
+
+impl SegmentFile {
+    /// Reads the whole segment into memory (bounded by the segment size).
+    pub fn read_all(&self) -> Result<Vec<u8>> {
+        let len = usize::try_from(self.size_bytes).expect("segment fits in memory");
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_at(0, &mut buf)
+            .map_err(|e| Error::io("read segment", &self.path, e))?;
+        assert_eq!(buf.len() as u64, self.size_bytes);
+        Ok(buf)
+    }
+}
+
+/// Decodes and fully validates (header and payload checksums) the record at
+/// `offset` of a segment's bytes; `None` if it is not a valid record.
+pub fn record_at(bytes: &[u8], seed: u32, offset: usize) -> Option<(RecordHeader, &[u8])> {
+    record_checked(bytes, seed, offset, true)
+}
+
+/// [`record_at`], optionally skipping the payload checksum (only ever
+/// skipped by the planted bug `AcceptBadChecksum`).
+pub fn record_checked(
+    bytes: &[u8],
+    seed: u32,
+    offset: usize,
+    verify_payload: bool,
+) -> Option<(RecordHeader, &[u8])> {
+    let header = format::decode_record_header(bytes.get(offset..)?, seed)?;
+    let start = offset.checked_add(RECORD_HEADER_BYTES)?;
+    let end = start.checked_add(usize::try_from(header.len).ok()?)?;
+    let payload = bytes.get(start..end)?;
+    if verify_payload && !format::payload_matches(&header, seed, payload) {
+        return None;
+    }
+    Some((header, payload))
+}
+
+/// The offset one past the last non-zero byte of `bytes` (0 if all zero).
+pub fn written_end(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b != 0).map_or(0, |at| at + 1)
+}
+
+/// Scans `bytes[from..]` byte by byte for any valid record with an LSN of
+/// at least `min_lsn`; returns the highest LSN and the highest ack
+/// watermark found among them.
+pub fn max_ack_after(bytes: &[u8], seed: u32, from: usize, min_lsn: Lsn) -> Option<(Lsn, Lsn)> {
+    let end = written_end(bytes);
+    let mut best: Option<(Lsn, Lsn)> = None;
+    let mut offset = from;
+    // Bounded by the written part of the segment.
+    while offset + RECORD_HEADER_BYTES <= end {
+        let lsn_field = &bytes[offset + 8..offset + 16];
+        let plausible = lsn_field.iter().any(|&b| b != 0);
+        if plausible
+            && let Some((header, _)) = record_at(bytes, seed, offset)
+            && header.lsn >= min_lsn
+        {
+            let (lsn, ack) = best.unwrap_or((header.lsn, header.ack));
+            best = Some((lsn.max(header.lsn), ack.max(header.ack)));
+        }
+        offset += 1;
+    }
+    assert!(offset >= from);
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::FsStorage;
+
+    #[test]
+    fn prepared_segment_is_full_size_and_reopens_with_its_header() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+        let made = prepare(
+            &storage,
+            dir.path(),
+            DatabaseId(9),
+            SegmentId(3),
+            Lsn(5),
+            &WalOptions {
+                segment_size_bytes: 16384,
+                ..WalOptions::default()
+            },
+        )
+        .expect("prepare");
+        assert_eq!(made.file.len().expect("len"), 16384);
+        let (opened, header) =
+            open(&storage, dir.path(), DatabaseId(9), SegmentId(3)).expect("open");
+        assert_eq!(header.first_lsn, Lsn(5));
+        assert_eq!(opened.seed, made.seed);
+        assert!(matches!(
+            open(&storage, dir.path(), DatabaseId(8), SegmentId(3)),
+            Err(Error::ForeignFile { .. })
+        ));
+        let names = storage.list_dir(dir.path()).expect("list");
+        assert_eq!(names, vec![format::segment_file_name(SegmentId(3))]);
+    }
+}

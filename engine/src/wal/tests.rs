@@ -1,0 +1,585 @@
+//! Scenario tests of the WAL through its public facade: round trips across
+//! rotations, torn tails, acknowledged corruption, concurrency, poisoning,
+//! foreign and stale files, garbage collection.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use proptest::prelude::*;
+
+use super::format::{self, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader};
+use super::{Wal, WalOptions};
+use crate::error::Error;
+use crate::ids::{DatabaseId, Lsn, SegmentId};
+use crate::storage::{DirLock, FsStorage, OpenMode, Storage, StorageFile};
+
+const DB: DatabaseId = DatabaseId(0xac7u128 << 64 | 0x42);
+
+fn fs() -> Arc<dyn Storage> {
+    Arc::new(FsStorage::new())
+}
+
+fn small(segment_size_bytes: u64, max_record_bytes: u64) -> WalOptions {
+    WalOptions {
+        segment_size_bytes,
+        max_record_bytes,
+        ..WalOptions::default()
+    }
+}
+
+fn read_all(wal: &Wal) -> Vec<(Lsn, Vec<u8>)> {
+    wal.read_from(Lsn(1))
+        .expect("read_from")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("records")
+}
+
+fn seg_path(dir: &Path, id: u64) -> PathBuf {
+    format::segment_path(dir, SegmentId(id))
+}
+
+/// Raw file access for damage injection, through the storage seam.
+fn read_file(path: &Path) -> Vec<u8> {
+    let file = FsStorage::new()
+        .open(path, OpenMode::Existing)
+        .expect("open");
+    let mut buf = vec![0u8; usize::try_from(file.len().expect("len")).expect("usize")];
+    file.read_at(0, &mut buf).expect("read");
+    buf
+}
+
+fn write_file(path: &Path, bytes: &[u8]) {
+    let file = FsStorage::new()
+        .open(path, OpenMode::OpenOrCreate)
+        .expect("open");
+    file.set_len(0).expect("truncate");
+    file.write_at(0, bytes).expect("write");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn batches_round_trip_across_rotations_and_reopen(
+        batches in prop::collection::vec(
+            prop::collection::vec(
+                prop_oneof![
+                    prop::collection::vec(any::<u8>(), 0..48),
+                    prop::collection::vec(any::<u8>(), 2000..=2048),
+                    Just(Vec::new()),
+                ],
+                1..4,
+            ),
+            1..40,
+        )
+    ) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = small(16 * 1024, 2048);
+        let mut expected = Vec::new();
+        {
+            let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+            for batch in &batches {
+                let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+                let last = wal.append(&refs).expect("append");
+                let first = last.0 + 1 - batch.len() as u64;
+                prop_assert_eq!(first, expected.len() as u64 + 1, "LSNs continue");
+                for (i, payload) in batch.iter().enumerate() {
+                    expected.push((Lsn(first + i as u64), payload.clone()));
+                }
+            }
+            prop_assert_eq!(read_all(&wal), expected.clone());
+        }
+        let (wal, report) =
+            Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+        prop_assert_eq!(report.last_lsn, Lsn(expected.len() as u64));
+        prop_assert_eq!(report.truncated_bytes, 0);
+        prop_assert_eq!(read_all(&wal), expected.clone());
+        let next = wal.append(&[b"after"]).expect("append after reopen");
+        prop_assert_eq!(next, Lsn(expected.len() as u64 + 1));
+    }
+}
+
+/// A log of three batches; the last has two records. Returns the offsets
+/// (start, end) of the last record in segment 1.
+fn three_batches(dir: &Path) -> (u64, u64) {
+    let wal = Wal::create(fs(), dir, DB, small(64 * 1024, 1024)).expect("create");
+    wal.append(&[b"first".as_slice()]).expect("append");
+    wal.append(&[b"second".as_slice(), b"third"])
+        .expect("append");
+    wal.append(&[b"fourth".as_slice(), b"the last record"])
+        .expect("append");
+    let header = RECORD_HEADER_BYTES as u64;
+    let start = SEGMENT_HEADER_BYTES + 4 * header + (5 + 6 + 5 + 6) as u64;
+    (start, start + header + 15)
+}
+
+#[test]
+fn torn_last_record_drops_its_whole_batch_and_nothing_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (start, end) = three_batches(dir.path());
+    let path = seg_path(dir.path(), 1);
+    let pristine = read_file(&path);
+    let prefix: Vec<Vec<u8>> = vec![b"first".to_vec(), b"second".to_vec(), b"third".to_vec()];
+    for offset in start..end {
+        for garble in [false, true] {
+            let mut bytes = pristine.clone();
+            let at = usize::try_from(offset).expect("usize");
+            if garble {
+                bytes[at] ^= 0xff;
+            } else {
+                bytes[at..usize::try_from(end).expect("usize")].fill(0);
+            }
+            write_file(&path, &bytes);
+            let opened = Wal::open(
+                fs(),
+                dir.path(),
+                DB,
+                small(64 * 1024, 1024),
+                SegmentId(1),
+                Lsn::ZERO,
+            );
+            let (wal, report) =
+                opened.unwrap_or_else(|e| panic!("offset {offset} garble {garble}: {e}"));
+            assert_eq!(report.last_lsn, Lsn(3), "offset {offset} garble {garble}");
+            if garble || offset > start {
+                assert!(
+                    report.truncated_bytes > 0,
+                    "offset {offset} garble {garble}"
+                );
+                let (file, cut) = report.truncated_at.clone().expect("where");
+                assert_eq!(
+                    (file, cut),
+                    (path.clone(), start - RECORD_HEADER_BYTES as u64 - 6)
+                );
+            }
+            let got: Vec<Vec<u8>> = read_all(&wal).into_iter().map(|(_, p)| p).collect();
+            assert_eq!(got, prefix, "offset {offset} garble {garble}");
+            drop(wal);
+        }
+    }
+    // After truncation the log continues right after the prefix.
+    let (wal, _) = Wal::open(
+        fs(),
+        dir.path(),
+        DB,
+        small(64 * 1024, 1024),
+        SegmentId(1),
+        Lsn::ZERO,
+    )
+    .expect("reopen");
+    assert_eq!(wal.append(&[b"again"]).expect("append"), Lsn(4));
+}
+
+#[test]
+fn damaged_acknowledged_record_is_corrupt_and_repair_drops_it_with_a_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    three_batches(dir.path());
+    let path = seg_path(dir.path(), 1);
+    let mut bytes = read_file(&path);
+    let damaged_at = SEGMENT_HEADER_BYTES as usize + RECORD_HEADER_BYTES + 2;
+    bytes[damaged_at] ^= 0x01; // Inside the payload of LSN 1.
+    write_file(&path, &bytes);
+    let opened = Wal::open(
+        fs(),
+        dir.path(),
+        DB,
+        small(64 * 1024, 1024),
+        SegmentId(1),
+        Lsn::ZERO,
+    );
+    match opened {
+        Err(Error::Corrupt {
+            file,
+            offset,
+            reason,
+        }) => {
+            assert_eq!(file, path);
+            assert_eq!(offset, SEGMENT_HEADER_BYTES);
+            assert!(reason.contains("lsn 1"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let mut repair = small(64 * 1024, 1024);
+    repair.repair = true;
+    let (wal, report) =
+        Wal::open(fs(), dir.path(), DB, repair, SegmentId(1), Lsn::ZERO).expect("repair");
+    assert_eq!(report.last_lsn, Lsn::ZERO);
+    let dropped = report.repair_dropped.expect("repair says what it dropped");
+    assert!(
+        dropped.contains("lsn 1") && dropped.contains("lsn 5"),
+        "{dropped}"
+    );
+    assert!(read_all(&wal).is_empty());
+}
+
+#[test]
+fn a_checkpoint_past_the_end_of_the_log_is_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    three_batches(dir.path());
+    let opened = Wal::open(
+        fs(),
+        dir.path(),
+        DB,
+        small(64 * 1024, 1024),
+        SegmentId(1),
+        Lsn(9),
+    );
+    assert!(matches!(opened, Err(Error::Corrupt { .. })), "{opened:?}");
+}
+
+#[test]
+fn concurrent_appenders_share_fsyncs_and_every_ack_survives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = small(64 * 1024, 1024);
+    let wal = Arc::new(Wal::create(fs(), dir.path(), DB, options.clone()).expect("create"));
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let wal = Arc::clone(&wal);
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                for i in 0..60u8 {
+                    let a = [t, i, 0];
+                    let b = [t, i, 1];
+                    let batch: Vec<&[u8]> = if i % 3 == 0 { vec![&a, &b] } else { vec![&a] };
+                    let last = wal.append(&batch).expect("append");
+                    let first = last.0 + 1 - batch.len() as u64;
+                    for (k, payload) in batch.iter().enumerate() {
+                        acked.push((Lsn(first + k as u64), payload.to_vec()));
+                    }
+                    if i % 20 == 0 {
+                        wal.prepare_next_segment().expect("prepare");
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    let mut acked: Vec<(Lsn, Vec<u8>)> = threads
+        .into_iter()
+        .flat_map(|h| h.join().expect("join"))
+        .collect();
+    acked.sort();
+    let stats = wal.stats();
+    assert_eq!(stats.appends, 8 * 60);
+    assert!(
+        stats.fsyncs < stats.appends,
+        "group commit shares fsyncs: {stats:?}"
+    );
+    assert!(wal.first_segment() == SegmentId(1));
+    drop(wal);
+    let (wal, report) =
+        Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+    assert!(report.segments_scanned > 1, "the test must rotate");
+    let all = read_all(&wal);
+    assert_eq!(
+        all, acked,
+        "every acknowledged LSN holds its payload, gap-free"
+    );
+    assert_eq!(all.last().map(|r| r.0), Some(Lsn(all.len() as u64)));
+}
+
+/// `FsStorage` whose files fail `sync_data` while the switch is on.
+#[derive(Debug)]
+struct FailingSync {
+    inner: FsStorage,
+    fail: Arc<AtomicBool>,
+}
+
+#[derive(Debug)]
+struct FailingFile {
+    inner: Box<dyn StorageFile>,
+    fail: Arc<AtomicBool>,
+}
+
+impl StorageFile for FailingFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.inner.write_at(offset, data)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len_bytes: u64) -> io::Result<()> {
+        self.inner.set_len(len_bytes)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected EIO"));
+        }
+        self.inner.sync_data()
+    }
+}
+
+impl Storage for FailingSync {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+        let inner = self.inner.open(path, mode)?;
+        Ok(Box::new(FailingFile {
+            inner,
+            fail: Arc::clone(&self.fail),
+        }))
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        self.inner.exists(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn lock_dir(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        self.inner.lock_dir(dir)
+    }
+}
+
+#[test]
+fn fsync_failure_poisons_until_reopen_which_keeps_the_acknowledged_prefix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fail = Arc::new(AtomicBool::new(false));
+    let storage: Arc<dyn Storage> = Arc::new(FailingSync {
+        inner: FsStorage::new(),
+        fail: Arc::clone(&fail),
+    });
+    let wal = Wal::create(storage, dir.path(), DB, small(64 * 1024, 1024)).expect("create");
+    assert_eq!(wal.append(&[b"one"]).expect("append"), Lsn(1));
+    assert_eq!(wal.append(&[b"two"]).expect("append"), Lsn(2));
+    fail.store(true, Ordering::SeqCst);
+    match wal.append(&[b"three"]) {
+        Err(Error::Poisoned { cause }) => {
+            assert!(cause.contains("injected EIO"), "{cause}");
+            assert!(cause.contains("00000000000000000001.wal"), "{cause}");
+        }
+        other => panic!("expected Poisoned, got {other:?}"),
+    }
+    fail.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        wal.append(&[b"four"]),
+        Err(Error::Poisoned { .. })
+    ));
+    assert!(matches!(wal.append(&[]), Err(Error::Poisoned { .. })));
+    assert_eq!(wal.durable_lsn(), Lsn(2));
+    drop(wal);
+    let (wal, report) = Wal::open(
+        fs(),
+        dir.path(),
+        DB,
+        small(64 * 1024, 1024),
+        SegmentId(1),
+        Lsn::ZERO,
+    )
+    .expect("reopen");
+    assert!(report.last_lsn >= Lsn(2));
+    let all = read_all(&wal);
+    assert_eq!(
+        all[..2],
+        [(Lsn(1), b"one".to_vec()), (Lsn(2), b"two".to_vec())]
+    );
+}
+
+/// A log whose records spill into segments 1..=3.
+fn three_segments(dir: &Path) -> WalOptions {
+    let options = small(8 * 1024, 1024);
+    let wal = Wal::create(fs(), dir, DB, options.clone()).expect("create");
+    let payload = [7u8; 1000];
+    for _ in 0..10 {
+        wal.append(&[&payload]).expect("append");
+    }
+    assert!(wal.stats().inline_prepares >= 2);
+    options
+}
+
+#[test]
+fn foreign_version_and_gap_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = three_segments(dir.path());
+    let opened = Wal::open(
+        fs(),
+        dir.path(),
+        DatabaseId(1),
+        options.clone(),
+        SegmentId(1),
+        Lsn::ZERO,
+    );
+    assert!(matches!(opened, Err(Error::ForeignFile { found, .. }) if found == DB));
+
+    let path = seg_path(dir.path(), 2);
+    let pristine = read_file(&path);
+    let mut bytes = pristine.clone();
+    bytes[8] = 2; // The format version field.
+    write_file(&path, &bytes);
+    let opened = Wal::open(
+        fs(),
+        dir.path(),
+        DB,
+        options.clone(),
+        SegmentId(1),
+        Lsn::ZERO,
+    );
+    assert!(
+        matches!(
+            opened,
+            Err(Error::UnsupportedFormat {
+                found: 2,
+                supported: 1,
+                ..
+            })
+        ),
+        "{opened:?}"
+    );
+    write_file(&path, &pristine);
+
+    FsStorage::new().remove_file(&path).expect("remove");
+    match Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO) {
+        Err(Error::Corrupt { file, .. }) => assert_eq!(file, path),
+        other => panic!("expected Corrupt for the gap, got {other:?}"),
+    }
+}
+
+#[test]
+fn oversized_records_and_batches_are_refused_with_both_sizes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::create(fs(), dir.path(), DB, small(8 * 1024, 1024)).expect("create");
+    let big = vec![0u8; 1025];
+    assert!(matches!(
+        wal.append(&[&big]),
+        Err(Error::RecordTooLarge {
+            size_bytes: 1025,
+            max_bytes: 1024
+        })
+    ));
+    let ok = vec![0u8; 1024];
+    let five: Vec<&[u8]> = vec![&ok; 5];
+    assert!(matches!(
+        wal.append(&five),
+        Err(Error::RecordTooLarge {
+            size_bytes: 5280,
+            max_bytes: 4096
+        })
+    ));
+    assert_eq!(wal.append(&[]).expect("empty batch"), Lsn::ZERO);
+    let bad = Wal::create(fs(), &dir.path().join("x"), DB, small(8 * 1024, 4096));
+    assert!(matches!(bad, Err(Error::InvalidConfig { .. })));
+}
+
+#[test]
+fn stale_records_of_a_recycled_segment_file_are_not_accepted() {
+    let old = tempfile::tempdir().expect("tempdir");
+    let options = small(16 * 1024, 1024);
+    {
+        let wal = Wal::create(fs(), old.path(), DB, options.clone()).expect("create");
+        for i in 1..=10u8 {
+            wal.append(&[&[i]]).expect("append");
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+        for i in 1..=5u8 {
+            wal.append(&[&[i + 100]]).expect("append");
+        }
+    }
+    // Segment 2 reuses the old segment 1's file: new header, old records
+    // (LSNs 6..=10 would even continue the sequence).
+    let mut recycled = read_file(&seg_path(old.path(), 1));
+    let header = SegmentHeader {
+        database: DB,
+        segment: SegmentId(2),
+        first_lsn: Lsn(6),
+    };
+    recycled[..SEGMENT_HEADER_BYTES as usize].copy_from_slice(&header.encode());
+    write_file(&seg_path(dir.path(), 2), &recycled);
+    let (wal, report) =
+        Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+    assert_eq!(report.last_lsn, Lsn(5));
+    let payloads: Vec<Vec<u8>> = read_all(&wal).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(payloads, (101..=105u8).map(|i| vec![i]).collect::<Vec<_>>());
+}
+
+#[test]
+fn covered_segments_are_removed_and_reopen_deletes_gc_leftovers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = small(8 * 1024, 1024);
+    let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+    let payload = [3u8; 1000];
+    for _ in 0..12 {
+        wal.append(&[&payload]).expect("append");
+    }
+    wal.prepare_next_segment().expect("prepare");
+    let before = wal.stats().inline_prepares;
+    // Segments hold three such records: 12 filled segments 1..=4 exactly,
+    // so the next three go to the prepared segment 5.
+    for _ in 0..3 {
+        wal.append(&[&payload]).expect("append");
+    }
+    assert_eq!(
+        wal.stats().inline_prepares,
+        before,
+        "rotation used the prepared segment"
+    );
+    let first = wal.remove_covered_segments(Lsn(9)).expect("gc");
+    assert!(first > SegmentId(1));
+    assert!(
+        !FsStorage::new()
+            .exists(&seg_path(dir.path(), 1))
+            .expect("exists")
+    );
+    let records = wal
+        .read_from(Lsn(10))
+        .expect("read")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("ok");
+    assert_eq!(records.first().map(|r| r.0), Some(Lsn(10)));
+    assert!(matches!(
+        wal.read_from(Lsn(1)),
+        Err(Error::LsnOutOfRange { .. })
+    ));
+    assert!(matches!(
+        wal.remove_covered_segments(Lsn(99)),
+        Err(Error::InvalidConfig { .. })
+    ));
+    drop(wal);
+    // A leftover of an interrupted GC below the manifest's first segment.
+    write_file(&seg_path(dir.path(), 1), &[0u8; 10]);
+    let (wal, report) = Wal::open(fs(), dir.path(), DB, options, first, Lsn(9)).expect("open");
+    assert_eq!(report.last_lsn, Lsn(15));
+    assert!(
+        !FsStorage::new()
+            .exists(&seg_path(dir.path(), 1))
+            .expect("exists")
+    );
+    assert_eq!(wal.first_segment(), first);
+    assert_eq!(wal.append(&[b"x"]).expect("append"), Lsn(16));
+}
+
+#[test]
+fn wal_is_send_and_sync_and_reads_from_the_middle_of_a_segment() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Wal>();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = three_segments(dir.path());
+    let (wal, _) = Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+    let from_five: Vec<Lsn> = wal
+        .read_from(Lsn(5))
+        .expect("read")
+        .map(|r| r.expect("record").0)
+        .collect();
+    assert_eq!(from_five, (5..=10).map(Lsn).collect::<Vec<_>>());
+    assert_eq!(wal.read_from(Lsn(11)).expect("read at end").count(), 0);
+    assert!(matches!(
+        wal.read_from(Lsn(12)),
+        Err(Error::LsnOutOfRange { .. })
+    ));
+}

@@ -1,0 +1,156 @@
+//! The writer: what a group-commit leader does with a group of batches.
+//!
+//! It encodes every record with the group's ack watermark, writes the bytes
+//! into the preallocated active segment (rotating to the next segment when a
+//! batch does not fit the rest of it), and `fdatasync`s every segment it
+//! touched once. It never changes a file's size.
+//!
+//! **Invariant:** a batch never spans segments (a batch is at most one
+//! segment's capacity, checked before it is queued), so the "more records
+//! follow" flag of a batch is always resolved within one segment.
+
+use std::sync::atomic::Ordering;
+
+use super::format::{self, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use super::group::Entry;
+use super::planted::{PlantedBug, planted};
+use super::segment::SegmentFile;
+use super::table::{Context, Counters};
+use crate::error::{Error, Result};
+use crate::ids::Lsn;
+
+/// A batch as queued: the payloads copied into one buffer.
+#[derive(Debug)]
+pub struct Batch {
+    bytes: Vec<u8>,
+    lens: Vec<usize>,
+}
+
+impl Batch {
+    /// Copies `payloads` into a batch.
+    pub fn new(payloads: &[&[u8]]) -> Batch {
+        let total = payloads.iter().map(|p| p.len()).sum();
+        let mut bytes = Vec::with_capacity(total);
+        for payload in payloads {
+            bytes.extend_from_slice(payload);
+        }
+        let batch = Batch {
+            bytes,
+            lens: payloads.iter().map(|p| p.len()).collect(),
+        };
+        assert_eq!(batch.bytes.len(), total);
+        batch
+    }
+
+    /// Number of records.
+    pub fn count(&self) -> u64 {
+        self.lens.len() as u64
+    }
+
+    /// Encoded size in bytes of all its records.
+    pub fn encoded_bytes(&self) -> u64 {
+        self.bytes.len() as u64 + self.count() * RECORD_HEADER_BYTES as u64
+    }
+
+    fn payloads(&self) -> impl Iterator<Item = &[u8]> {
+        let mut at = 0;
+        self.lens.iter().map(move |&len| {
+            let payload = &self.bytes[at..at + len];
+            at += len;
+            payload
+        })
+    }
+}
+
+/// The active segment and the write position in it.
+#[derive(Debug)]
+pub struct Writer {
+    /// The segment being written.
+    pub active: SegmentFile,
+    /// Offset of the next record in `active`.
+    pub offset: u64,
+    buf: Vec<u8>,
+    dirty: bool,
+}
+
+impl Writer {
+    /// A writer appending to `active` at `offset`.
+    pub fn new(active: SegmentFile, offset: u64) -> Writer {
+        assert!(offset >= SEGMENT_HEADER_BYTES && offset <= active.size_bytes);
+        Writer {
+            active,
+            offset,
+            buf: Vec::new(),
+            dirty: false,
+        }
+    }
+
+    /// The leader's flush: encode, write, rotate as needed, sync once per
+    /// touched segment. Any error is the poison cause.
+    pub fn flush(&mut self, ctx: &Context, group: &[Entry<Batch>], ack: Lsn) -> Result<()> {
+        assert!(!group.is_empty(), "a leader flushes at least one batch");
+        assert!(
+            group[0].first > ack,
+            "records are written after their ack watermark"
+        );
+        self.buf.clear();
+        for entry in group {
+            let size = entry.item.encoded_bytes();
+            let end = self.offset + self.buf.len() as u64 + size;
+            if end > self.active.size_bytes {
+                self.write_buf()?;
+                self.sync_active(ctx)?;
+                let next = ctx.install_next(self.active.id.next(), entry.first)?;
+                self.active = next;
+                self.offset = SEGMENT_HEADER_BYTES;
+            }
+            let mut lsn = entry.first;
+            let count = entry.item.count();
+            for (index, payload) in entry.item.payloads().enumerate() {
+                let more = (index as u64) + 1 < count;
+                format::encode_record(&mut self.buf, self.active.seed, lsn, ack, more, payload);
+                lsn = lsn.next();
+            }
+            assert_eq!(lsn, entry.last.next(), "a batch's LSNs are contiguous");
+            ctx.counters.records.fetch_add(count, Ordering::Relaxed);
+        }
+        self.write_buf()?;
+        self.sync_active(ctx)?;
+        Counters::bump(&ctx.counters.groups);
+        Ok(())
+    }
+
+    fn write_buf(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let end = self.offset + self.buf.len() as u64;
+        assert!(
+            end <= self.active.size_bytes,
+            "the commit path never grows a file"
+        );
+        self.active
+            .file
+            .write_at(self.offset, &self.buf)
+            .map_err(|e| Error::io("write wal records", &self.active.path, e))?;
+        self.offset = end;
+        self.buf.clear();
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Syncs the active segment if anything was written to it since its
+    /// last sync. Never retried: an error poisons the log.
+    fn sync_active(&mut self, ctx: &Context) -> Result<()> {
+        if !self.dirty || planted(&ctx.options, PlantedBug::AckBeforeFsync) {
+            return Ok(());
+        }
+        Counters::bump(&ctx.counters.fsyncs);
+        self.active
+            .file
+            .sync_data()
+            .map_err(|e| Error::io("sync wal segment", &self.active.path, e))?;
+        self.dirty = false;
+        Ok(())
+    }
+}
