@@ -5,6 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use crate::books::{Digest, EffectKey, FencingToken, RunId, RunState};
 use crate::ids::{DatabaseId, Lsn};
 
 /// A `Result` whose error is [`Error`].
@@ -88,6 +89,166 @@ pub enum Error {
     /// Options given to the engine are inconsistent.
     InvalidConfig {
         /// What is wrong with them.
+        reason: String,
+    },
+    /// The redb state store failed.
+    StateStore {
+        /// The state store file.
+        file: PathBuf,
+        /// What the engine was doing.
+        op: &'static str,
+        /// redb's error.
+        reason: String,
+    },
+    /// A run, step, worker, tool or part name is not acceptable.
+    InvalidName {
+        /// What the name names (`"run id"`, `"tool"`, ...).
+        what: &'static str,
+        /// The name (cut to a bounded length).
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A command is malformed in a way no state could make valid.
+    InvalidCommand {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A run, effect or checkpoint the command names does not exist.
+    NotFound {
+        /// What was looked for (`"run po-17"`, `"effect po-17/pay/1"`).
+        what: String,
+    },
+    /// A run was created again under the same id with a different input.
+    RunInputMismatch {
+        /// The run.
+        run: RunId,
+        /// The recorded input and agent version.
+        recorded: String,
+        /// The ones presented now.
+        presented: String,
+    },
+    /// The run has finished; nothing may change it any more.
+    RunTerminal {
+        /// The run.
+        run: RunId,
+        /// Its terminal state.
+        state: RunState,
+    },
+    /// The run's state machine does not allow this move.
+    IllegalTransition {
+        /// The run.
+        run: RunId,
+        /// Its current state.
+        from: RunState,
+        /// The state asked for.
+        to: RunState,
+    },
+    /// The run changed since the caller read it (optimistic concurrency).
+    VersionConflict {
+        /// The run.
+        run: RunId,
+        /// The version the caller expected.
+        expected: u64,
+        /// The run's version now.
+        actual: u64,
+    },
+    /// Another worker holds a live lease on the run.
+    LeaseHeld {
+        /// The run.
+        run: RunId,
+        /// The holder.
+        worker: crate::books::WorkerId,
+        /// When its lease expires, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// The caller's lease expired or was released; it no longer owns the run.
+    LeaseLost {
+        /// The run.
+        run: RunId,
+        /// The token the caller presented.
+        token: FencingToken,
+    },
+    /// The caller presented a stale fencing token: someone else owns the run.
+    Fenced {
+        /// The run.
+        run: RunId,
+        /// The token presented.
+        presented: FencingToken,
+        /// The run's current token.
+        current: FencingToken,
+    },
+    /// A step was begun with a different tool or arguments than its
+    /// recorded intent.
+    ArgsMismatch {
+        /// The recorded attempt's key.
+        key: EffectKey,
+        /// The recorded tool and args digest.
+        recorded: String,
+        /// The presented tool and args digest.
+        presented: String,
+    },
+    /// The step failed for good (not retryable); it will not be attempted again.
+    EffectFailed {
+        /// The failed attempt.
+        key: EffectKey,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The effect is not in a status that allows this (already settled, ...).
+    EffectNotOpen {
+        /// The attempt.
+        key: EffectKey,
+        /// Its status.
+        status: &'static str,
+    },
+    /// A replayed model call has a different input than the journal records
+    /// at that position: the run took another path than before.
+    Divergence {
+        /// The run.
+        run: RunId,
+        /// The position in the run's decision journal.
+        position: u64,
+        /// The recorded input digest.
+        recorded: Digest,
+        /// The input digest attempted now.
+        attempted: Digest,
+    },
+    /// A checkpoint was written under another schema version than the
+    /// reader expects, and no migration was applied.
+    SchemaMismatch {
+        /// The run.
+        run: RunId,
+        /// The checkpoint's schema version.
+        found: u32,
+        /// The version the reader expects.
+        expected: u32,
+    },
+    /// A payload exceeds its limit.
+    TooLarge {
+        /// What was too large.
+        what: String,
+        /// Its size in bytes (or count, where `what` says so).
+        size_bytes: u64,
+        /// The limit.
+        max_bytes: u64,
+    },
+    /// One command of an atomic batch was refused, so none was applied.
+    BatchRefused {
+        /// Index of the refused command in the batch, from 0.
+        index: usize,
+        /// Why it was refused.
+        cause: Box<Error>,
+    },
+    /// The books contradict themselves (a missing or damaged blob, a gap in
+    /// a journal): a bug or corruption, never guessed around.
+    Inconsistent {
+        /// What is inconsistent.
+        what: String,
+    },
+    /// Bytes given to the op decoder are not a valid op.
+    OpDecode {
+        /// What the decoder found.
         reason: String,
     },
 }
@@ -181,6 +342,128 @@ impl fmt::Display for Error {
                 first.0, last.0
             ),
             Error::InvalidConfig { reason } => write!(f, "invalid configuration: {reason}"),
+            Error::StateStore { file, op, reason } => {
+                write!(
+                    f,
+                    "state store {} failed during {op}: {reason}",
+                    file.display()
+                )
+            }
+            Error::InvalidName { what, name, reason } => {
+                write!(f, "invalid {what} {name:?}: {reason}")
+            }
+            Error::InvalidCommand { reason } => write!(f, "invalid command: {reason}"),
+            Error::NotFound { what } => write!(f, "{what} does not exist in the books"),
+            Error::RunInputMismatch {
+                run,
+                recorded,
+                presented,
+            } => write!(
+                f,
+                "run {run} already exists with {recorded}, but was created again with \
+                 {presented}; a run id names one input: pick a new id for a new input"
+            ),
+            Error::RunTerminal { run, state } => write!(
+                f,
+                "run {run} is {state}, which is final; nothing may change it (start a new run \
+                 to continue the work)"
+            ),
+            Error::IllegalTransition { run, from, to } => write!(
+                f,
+                "run {run} cannot go from {from} to {to}: the run state machine does not allow \
+                 it (see transition_allowed)"
+            ),
+            Error::VersionConflict {
+                run,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "run {run} is at version {actual}, not the expected {expected}: it changed since \
+                 it was read; re-read the run and decide again"
+            ),
+            Error::LeaseHeld {
+                run,
+                worker,
+                expires_ms,
+            } => write!(
+                f,
+                "run {run} is leased by worker {worker} until {expires_ms} ms; wait for expiry or \
+                 claim another run"
+            ),
+            Error::LeaseLost { run, token } => write!(
+                f,
+                "run {run}: the lease under {token} expired or was released, so this worker no \
+                 longer owns the run; stop acting on it and claim it again to resume"
+            ),
+            Error::Fenced {
+                run,
+                presented,
+                current,
+            } => write!(
+                f,
+                "run {run}: {presented} is stale, the run is now at {current}; another worker \
+                 took the run over, so this (paused or partitioned) worker must stop and not act"
+            ),
+            Error::ArgsMismatch {
+                key,
+                recorded,
+                presented,
+            } => write!(
+                f,
+                "effect {key} was recorded as {recorded} but is now begun as {presented}; the \
+                 same step must repeat the same call (use a new step id for a different act)"
+            ),
+            Error::EffectFailed { key, reason } => write!(
+                f,
+                "effect {key} failed and is not retryable ({reason}); it will not be attempted \
+                 again: handle the failure (compensate or fail the run)"
+            ),
+            Error::EffectNotOpen { key, status } => write!(
+                f,
+                "effect {key} is {status}, so this outcome cannot be recorded for it"
+            ),
+            Error::Divergence {
+                run,
+                position,
+                recorded,
+                attempted,
+            } => write!(
+                f,
+                "run {run} diverged at model call {position}: the journal holds input {} but \
+                 the replay attempted input {}; the agent code or its inputs changed since the \
+                 run was recorded",
+                recorded.short(),
+                attempted.short()
+            ),
+            Error::SchemaMismatch {
+                run,
+                found,
+                expected,
+            } => write!(
+                f,
+                "the checkpoint of run {run} has schema version {found}, this code expects \
+                 {expected}; register a migration from {found} or run a matching agent version"
+            ),
+            Error::TooLarge {
+                what,
+                size_bytes,
+                max_bytes,
+            } => write!(
+                f,
+                "{what} is {size_bytes} bytes, over the limit of {max_bytes}; split it or store \
+                 it elsewhere and keep its digest"
+            ),
+            Error::BatchRefused { index, cause } => write!(
+                f,
+                "batch refused at command {index}, so none of it was committed: {cause}"
+            ),
+            Error::Inconsistent { what } => write!(
+                f,
+                "the books are inconsistent: {what}; this is a bug or corruption, nothing was \
+                 guessed (verify the database directory)"
+            ),
+            Error::OpDecode { reason } => write!(f, "bytes are not a valid books op: {reason}"),
         }
     }
 }
@@ -189,6 +472,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Io { source, .. } => Some(source),
+            Error::BatchRefused { cause, .. } => Some(cause.as_ref()),
             _ => None,
         }
     }

@@ -1,0 +1,218 @@
+//! Commands: what callers ask the books to do. A command is a request, not a
+//! fact; [`decide`](super::decide::decide) validates it against the current
+//! state and turns it into the ops that get logged.
+//!
+//! Invariant: every command that mutates an existing run carries a [`Guard`]
+//! (worker and fencing token), except `AcquireLease` and `ClaimNext`, which
+//! are how a guard is obtained, and `CreateRun`.
+
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::Part;
+use super::decision::Usage;
+use super::digest::Digest;
+use super::ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
+use super::ledger::{Compensation, Outcome, ToolClass};
+use super::run::RunState;
+
+/// The proof of ownership a mutation presents: the worker and the fencing
+/// token of its lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Guard {
+    /// The worker making the call.
+    pub worker: WorkerId,
+    /// The token its lease acquisition returned.
+    pub token: FencingToken,
+}
+
+/// Create a run in `pending` (idempotent for the same input).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateRun {
+    /// The run's name.
+    pub run: RunId,
+    /// Digest of its input.
+    pub input_digest: Digest,
+    /// The agent build.
+    pub agent_version: String,
+    /// The observability trace id.
+    pub trace_id: String,
+    /// The spawning run, which must exist.
+    pub parent: Option<RunId>,
+}
+
+/// Move a run to another state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// The target state.
+    pub to: RunState,
+    /// If set, the run's version must equal it (optimistic concurrency).
+    pub expected_version: Option<u64>,
+    /// Why (journaled in the audit).
+    pub reason: String,
+}
+
+/// Take the lease of a named run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireLease {
+    /// The run.
+    pub run: RunId,
+    /// The worker asking.
+    pub worker: WorkerId,
+    /// How long the lease lasts, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// Take the lease of the next claimable run, whichever it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimNext {
+    /// The worker asking.
+    pub worker: WorkerId,
+    /// How long the lease lasts, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// Extend a live lease to now + `ttl_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenewLease {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// The new remaining lifetime, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// Give a lease up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseLease {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+}
+
+/// Ceremony points 1 to 3, 6 and 7: derive the key, check the ledger, write
+/// the intent with its compensation and rationale.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BeginEffect {
+    /// The run.
+    pub run: RunId,
+    /// The logical step.
+    pub step: StepId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// The tool to call.
+    pub tool: String,
+    /// How the tool treats duplicates.
+    pub tool_class: ToolClass,
+    /// Digest of the call's arguments.
+    pub args_digest: Digest,
+    /// Why the agent chose this act.
+    pub rationale: String,
+    /// What undoes it.
+    pub compensation: Option<Compensation>,
+}
+
+/// Ceremony point 5: record the outcome of an act.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishEffect {
+    /// The attempt's key (from `Answer::Proceed` or `Answer::Resend`).
+    pub key: EffectKey,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+/// Resolve an ambiguous (intended or unknown) effect from what the tool's
+/// query or an operator found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reconcile {
+    /// The attempt's key.
+    pub key: EffectKey,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// What was found: confirmed or failed.
+    pub outcome: Outcome,
+    /// How it was found (journaled).
+    pub note: String,
+}
+
+/// Record that a confirmed act was undone by its compensation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkCompensated {
+    /// The attempt's key.
+    pub key: EffectKey,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// The compensation's receipt.
+    pub receipt: Vec<u8>,
+}
+
+/// Save a checkpoint of the run's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SaveCheckpoint {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// The caller's schema version of the parts.
+    pub schema_version: u32,
+    /// The parts.
+    pub parts: Vec<Part>,
+}
+
+/// Record a model call at its position in the run's decision journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordDecision {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// Position among the run's calls, from 0.
+    pub position: u64,
+    /// Digest of the call's input.
+    pub input_digest: Digest,
+    /// The model's output.
+    pub output: Vec<u8>,
+    /// Why.
+    pub rationale: String,
+    /// What it cost.
+    pub usage: Usage,
+}
+
+/// A request to the books.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// See [`CreateRun`].
+    CreateRun(CreateRun),
+    /// See [`Transition`].
+    Transition(Transition),
+    /// See [`AcquireLease`].
+    AcquireLease(AcquireLease),
+    /// See [`ClaimNext`].
+    ClaimNext(ClaimNext),
+    /// See [`RenewLease`].
+    RenewLease(RenewLease),
+    /// See [`ReleaseLease`].
+    ReleaseLease(ReleaseLease),
+    /// See [`BeginEffect`].
+    BeginEffect(BeginEffect),
+    /// See [`FinishEffect`].
+    FinishEffect(FinishEffect),
+    /// See [`Reconcile`].
+    Reconcile(Reconcile),
+    /// See [`MarkCompensated`].
+    MarkCompensated(MarkCompensated),
+    /// See [`SaveCheckpoint`].
+    SaveCheckpoint(SaveCheckpoint),
+    /// See [`RecordDecision`].
+    RecordDecision(RecordDecision),
+    /// Several commands committed atomically: all are decided, each against
+    /// the state the earlier ones leave, or none is. Batches do not nest.
+    Batch(Vec<Command>),
+}

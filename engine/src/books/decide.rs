@@ -1,0 +1,368 @@
+//! `decide`: validates a command against the current state and returns the
+//! ops to log and the answer to give. Validation happens here and only
+//! here; the ops it returns always apply cleanly to the state it read.
+//!
+//! Invariants: decide reads state and `now_ms` only (no clock, no I/O, no
+//! randomness), so the same state and command give the same ops; a refused
+//! command yields no ops; a batch yields the ops of all its commands or,
+//! if any is refused, none.
+
+use super::apply::apply;
+use super::checkpoint::decide_save;
+use super::command::Command;
+use super::decision::{DecisionRecord, decide_record};
+use super::ids::{EffectKey, FencingToken, RunId};
+use super::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
+use super::ledger::{decide_begin, decide_compensated, decide_finish, decide_reconcile};
+use super::limits::{BATCH_COMMANDS_MAX, check_size};
+use super::op::Op;
+use super::overlay::Overlay;
+use super::run::{RunState, decide_create, decide_transition};
+use super::state::BooksRead;
+use crate::error::{Error, Result};
+
+/// What the caller is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The run was created at `version`.
+    RunCreated {
+        /// The run.
+        run: RunId,
+        /// Its version (1).
+        version: u64,
+    },
+    /// The run already existed with the same input; nothing changed.
+    RunExisted {
+        /// The run.
+        run: RunId,
+        /// Its current version.
+        version: u64,
+        /// Its current state.
+        state: RunState,
+    },
+    /// The run moved.
+    Transitioned {
+        /// The run.
+        run: RunId,
+        /// Its state before.
+        from: RunState,
+        /// Its state now.
+        to: RunState,
+        /// Its version now.
+        version: u64,
+    },
+    /// The caller holds the run's lease (acquire, claim or renew).
+    Leased {
+        /// The run.
+        run: RunId,
+        /// The token to present on every mutation and to hand to tools.
+        token: FencingToken,
+        /// When the lease dies unless renewed, ms since the epoch.
+        expires_ms: u64,
+        /// The run's version now.
+        version: u64,
+    },
+    /// No run is claimable now.
+    NothingToClaim,
+    /// The lease was given up.
+    Released {
+        /// The run.
+        run: RunId,
+        /// Its version now.
+        version: u64,
+    },
+    /// The intent is recorded: act now, passing `key` and `token` to the tool.
+    Proceed {
+        /// The idempotency key.
+        key: EffectKey,
+        /// The fencing token.
+        token: FencingToken,
+    },
+    /// The step was already done: here is its receipt; do not act.
+    Replay {
+        /// The idempotency key of the confirmed attempt.
+        key: EffectKey,
+        /// The stored receipt.
+        receipt: Vec<u8>,
+    },
+    /// An intent without outcome, inside the tool's dedup window: send
+    /// again with the *same* key.
+    Resend {
+        /// The (unchanged) idempotency key.
+        key: EffectKey,
+        /// The fencing token.
+        token: FencingToken,
+    },
+    /// An intent without outcome on a queryable tool: ask the tool about
+    /// `key`, then send `Reconcile`. Do not act.
+    Reconcile {
+        /// The key to ask about.
+        key: EffectKey,
+        /// The fencing token.
+        token: FencingToken,
+    },
+    /// Nobody knows whether the act happened; it must be reconciled by a
+    /// person or a query. Do not act.
+    Unknown {
+        /// The ambiguous attempt.
+        key: EffectKey,
+        /// Why it is unknown.
+        reason: String,
+    },
+    /// The step was done and compensated; do not act.
+    Compensated {
+        /// The attempt.
+        key: EffectKey,
+    },
+    /// The effect settled (or already had exactly this outcome).
+    Settled {
+        /// The attempt.
+        key: EffectKey,
+        /// Its status now (`confirmed`, ...).
+        status: &'static str,
+    },
+    /// The checkpoint was saved.
+    CheckpointSaved {
+        /// The run.
+        run: RunId,
+        /// The checkpoint's version.
+        version: u64,
+        /// Parts whose bytes were new.
+        blobs_written: usize,
+        /// Bytes of the new parts.
+        bytes_written: u64,
+        /// Parts whose bytes were already stored.
+        blobs_reused: usize,
+    },
+    /// The model call was journaled.
+    DecisionRecorded {
+        /// The run.
+        run: RunId,
+        /// Its position.
+        position: u64,
+    },
+    /// The call at this position was already journaled with this input:
+    /// reuse it instead of calling the model.
+    DecisionReplay {
+        /// The recorded call.
+        record: DecisionRecord,
+    },
+    /// The answers of a batch's commands, in order.
+    Batch(Vec<Answer>),
+}
+
+/// The outcome of deciding a command: the ops to log (possibly none) and
+/// the answer to give once they are durable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// Ops to log, in order, as one atomic commit.
+    pub ops: Vec<Op>,
+    /// The answer for the caller.
+    pub answer: Answer,
+}
+
+/// Decides `cmd` against `state` at `now_ms` (see the module docs).
+pub fn decide(state: &impl BooksRead, cmd: &Command, now_ms: u64) -> Result<Decided> {
+    match cmd {
+        Command::Batch(cmds) => decide_batch(state, cmds, now_ms),
+        single => decide_one(state, single, now_ms),
+    }
+}
+
+fn decide_one(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<Decided> {
+    match cmd {
+        Command::CreateRun(c) => decide_create(state, c, now_ms),
+        Command::Transition(c) => decide_transition(state, c, now_ms),
+        Command::AcquireLease(c) => decide_acquire(state, c, now_ms),
+        Command::ClaimNext(c) => decide_claim(state, c, now_ms),
+        Command::RenewLease(c) => decide_renew(state, c, now_ms),
+        Command::ReleaseLease(c) => decide_release(state, c, now_ms),
+        Command::BeginEffect(c) => decide_begin(state, c, now_ms),
+        Command::FinishEffect(c) => decide_finish(state, c, now_ms),
+        Command::Reconcile(c) => decide_reconcile(state, c, now_ms),
+        Command::MarkCompensated(c) => decide_compensated(state, c, now_ms),
+        Command::SaveCheckpoint(c) => decide_save(state, c, now_ms),
+        Command::RecordDecision(c) => decide_record(state, c, now_ms),
+        Command::Batch(_) => Err(Error::InvalidCommand {
+            reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
+        }),
+    }
+}
+
+/// Decides each command against an overlay holding the earlier commands'
+/// effects; the first refusal refuses the whole batch.
+fn decide_batch(state: &dyn BooksRead, cmds: &[Command], now_ms: u64) -> Result<Decided> {
+    if cmds.is_empty() {
+        return Err(Error::InvalidCommand {
+            reason: "an empty batch commits nothing".to_string(),
+        });
+    }
+    check_size(
+        || "batch (in commands, not bytes)".to_string(),
+        cmds.len(),
+        BATCH_COMMANDS_MAX,
+    )?;
+    let mut overlay = Overlay::new(state);
+    let mut ops = Vec::new();
+    let mut answers = Vec::with_capacity(cmds.len());
+    for (index, cmd) in cmds.iter().enumerate() {
+        let decided = decide_one(&overlay, cmd, now_ms).map_err(|cause| Error::BatchRefused {
+            index,
+            cause: Box::new(cause),
+        })?;
+        for op in &decided.ops {
+            apply(&mut overlay, op);
+        }
+        ops.extend(decided.ops);
+        answers.push(decided.answer);
+    }
+    assert_eq!(answers.len(), cmds.len());
+    Ok(Decided {
+        ops,
+        answer: Answer::Batch(answers),
+    })
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::checkpoint::Part;
+    use crate::books::ledger::{EffectStatus, Outcome, ToolClass};
+    use crate::books::test_support::*;
+
+    #[test]
+    fn a_batch_whose_last_command_is_invalid_produces_no_ops() {
+        let (mut b, g) = books_with_leased_run("r");
+        b.ok(transition("r", &g, RunState::Running));
+        let d = b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a"));
+        let Answer::Proceed { key, .. } = d.answer else {
+            panic!()
+        };
+        let before = b.mem.clone();
+        let batch = Command::Batch(vec![
+            finish(
+                &key,
+                &g,
+                Outcome::Confirmed {
+                    receipt: b"r".to_vec(),
+                },
+            ),
+            save(
+                "r",
+                &g,
+                1,
+                vec![Part {
+                    name: "m".into(),
+                    bytes: b"x".to_vec(),
+                }],
+            ),
+            transition("r", &g, RunState::Completed),
+            transition("r", &g, RunState::Running), // completed -> running: illegal
+        ]);
+        let err = decide(&b.mem, &batch, b.now_ms).unwrap_err();
+        assert!(
+            matches!(&err, Error::BatchRefused { index: 3, cause } if matches!(**cause, Error::IllegalTransition { .. })),
+            "{err}"
+        );
+        assert_eq!(b.mem, before);
+    }
+
+    #[test]
+    fn a_valid_batch_commits_finish_checkpoint_and_transition_together() {
+        let (mut b, g) = books_with_leased_run("r");
+        b.ok(transition("r", &g, RunState::Running));
+        let d = b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a"));
+        let Answer::Proceed { key, .. } = d.answer else {
+            panic!()
+        };
+        let parts = vec![
+            Part {
+                name: "m".into(),
+                bytes: b"x".to_vec(),
+            },
+            Part {
+                name: "n".into(),
+                bytes: b"x".to_vec(),
+            },
+        ];
+        let batch = Command::Batch(vec![
+            finish(
+                &key,
+                &g,
+                Outcome::Confirmed {
+                    receipt: b"r".to_vec(),
+                },
+            ),
+            save("r", &g, 1, parts.clone()),
+            // The second save sees the first's blob through the overlay.
+            save("r", &g, 1, parts),
+            transition("r", &g, RunState::WaitingHuman),
+        ]);
+        let d = b.ok(batch);
+        let Answer::Batch(answers) = &d.answer else {
+            panic!()
+        };
+        assert_eq!(answers.len(), 4);
+        assert!(matches!(
+            answers[2],
+            Answer::CheckpointSaved {
+                version: 2,
+                blobs_written: 0,
+                ..
+            }
+        ));
+        assert_eq!(
+            d.ops
+                .iter()
+                .filter(|op| matches!(op, Op::BlobPut { .. }))
+                .count(),
+            1
+        );
+        assert!(matches!(
+            b.mem.effect(&key).unwrap().status,
+            EffectStatus::Confirmed { .. }
+        ));
+        assert_eq!(b.mem.run(&rid("r")).unwrap().state, RunState::WaitingHuman);
+    }
+
+    #[test]
+    fn empty_oversized_and_nested_batches_are_refused() {
+        let (b, g) = books_with_leased_run("r");
+        assert!(matches!(
+            decide(&b.mem, &Command::Batch(vec![]), 0),
+            Err(Error::InvalidCommand { .. })
+        ));
+        let nested = Command::Batch(vec![Command::Batch(vec![transition(
+            "r",
+            &g,
+            RunState::Running,
+        )])]);
+        assert!(matches!(
+            decide(&b.mem, &nested, b.now_ms),
+            Err(Error::BatchRefused { index: 0, .. })
+        ));
+        let big = Command::Batch(vec![
+            transition("r", &g, RunState::Running);
+            BATCH_COMMANDS_MAX + 1
+        ]);
+        assert!(matches!(
+            decide(&b.mem, &big, b.now_ms),
+            Err(Error::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn decide_is_deterministic() {
+        let (b, g) = books_with_leased_run("r");
+        let cmd = begin("r", "s", &g, ToolClass::NotIdempotent, b"a");
+        assert_eq!(
+            decide(&b.mem, &cmd, b.now_ms).unwrap(),
+            decide(&b.mem, &cmd, b.now_ms).unwrap()
+        );
+        assert!(decide(&b.mem, &cmd, b.now_ms).unwrap().ops.len() == 1);
+    }
+}

@@ -1,0 +1,424 @@
+//! Leases and fencing: who owns a run, until when, under which token.
+//!
+//! Invariants: a run has at most one lease; a lease is live while
+//! `now_ms < expires_ms`; every acquisition hands out the run's
+//! `next_token` and bumps it, so tokens of one run strictly grow; every
+//! mutation of a run presents a [`Guard`] that must match the live lease
+//! (stale token: `Fenced`; expired or released: `LeaseLost`).
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{AcquireLease, ClaimNext, Guard, ReleaseLease, RenewLease};
+use super::decide::{Answer, Decided};
+use super::ids::{FencingToken, WorkerId};
+use super::limits::LEASE_TTL_MS_MAX;
+use super::op::Op;
+use super::run::{Run, RunState, existing};
+use super::state::BooksRead;
+use crate::error::{Error, Result};
+
+/// Ownership of a run by one worker until `expires_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The worker holding the lease.
+    pub worker: WorkerId,
+    /// The fencing token of this acquisition.
+    pub token: FencingToken,
+    /// The first instant (ms since the epoch) at which the lease is dead.
+    pub expires_ms: u64,
+}
+
+impl Lease {
+    /// True while the lease has not expired.
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        now_ms < self.expires_ms
+    }
+}
+
+/// The token of the newest acquisition of `run` (zero if never leased).
+fn current_token(run: &Run) -> FencingToken {
+    FencingToken(run.next_token.0 - 1)
+}
+
+/// Checks that `guard` holds the live lease of `run` at `now_ms`.
+pub(crate) fn check_guard(run: &Run, guard: &Guard, now_ms: u64) -> Result<()> {
+    assert!(
+        run.next_token >= FencingToken::FIRST,
+        "run {} has token 0 pending",
+        run.id
+    );
+    let fenced = |current: FencingToken| Error::Fenced {
+        run: run.id.clone(),
+        presented: guard.token,
+        current,
+    };
+    match &run.lease {
+        Some(lease) if lease.token != guard.token || lease.worker != guard.worker => {
+            Err(fenced(lease.token))
+        }
+        Some(lease) if !lease.is_live(now_ms) => Err(Error::LeaseLost {
+            run: run.id.clone(),
+            token: guard.token,
+        }),
+        Some(_) => Ok(()),
+        None if guard.token < current_token(run) => Err(fenced(current_token(run))),
+        None => Err(Error::LeaseLost {
+            run: run.id.clone(),
+            token: guard.token,
+        }),
+    }
+}
+
+/// Checks the guard of a mutation on a run that must still be alive.
+pub(crate) fn check_live(run: &Run, guard: &Guard, now_ms: u64) -> Result<()> {
+    if run.state.is_terminal() {
+        return Err(Error::RunTerminal {
+            run: run.id.clone(),
+            state: run.state,
+        });
+    }
+    check_guard(run, guard, now_ms)
+}
+
+/// The lease expiry for a lease of `ttl_ms` taken at `now_ms`.
+fn expiry_ms(ttl_ms: u64, now_ms: u64) -> Result<u64> {
+    if ttl_ms == 0 || ttl_ms > LEASE_TTL_MS_MAX {
+        return Err(Error::InvalidCommand {
+            reason: format!("lease ttl_ms {ttl_ms} is outside 1..={LEASE_TTL_MS_MAX}"),
+        });
+    }
+    now_ms
+        .checked_add(ttl_ms)
+        .ok_or_else(|| Error::InvalidCommand {
+            reason: format!("lease expiry overflows: now_ms {now_ms} + ttl_ms {ttl_ms}"),
+        })
+}
+
+/// True if a worker may claim `run` now: a pending run nobody holds, or a
+/// running or waiting run whose holder's lease is gone (a running run with no
+/// lease, or any of them with an expired one). A waiting run that released
+/// its lease is parked until a signal, so it is not claimable; nor is a
+/// paused or terminal run.
+pub fn claimable(run: &Run, now_ms: u64) -> bool {
+    let live = run.lease.as_ref().is_some_and(|l| l.is_live(now_ms));
+    match run.state {
+        RunState::Pending | RunState::Running => !live,
+        RunState::WaitingTool | RunState::WaitingHuman => run.lease.is_some() && !live,
+        RunState::Paused | RunState::Completed | RunState::Failed | RunState::Cancelled => false,
+    }
+}
+
+/// The op and answer granting `run` to `worker` until `expires_ms`.
+fn grant(run: &Run, worker: &WorkerId, expires_ms: u64, now_ms: u64) -> Decided {
+    let lease = Lease {
+        worker: worker.clone(),
+        token: run.next_token,
+        expires_ms,
+    };
+    assert!(lease.token > current_token(run), "tokens must grow");
+    let version = run.version + 1;
+    let answer = Answer::Leased {
+        run: run.id.clone(),
+        token: lease.token,
+        expires_ms,
+        version,
+    };
+    let op = Op::LeaseAcquired {
+        run: run.id.clone(),
+        lease,
+        version,
+        at_ms: now_ms,
+    };
+    Decided {
+        ops: vec![op],
+        answer,
+    }
+}
+
+/// Decides `AcquireLease`: granted only if no live lease exists.
+pub(crate) fn decide_acquire(
+    state: &dyn BooksRead,
+    cmd: &AcquireLease,
+    now_ms: u64,
+) -> Result<Decided> {
+    let expires_ms = expiry_ms(cmd.ttl_ms, now_ms)?;
+    let run = existing(state, &cmd.run)?;
+    if run.state.is_terminal() {
+        return Err(Error::RunTerminal {
+            run: run.id.clone(),
+            state: run.state,
+        });
+    }
+    if let Some(lease) = run.lease.as_ref().filter(|l| l.is_live(now_ms)) {
+        return Err(Error::LeaseHeld {
+            run: run.id.clone(),
+            worker: lease.worker.clone(),
+            expires_ms: lease.expires_ms,
+        });
+    }
+    Ok(grant(&run, &cmd.worker, expires_ms, now_ms))
+}
+
+/// Decides `ClaimNext`: the claimable run least recently updated (ties by
+/// id) is granted; none is answered with `NothingToClaim`.
+///
+/// The scan visits every run (O(runs)); the order of the visit does not
+/// matter, because the choice is the minimum of a total order.
+pub(crate) fn decide_claim(state: &dyn BooksRead, cmd: &ClaimNext, now_ms: u64) -> Result<Decided> {
+    let expires_ms = expiry_ms(cmd.ttl_ms, now_ms)?;
+    let mut best: Option<Run> = None;
+    state.scan_runs(&mut |run: &Run| {
+        let better = best
+            .as_ref()
+            .is_none_or(|b| (run.updated_ms, &run.id) < (b.updated_ms, &b.id));
+        if claimable(run, now_ms) && better {
+            best = Some(run.clone());
+        }
+    });
+    match best {
+        None => Ok(Decided {
+            ops: Vec::new(),
+            answer: Answer::NothingToClaim,
+        }),
+        Some(run) => Ok(grant(&run, &cmd.worker, expires_ms, now_ms)),
+    }
+}
+
+/// Decides `RenewLease`: the live holder extends its lease to
+/// `now_ms + ttl_ms`.
+pub(crate) fn decide_renew(
+    state: &dyn BooksRead,
+    cmd: &RenewLease,
+    now_ms: u64,
+) -> Result<Decided> {
+    let expires_ms = expiry_ms(cmd.ttl_ms, now_ms)?;
+    let run = existing(state, &cmd.run)?;
+    check_live(&run, &cmd.guard, now_ms)?;
+    let version = run.version + 1;
+    let op = Op::LeaseRenewed {
+        run: run.id.clone(),
+        token: cmd.guard.token,
+        expires_ms,
+        version,
+        at_ms: now_ms,
+    };
+    let answer = Answer::Leased {
+        run: run.id.clone(),
+        token: cmd.guard.token,
+        expires_ms,
+        version,
+    };
+    Ok(Decided {
+        ops: vec![op],
+        answer,
+    })
+}
+
+/// Decides `ReleaseLease`: the live holder gives the run up.
+pub(crate) fn decide_release(
+    state: &dyn BooksRead,
+    cmd: &ReleaseLease,
+    now_ms: u64,
+) -> Result<Decided> {
+    let run = existing(state, &cmd.run)?;
+    check_live(&run, &cmd.guard, now_ms)?;
+    let version = run.version + 1;
+    let op = Op::LeaseReleased {
+        run: run.id.clone(),
+        token: cmd.guard.token,
+        version,
+        at_ms: now_ms,
+    };
+    Ok(Decided {
+        ops: vec![op],
+        answer: Answer::Released {
+            run: run.id.clone(),
+            version,
+        },
+    })
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::test_support::*;
+
+    #[test]
+    fn acquire_when_free_and_refused_when_held() {
+        let mut b = Books::default();
+        b.ok(create("r", b"in"));
+        let d = b.ok(acquire("r", "w1", 1_000));
+        assert!(matches!(
+            d.answer,
+            Answer::Leased {
+                token: FencingToken(1),
+                expires_ms: 2_000,
+                ..
+            }
+        ));
+        let err = b.run(acquire("r", "w2", 1_000)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::LeaseHeld {
+                    expires_ms: 2_000,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            b.mem.run(&rid("r")).unwrap().lease.unwrap().worker,
+            wid("w1")
+        );
+    }
+
+    #[test]
+    fn acquire_after_expiry_bumps_the_token_and_fences_the_old_holder() {
+        let (mut b, old) = books_with_leased_run("r");
+        b.now_ms += LEASE_MS; // exactly at expiry: dead
+        let d = b.ok(acquire("r", "w2", 1_000));
+        let Answer::Leased { token, .. } = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        assert_eq!(token, old.token.next());
+        let err = b.run(transition("r", &old, RunState::Running)).unwrap_err();
+        assert!(
+            matches!(err, Error::Fenced { presented, current, .. } if presented == old.token && current == token),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn expired_lease_is_lost_and_live_one_works() {
+        let (mut b, g) = books_with_leased_run("r");
+        b.now_ms += LEASE_MS - 1;
+        b.ok(renew("r", &g, 50));
+        b.now_ms += 50;
+        let err = b.run(transition("r", &g, RunState::Running)).unwrap_err();
+        assert!(
+            matches!(err, Error::LeaseLost { token, .. } if token == g.token),
+            "{err}"
+        );
+        assert_eq!(b.mem.run(&rid("r")).unwrap().state, RunState::Pending);
+    }
+
+    #[test]
+    fn renew_extends_and_bumps_version() {
+        let (mut b, g) = books_with_leased_run("r");
+        let v = b.mem.run(&rid("r")).unwrap().version;
+        b.now_ms += 10;
+        b.ok(renew("r", &g, 5_000));
+        let run = b.mem.run(&rid("r")).unwrap();
+        assert_eq!(run.lease.unwrap().expires_ms, b.now_ms + 5_000);
+        assert_eq!(run.version, v + 1);
+    }
+
+    #[test]
+    fn wrong_worker_with_right_token_is_fenced() {
+        let (mut b, g) = books_with_leased_run("r");
+        let forged = Guard {
+            worker: wid("intruder"),
+            token: g.token,
+        };
+        assert!(matches!(
+            b.run(renew("r", &forged, 10)),
+            Err(Error::Fenced { .. })
+        ));
+    }
+
+    #[test]
+    fn release_then_mutation_is_refused_and_others_may_acquire() {
+        let (mut b, g) = books_with_leased_run("r");
+        b.ok(release("r", &g));
+        assert!(b.mem.run(&rid("r")).unwrap().lease.is_none());
+        assert!(matches!(
+            b.run(renew("r", &g, 10)),
+            Err(Error::LeaseLost { .. })
+        ));
+        let d = b.ok(acquire("r", "w2", 10));
+        assert!(matches!(
+            d.answer,
+            Answer::Leased {
+                token: FencingToken(2),
+                ..
+            }
+        ));
+        // The first holder is now behind the current token: fenced.
+        assert!(matches!(
+            b.run(renew("r", &g, 10)),
+            Err(Error::Fenced { .. })
+        ));
+    }
+
+    #[test]
+    fn ttl_limits_are_enforced() {
+        let mut b = Books::default();
+        b.ok(create("r", b"in"));
+        assert!(matches!(
+            b.run(acquire("r", "w", 0)),
+            Err(Error::InvalidCommand { .. })
+        ));
+        assert!(matches!(
+            b.run(acquire("r", "w", LEASE_TTL_MS_MAX + 1)),
+            Err(Error::InvalidCommand { .. })
+        ));
+        assert!(b.mem.run(&rid("r")).unwrap().lease.is_none());
+    }
+
+    #[test]
+    fn claim_next_takes_oldest_updated_then_id_and_skips_live_leases() {
+        let mut b = Books {
+            now_ms: 100,
+            ..Books::default()
+        };
+        b.ok(create("b", b"1"));
+        b.ok(create("a", b"1"));
+        b.now_ms = 50; // created later in wall time but updated earlier: a clock jump
+        b.ok(create("c", b"1"));
+        b.now_ms = 200;
+        let first = b.ok(claim("w1", 1_000));
+        assert!(matches!(&first.answer, Answer::Leased { run, .. } if run == &rid("c")));
+        let second = b.ok(claim("w2", 1_000));
+        assert!(matches!(&second.answer, Answer::Leased { run, .. } if run == &rid("a")));
+        let third = b.ok(claim("w3", 1_000));
+        assert!(matches!(&third.answer, Answer::Leased { run, .. } if run == &rid("b")));
+        let none = b.ok(claim("w4", 1_000));
+        assert_eq!(none.answer, Answer::NothingToClaim);
+        assert!(none.ops.is_empty());
+        // After expiry, the run is claimable again, under a new token.
+        b.now_ms = 1_200;
+        let again = b.ok(claim("w5", 1_000));
+        assert!(matches!(
+            &again.answer,
+            Answer::Leased {
+                token: FencingToken(2),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn claimable_rules_per_state() {
+        let (b, _g) = books_with_leased_run("r");
+        let mut run = b.mem.run(&rid("r")).unwrap();
+        let expired = run.lease.clone().map(|l| Lease { expires_ms: 0, ..l });
+        for state in RunState::ALL {
+            run.state = state;
+            run.lease = None;
+            let free = claimable(&run, 10);
+            run.lease = expired.clone();
+            let dead = claimable(&run, 10);
+            let expect = match state {
+                RunState::Pending | RunState::Running => (true, true),
+                RunState::WaitingTool | RunState::WaitingHuman => (false, true),
+                _ => (false, false),
+            };
+            assert_eq!((free, dead), expect, "{state}");
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Named limits of the books: every size a caller controls is bounded here,
+//! so one oversized command is refused with a clear error instead of growing
+//! a log record or a table row without bound.
+//!
+//! Invariant: each per-item limit is no larger than the aggregate limit that
+//! contains it (checked at compile time below).
+
+/// Longest run, step, worker, tool or checkpoint-part name, in bytes.
+pub const NAME_LEN_BYTES_MAX: usize = 128;
+
+/// Longest free text (rationale, reason, agent version, trace id), in bytes.
+pub const TEXT_LEN_BYTES_MAX: usize = 64 * 1024;
+
+/// Largest tool receipt or compensation argument blob, in bytes.
+pub const RECEIPT_LEN_BYTES_MAX: usize = 1024 * 1024;
+
+/// Largest single checkpoint part, in bytes.
+pub const CHECKPOINT_PART_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Largest whole checkpoint (sum of its parts), in bytes.
+pub const CHECKPOINT_TOTAL_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Most parts in one checkpoint.
+pub const CHECKPOINT_PARTS_MAX: usize = 1024;
+
+/// Largest recorded model output, in bytes.
+pub const DECISION_OUTPUT_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Most commands in one atomic batch.
+pub const BATCH_COMMANDS_MAX: usize = 256;
+
+/// Longest lease a worker may take or renew, in milliseconds (one day).
+pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
+const _: () = assert!(CHECKPOINT_PART_BYTES_MAX <= CHECKPOINT_TOTAL_BYTES_MAX);
+const _: () = assert!(NAME_LEN_BYTES_MAX <= TEXT_LEN_BYTES_MAX);
+const _: () = assert!(TEXT_LEN_BYTES_MAX <= RECEIPT_LEN_BYTES_MAX);
+const _: () = assert!(LEASE_TTL_MS_MAX > 0);
+
+/// Refuses `size_bytes` above `max_bytes`, naming `what` in the error.
+pub(crate) fn check_size(
+    what: impl FnOnce() -> String,
+    size_bytes: usize,
+    max_bytes: usize,
+) -> crate::Result<()> {
+    if size_bytes <= max_bytes {
+        return Ok(());
+    }
+    Err(crate::Error::TooLarge {
+        what: what(),
+        size_bytes: size_bytes as u64,
+        max_bytes: max_bytes as u64,
+    })
+}

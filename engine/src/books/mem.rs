@@ -1,0 +1,154 @@
+//! `MemBooks`: the books in ordered in-memory maps. It is the reference model
+//! the simulator compares the redb-backed store against, and the state the
+//! unit tests run on.
+//!
+//! Invariants: only `BTreeMap`s (iteration is deterministic, so two
+//! `MemBooks` fed the same ops compare equal); effect keys order by (run,
+//! step, attempt), so a step's latest attempt is the last of its range.
+
+use std::collections::BTreeMap;
+
+use super::audit::AuditEntry;
+use super::checkpoint::CheckpointMeta;
+use super::decision::DecisionRecord;
+use super::digest::Digest;
+use super::ids::{EffectKey, RunId, StepId};
+use super::ledger::EffectEntry;
+use super::run::Run;
+use super::state::{BooksRead, BooksWrite};
+
+/// The books in memory (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemBooks {
+    runs: BTreeMap<RunId, Run>,
+    effects: BTreeMap<EffectKey, EffectEntry>,
+    blobs: BTreeMap<Digest, Vec<u8>>,
+    checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
+    decisions: BTreeMap<(RunId, u64), DecisionRecord>,
+    audit: BTreeMap<RunId, Vec<AuditEntry>>,
+}
+
+impl MemBooks {
+    /// Empty books.
+    pub fn new() -> MemBooks {
+        MemBooks::default()
+    }
+
+    /// How many blobs are stored.
+    pub fn blob_count(&self) -> usize {
+        self.blobs.len()
+    }
+
+    /// Replaces a blob's bytes without checking them, to test corruption
+    /// detection.
+    #[cfg(test)]
+    pub(crate) fn corrupt_blob_for_test(&mut self, digest: &Digest, bytes: Vec<u8>) {
+        assert!(self.blobs.contains_key(digest));
+        self.blobs.insert(*digest, bytes);
+    }
+}
+
+impl BooksRead for MemBooks {
+    fn run(&self, id: &RunId) -> Option<Run> {
+        self.runs.get(id).cloned()
+    }
+
+    fn scan_runs(&self, visit: &mut dyn FnMut(&Run)) {
+        self.runs.values().for_each(visit);
+    }
+
+    fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
+        self.effects.get(key).cloned()
+    }
+
+    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry> {
+        let first = EffectKey::new(run.clone(), step.clone(), 1).ok()?;
+        let last = EffectKey::new(run.clone(), step.clone(), u32::MAX).ok()?;
+        let found = self
+            .effects
+            .range(first..=last)
+            .next_back()
+            .map(|(_, e)| e.clone());
+        debug_assert!(
+            found
+                .as_ref()
+                .is_none_or(|e| e.key.run() == run && e.key.step() == step)
+        );
+        found
+    }
+
+    fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
+        let range = (run.clone(), 0)..=(run.clone(), u64::MAX);
+        self.checkpoints
+            .range(range)
+            .next_back()
+            .map(|(_, m)| m.clone())
+    }
+
+    fn blob_exists(&self, digest: &Digest) -> bool {
+        self.blobs.contains_key(digest)
+    }
+
+    fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
+        self.blobs.get(digest).cloned()
+    }
+
+    fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
+        self.decisions.get(&(run.clone(), position)).cloned()
+    }
+
+    fn decision_count(&self, run: &RunId) -> u64 {
+        let range = (run.clone(), 0)..=(run.clone(), u64::MAX);
+        self.decisions
+            .range(range)
+            .next_back()
+            .map_or(0, |((_, p), _)| p + 1)
+    }
+
+    fn audit_len(&self, run: &RunId) -> u64 {
+        self.audit.get(run).map_or(0, |a| a.len() as u64)
+    }
+
+    fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
+        let entries = self.audit.get(run).map_or(&[][..], |a| &a[..]);
+        entries
+            .iter()
+            .filter(|e| e.seq >= from_seq)
+            .cloned()
+            .collect()
+    }
+}
+
+impl BooksWrite for MemBooks {
+    fn put_run(&mut self, run: Run) {
+        self.runs.insert(run.id.clone(), run);
+    }
+
+    fn put_effect(&mut self, entry: EffectEntry) {
+        self.effects.insert(entry.key.clone(), entry);
+    }
+
+    fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
+        self.blobs.entry(digest).or_insert(bytes);
+    }
+
+    fn put_checkpoint(&mut self, meta: CheckpointMeta) {
+        self.checkpoints
+            .insert((meta.run.clone(), meta.version), meta);
+    }
+
+    fn put_decision(&mut self, record: DecisionRecord) {
+        self.decisions
+            .insert((record.run.clone(), record.position), record);
+    }
+
+    fn push_audit(&mut self, run: &RunId, entry: AuditEntry) {
+        let entries = self.audit.entry(run.clone()).or_default();
+        assert_eq!(
+            entry.seq,
+            entries.len() as u64 + 1,
+            "audit of run {run} out of sequence"
+        );
+        entries.push(entry);
+    }
+}

@@ -1,0 +1,47 @@
+//! The agent's books as a pure decision core: commands are validated against
+//! the current state by [`decide`], which returns the [`Op`]s to log; the
+//! same [`apply`] turns ops into state on the live path and on recovery. No
+//! I/O, no clock (time arrives as `now_ms`), no randomness.
+//!
+//! **Invariant:** validation happens only in `decide`; `apply` never fails
+//! on a decided op. **Boundary:** this module knows nothing of the WAL or
+//! redb; a store joins by implementing [`BooksRead`] and [`BooksWrite`].
+
+mod apply;
+mod audit;
+mod checkpoint;
+mod command;
+mod decide;
+mod decision;
+mod digest;
+mod ids;
+mod lease;
+mod ledger;
+mod limits;
+mod mem;
+mod op;
+mod overlay;
+mod run;
+mod state;
+#[cfg(test)]
+mod test_support;
+
+pub use apply::apply;
+pub use audit::{AuditEntry, describe as audit_line_of};
+pub use checkpoint::{CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest};
+pub use command::{
+    AcquireLease, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect, Guard, MarkCompensated,
+    Reconcile, RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,
+};
+pub use decide::{Answer, Decided, decide};
+pub use decision::{DecisionRecord, Usage, replay_at};
+pub use digest::{DIGEST_LEN_BYTES, Digest, digest_of};
+pub use ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
+pub use lease::{Lease, claimable};
+pub use ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
+pub use limits::*;
+pub use mem::MemBooks;
+pub use op::{Op, decode_ops, encode_ops};
+pub use overlay::Overlay;
+pub use run::{Run, RunState, transition_allowed};
+pub use state::{BooksRead, BooksWrite};

@@ -1,0 +1,487 @@
+//! Ops: the decided, loggable records. The log holds ops, never commands, so
+//! replay never re-validates; an op carries every value apply needs
+//! (timestamps, tokens, versions), so apply reads no clock.
+//!
+//! Invariant: `decode(encode(op)) == op`, and decoding any bytes returns an
+//! `Err` rather than panicking (names and keys are re-validated on decode).
+
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::CheckpointMeta;
+use super::decision::DecisionRecord;
+use super::digest::Digest;
+use super::ids::{EffectKey, FencingToken, RunId};
+use super::lease::Lease;
+use super::ledger::{EffectEntry, EffectStatus};
+use super::run::{Run, RunState};
+use crate::error::{Error, Result};
+
+/// One decided change to the books.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// A run was created (version 1, pending, no lease).
+    RunCreated {
+        /// The whole initial record.
+        run: Run,
+    },
+    /// A run changed state; a terminal state drops the lease.
+    RunTransitioned {
+        /// The run.
+        run: RunId,
+        /// Its state before.
+        from: RunState,
+        /// Its state after.
+        to: RunState,
+        /// Its version after.
+        version: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// The lease token that made the change.
+        token: FencingToken,
+        /// Why.
+        reason: String,
+    },
+    /// A lease was granted (acquire or claim).
+    LeaseAcquired {
+        /// The run.
+        run: RunId,
+        /// The new lease; its token is the run's `next_token`.
+        lease: Lease,
+        /// The run's version after.
+        version: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// A live lease was extended.
+    LeaseRenewed {
+        /// The run.
+        run: RunId,
+        /// The lease's token.
+        token: FencingToken,
+        /// The new expiry, ms since the epoch.
+        expires_ms: u64,
+        /// The run's version after.
+        version: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// A live lease was given up.
+    LeaseReleased {
+        /// The run.
+        run: RunId,
+        /// The lease's token.
+        token: FencingToken,
+        /// The run's version after.
+        version: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// An intent was recorded (status `Intended`).
+    EffectIntended {
+        /// The new entry.
+        entry: EffectEntry,
+    },
+    /// An intent was handed out again with the same key (inside the dedup
+    /// window).
+    EffectResent {
+        /// The attempt.
+        key: EffectKey,
+        /// The token it was resent under.
+        token: FencingToken,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// An entry settled (finish, reconcile, expiry into unknown, compensation).
+    EffectSettled {
+        /// The attempt.
+        key: EffectKey,
+        /// Its new status.
+        status: EffectStatus,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// The token it was settled under.
+        token: FencingToken,
+        /// How it was found (reconcile), or empty.
+        note: String,
+    },
+    /// Content-addressed bytes were stored.
+    BlobPut {
+        /// `digest_of(bytes)`.
+        digest: Digest,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
+    /// A checkpoint's metadata was stored (its blobs already are).
+    CheckpointSaved {
+        /// The metadata.
+        meta: CheckpointMeta,
+    },
+    /// A model call was journaled.
+    DecisionRecorded {
+        /// The record.
+        record: DecisionRecord,
+    },
+}
+
+fn decode_error(err: postcard::Error) -> Error {
+    Error::OpDecode {
+        reason: err.to_string(),
+    }
+}
+
+fn decode_exact<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T> {
+    let (value, rest) = postcard::take_from_bytes::<T>(bytes).map_err(decode_error)?;
+    if !rest.is_empty() {
+        return Err(Error::OpDecode {
+            reason: format!("{} trailing bytes after the op", rest.len()),
+        });
+    }
+    Ok(value)
+}
+
+impl Op {
+    /// The op's bytes (postcard).
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("encoding an op into a Vec cannot fail")
+    }
+
+    /// Inverts [`Op::encode`]; bytes that are not exactly one op are an `Err`.
+    pub fn decode(bytes: &[u8]) -> Result<Op> {
+        decode_exact(bytes)
+    }
+}
+
+/// The bytes of one commit's ops, in order (postcard).
+pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
+    postcard::to_stdvec(ops).expect("encoding ops into a Vec cannot fail")
+}
+
+/// Inverts [`encode_ops`]; bytes that are not exactly one op list are an `Err`.
+pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>> {
+    decode_exact(bytes)
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::checkpoint::PartRef;
+    use crate::books::decision::Usage;
+    use crate::books::ids::{StepId, WorkerId};
+    use crate::books::ledger::{Compensation, ToolClass};
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9._:-]{1,12}"
+    }
+    fn run_id() -> impl Strategy<Value = RunId> {
+        name().prop_map(|n| RunId::new(n).unwrap())
+    }
+    fn token() -> impl Strategy<Value = FencingToken> {
+        any::<u64>().prop_map(FencingToken)
+    }
+    fn digest() -> impl Strategy<Value = Digest> {
+        any::<[u8; 32]>().prop_map(Digest)
+    }
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(any::<u8>(), 0..24)
+    }
+    fn key() -> impl Strategy<Value = EffectKey> {
+        (run_id(), name(), 1..u32::MAX)
+            .prop_map(|(r, s, a)| EffectKey::new(r, StepId::new(s).unwrap(), a).unwrap())
+    }
+    fn state() -> impl Strategy<Value = RunState> {
+        proptest::sample::select(RunState::ALL.to_vec())
+    }
+    fn lease() -> impl Strategy<Value = Lease> {
+        (name(), token(), any::<u64>()).prop_map(|(w, token, expires_ms)| Lease {
+            worker: WorkerId::new(w).unwrap(),
+            token,
+            expires_ms,
+        })
+    }
+    fn status() -> impl Strategy<Value = EffectStatus> {
+        prop_oneof![
+            Just(EffectStatus::Intended),
+            bytes().prop_map(|receipt| EffectStatus::Confirmed { receipt }),
+            (any::<bool>(), ".{0,8}")
+                .prop_map(|(retryable, reason)| EffectStatus::Failed { retryable, reason }),
+            ".{0,8}".prop_map(|reason| EffectStatus::Unknown { reason }),
+            (bytes(), bytes()).prop_map(|(receipt, compensation_receipt)| {
+                EffectStatus::Compensated {
+                    receipt,
+                    compensation_receipt,
+                }
+            }),
+        ]
+    }
+    fn tool_class() -> impl Strategy<Value = ToolClass> {
+        prop_oneof![
+            any::<u64>().prop_map(|dedup_window_ms| ToolClass::Idempotent { dedup_window_ms }),
+            Just(ToolClass::Queryable),
+            Just(ToolClass::NotIdempotent),
+        ]
+    }
+    fn run() -> impl Strategy<Value = Run> {
+        (
+            run_id(),
+            state(),
+            any::<u64>(),
+            digest(),
+            ".{0,8}",
+            proptest::option::of(run_id()),
+            any::<(u64, u64)>(),
+            proptest::option::of(lease()),
+            token(),
+        )
+            .prop_map(
+                |(
+                    id,
+                    state,
+                    version,
+                    input_digest,
+                    text,
+                    parent,
+                    (created_ms, updated_ms),
+                    lease,
+                    next_token,
+                )| Run {
+                    id,
+                    state,
+                    version,
+                    input_digest,
+                    agent_version: text.clone(),
+                    trace_id: text,
+                    parent,
+                    created_ms,
+                    updated_ms,
+                    lease,
+                    next_token,
+                },
+            )
+    }
+    fn entry() -> impl Strategy<Value = EffectEntry> {
+        (
+            key(),
+            name(),
+            tool_class(),
+            digest(),
+            ".{0,8}",
+            proptest::option::of((name(), bytes())),
+            status(),
+            any::<(u64, u32)>(),
+            token(),
+            proptest::option::of(any::<u64>()),
+        )
+            .prop_map(
+                |(
+                    key,
+                    tool,
+                    tool_class,
+                    args_digest,
+                    rationale,
+                    comp,
+                    status,
+                    (intended_ms, resends),
+                    token,
+                    settled_ms,
+                )| EffectEntry {
+                    key,
+                    tool,
+                    tool_class,
+                    args_digest,
+                    rationale,
+                    compensation: comp.map(|(tool, args)| Compensation { tool, args }),
+                    status,
+                    intended_ms,
+                    token,
+                    resends,
+                    settled_ms,
+                },
+            )
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            run().prop_map(|run| Op::RunCreated { run }),
+            (
+                run_id(),
+                state(),
+                state(),
+                any::<(u64, u64)>(),
+                token(),
+                ".{0,8}"
+            )
+                .prop_map(|(run, from, to, (version, at_ms), token, reason)| {
+                    Op::RunTransitioned {
+                        run,
+                        from,
+                        to,
+                        version,
+                        at_ms,
+                        token,
+                        reason,
+                    }
+                }),
+            (run_id(), lease(), any::<(u64, u64)>()).prop_map(|(run, lease, (version, at_ms))| {
+                Op::LeaseAcquired {
+                    run,
+                    lease,
+                    version,
+                    at_ms,
+                }
+            }),
+            (run_id(), token(), any::<(u64, u64, u64)>()).prop_map(
+                |(run, token, (expires_ms, version, at_ms))| Op::LeaseRenewed {
+                    run,
+                    token,
+                    expires_ms,
+                    version,
+                    at_ms
+                }
+            ),
+            (run_id(), token(), any::<(u64, u64)>()).prop_map(|(run, token, (version, at_ms))| {
+                Op::LeaseReleased {
+                    run,
+                    token,
+                    version,
+                    at_ms,
+                }
+            }),
+            entry().prop_map(|entry| Op::EffectIntended { entry }),
+            (key(), token(), any::<u64>()).prop_map(|(key, token, at_ms)| Op::EffectResent {
+                key,
+                token,
+                at_ms
+            }),
+            (key(), status(), any::<u64>(), token(), ".{0,8}").prop_map(
+                |(key, status, at_ms, token, note)| Op::EffectSettled {
+                    key,
+                    status,
+                    at_ms,
+                    token,
+                    note
+                }
+            ),
+            (digest(), bytes()).prop_map(|(digest, bytes)| Op::BlobPut { digest, bytes }),
+            (
+                run_id(),
+                any::<(u64, u32, u64)>(),
+                proptest::collection::vec((name(), digest(), any::<u64>()), 0..3),
+                token()
+            )
+                .prop_map(
+                    |(run, (version, schema_version, saved_ms), parts, token)| {
+                        Op::CheckpointSaved {
+                            meta: CheckpointMeta {
+                                run,
+                                version,
+                                schema_version,
+                                parts: parts
+                                    .into_iter()
+                                    .map(|(name, digest, size_bytes)| PartRef {
+                                        name,
+                                        digest,
+                                        size_bytes,
+                                    })
+                                    .collect(),
+                                saved_ms,
+                                token,
+                            },
+                        }
+                    }
+                ),
+            (
+                run_id(),
+                any::<(u64, u64, u64, u64, u64)>(),
+                digest(),
+                bytes(),
+                ".{0,8}",
+                token()
+            )
+                .prop_map(
+                    |(
+                        run,
+                        (position, tokens_in, tokens_out, cost_micro_usd, recorded_ms),
+                        input_digest,
+                        output,
+                        rationale,
+                        token,
+                    )| Op::DecisionRecorded {
+                        record: DecisionRecord {
+                            run,
+                            position,
+                            input_digest,
+                            output,
+                            rationale,
+                            usage: Usage {
+                                tokens_in,
+                                tokens_out,
+                                cost_micro_usd
+                            },
+                            recorded_ms,
+                            token
+                        },
+                    }
+                ),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn op_round_trips(op in op()) {
+            let bytes = op.encode();
+            prop_assert_eq!(Op::decode(&bytes).unwrap(), op.clone());
+            let mut longer = bytes.clone();
+            longer.push(0);
+            prop_assert!(Op::decode(&longer).is_err());
+            if !bytes.is_empty() {
+                prop_assert!(Op::decode(&bytes[..bytes.len() - 1]).is_err());
+            }
+        }
+
+        #[test]
+        fn op_lists_round_trip(ops in proptest::collection::vec(op(), 0..6)) {
+            prop_assert_eq!(decode_ops(&encode_ops(&ops)).unwrap(), ops);
+        }
+
+        #[test]
+        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            // Whatever decodes must re-encode to something that decodes equal.
+            if let Ok(op) = Op::decode(&bytes) {
+                prop_assert_eq!(Op::decode(&op.encode()).unwrap(), op);
+            }
+            if let Ok(ops) = decode_ops(&bytes) {
+                prop_assert_eq!(decode_ops(&encode_ops(&ops)).unwrap(), ops);
+            }
+        }
+
+        #[test]
+        fn mutated_encodings_never_panic(op in op(), at in any::<usize>(), byte in any::<u8>()) {
+            let mut bytes = op.encode();
+            let at = at % bytes.len();
+            bytes[at] = byte;
+            let _ = Op::decode(&bytes);
+            prop_assert!(Op::decode(&op.encode()).is_ok());
+        }
+    }
+
+    #[test]
+    fn invalid_names_inside_an_op_are_refused_on_decode() {
+        let op = Op::LeaseReleased {
+            run: RunId::new("ab").unwrap(),
+            token: FencingToken(1),
+            version: 2,
+            at_ms: 3,
+        };
+        let mut bytes = op.encode();
+        // Byte 1 is the length of "ab", bytes 2..4 the name; put a '/' in it.
+        assert_eq!(&bytes[2..4], b"ab");
+        bytes[2] = b'/';
+        assert!(matches!(Op::decode(&bytes), Err(Error::OpDecode { .. })));
+        assert!(Op::decode(&[]).is_err());
+    }
+}

@@ -1,0 +1,209 @@
+//! `Overlay`: a scratch layer of writes over read-only books, so a batch is
+//! decided command by command against the state the earlier commands would
+//! leave, without touching the real state. It wraps any `&dyn BooksRead`,
+//! so it works the same over `MemBooks` and the redb-backed store.
+//!
+//! Invariant: every read answers as if the overlay's writes had been applied
+//! to the base; the base is never written (the overlay is dropped after
+//! deciding, and the ops it gathered are what gets logged).
+
+use std::collections::BTreeMap;
+
+use super::audit::AuditEntry;
+use super::checkpoint::CheckpointMeta;
+use super::decision::DecisionRecord;
+use super::digest::Digest;
+use super::ids::{EffectKey, RunId, StepId};
+use super::ledger::EffectEntry;
+use super::run::Run;
+use super::state::{BooksRead, BooksWrite};
+
+/// Pending writes over a read-only base (see the module docs).
+pub struct Overlay<'a> {
+    base: &'a dyn BooksRead,
+    runs: BTreeMap<RunId, Run>,
+    effects: BTreeMap<EffectKey, EffectEntry>,
+    blobs: BTreeMap<Digest, Vec<u8>>,
+    checkpoints: BTreeMap<RunId, CheckpointMeta>,
+    decisions: BTreeMap<(RunId, u64), DecisionRecord>,
+    audit: BTreeMap<RunId, Vec<AuditEntry>>,
+}
+
+impl<'a> Overlay<'a> {
+    /// An empty overlay over `base`.
+    pub fn new(base: &'a dyn BooksRead) -> Overlay<'a> {
+        Overlay {
+            base,
+            runs: BTreeMap::new(),
+            effects: BTreeMap::new(),
+            blobs: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
+            decisions: BTreeMap::new(),
+            audit: BTreeMap::new(),
+        }
+    }
+}
+
+impl BooksRead for Overlay<'_> {
+    fn run(&self, id: &RunId) -> Option<Run> {
+        self.runs.get(id).cloned().or_else(|| self.base.run(id))
+    }
+
+    fn scan_runs(&self, visit: &mut dyn FnMut(&Run)) {
+        // Base runs first (shadowed by overlay copies), then runs that exist
+        // only in the overlay: deterministic, though not globally by id.
+        self.base
+            .scan_runs(&mut |run: &Run| match self.runs.get(&run.id) {
+                Some(newer) => visit(newer),
+                None => visit(run),
+            });
+        for run in self.runs.values() {
+            if self.base.run(&run.id).is_none() {
+                visit(run);
+            }
+        }
+    }
+
+    fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
+        self.effects
+            .get(key)
+            .cloned()
+            .or_else(|| self.base.effect(key))
+    }
+
+    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry> {
+        let mine = self
+            .effects
+            .values()
+            .filter(|e| e.key.run() == run && e.key.step() == step)
+            .max_by_key(|e| e.key.attempt())
+            .cloned();
+        let base = self.base.latest_effect(run, step);
+        match (mine, base) {
+            (Some(m), Some(b)) if b.key.attempt() > m.key.attempt() => Some(b),
+            (Some(m), _) => Some(m),
+            (None, b) => b,
+        }
+    }
+
+    fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
+        self.checkpoints
+            .get(run)
+            .cloned()
+            .or_else(|| self.base.checkpoint_latest(run))
+    }
+
+    fn blob_exists(&self, digest: &Digest) -> bool {
+        self.blobs.contains_key(digest) || self.base.blob_exists(digest)
+    }
+
+    fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
+        self.blobs
+            .get(digest)
+            .cloned()
+            .or_else(|| self.base.blob(digest))
+    }
+
+    fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
+        let key = (run.clone(), position);
+        self.decisions
+            .get(&key)
+            .cloned()
+            .or_else(|| self.base.decision_at(run, position))
+    }
+
+    fn decision_count(&self, run: &RunId) -> u64 {
+        let range = (run.clone(), 0)..=(run.clone(), u64::MAX);
+        let mine = self
+            .decisions
+            .range(range)
+            .next_back()
+            .map_or(0, |((_, p), _)| p + 1);
+        mine.max(self.base.decision_count(run))
+    }
+
+    fn audit_len(&self, run: &RunId) -> u64 {
+        self.base.audit_len(run) + self.audit.get(run).map_or(0, |a| a.len() as u64)
+    }
+
+    fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
+        let mut entries = self.base.audit(run, from_seq);
+        let mine = self.audit.get(run).map_or(&[][..], |a| &a[..]);
+        entries.extend(mine.iter().filter(|e| e.seq >= from_seq).cloned());
+        entries
+    }
+}
+
+impl BooksWrite for Overlay<'_> {
+    fn put_run(&mut self, run: Run) {
+        self.runs.insert(run.id.clone(), run);
+    }
+
+    fn put_effect(&mut self, entry: EffectEntry) {
+        self.effects.insert(entry.key.clone(), entry);
+    }
+
+    fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
+        self.blobs.entry(digest).or_insert(bytes);
+    }
+
+    fn put_checkpoint(&mut self, meta: CheckpointMeta) {
+        let newer = self
+            .checkpoint_latest(&meta.run)
+            .is_none_or(|m| m.version < meta.version);
+        assert!(newer, "checkpoint versions of run {} must grow", meta.run);
+        self.checkpoints.insert(meta.run.clone(), meta);
+    }
+
+    fn put_decision(&mut self, record: DecisionRecord) {
+        self.decisions
+            .insert((record.run.clone(), record.position), record);
+    }
+
+    fn push_audit(&mut self, run: &RunId, entry: AuditEntry) {
+        assert_eq!(
+            entry.seq,
+            self.audit_len(run) + 1,
+            "audit of run {run} out of sequence"
+        );
+        self.audit.entry(run.clone()).or_default().push(entry);
+    }
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::apply::apply;
+    use crate::books::test_support::*;
+
+    #[test]
+    fn overlay_reads_its_writes_and_leaves_the_base_alone() {
+        let (b, g) = books_with_leased_run("r");
+        let before = b.mem.clone();
+        let mut overlay = Overlay::new(&b.mem);
+        let d = crate::books::decide::decide(
+            &overlay,
+            &begin(
+                "r",
+                "s",
+                &g,
+                crate::books::ledger::ToolClass::Queryable,
+                b"a",
+            ),
+            b.now_ms,
+        )
+        .unwrap();
+        for op in &d.ops {
+            apply(&mut overlay, op);
+        }
+        assert!(overlay.latest_effect(&rid("r"), &sid("s")).is_some());
+        assert_eq!(overlay.audit_len(&rid("r")), b.mem.audit_len(&rid("r")) + 1);
+        drop(overlay);
+        assert_eq!(b.mem, before);
+        assert!(b.mem.latest_effect(&rid("r"), &sid("s")).is_none());
+    }
+}

@@ -1,0 +1,383 @@
+//! Runs and their state machine: the legal transitions as one table, and the
+//! decisions that create a run and move it between states.
+//!
+//! Invariant: a run's `version` grows by exactly one on every change to its
+//! record (transition, lease acquire, renew, release), and a run in a
+//! terminal state (completed, failed, cancelled) never changes state again
+//! and holds no lease.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{CreateRun, Transition};
+use super::decide::{Answer, Decided};
+use super::digest::Digest;
+use super::ids::{FencingToken, RunId};
+use super::lease::{self, Lease};
+use super::limits::{TEXT_LEN_BYTES_MAX, check_size};
+use super::op::Op;
+use super::state::BooksRead;
+use crate::error::{Error, Result};
+
+/// Where a run is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum RunState {
+    /// Accepted, not yet started.
+    Pending,
+    /// A worker is executing its steps.
+    Running,
+    /// An external, asynchronous tool call is in flight.
+    WaitingTool,
+    /// Blocked on a person's approval or input.
+    WaitingHuman,
+    /// Halted by an operator or a budget; resumes only when told.
+    Paused,
+    /// Finished successfully (terminal).
+    Completed,
+    /// Finished with an error (terminal).
+    Failed,
+    /// Aborted by a user or a policy (terminal); effects already committed stand.
+    Cancelled,
+}
+
+impl RunState {
+    /// Every state, in declaration order.
+    pub const ALL: [RunState; 8] = [
+        RunState::Pending,
+        RunState::Running,
+        RunState::WaitingTool,
+        RunState::WaitingHuman,
+        RunState::Paused,
+        RunState::Completed,
+        RunState::Failed,
+        RunState::Cancelled,
+    ];
+
+    /// True for completed, failed and cancelled: nothing follows them.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunState::Completed | RunState::Failed | RunState::Cancelled
+        )
+    }
+
+    /// The state's name as written in docs and messages (`waiting_human`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Pending => "pending",
+            RunState::Running => "running",
+            RunState::WaitingTool => "waiting_tool",
+            RunState::WaitingHuman => "waiting_human",
+            RunState::Paused => "paused",
+            RunState::Completed => "completed",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The legal transitions, as one table. A state never moves to itself (a
+/// no-op is not a change and would only bump the version), and terminal
+/// states move nowhere.
+pub fn transition_allowed(from: RunState, to: RunState) -> bool {
+    use RunState::*;
+    matches!(
+        (from, to),
+        (Pending, Running | Paused | Cancelled)
+            | (
+                Running,
+                WaitingTool | WaitingHuman | Paused | Completed | Failed | Cancelled
+            )
+            | (WaitingTool, Running | Paused | Failed | Cancelled)
+            | (WaitingHuman, Running | Paused | Failed | Cancelled)
+            | (Paused, Running | Failed | Cancelled)
+    )
+}
+
+/// One run's record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// The run's name.
+    pub id: RunId,
+    /// Where the run is in its life.
+    pub state: RunState,
+    /// Grows by one on every change to this record (optimistic concurrency).
+    pub version: u64,
+    /// Digest of the run's input; a re-create must present the same one.
+    pub input_digest: Digest,
+    /// Which agent build runs it (for audit and replay).
+    pub agent_version: String,
+    /// The observability trace id, propagated across resumes.
+    pub trace_id: String,
+    /// The run that spawned this one, if any.
+    pub parent: Option<RunId>,
+    /// When the run was created, ms since the epoch.
+    pub created_ms: u64,
+    /// When this record last changed, ms since the epoch.
+    pub updated_ms: u64,
+    /// The current lease, live or expired; `None` once released.
+    pub lease: Option<Lease>,
+    /// The token the next lease acquisition will hand out.
+    pub next_token: FencingToken,
+}
+
+/// Refuses text longer than the free-text limit, naming it.
+pub(crate) fn check_text(what: &str, text: &str) -> Result<()> {
+    check_size(|| what.to_string(), text.len(), TEXT_LEN_BYTES_MAX)
+}
+
+/// The run named `id`, or `NotFound`.
+pub(crate) fn existing(state: &dyn BooksRead, id: &RunId) -> Result<Run> {
+    state.run(id).ok_or_else(|| Error::NotFound {
+        what: format!("run {id}"),
+    })
+}
+
+/// Decides `CreateRun`. Creating a run again with the same input and agent
+/// version is answered with the existing run (so a retried create is safe);
+/// with a different one it is refused.
+pub(crate) fn decide_create(
+    state: &dyn BooksRead,
+    cmd: &CreateRun,
+    now_ms: u64,
+) -> Result<Decided> {
+    check_text("agent version", &cmd.agent_version)?;
+    check_text("trace id", &cmd.trace_id)?;
+    if let Some(found) = state.run(&cmd.run) {
+        if found.input_digest != cmd.input_digest || found.agent_version != cmd.agent_version {
+            return Err(Error::RunInputMismatch {
+                run: cmd.run.clone(),
+                recorded: format!(
+                    "input {} agent {}",
+                    found.input_digest.short(),
+                    found.agent_version
+                ),
+                presented: format!(
+                    "input {} agent {}",
+                    cmd.input_digest.short(),
+                    cmd.agent_version
+                ),
+            });
+        }
+        let answer = Answer::RunExisted {
+            run: found.id,
+            version: found.version,
+            state: found.state,
+        };
+        return Ok(Decided {
+            ops: Vec::new(),
+            answer,
+        });
+    }
+    if let Some(parent) = &cmd.parent {
+        existing(state, parent)?;
+    }
+    let run = Run {
+        id: cmd.run.clone(),
+        state: RunState::Pending,
+        version: 1,
+        input_digest: cmd.input_digest,
+        agent_version: cmd.agent_version.clone(),
+        trace_id: cmd.trace_id.clone(),
+        parent: cmd.parent.clone(),
+        created_ms: now_ms,
+        updated_ms: now_ms,
+        lease: None,
+        next_token: FencingToken::FIRST,
+    };
+    let answer = Answer::RunCreated {
+        run: run.id.clone(),
+        version: run.version,
+    };
+    Ok(Decided {
+        ops: vec![Op::RunCreated { run }],
+        answer,
+    })
+}
+
+/// Decides `Transition`: the run must not be terminal, the guard must hold
+/// the live lease, the expected version (if given) must match, and the
+/// table must allow the move.
+pub(crate) fn decide_transition(
+    state: &dyn BooksRead,
+    cmd: &Transition,
+    now_ms: u64,
+) -> Result<Decided> {
+    check_text("transition reason", &cmd.reason)?;
+    let run = existing(state, &cmd.run)?;
+    let illegal = || Error::IllegalTransition {
+        run: run.id.clone(),
+        from: run.state,
+        to: cmd.to,
+    };
+    if run.state.is_terminal() {
+        return Err(illegal());
+    }
+    lease::check_guard(&run, &cmd.guard, now_ms)?;
+    if let Some(expected) = cmd.expected_version
+        && expected != run.version
+    {
+        return Err(Error::VersionConflict {
+            run: run.id.clone(),
+            expected,
+            actual: run.version,
+        });
+    }
+    if !transition_allowed(run.state, cmd.to) {
+        return Err(illegal());
+    }
+    let version = run.version + 1;
+    let op = Op::RunTransitioned {
+        run: run.id.clone(),
+        from: run.state,
+        to: cmd.to,
+        version,
+        at_ms: now_ms,
+        token: cmd.guard.token,
+        reason: cmd.reason.clone(),
+    };
+    let answer = Answer::Transitioned {
+        run: run.id.clone(),
+        from: run.state,
+        to: cmd.to,
+        version,
+    };
+    Ok(Decided {
+        ops: vec![op],
+        answer,
+    })
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::test_support::*;
+    use RunState::*;
+
+    /// The expected table, written out independently of the function:
+    /// rows are `from`, columns are `to`, in `RunState::ALL` order
+    /// (P R WT WH Pa C F Ca).
+    const EXPECTED: [[u8; 8]; 8] = [
+        [0, 1, 0, 0, 1, 0, 0, 1], // pending
+        [0, 0, 1, 1, 1, 1, 1, 1], // running
+        [0, 1, 0, 0, 1, 0, 1, 1], // waiting_tool
+        [0, 1, 0, 0, 1, 0, 1, 1], // waiting_human
+        [0, 1, 0, 0, 0, 0, 1, 1], // paused
+        [0, 0, 0, 0, 0, 0, 0, 0], // completed
+        [0, 0, 0, 0, 0, 0, 0, 0], // failed
+        [0, 0, 0, 0, 0, 0, 0, 0], // cancelled
+    ];
+
+    #[test]
+    fn transition_table_matches_the_spec_exactly() {
+        for (i, from) in RunState::ALL.iter().enumerate() {
+            for (j, to) in RunState::ALL.iter().enumerate() {
+                assert_eq!(
+                    transition_allowed(*from, *to),
+                    EXPECTED[i][j] == 1,
+                    "{from} -> {to}"
+                );
+            }
+        }
+        assert_eq!(EXPECTED.iter().flatten().filter(|x| **x == 1).count(), 20);
+    }
+
+    /// Drives a run into `from` through legal transitions.
+    fn run_in(from: RunState) -> (Books, Guard) {
+        let (mut b, g) = books_with_leased_run("r");
+        let path: &[RunState] = match from {
+            Pending => &[],
+            Running => &[Running],
+            WaitingTool => &[Running, WaitingTool],
+            WaitingHuman => &[Running, WaitingHuman],
+            Paused => &[Paused],
+            Completed => &[Running, Completed],
+            Failed => &[Running, Failed],
+            Cancelled => &[Cancelled],
+        };
+        for to in path {
+            b.ok(transition("r", &g, *to));
+        }
+        assert_eq!(b.mem.run(&rid("r")).unwrap().state, from);
+        (b, g)
+    }
+
+    #[test]
+    fn every_legal_transition_is_accepted_and_every_illegal_one_refused() {
+        for from in RunState::ALL {
+            for to in RunState::ALL {
+                let (mut b, g) = run_in(from);
+                let before = b.mem.clone();
+                let result = b.run(transition("r", &g, to));
+                if transition_allowed(from, to) {
+                    let run = b.mem.run(&rid("r")).unwrap();
+                    assert!(result.is_ok(), "{from} -> {to}: {result:?}");
+                    assert_eq!(run.state, to);
+                    assert_eq!(run.version, before.run(&rid("r")).unwrap().version + 1);
+                    assert_eq!(run.lease.is_none(), to.is_terminal());
+                } else {
+                    assert!(
+                        matches!(result, Err(Error::IllegalTransition { from: f, to: t, .. }) if f == from && t == to),
+                        "{from} -> {to}: {result:?}"
+                    );
+                    assert_eq!(b.mem, before, "a refused transition changed the books");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn version_conflict_is_refused() {
+        let (mut b, g) = books_with_leased_run("r");
+        let version = b.mem.run(&rid("r")).unwrap().version;
+        let mut cmd = transition("r", &g, Running);
+        if let Command::Transition(t) = &mut cmd {
+            t.expected_version = Some(version - 1);
+        }
+        let err = b.run(cmd.clone()).unwrap_err();
+        assert!(
+            matches!(err, Error::VersionConflict { expected, actual, .. } if expected == version - 1 && actual == version)
+        );
+        if let Command::Transition(t) = &mut cmd {
+            t.expected_version = Some(version);
+        }
+        b.ok(cmd);
+        assert_eq!(b.mem.run(&rid("r")).unwrap().version, version + 1);
+    }
+
+    #[test]
+    fn create_is_idempotent_for_same_input_and_refused_for_different() {
+        let mut b = Books::default();
+        b.ok(create("r", b"in"));
+        let again = b.ok(create("r", b"in"));
+        assert!(matches!(
+            again.answer,
+            Answer::RunExisted { version: 1, .. }
+        ));
+        assert!(again.ops.is_empty());
+        let err = b.run(create("r", b"other")).unwrap_err();
+        assert!(matches!(err, Error::RunInputMismatch { .. }));
+    }
+
+    #[test]
+    fn create_with_unknown_parent_is_refused() {
+        let mut b = Books::default();
+        let mut cmd = create("child", b"in");
+        if let Command::CreateRun(c) = &mut cmd {
+            c.parent = Some(rid("nobody"));
+        }
+        assert!(matches!(b.run(cmd), Err(Error::NotFound { .. })));
+        assert!(b.mem.run(&rid("child")).is_none());
+    }
+}

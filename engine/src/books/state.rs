@@ -1,0 +1,77 @@
+//! The state traits: what [`decide`](super::decide::decide) reads and what
+//! [`apply`](super::apply::apply) writes. [`MemBooks`](super::mem::MemBooks)
+//! is the in-memory reference model; the redb-backed store implements the
+//! same traits, so both run the same decide and apply code.
+//!
+//! Invariants: reads return owned values (a store may deserialize them);
+//! every iteration is in a deterministic order; writes are plain puts, so
+//! all rules live in decide and apply, none in a store. Both traits are
+//! object safe: decide and apply work over `&dyn`.
+
+use super::audit::AuditEntry;
+use super::checkpoint::CheckpointMeta;
+use super::decision::DecisionRecord;
+use super::digest::Digest;
+use super::ids::{EffectKey, RunId, StepId};
+use super::ledger::EffectEntry;
+use super::run::Run;
+
+/// The reads that deciding needs.
+pub trait BooksRead {
+    /// The run named `id`.
+    fn run(&self, id: &RunId) -> Option<Run>;
+
+    /// Calls `visit` once for every run, in a deterministic order (the
+    /// reference model: by id). Callers must not depend on the order beyond
+    /// determinism.
+    fn scan_runs(&self, visit: &mut dyn FnMut(&Run));
+
+    /// The ledger entry with `key`.
+    fn effect(&self, key: &EffectKey) -> Option<EffectEntry>;
+
+    /// The entry of the highest attempt of `step` in `run`.
+    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry>;
+
+    /// The newest checkpoint's metadata of `run`.
+    fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta>;
+
+    /// True if the blob table holds `digest`.
+    fn blob_exists(&self, digest: &Digest) -> bool;
+
+    /// The bytes stored under `digest`.
+    fn blob(&self, digest: &Digest) -> Option<Vec<u8>>;
+
+    /// The model call of `run` at `position`.
+    fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord>;
+
+    /// How many model calls `run` has journaled (the next position).
+    fn decision_count(&self, run: &RunId) -> u64;
+
+    /// How many audit entries `run` has (the last `seq`).
+    fn audit_len(&self, run: &RunId) -> u64;
+
+    /// The audit entries of `run` with `seq` in `from_seq..`, in order.
+    fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry>;
+}
+
+/// The writes that applying needs: puts keyed by the values' own ids.
+pub trait BooksWrite: BooksRead {
+    /// Stores `run`, replacing the record with the same id.
+    fn put_run(&mut self, run: Run);
+
+    /// Stores `entry`, replacing the entry with the same key.
+    fn put_effect(&mut self, entry: EffectEntry);
+
+    /// Stores `bytes` under `digest` (a second put of the same digest is a
+    /// no-op).
+    fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>);
+
+    /// Stores a checkpoint's metadata under (run, version).
+    fn put_checkpoint(&mut self, meta: CheckpointMeta);
+
+    /// Stores a model call under (run, position).
+    fn put_decision(&mut self, record: DecisionRecord);
+
+    /// Appends `entry` to `run`'s audit; `entry.seq` is `audit_len + 1`.
+    fn push_audit(&mut self, run: &RunId, entry: AuditEntry);
+}
