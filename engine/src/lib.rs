@@ -12,10 +12,13 @@
 //! - [`manifest`]: the durable root, updated atomically;
 //! - [`Clock`]: time behind a trait, so the simulator can drive it.
 
+pub mod books;
 pub mod clock;
+pub mod db;
 pub mod error;
 pub mod ids;
 pub mod manifest;
+pub mod state;
 pub mod storage;
 pub(crate) mod sync;
 pub mod wal;

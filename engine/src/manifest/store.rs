@@ -101,6 +101,11 @@ impl ManifestStore {
     /// format version, [`Error::Corrupt`] if the copies disagree about the
     /// database or share a sequence, [`Error::Io`] if a copy cannot be read.
     pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> Result<(Self, Manifest, ManifestReport)> {
+        // The copies' directory entries, too, must be durable before a copy
+        // is trusted.
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("sync database directory", dir, e))?;
         let (file_zero, verdict_zero) = read_copy(storage.as_ref(), &copy_path(dir, 0))?;
         let (file_one, verdict_one) = read_copy(storage.as_ref(), &copy_path(dir, 1))?;
         let choice = choose(dir, [verdict_zero, verdict_one])?;

@@ -1,0 +1,241 @@
+//! Opening a database directory: lock, manifest, WAL recovery.
+//!
+//! Invariant: a `Db` exists only while it holds the directory's exclusive
+//! lock, and its manifest's `applied_lsn` never exceeds the WAL's durable LSN
+//! plus nothing: every LSN the manifest claims covered was once durable.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::ids::{DatabaseId, Lsn, SegmentId};
+use crate::manifest::{Manifest, ManifestReport, ManifestStore};
+use crate::storage::{DirLock, Storage};
+use crate::wal::{RecoveryReport, Wal, WalOptions};
+
+use super::create::{WAL_DIR, create_database, creation_interrupted, has_no_manifest, sync_dir};
+
+/// How to open (or create) a database directory.
+#[derive(Clone, Debug, Default)]
+pub struct DbOptions {
+    /// WAL settings (segment size, record limit, repair mode).
+    pub wal: WalOptions,
+    /// The id to give a *new* database. `None` derives one from the clock
+    /// and the process id; the simulator passes one from its seed.
+    pub database_id: Option<DatabaseId>,
+}
+
+/// What opening found.
+#[derive(Debug)]
+pub struct OpenReport {
+    /// True if the directory held no database and one was created.
+    pub created: bool,
+    /// Which manifest copy was chosen and why others were rejected
+    /// (`None` for a new database).
+    pub manifest: Option<ManifestReport>,
+    /// What WAL recovery did (`None` for a new database).
+    pub recovery: Option<RecoveryReport>,
+}
+
+/// An open database directory: lock, manifest and WAL.
+#[derive(Debug)]
+pub struct Db {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    manifest: Mutex<ManifestStore>,
+    wal: Wal,
+    // Declared last so it is dropped last: the lock outlives every handle.
+    _lock: Box<dyn DirLock>,
+}
+
+impl Db {
+    /// Opens the database in `dir`, creating it (and `dir`) if there is none.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        clock: &dyn Clock,
+        dir: &Path,
+        options: DbOptions,
+    ) -> Result<(Db, OpenReport)> {
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create database directory", dir, e))?;
+        let lock = storage.lock_dir(dir).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock => Error::Locked {
+                dir: dir.to_path_buf(),
+            },
+            _ => Error::io("lock database directory", dir, e),
+        })?;
+        let fresh =
+            has_no_manifest(storage.as_ref(), dir)? || creation_interrupted(storage.as_ref(), dir)?;
+        if fresh {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                // The database directory's own entry must be durable too.
+                sync_dir(storage.as_ref(), parent)?;
+            }
+            let id = options
+                .database_id
+                .unwrap_or_else(|| derive_database_id(clock, dir));
+            let (store, _, wal) = create_database(&storage, dir, id, options.wal)?;
+            let db = Db::assemble(storage, dir, store, wal, lock);
+            let report = OpenReport {
+                created: true,
+                manifest: None,
+                recovery: None,
+            };
+            return Ok((db, report));
+        }
+        let (store, manifest, manifest_report) = ManifestStore::open(Arc::clone(&storage), dir)?;
+        let (wal, recovery) = Wal::open(
+            Arc::clone(&storage),
+            &dir.join(WAL_DIR),
+            manifest.database_id,
+            options.wal,
+            manifest.first_live_segment,
+            manifest.applied_lsn,
+        )?;
+        if let Some(clean_lsn) = manifest.clean_shutdown_lsn
+            && wal.durable_lsn() < clean_lsn
+        {
+            return Err(Error::corrupt(
+                dir.join(WAL_DIR),
+                0,
+                format!(
+                    "the database was closed cleanly at {clean_lsn}, every record up to it \
+                     acknowledged, but the log now ends at {}: the tail was damaged",
+                    wal.durable_lsn()
+                ),
+            ));
+        }
+        if wal.durable_lsn() < manifest.applied_lsn {
+            return Err(Error::corrupt(
+                dir.join(WAL_DIR),
+                0,
+                format!(
+                    "the manifest says the state covers {} but the log ends at {}: \
+                     acknowledged records are missing",
+                    manifest.applied_lsn,
+                    wal.durable_lsn()
+                ),
+            ));
+        }
+        let db = Db::assemble(storage, dir, store, wal, lock);
+        let report = OpenReport {
+            created: false,
+            manifest: Some(manifest_report),
+            recovery: Some(recovery),
+        };
+        Ok((db, report))
+    }
+
+    fn assemble(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        store: ManifestStore,
+        wal: Wal,
+        lock: Box<dyn DirLock>,
+    ) -> Db {
+        Db {
+            storage,
+            dir: dir.to_path_buf(),
+            manifest: Mutex::new(store),
+            wal,
+            _lock: lock,
+        }
+    }
+
+    /// The write-ahead log.
+    pub fn wal(&self) -> &Wal {
+        &self.wal
+    }
+
+    /// The database directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The storage this database lives on.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// The manifest as last installed.
+    pub fn manifest(&self) -> Manifest {
+        self.lock_manifest().current().clone()
+    }
+
+    /// Records that a durable state checkpoint now covers every record up to
+    /// `applied_lsn`, then lets the WAL drop the segments it covers.
+    ///
+    /// The caller must have made the state durable first. One manifest
+    /// update names both the new `applied_lsn` and the new oldest live
+    /// segment, and is synced before any segment is removed, so a crash
+    /// between the two leaves extra segments (removed by the next open),
+    /// never missing ones.
+    pub fn checkpoint(&self, applied_lsn: Lsn) -> Result<SegmentId> {
+        assert!(
+            applied_lsn <= self.wal.durable_lsn(),
+            "a checkpoint cannot cover records that are not durable"
+        );
+        let mut store = self.lock_manifest();
+        let current = store.current().clone();
+        assert!(
+            applied_lsn >= current.applied_lsn,
+            "checkpoints move forward: {} after {}",
+            applied_lsn,
+            current.applied_lsn
+        );
+        let first_live = self.wal.first_live_segment_after(applied_lsn);
+        assert!(first_live >= current.first_live_segment);
+        store.update(Manifest {
+            sequence: current.sequence + 1,
+            applied_lsn,
+            first_live_segment: first_live,
+            ..current
+        })?;
+        let removed_to = self.wal.remove_covered_segments(applied_lsn)?;
+        assert_eq!(removed_to, first_live, "GC removed what the manifest names");
+        Ok(first_live)
+    }
+
+    /// Closes the database cleanly: records in the manifest that every
+    /// record up to the durable LSN was acknowledged, so a later open can
+    /// tell damage to the final batch from a torn write (see
+    /// docs/DURABILITY.md, "Known limits").
+    pub fn close(self) -> Result<()> {
+        let durable = self.wal.durable_lsn();
+        let mut store = self.lock_manifest();
+        let current = store.current().clone();
+        if current.clean_shutdown_lsn == Some(durable) {
+            return Ok(());
+        }
+        store.update(Manifest {
+            sequence: current.sequence + 1,
+            clean_shutdown_lsn: Some(durable),
+            ..current
+        })?;
+        assert_eq!(store.current().clean_shutdown_lsn, Some(durable));
+        Ok(())
+    }
+
+    fn lock_manifest(&self) -> std::sync::MutexGuard<'_, ManifestStore> {
+        // A panic while holding the manifest lock leaves the store unchanged
+        // on disk; continuing with the in-memory copy is safe.
+        self.manifest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A database id for a new database, from the clock and the process.
+///
+/// Uniqueness, not secrecy, is the goal: two databases created by the same
+/// process in the same millisecond still differ by directory path.
+fn derive_database_id(clock: &dyn Clock, dir: &Path) -> DatabaseId {
+    let mut path_hash = crc32fast::Hasher::new();
+    path_hash.update(dir.as_os_str().as_encoded_bytes());
+    let high = u128::from(clock.now_ms()) << 64;
+    let middle = u128::from(std::process::id()) << 32;
+    DatabaseId(high | middle | u128::from(path_hash.finalize()))
+}

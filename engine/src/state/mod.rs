@@ -1,0 +1,15 @@
+//! The state store: redb tables materialised from the WAL.
+//!
+//! Committed WAL records are applied in redb transactions with
+//! `Durability::None`; a periodic `Durability::Immediate` commit makes them
+//! durable and records, in the same transaction, the LSN they cover
+//! (`applied_lsn`). Recovery opens redb, reads `applied_lsn` and replays the
+//! WAL after it through the same apply function the live path uses.
+//!
+//! **Invariant:** the `applied_lsn` stored in redb always equals the LSN of
+//! the last record whose effects are in the same redb snapshot, so replay
+//! after it applies every record exactly once.
+
+mod store;
+
+pub use store::{META_TABLE, StateStore};
