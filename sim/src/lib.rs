@@ -11,6 +11,8 @@
 //!
 //! The fault model is written down in `docs/SIMULATION.md`.
 
+pub mod campaign;
+pub mod check;
 pub mod clock;
 pub mod disk;
 pub mod fnv;

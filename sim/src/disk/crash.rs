@@ -108,8 +108,29 @@ impl DiskState {
     /// Power cut and reboot, drawing every outcome from `rng`.
     pub(crate) fn crash(&mut self, rng: &mut Rng) {
         let faults = self.faults.clone();
-        for inode in self.inodes.values_mut() {
-            let image = rebuild(&inode.durable, &inode.pending, rng, &faults);
+        // Files the config names as sector-atomic tear into old or new
+        // sectors, never garbage (see FaultConfig::sector_atomic_suffixes).
+        let mut atomic_faults = faults.clone();
+        atomic_faults.torn_sector_garbage_ppm = 0;
+        let sector_atomic: std::collections::BTreeSet<_> = self
+            .namespace
+            .files()
+            .into_iter()
+            .filter(|(path, _)| {
+                faults
+                    .sector_atomic_suffixes
+                    .iter()
+                    .any(|suffix| path.ends_with(suffix.as_str()))
+            })
+            .map(|(_, inode)| inode)
+            .collect();
+        for (id, inode) in self.inodes.iter_mut() {
+            let file_faults = if sector_atomic.contains(id) {
+                &atomic_faults
+            } else {
+                &faults
+            };
+            let image = rebuild(&inode.durable, &inode.pending, rng, file_faults);
             inode.durable.clone_from(&image);
             inode.volatile = image;
             inode.pending.clear();

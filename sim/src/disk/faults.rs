@@ -43,6 +43,12 @@ pub struct FaultConfig {
     /// The disk's size: writes beyond it write what fits, then fail with
     /// ENOSPC. `None` is unbounded.
     pub capacity_bytes: Option<u64>,
+    /// Files whose path ends with one of these never get garbage in a torn
+    /// sector: each sector lands old or new, as on a device with atomic
+    /// sector writes. redb needs this for its header sector (a garbage
+    /// header makes it refuse to open; see docs/SIMULATION.md, findings), so
+    /// campaigns that put redb on the disk name its file here.
+    pub sector_atomic_suffixes: Vec<String>,
 }
 
 impl FaultConfig {
@@ -60,6 +66,7 @@ impl FaultConfig {
             write_short_ppm: 0,
             enospc_ppm: 0,
             capacity_bytes: None,
+            sector_atomic_suffixes: Vec::new(),
         }
     }
 
@@ -109,6 +116,7 @@ impl FaultConfig {
             write_short_ppm,
             enospc_ppm,
             capacity_bytes: capacity_on.then_some(capacity_bytes),
+            sector_atomic_suffixes: Vec::new(),
         };
         config.assert_valid();
         config

@@ -111,6 +111,12 @@ impl SimDisk {
         }
     }
 
+    /// Cancels a power cut armed by [`SimDisk::set_crash_after_ops`] that has
+    /// not happened yet.
+    pub fn disarm_crash(&self) {
+        self.lock().power_loss_at_op = None;
+    }
+
     /// Whether power is out (calls fail until [`SimDisk::crash`]).
     pub fn is_powered_off(&self) -> bool {
         self.lock().powered_off
