@@ -10,8 +10,10 @@ mod kv;
 mod model;
 mod node;
 mod run;
+mod schedule;
 
 pub use config::{CampaignConfig, PlantedBug};
 pub use model::{Model, Put};
 pub use node::{Node, Observed};
-pub use run::{Failure, SeedReport, run_seed};
+pub use run::{Failure, SeedReport, run_schedule, run_seed};
+pub use schedule::{BATCH_RECORDS_MAX, CRASH_AFTER_OPS_MAX, Schedule, Step};

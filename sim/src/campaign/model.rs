@@ -29,6 +29,8 @@ pub struct Model {
     inflight: Option<Vec<Put>>,
     /// The LSN the last acknowledged state checkpoint covers.
     checkpoint_lsn: Lsn,
+    /// The first LSN of the last batch that landed.
+    last_batch_first: Lsn,
 }
 
 impl Model {
@@ -76,6 +78,11 @@ impl Model {
         state
     }
 
+    /// The first LSN of the last batch that landed (`Lsn::ZERO` if none).
+    pub fn last_batch_first(&self) -> Lsn {
+        self.last_batch_first
+    }
+
     /// A batch is about to be appended; until acknowledged it is in flight.
     pub fn begin(&mut self, batch: Vec<Put>) {
         assert!(self.inflight.is_none(), "one batch in flight at a time");
@@ -111,6 +118,7 @@ impl Model {
 
     fn land(&mut self, batch: Vec<Put>, last: Lsn) {
         let first = Lsn(self.last_lsn().0 + 1);
+        self.last_batch_first = first;
         assert_eq!(
             last.0 + 1 - first.0,
             batch.len() as u64,

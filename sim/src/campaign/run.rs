@@ -11,19 +11,16 @@ use actum::{DatabaseId, Storage};
 use super::config::CampaignConfig;
 use super::model::{Model, Put};
 use super::node::{DB_DIR, Node, Observed};
+use super::schedule::{Schedule, Step};
 use crate::check;
 use crate::clock::SimClock;
 use crate::disk::{FaultConfig, SimDisk};
 use crate::rng::{PPM_ONE, Rng};
 
-/// Power cuts armed per workload step, in parts per million.
-const CRASH_ARM_PPM: u32 = PPM_ONE / 12;
-/// The furthest ahead (in I/O calls) a power cut is armed.
-const CRASH_AFTER_OPS_MAX: u64 = 80;
 /// Recoveries tried before faults are switched off to let one succeed.
 const RECOVERY_ATTEMPTS_MAX: u32 = 8;
-/// Records per appended batch, at most.
-const BATCH_RECORDS_MAX: u64 = 6;
+/// I/O calls ahead at most that a power cut during recovery is armed.
+const RECOVERY_CRASH_AFTER_OPS_MAX: u64 = 80;
 /// Value bytes per record, at most.
 const VALUE_BYTES_MAX: u64 = 1_500;
 /// Distinct keys the workload writes (small, so keys are overwritten).
@@ -79,32 +76,41 @@ struct World {
     disk: SimDisk,
     storage: Arc<dyn Storage>,
     clock: SimClock,
-    workload: Rng,
+    values: Rng,
     crashes: Rng,
     model: Model,
     report: SeedReport,
+    recovery_crashes: bool,
+    clean_finish: bool,
 }
 
-/// Runs `seed` under `config`.
+/// Runs the schedule `seed` stands for, under `config`.
 pub fn run_seed(seed: u64, config: &CampaignConfig) -> Result<SeedReport, Failure> {
-    let mut root = Rng::new(seed);
-    let mut faults = FaultConfig::swarm(&mut root.fork("faults"));
+    run_schedule(&Schedule::from_seed(seed, config), config)
+}
+
+/// Runs `schedule` under `config`.
+pub fn run_schedule(schedule: &Schedule, config: &CampaignConfig) -> Result<SeedReport, Failure> {
+    let mut root = Rng::new(schedule.seed);
+    let mut faults = schedule.faults.clone();
     // redb needs atomic sector writes for its header (docs/SIMULATION.md).
     faults.sector_atomic_suffixes = vec![".redb".to_owned()];
     let disk = SimDisk::new(root.fork("disk"), faults);
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     let mut world = World {
-        seed,
+        seed: schedule.seed,
         config: config.clone(),
         disk,
         storage,
         clock: SimClock::new(1_700_000_000_000),
-        workload: root.fork("workload"),
+        values: root.fork("values"),
         crashes: root.fork("crashes"),
         model: Model::new(),
         report: SeedReport::default(),
+        recovery_crashes: schedule.recovery_crashes,
+        clean_finish: schedule.clean_finish,
     };
-    world.run()?;
+    world.run(&schedule.steps)?;
     world.report.trace_hash = world.disk.trace_hash();
     Ok(world.report)
 }
@@ -122,22 +128,19 @@ impl World {
         DatabaseId(u128::from(self.seed) << 1 | 1)
     }
 
-    fn run(&mut self) -> Result<(), Failure> {
+    fn run(&mut self, steps: &[Step]) -> Result<(), Failure> {
         let mut node = Some(self.recover(false)?);
-        for _ in 0..self.config.steps {
-            self.clock.advance_ms(self.workload.below(1_000));
-            if self.workload.chance_ppm(CRASH_ARM_PPM) {
-                let after = self.workload.below(CRASH_AFTER_OPS_MAX);
-                self.disk.set_crash_after_ops(after);
-            }
+        for step in steps {
+            self.clock.advance_ms(250);
             let current = node.as_mut().expect("a node is open between steps");
-            let choice = self.workload.below(100);
-            let outcome = if choice < 80 {
-                self.append(current)
-            } else if choice < 95 {
-                self.checkpoint(current)
-            } else {
-                Err(None)
+            let outcome = match step {
+                Step::ArmCrash { after_ops } => {
+                    self.disk.set_crash_after_ops(u64::from(*after_ops));
+                    Ok(())
+                }
+                Step::Append { records } => self.append(current, *records),
+                Step::Checkpoint => self.checkpoint(current),
+                Step::Reopen => Err(None),
             };
             match outcome {
                 Ok(()) => {}
@@ -159,15 +162,16 @@ impl World {
         self.finish(node.take().expect("a node is open after the workload"))
     }
 
-    /// Appends one random batch; `Err(Some)` if the engine refused.
-    fn append(&mut self, node: &mut Node) -> Result<(), Option<actum::Error>> {
-        let count = 1 + self.workload.below(BATCH_RECORDS_MAX);
-        let batch: Vec<Put> = (0..count)
+    /// Appends a batch of `records` random puts; `Err(Some)` if the engine
+    /// refused.
+    fn append(&mut self, node: &mut Node, records: u8) -> Result<(), Option<actum::Error>> {
+        assert!(records >= 1, "a batch holds at least one record");
+        let batch: Vec<Put> = (0..records)
             .map(|_| {
-                let mut value = vec![0u8; self.workload.below(VALUE_BYTES_MAX) as usize];
-                self.workload.fill(&mut value);
+                let mut value = vec![0u8; self.values.below(VALUE_BYTES_MAX) as usize];
+                self.values.fill(&mut value);
                 Put {
-                    key: self.workload.below(KEYS),
+                    key: self.values.below(KEYS),
                     value,
                 }
             })
@@ -224,8 +228,8 @@ impl World {
                     sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
                     ..FaultConfig::none()
                 });
-            } else if self.crashes.chance_ppm(PPM_ONE / 4) {
-                let after = self.crashes.below(CRASH_AFTER_OPS_MAX);
+            } else if self.recovery_crashes && self.crashes.chance_ppm(PPM_ONE / 4) {
+                let after = self.crashes.below(RECOVERY_CRASH_AFTER_OPS_MAX);
                 self.disk.set_crash_after_ops(after);
             }
             match self.open() {
@@ -267,7 +271,7 @@ impl World {
             .map_err(|e| self.fail("nothing unacknowledged is half-visible", e))?;
         self.model.resolve(landed);
         self.report.recoveries += 1;
-        if !self.crashes.chance_ppm(PPM_ONE / 4) {
+        if !self.recovery_crashes || !self.crashes.chance_ppm(PPM_ONE / 4) {
             return Ok(node);
         }
         // Crash right after recovery, with nothing new written: the next
@@ -290,49 +294,78 @@ impl World {
         }
     }
 
-    /// Faults stop; the store closes cleanly and reopens with everything
-    /// acknowledged; then, with `rot`, one durable bit flips and the reopen
-    /// must fail or return exactly what was acknowledged.
+    /// Faults stop; the store shuts down (cleanly, or half the time by a
+    /// power cut, so that no clean-shutdown LSN vouches for the log) and
+    /// reopens with everything acknowledged; then, with `rot`, one durable
+    /// bit flips and the reopen must fail or return exactly what was
+    /// acknowledged.
     fn finish(&mut self, node: Node) -> Result<(), Failure> {
         self.disarm();
         self.disk.set_faults(FaultConfig {
             sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
             ..FaultConfig::none()
         });
-        node.close()
-            .map_err(|e| self.fail("clean close succeeds without faults", e.to_string()))?;
+        let clean = self.clean_finish;
+        self.shut_down(node, clean)?;
         let node = self.recover(false)?;
         if self.model.inflight().is_some() || !self.config.rot {
             return Ok(());
         }
-        node.close()
-            .map_err(|e| self.fail("clean close succeeds without faults", e.to_string()))?;
-        let files = self.durable_files();
-        let target = self.workload.pick(&files).clone();
+        self.shut_down(node, clean)?;
+        let (target, within) = self.rot_target();
         let Some(rot) = self
             .disk
-            .rot(std::path::Path::new(&target), &mut self.workload)
+            .rot_within(std::path::Path::new(&target), within, &mut self.crashes)
             .map_err(|e| self.fail("bit rot", e.to_string()))?
         else {
             return Ok(());
         };
         let what = format!("{} byte {} bit {}", target, rot.offset_bytes, rot.bit);
         let reopened = self.open().map(|(_, observed)| observed);
-        check::corruption_is_detected(&self.model, &reopened, &what)
+        check::corruption_is_detected(&self.model, &reopened, &what, clean)
             .map_err(|e| self.fail("damage gives an error, never wrong data", e))?;
         self.report.rot_detected = reopened.is_err();
         Ok(())
     }
 
-    /// The database's files, for bit rot (the lock file holds nothing).
-    fn durable_files(&self) -> Vec<String> {
-        let files: Vec<String> = self
+    /// A clean close, or a power cut (recovered by the caller).
+    fn shut_down(&mut self, node: Node, clean: bool) -> Result<(), Failure> {
+        if clean {
+            return node
+                .close()
+                .map_err(|e| self.fail("clean close succeeds without faults", e.to_string()));
+        }
+        self.disk.set_crash_after_ops(0);
+        drop(node);
+        self.disk.crash(&mut self.crashes);
+        self.report.crashes += 1;
+        Ok(())
+    }
+
+    /// Where to flip a bit: half the time anywhere in any database file,
+    /// half the time inside the written records of a WAL segment, where
+    /// acknowledged data lives (the rest of a segment is zeros).
+    fn rot_target(&mut self) -> (String, std::ops::Range<u64>) {
+        let files: Vec<(String, Vec<u8>)> = self
             .disk
             .snapshot()
-            .into_keys()
-            .filter(|path| path.starts_with(DB_DIR) && !path.ends_with("LOCK"))
+            .into_iter()
+            .filter(|(path, _)| path.starts_with(DB_DIR) && !path.ends_with("LOCK"))
             .collect();
         assert!(!files.is_empty(), "a database has files");
-        files
+        let written: Vec<(String, std::ops::Range<u64>)> = files
+            .iter()
+            .filter(|(path, _)| path.ends_with(".wal"))
+            .filter_map(|(path, bytes)| {
+                let end = bytes.iter().rposition(|&b| b != 0)? as u64 + 1;
+                let start = actum::wal::format::SEGMENT_HEADER_BYTES;
+                (end > start).then(|| (path.clone(), start..end))
+            })
+            .collect();
+        if !written.is_empty() && self.crashes.chance_ppm(PPM_ONE / 2) {
+            return self.crashes.pick(&written).clone();
+        }
+        let (path, _) = self.crashes.pick(&files);
+        (path.clone(), 0..u64::MAX)
     }
 }

@@ -6,6 +6,7 @@
 //! change has replaced the byte in the page cache.
 
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::errors;
@@ -14,8 +15,14 @@ use super::state::{DiskState, RotRecord};
 use crate::rng::Rng;
 
 impl DiskState {
-    /// Flips one bit of `path`'s durable content; draws two values from `rng`.
-    pub(crate) fn rot(&mut self, path: &Path, rng: &mut Rng) -> io::Result<Option<RotRecord>> {
+    /// Flips one bit of `path`'s durable content within `within` (clipped
+    /// to the file); draws two values from `rng`.
+    pub(crate) fn rot(
+        &mut self,
+        path: &Path,
+        within: Range<u64>,
+        rng: &mut Rng,
+    ) -> io::Result<Option<RotRecord>> {
         let path = SimPath::parse(path)?;
         let inode_id = match self.namespace.lookup(&path)? {
             (_, _, Some(Entry::File(inode))) => inode,
@@ -23,10 +30,12 @@ impl DiskState {
             (_, _, None) => return Err(errors::not_found(&path.display)),
         };
         let inode = self.inode_mut(inode_id);
-        if inode.durable.is_empty() {
+        let end_bytes = within.end.min(inode.durable.len() as u64);
+        if within.start >= end_bytes {
             return Ok(None);
         }
-        let offset_bytes = rng.below(inode.durable.len() as u64);
+        let offset_bytes = within.start + rng.below(end_bytes - within.start);
+        assert!(offset_bytes < end_bytes);
         let bit = u8::try_from(rng.below(8)).expect("below(8) fits in u8");
         let index = super::image::to_usize(offset_bytes);
         inode.durable[index] ^= 1 << bit;

@@ -133,8 +133,19 @@ impl SimDisk {
     /// `rng`. Returns where, or `None` if nothing of the file is synced yet.
     /// Not an I/O call: not counted, and works with the power out.
     pub fn rot(&self, path: &Path, rng: &mut Rng) -> io::Result<Option<RotRecord>> {
+        self.rot_within(path, 0..u64::MAX, rng)
+    }
+
+    /// Bit rot confined to the byte range `within` of `path` (clipped to
+    /// its synced content): for aiming at the bytes that matter.
+    pub fn rot_within(
+        &self,
+        path: &Path,
+        within: std::ops::Range<u64>,
+        rng: &mut Rng,
+    ) -> io::Result<Option<RotRecord>> {
         let mut state = self.lock();
-        let result = state.rot(path, rng);
+        let result = state.rot(path, within, rng);
         let offset_bytes = match &result {
             Ok(Some(record)) => record.offset_bytes,
             _ => 0,
