@@ -1,1 +1,88 @@
-//! Shared helpers for actum benches.
+//! Shared code for actum's criterion benches: a writer harness and the systems it drives.
+//!
+//! Every system measured here turns one 256-byte record into one durable commit, so the benches
+//! compare like with like: raw file loops that show what the disk allows ([`raw`],
+//! [`group_commit`]), actum's WAL ([`actum_wal`]), and two peers ([`peers`]). The bench files under
+//! `benches/` stay thin: they pick a system and a writer count and hand both to [`harness`].
+//!
+//! **Invariant:** a system's `commit` returns only once its record is durable (the relevant
+//! `fsync`/`fdatasync` has returned), so records per second are durable commits per second.
+
+pub mod actum_wal;
+pub mod group_commit;
+pub mod harness;
+pub mod peers;
+pub mod raw;
+
+/// Size of one record, in bytes, for every system.
+pub const RECORD_BYTES: usize = 256;
+
+/// The writer counts every durability bench runs, side by side.
+pub const WRITER_COUNTS: [usize; 4] = [1, 4, 16, 64];
+
+/// Environment variable naming the directory benches write into (default: the system temp dir).
+/// It must be on the disk being measured: a tmpfs would make every fsync free.
+pub const SCRATCH_DIR_ENV: &str = "ACTUM_BENCH_DIR";
+
+/// A fresh, empty directory for one system's files, removed when dropped.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let parent = std::env::var_os(SCRATCH_DIR_ENV).map_or_else(std::env::temp_dir, Into::into);
+    tempfile::Builder::new()
+        .prefix("actum-bench-")
+        .tempdir_in(&parent)
+        .expect("the bench scratch directory must be creatable (see ACTUM_BENCH_DIR)")
+}
+
+/// Commits the removal of a dropped system's scratch directory (a directory sync forces the
+/// file-system journal commit), so freeing and discarding its blocks is not charged to the next
+/// bench. Runs outside any timed region.
+pub fn settle_scratch() {
+    let parent = std::env::var_os(SCRATCH_DIR_ENV).map_or_else(std::env::temp_dir, Into::into);
+    raw::sync_dir(&parent);
+}
+
+/// A record's payload: 256 bytes derived from its ticket, so no two adjacent records are equal.
+pub fn record(ticket: u64) -> [u8; RECORD_BYTES] {
+    let mut bytes = [0u8; RECORD_BYTES];
+    for (i, chunk) in bytes.chunks_exact_mut(8).enumerate() {
+        let word = ticket
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(i as u64);
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    bytes
+}
+
+/// Something that commits one record durably and may be called from many threads at once.
+pub trait DurableLog: Sync {
+    /// Per-thread state (a connection, a scratch buffer); built before the timed region.
+    type Writer<'a>
+    where
+        Self: 'a;
+
+    /// Runs before each sample's threads start, outside the timed region (default: nothing).
+    fn before_sample(&self) {}
+
+    /// Builds one writer thread's state. Runs outside the timed region.
+    fn writer(&self) -> Self::Writer<'_>;
+
+    /// A one-line summary of how the system got there (e.g. records per fsync), printed after
+    /// its bench; `None` if it has nothing to say.
+    fn summary(&self) -> Option<String> {
+        None
+    }
+
+    /// Commits record number `ticket` durably; returns once it would survive a crash.
+    fn commit(&self, writer: &mut Self::Writer<'_>, ticket: u64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_differ_and_have_the_agreed_size() {
+        assert_eq!(record(1).len(), RECORD_BYTES);
+        assert_ne!(record(1), record(2));
+    }
+}

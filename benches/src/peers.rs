@@ -1,0 +1,167 @@
+//! The peers, each configured so one record is one durable transaction.
+//!
+//! [`Redb`]: one shared `Database`, a `Durability::Immediate` write transaction per record
+//! inserting `u64 -> [u8; 256]`; redb serialises write transactions itself.
+//! [`Sqlite`]: WAL journal mode, `synchronous=FULL`, one autocommit `INSERT` per record; every
+//! writer thread opens its own connection to the same file and waits on the busy handler.
+//! Neither shares an fsync between writers, which is what group commit is measured against.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use redb::{Database, Durability, ReadableDatabase, TableDefinition};
+use rusqlite::Connection;
+
+use crate::{DurableLog, record};
+
+const REDB_TABLE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("records");
+
+/// How long a SQLite writer waits for the write lock before failing the bench.
+pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 60_000;
+
+/// redb 4.5 with one durable write transaction per record.
+pub struct Redb {
+    db: Database,
+    _dir: tempfile::TempDir,
+}
+
+impl Redb {
+    /// Creates a database with an empty `records` table in a fresh scratch directory.
+    pub fn new() -> Redb {
+        let dir = crate::scratch_dir();
+        let db = Database::create(dir.path().join("peer.redb")).expect("creating the redb file");
+        let txn = db.begin_write().expect("redb setup transaction");
+        txn.open_table(REDB_TABLE).expect("creating the redb table");
+        txn.commit().expect("committing the redb setup");
+        Redb { db, _dir: dir }
+    }
+
+    /// Number of records in the table (for tests).
+    pub fn len(&self) -> u64 {
+        use redb::ReadableTableMetadata;
+        let txn = self.db.begin_read().expect("redb read transaction");
+        let table = txn.open_table(REDB_TABLE).expect("opening the redb table");
+        table.len().expect("counting redb records")
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Default for Redb {
+    fn default() -> Self {
+        Redb::new()
+    }
+}
+
+impl DurableLog for Redb {
+    type Writer<'a> = ();
+
+    fn writer(&self) {}
+
+    fn commit(&self, _: &mut (), ticket: u64) {
+        let bytes = record(ticket);
+        let mut txn = self.db.begin_write().expect("redb write transaction");
+        txn.set_durability(Durability::Immediate)
+            .expect("redb immediate durability");
+        {
+            let mut table = txn.open_table(REDB_TABLE).expect("opening the redb table");
+            table.insert(ticket, bytes.as_slice()).expect("redb insert");
+        }
+        txn.commit().expect("redb commit");
+    }
+}
+
+/// SQLite in WAL mode with `synchronous=FULL`, one transaction per record.
+pub struct Sqlite {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Sqlite {
+    /// Creates the database file, switches it to WAL mode and creates the `records` table.
+    pub fn new() -> Sqlite {
+        let dir = crate::scratch_dir();
+        let path = dir.path().join("peer.sqlite");
+        let sqlite = Sqlite { path, _dir: dir };
+        let conn = sqlite.connect();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+            .expect("switching SQLite to WAL mode");
+        assert_eq!(mode, "wal", "SQLite must run in WAL mode");
+        conn.execute_batch("CREATE TABLE records (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
+            .expect("creating the SQLite table");
+        sqlite
+    }
+
+    /// Opens one connection with the bench's durability settings.
+    pub fn connect(&self) -> Connection {
+        let conn = Connection::open(&self.path).expect("opening the SQLite file");
+        conn.busy_timeout(Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))
+            .expect("setting the SQLite busy timeout");
+        conn.pragma_update(None, "synchronous", "FULL")
+            .expect("setting synchronous=FULL");
+        let level: i64 = conn
+            .query_row("PRAGMA synchronous", [], |row| row.get(0))
+            .expect("reading back synchronous");
+        assert_eq!(level, 2, "synchronous must be FULL");
+        conn
+    }
+
+    /// Number of records in the table (for tests).
+    pub fn len(&self) -> u64 {
+        let count: i64 = self
+            .connect()
+            .query_row("SELECT count(*) FROM records", [], |row| row.get(0))
+            .expect("counting SQLite records");
+        u64::try_from(count).expect("a count is never negative")
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Default for Sqlite {
+    fn default() -> Self {
+        Sqlite::new()
+    }
+}
+
+impl DurableLog for Sqlite {
+    type Writer<'a> = Connection;
+
+    fn writer(&self) -> Connection {
+        self.connect()
+    }
+
+    fn commit(&self, conn: &mut Connection, ticket: u64) {
+        let id = i64::try_from(ticket).expect("ticket fits in a SQLite integer");
+        conn.prepare_cached("INSERT INTO records (id, payload) VALUES (?1, ?2)")
+            .and_then(|mut stmt| stmt.execute(rusqlite::params![id, record(ticket).as_slice()]))
+            .expect("SQLite insert");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::run_writers;
+
+    #[test]
+    fn redb_keeps_every_record() {
+        let db = Redb::new();
+        run_writers(&db, 4, 0, 40);
+        assert_eq!(db.len(), 40);
+    }
+
+    #[test]
+    fn sqlite_keeps_every_record() {
+        let db = Sqlite::new();
+        run_writers(&db, 4, 0, 40);
+        assert_eq!(db.len(), 40);
+    }
+}
