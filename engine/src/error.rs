@@ -246,6 +246,13 @@ pub enum Error {
         /// What is inconsistent.
         what: String,
     },
+    /// The engine stopped accepting commands: a failure after a record
+    /// became durable (applying it to the state store, or a checkpoint)
+    /// left the in-memory state uncertain. Reopening replays the log.
+    Halted {
+        /// The failure that halted the engine.
+        cause: String,
+    },
     /// Bytes given to the op decoder are not a valid op.
     OpDecode {
         /// What the decoder found.
@@ -462,6 +469,11 @@ impl fmt::Display for Error {
                 f,
                 "the books are inconsistent: {what}; this is a bug or corruption, nothing was \
                  guessed (verify the database directory)"
+            ),
+            Error::Halted { cause } => write!(
+                f,
+                "the engine halted after {cause}; the log holds every acknowledged command, so \
+                 close this handle and reopen the database to recover"
             ),
             Error::OpDecode { reason } => write!(f, "bytes are not a valid books op: {reason}"),
         }

@@ -10,11 +10,16 @@
 //! - [`storage`]: the only code touching the file system ([`Storage`]);
 //! - [`wal`]: the segmented, checksummed write-ahead log with group commit;
 //! - [`manifest`]: the durable root, updated atomically;
+//! - [`state`]: the redb tables the books are materialised in;
+//! - [`books`]: the pure decide/apply core of runs, leases, the effect
+//!   ledger, checkpoints and decisions;
+//! - [`engine`]: the [`Engine`] facade joining them (start here);
 //! - [`Clock`]: time behind a trait, so the simulator can drive it.
 
 pub mod books;
 pub mod clock;
 pub mod db;
+pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod manifest;
@@ -24,6 +29,7 @@ pub(crate) mod sync;
 pub mod wal;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use engine::{Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use ids::{DatabaseId, Lsn, SegmentId};
 pub use storage::{FsStorage, OpenMode, Storage, StorageFile};

@@ -182,6 +182,17 @@ pub fn load_latest(
         return Ok(None);
     };
     check_schema(&meta, expected_schema)?;
+    load_parts(state, meta).map(Some)
+}
+
+/// Reads the parts `meta` names from the blob table, checking each part's
+/// digest and size (the schema is the caller's business: see
+/// [`check_schema`]).
+pub fn load_parts(
+    state: &(impl BooksRead + ?Sized),
+    meta: CheckpointMeta,
+) -> Result<LoadedCheckpoint> {
+    let run = &meta.run;
     let mut parts = Vec::with_capacity(meta.parts.len());
     for part in &meta.parts {
         let inconsistent = |why: &str| Error::Inconsistent {
@@ -204,7 +215,7 @@ pub fn load_latest(
         });
     }
     assert_eq!(parts.len(), meta.parts.len());
-    Ok(Some(LoadedCheckpoint { meta, parts }))
+    Ok(LoadedCheckpoint { meta, parts })
 }
 
 #[cfg(test)]

@@ -28,7 +28,9 @@ mod test_support;
 
 pub use apply::apply;
 pub use audit::{AuditEntry, describe as audit_line_of};
-pub use checkpoint::{CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest};
+pub use checkpoint::{
+    CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,
+};
 pub use command::{
     AcquireLease, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect, Guard, MarkCompensated,
     Reconcile, RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,

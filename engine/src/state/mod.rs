@@ -6,10 +6,18 @@
 //! (`applied_lsn`). Recovery opens redb, reads `applied_lsn` and replays the
 //! WAL after it through the same apply function the live path uses.
 //!
+//! The agent's books live in the tables of [`books_tables`], read and
+//! written through [`RedbBooks`], which implements the books traits.
+//!
 //! **Invariant:** the `applied_lsn` stored in redb always equals the LSN of
 //! the last record whose effects are in the same redb snapshot, so replay
 //! after it applies every record exactly once.
 
+mod books_snapshot;
+pub mod books_tables;
+mod books_write;
 mod store;
 
+pub use books_snapshot::read_books;
+pub use books_tables::RedbBooks;
 pub use store::{META_TABLE, StateStore};

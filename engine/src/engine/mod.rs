@@ -1,0 +1,26 @@
+//! The engine: the agent's books made durable. [`Engine`] joins the pure
+//! decision core (`books`) to the database directory (`db`: lock, manifest,
+//! WAL) and the redb state store (`state`): every command is decided
+//! against the state, logged as one WAL record, applied, then answered;
+//! opening replays the log after the state's `applied_lsn`.
+//!
+//! **Invariant:** the live path and recovery apply records through the same
+//! function (`core::apply_record`), so a recovered engine holds exactly the
+//! books the acknowledged commands built. **Boundary:** no I/O of its own;
+//! everything goes through `Db`, `StateStore` and the `Clock`.
+
+mod answers;
+mod commands;
+mod commit;
+mod core;
+mod options;
+mod reads;
+mod step;
+
+pub use answers::{Begun, Created, LeaseGrant, Recorded, SavedCheckpoint};
+pub use core::{Engine, Recovery};
+pub use options::{
+    CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
+    MAX_RECORD_BYTES_DEFAULT,
+};
+pub use step::{EffectCtx, StepRequest, StepResult, ToolOutcome, ToolSpec};

@@ -1,0 +1,97 @@
+//! How an [`Engine`](super::Engine) is configured: plain data with defaults
+//! that suit a real disk.
+//!
+//! **Invariant:** options that pass [`EngineOptions::validate`] let a
+//! command of the largest allowed checkpoint fit one WAL record, or say so
+//! (a larger command is refused with `RecordTooLarge`, never split).
+
+use crate::db::DbOptions;
+use crate::error::{Error, Result};
+use crate::wal::WalOptions;
+
+/// Default: checkpoint the state store after this many commits.
+pub const CHECKPOINT_EVERY_RECORDS_DEFAULT: u64 = 4096;
+/// Default: checkpoint the state store after this many logged bytes.
+pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 32 << 20;
+/// Default largest WAL record, i.e. the largest single command's ops.
+pub const MAX_RECORD_BYTES_DEFAULT: u64 = 16 << 20;
+
+/// How to open an engine.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Database directory options (WAL segment size, record limit, id).
+    pub db: DbOptions,
+    /// Check every page checksum of the state store on open (costs a read
+    /// of the whole file; catches bit rot redb would otherwise read back).
+    pub verify_state_on_open: bool,
+    /// Run a checkpoint (durable redb commit, manifest update, WAL GC)
+    /// after this many commits since the last one; 0 disables the count.
+    pub checkpoint_every_records: u64,
+    /// ... or after this many logged bytes since the last one; 0 disables.
+    pub checkpoint_every_bytes: u64,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            db: DbOptions {
+                wal: WalOptions {
+                    max_record_bytes: MAX_RECORD_BYTES_DEFAULT,
+                    ..WalOptions::default()
+                },
+                database_id: None,
+            },
+            verify_state_on_open: true,
+            checkpoint_every_records: CHECKPOINT_EVERY_RECORDS_DEFAULT,
+            checkpoint_every_bytes: CHECKPOINT_EVERY_BYTES_DEFAULT,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// Checks that the options are consistent.
+    pub fn validate(&self) -> Result<()> {
+        self.db.wal.validate()?;
+        if self.checkpoint_every_bytes != 0
+            && self.checkpoint_every_bytes < self.db.wal.max_record_bytes / 1024
+        {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "checkpoint_every_bytes {} is so small against max_record_bytes {} that \
+                     nearly every commit would checkpoint",
+                    self.checkpoint_every_bytes, self.db.wal.max_record_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// True if `records` commits of `bytes` logged bytes since the last
+    /// checkpoint call for another one.
+    pub fn checkpoint_due(&self, records: u64, bytes: u64) -> bool {
+        let by_count =
+            self.checkpoint_every_records != 0 && records >= self.checkpoint_every_records;
+        let by_size = self.checkpoint_every_bytes != 0 && bytes >= self.checkpoint_every_bytes;
+        by_count || by_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_checkpoint_by_count_or_size() {
+        let options = EngineOptions::default();
+        assert!(options.validate().is_ok());
+        assert!(!options.checkpoint_due(1, 1));
+        assert!(options.checkpoint_due(CHECKPOINT_EVERY_RECORDS_DEFAULT, 0));
+        assert!(options.checkpoint_due(0, CHECKPOINT_EVERY_BYTES_DEFAULT));
+        let never = EngineOptions {
+            checkpoint_every_records: 0,
+            checkpoint_every_bytes: 0,
+            ..EngineOptions::default()
+        };
+        assert!(!never.checkpoint_due(u64::MAX, u64::MAX));
+    }
+}

@@ -1,0 +1,276 @@
+//! The agent's books as redb tables, and [`RedbBooks`]: a view of one redb
+//! transaction that implements [`BooksRead`] (and, over a write transaction,
+//! `BooksWrite`), so the engine runs the very same `decide` and `apply` over
+//! redb that the unit tests run over `MemBooks`.
+//!
+//! Layout: every value is the postcard encoding of the books type named by
+//! its table; keys are the values' own ids, as tuples, so redb's key order
+//! equals `MemBooks`' `BTreeMap` order (`&str` orders bytewise, like
+//! `String`). A step's latest attempt and a run's newest checkpoint are the
+//! last key of a range.
+//!
+//! **Invariant:** the books traits cannot return errors, so a failed redb
+//! read or an undecodable value is recorded in the view (the read answers
+//! "absent") and [`RedbBooks::finish`] returns it: the engine calls `finish`
+//! after every decide and apply and refuses the result if anything failed,
+//! so a storage error is never mistaken for an empty table.
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::store::state_error;
+use crate::books::{
+    AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey, Run,
+    RunId, StepId,
+};
+use crate::error::{Error, Result};
+
+/// Runs, by run id.
+pub const RUNS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_runs");
+/// Ledger entries, by (run, step, attempt).
+pub const EFFECTS_TABLE: TableDefinition<(&str, &str, u32), &[u8]> =
+    TableDefinition::new("books_effects");
+/// Content-addressed blobs, by digest.
+pub const BLOBS_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("books_blobs");
+/// Checkpoint metadata, by (run, version).
+pub const CHECKPOINTS_TABLE: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("books_checkpoints");
+/// The decision journal, by (run, position).
+pub const DECISIONS_TABLE: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("books_decisions");
+/// The audit journal, by (run, seq).
+pub const AUDIT_TABLE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("books_audit");
+
+/// The transaction a view reads (and maybe writes) through.
+pub(crate) enum Txn<'a> {
+    Read(&'a ReadTransaction),
+    Write(&'a WriteTransaction),
+}
+
+/// The books in one redb transaction (see the module docs).
+pub struct RedbBooks<'a> {
+    pub(crate) txn: Txn<'a>,
+    pub(crate) path: &'a Path,
+    pub(crate) error: RefCell<Option<Error>>,
+}
+
+/// Opens `$def` in the view's transaction and evaluates `$body` (a
+/// `Result<_, redb::StorageError>`) with the table bound to `$t`. Yields
+/// `Some(value)`, or `None` if the table does not exist yet (a read
+/// transaction) or something failed (recorded in the view).
+macro_rules! with_table {
+    ($view:expr, $def:expr, $op:expr, |$t:ident| $body:expr) => {{
+        let view: &RedbBooks<'_> = $view;
+        let outcome: std::result::Result<Option<_>, String> = match view.txn {
+            Txn::Read(txn) => match txn.open_table($def) {
+                Ok($t) => ($body).map(Some).map_err(|e| e.to_string()),
+                Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            },
+            Txn::Write(txn) => match txn.open_table($def) {
+                Ok($t) => ($body).map(Some).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        view.settle(outcome, $op)
+    }};
+}
+
+impl<'a> RedbBooks<'a> {
+    /// A read-only view of `txn`; `path` names the state file in errors.
+    pub fn reader(txn: &'a ReadTransaction, path: &'a Path) -> RedbBooks<'a> {
+        RedbBooks {
+            txn: Txn::Read(txn),
+            path,
+            error: RefCell::new(None),
+        }
+    }
+
+    /// A read-write view of `txn`, for `apply`.
+    pub fn writer(txn: &'a WriteTransaction, path: &'a Path) -> RedbBooks<'a> {
+        RedbBooks {
+            txn: Txn::Write(txn),
+            path,
+            error: RefCell::new(None),
+        }
+    }
+
+    /// Ends the view: `Err` with the first failure any read or write met.
+    pub fn finish(self) -> Result<()> {
+        match self.error.into_inner() {
+            None => Ok(()),
+            Some(error) => Err(error),
+        }
+    }
+
+    /// Records `error` unless an earlier one is already recorded.
+    pub(crate) fn fail(&self, error: Error) {
+        let mut slot = self.error.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+    }
+
+    pub(crate) fn settle<T>(
+        &self,
+        outcome: std::result::Result<Option<T>, String>,
+        op: &'static str,
+    ) -> Option<T> {
+        outcome.unwrap_or_else(|reason| {
+            self.fail(state_error(self.path, op, reason));
+            None
+        })
+    }
+
+    /// Decodes a stored value, recording a `Corrupt` error if it is not one.
+    pub(crate) fn decode<T: DeserializeOwned>(&self, bytes: &[u8], what: &str) -> Option<T> {
+        match postcard::from_bytes(bytes) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.fail(Error::corrupt(
+                    self.path,
+                    0,
+                    format!("the stored {what} does not decode: {e}"),
+                ));
+                None
+            }
+        }
+    }
+
+    /// The metadata of checkpoint `version` of `run`, if it exists.
+    pub fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
+        let bytes = with_table!(self, CHECKPOINTS_TABLE, "read checkpoint", |t| t
+            .get((run.as_str(), version))
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        self.decode(&bytes, &format!("checkpoint {version} of run {run}"))
+    }
+
+    /// The last (key's second half, value) of `run`'s range in `def`.
+    fn last_in(
+        &self,
+        def: TableDefinition<(&str, u64), &[u8]>,
+        run: &RunId,
+        op: &'static str,
+    ) -> Option<(u64, Vec<u8>)> {
+        with_table!(self, def, op, |t| {
+            let range = t.range((run.as_str(), 0u64)..=(run.as_str(), u64::MAX));
+            range.and_then(|mut r| match r.next_back() {
+                None => Ok(None),
+                Some(item) => item.map(|(k, v)| Some((k.value().1, v.value().to_vec()))),
+            })
+        })
+        .flatten()
+    }
+}
+
+/// The postcard bytes of a books value.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_stdvec(value).expect("encoding a books value into a Vec cannot fail")
+}
+
+impl BooksRead for RedbBooks<'_> {
+    fn run(&self, id: &RunId) -> Option<Run> {
+        let bytes = with_table!(self, RUNS_TABLE, "read run", |t| t
+            .get(id.as_str())
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let run: Run = self.decode(&bytes, &format!("run {id}"))?;
+        assert_eq!(&run.id, id, "run stored under another id");
+        Some(run)
+    }
+
+    fn scan_runs(&self, visit: &mut dyn FnMut(&Run)) {
+        let all = with_table!(self, RUNS_TABLE, "scan runs", |t| {
+            t.iter().and_then(|iter| {
+                iter.map(|item| item.map(|(_, v)| v.value().to_vec()))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+        })
+        .unwrap_or_default();
+        for bytes in &all {
+            if let Some(run) = self.decode::<Run>(bytes, "run (scan)") {
+                visit(&run);
+            }
+        }
+    }
+
+    fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
+        let k = (key.run().as_str(), key.step().as_str(), key.attempt());
+        let bytes = with_table!(self, EFFECTS_TABLE, "read effect", |t| t
+            .get(k)
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        self.decode(&bytes, &format!("effect {key}"))
+    }
+
+    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry> {
+        let (r, s) = (run.as_str(), step.as_str());
+        let bytes = with_table!(self, EFFECTS_TABLE, "read latest effect", |t| {
+            t.range((r, s, 0u32)..=(r, s, u32::MAX))
+                .and_then(|mut range| match range.next_back() {
+                    None => Ok(None),
+                    Some(item) => item.map(|(_, v)| Some(v.value().to_vec())),
+                })
+        })
+        .flatten()?;
+        let entry: EffectEntry = self.decode(&bytes, &format!("latest effect of {run}/{step}"))?;
+        assert!(entry.key.run() == run && entry.key.step() == step);
+        Some(entry)
+    }
+
+    fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
+        let (_, bytes) = self.last_in(CHECKPOINTS_TABLE, run, "read latest checkpoint")?;
+        self.decode(&bytes, &format!("latest checkpoint of run {run}"))
+    }
+
+    fn blob_exists(&self, digest: &Digest) -> bool {
+        with_table!(self, BLOBS_TABLE, "look up blob", |t| t
+            .get(digest.0.as_slice())
+            .map(|g| g.is_some()))
+        .unwrap_or(false)
+    }
+
+    fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
+        with_table!(self, BLOBS_TABLE, "read blob", |t| t
+            .get(digest.0.as_slice())
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()
+    }
+
+    fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
+        let bytes = with_table!(self, DECISIONS_TABLE, "read decision", |t| t
+            .get((run.as_str(), position))
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        self.decode(&bytes, &format!("decision {position} of run {run}"))
+    }
+
+    fn decision_count(&self, run: &RunId) -> u64 {
+        self.last_in(DECISIONS_TABLE, run, "count decisions")
+            .map_or(0, |(position, _)| position + 1)
+    }
+
+    fn audit_len(&self, run: &RunId) -> u64 {
+        self.last_in(AUDIT_TABLE, run, "count audit entries")
+            .map_or(0, |(seq, _)| seq)
+    }
+
+    fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
+        let r = run.as_str();
+        let all = with_table!(self, AUDIT_TABLE, "read audit", |t| {
+            t.range((r, from_seq)..=(r, u64::MAX)).and_then(|iter| {
+                iter.map(|item| item.map(|(_, v)| v.value().to_vec()))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+        })
+        .unwrap_or_default();
+        all.iter()
+            .filter_map(|bytes| self.decode(bytes, &format!("audit entry of run {run}")))
+            .collect()
+    }
+}

@@ -1,0 +1,137 @@
+//! Helpers shared by the engine scenario and crash tests: opening an engine
+//! on the real file system with a manual clock, a reference model
+//! (`MemBooks` driven through the same decide/apply), and short command
+//! constructors. Included with `mod support;`; not every test uses every
+//! helper.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use actum::books::{
+    Answer, BooksWrite, Command, CreateRun, Guard, MemBooks, RunId, StepId, ToolClass, WorkerId,
+    apply, decide, digest_of,
+};
+use actum::engine::{LeaseGrant, StepRequest, ToolSpec};
+use actum::{Engine, EngineOptions, FsStorage, ManualClock, Result, Storage};
+
+/// Start of every test's clock, ms since the epoch.
+pub const START_MS: u64 = 1_700_000_000_000;
+/// The lease every scenario takes.
+pub const LEASE_MS: u64 = 30_000;
+/// Stripe-like dedup window.
+pub const DAY_MS: u64 = 86_400_000;
+
+/// Opens an engine in `dir` on the real file system, reading `clock`.
+pub fn open_fs(dir: &Path, clock: &Arc<ManualClock>) -> Engine {
+    let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+    Engine::open_with(storage, clock.clone(), dir, EngineOptions::default()).unwrap()
+}
+
+pub fn rid(name: &str) -> RunId {
+    RunId::new(name).unwrap()
+}
+
+pub fn sid(name: &str) -> StepId {
+    StepId::new(name).unwrap()
+}
+
+pub fn wid(name: &str) -> WorkerId {
+    WorkerId::new(name).unwrap()
+}
+
+pub fn create_cmd(run: &str) -> CreateRun {
+    CreateRun {
+        run: rid(run),
+        input_digest: digest_of(run.as_bytes()),
+        agent_version: "agent 1.0".into(),
+        trace_id: format!("trace-{run}"),
+        parent: None,
+    }
+}
+
+/// Creates `run` and leases it to `worker`.
+pub fn create_and_lease(engine: &Engine, run: &str, worker: &str) -> LeaseGrant {
+    engine.create_run(create_cmd(run)).unwrap();
+    engine
+        .acquire_lease(&rid(run), &wid(worker), LEASE_MS)
+        .unwrap()
+}
+
+pub fn idempotent() -> ToolClass {
+    ToolClass::Idempotent {
+        dedup_window_ms: DAY_MS,
+    }
+}
+
+/// A step request of `tool` with `args`.
+pub fn request<'a>(
+    guard: &'a Guard,
+    run: &'a RunId,
+    step: &'a StepId,
+    tool: &str,
+    class: ToolClass,
+    args: &'a [u8],
+) -> StepRequest<'a> {
+    StepRequest {
+        guard,
+        run,
+        step,
+        tool: ToolSpec {
+            name: tool.into(),
+            class,
+        },
+        args,
+        rationale: "the plan says so",
+        compensation: None,
+    }
+}
+
+/// The reference model: `MemBooks` driven through decide then apply at the
+/// clock reading the engine saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Model {
+    pub books: MemBooks,
+}
+
+impl Model {
+    /// Decides and applies `cmd` at `now_ms`; the answer, or the refusal.
+    pub fn execute(&mut self, cmd: &Command, now_ms: u64) -> Result<Answer> {
+        let decided = decide(&self.books, cmd, now_ms)?;
+        for op in &decided.ops {
+            apply(&mut self.books as &mut dyn BooksWrite, op);
+        }
+        Ok(decided.answer)
+    }
+}
+
+/// A toy payment provider that remembers every idempotency key it saw.
+#[derive(Debug, Default)]
+pub struct Bank {
+    /// Charges actually made: (key, amount).
+    pub charges: Vec<(String, Vec<u8>)>,
+}
+
+impl Bank {
+    /// Charges unless `key` was seen (then returns the first receipt).
+    pub fn charge_idempotent(&mut self, key: &str, amount: &[u8]) -> Vec<u8> {
+        if let Some(i) = self.charges.iter().position(|(k, _)| k == key) {
+            return format!("ch_{i}").into_bytes();
+        }
+        self.charge_blindly(key, amount)
+    }
+
+    /// Charges, whatever the key.
+    pub fn charge_blindly(&mut self, key: &str, amount: &[u8]) -> Vec<u8> {
+        self.charges.push((key.to_string(), amount.to_vec()));
+        format!("ch_{}", self.charges.len() - 1).into_bytes()
+    }
+
+    /// The receipt of `key`'s charge, if it happened.
+    pub fn query(&self, key: &str) -> Option<Vec<u8>> {
+        let i = self.charges.iter().position(|(k, _)| k == key)?;
+        Some(format!("ch_{i}").into_bytes())
+    }
+}
