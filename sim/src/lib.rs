@@ -16,6 +16,7 @@ pub mod check;
 pub mod clock;
 pub mod disk;
 pub mod fnv;
+pub mod fuzz;
 pub mod rng;
 
 pub use clock::SimClock;

@@ -1,0 +1,40 @@
+//! Fuzz target `ops`: the books' op codec (postcard) on arbitrary bytes.
+//!
+//! **Invariant:** `Op::decode` and `decode_ops` never panic, and whatever
+//! they return re-encodes to bytes that decode to an equal value. (Postcard
+//! accepts some non-minimal varints, so the re-encoding need not equal the
+//! input byte for byte; the value is what must survive.)
+
+use actum::books::{Op, decode_ops, encode_ops};
+
+/// Runs the `ops` target on `data`.
+pub fn ops(data: &[u8]) {
+    if let Ok(op) = Op::decode(data) {
+        let encoded = op.encode();
+        assert!(
+            encoded.len() <= data.len(),
+            "an op re-encoded longer than its input: {op:?}"
+        );
+        let again = Op::decode(&encoded);
+        assert!(
+            again.as_ref().is_ok_and(|again| again == &op),
+            "decode(encode(op)) gave {again:?} for {op:?}"
+        );
+    }
+    if let Ok(ops) = decode_ops(data) {
+        let encoded = encode_ops(&ops);
+        let again = decode_ops(&encoded);
+        assert!(
+            again.as_ref().is_ok_and(|again| again == &ops),
+            "decode_ops(encode_ops(ops)) gave {again:?} for {ops:?}"
+        );
+        // Each op of a list is an op on its own as well.
+        for op in &ops {
+            let alone = Op::decode(&op.encode());
+            assert!(
+                alone.as_ref().is_ok_and(|alone| alone == op),
+                "an op from a list does not round-trip alone: {op:?}"
+            );
+        }
+    }
+}
