@@ -1,5 +1,6 @@
 //! The [`Engine`] handle: a database directory (lock, manifest, WAL) and its
-//! redb state store behind one mutex, plus the clock. Opening it recovers:
+//! redb state store (behind a mutex, with the commands in flight), plus the
+//! clock. Opening it recovers:
 //! the state store is checked against the manifest and the WAL after its
 //! `applied_lsn` is replayed through the same `apply` as the live path.
 //!
@@ -18,6 +19,7 @@ use crate::ids::Lsn;
 use crate::state::{RedbBooks, StateStore};
 use crate::storage::{FsStorage, Storage};
 
+use super::commit::Pending;
 use super::options::EngineOptions;
 
 /// What opening found and did.
@@ -35,8 +37,9 @@ pub struct Recovery {
 
 /// The mutable heart of the engine, behind [`Engine`]'s mutex.
 pub(crate) struct Inner {
-    pub(crate) db: Db,
     pub(crate) state: StateStore,
+    /// Records logged but not yet applied, in LSN order (see `commit.rs`).
+    pub(crate) pending: Vec<Pending>,
     /// Set when a failure left the in-memory state uncertain.
     pub(crate) halted: Option<String>,
     /// Commits since the last checkpoint.
@@ -62,6 +65,9 @@ pub struct Engine {
     pub(crate) options: EngineOptions,
     pub(crate) state_path: PathBuf,
     pub(crate) recovery: Recovery,
+    /// Lock, manifest and WAL; shared, so commands wait for their group
+    /// commit without holding `inner`.
+    pub(crate) db: Db,
     pub(crate) inner: Mutex<Inner>,
 }
 
@@ -132,8 +138,8 @@ impl Engine {
             durable_lsn,
         };
         let inner = Inner {
-            db,
             state,
+            pending: Vec::new(),
             halted: None,
             records_since_checkpoint: replayed_records,
             bytes_since_checkpoint: 0,
@@ -143,6 +149,7 @@ impl Engine {
             options,
             state_path,
             recovery,
+            db,
             inner: Mutex::new(inner),
         })
     }
@@ -150,6 +157,12 @@ impl Engine {
     /// What opening found and did.
     pub fn recovery(&self) -> &Recovery {
         &self.recovery
+    }
+
+    /// The write-ahead log's counters: appends, records, group commits and
+    /// fsyncs (so `appends / fsyncs` is the records each fsync carried).
+    pub fn wal_stats(&self) -> crate::wal::WalStats {
+        self.db.wal().stats()
     }
 
     /// The clock the engine reads time from.
@@ -163,8 +176,8 @@ impl Engine {
     /// [`EngineOptions`]); no background thread ever runs it.
     pub fn checkpoint(&self) -> Result<Lsn> {
         let mut inner = self.lock();
-        inner.check_running()?;
-        let result = inner.checkpoint();
+        self.apply_durable(&mut inner)?;
+        let result = inner.checkpoint(&self.db);
         if let Err(e) = &result {
             inner.halt(format!("a failed checkpoint ({e})"));
         }
@@ -175,16 +188,16 @@ impl Engine {
     /// clean-shutdown LSN. Dropping an engine without closing it is safe
     /// (it is what a crash looks like); the next open replays the log.
     pub fn close(self) -> Result<()> {
-        let mut inner = self
-            .inner
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
+        let Engine { db, inner, .. } = self;
+        let mut inner = inner.into_inner().unwrap_or_else(PoisonError::into_inner);
         if let Some(cause) = inner.halted.take() {
             return Err(Error::Halted { cause });
         }
-        inner.checkpoint()?;
-        let Inner { db, state, .. } = inner;
-        drop(state);
+        // Every command returned before `close` could take `self`, so each
+        // record is applied or its command failed (and halted the engine).
+        assert!(inner.pending.is_empty(), "no command is in flight at close");
+        inner.checkpoint(&db)?;
+        drop(inner);
         db.close()
     }
 
@@ -218,19 +231,18 @@ impl Inner {
         assert!(self.halted.is_some());
     }
 
-    /// State store checkpoint, then manifest and WAL GC.
-    pub(crate) fn checkpoint(&mut self) -> Result<Lsn> {
+    /// State store checkpoint, then manifest and WAL GC. Records still
+    /// pending are durable or about to be, and stay in the WAL.
+    pub(crate) fn checkpoint(&mut self, db: &Db) -> Result<Lsn> {
         let lsn = self.state.checkpoint()?;
-        assert_eq!(lsn, self.db.wal().durable_lsn(), "the state covers the log");
-        self.db.checkpoint(lsn)?;
+        assert!(
+            lsn <= db.wal().durable_lsn(),
+            "the state holds only durable records"
+        );
+        db.checkpoint(lsn)?;
         self.records_since_checkpoint = 0;
         self.bytes_since_checkpoint = 0;
         Ok(lsn)
-    }
-
-    /// Applies the ops of the record at `lsn` in one state transaction.
-    pub(crate) fn apply_record(&mut self, lsn: Lsn, ops: &[crate::books::Op]) -> Result<()> {
-        apply_record(&mut self.state, lsn, ops)
     }
 }
 

@@ -75,12 +75,20 @@ impl<T, W> GroupCommit<T, W> {
     /// writer, the group (in LSN order) and the durable LSN at its start
     /// (the ack watermark); its `Err` is the poison cause. Returns the LSN of
     /// the item's last record.
+    #[cfg(test)]
     pub fn append<F>(&self, item: T, count: u64, flush: F) -> Result<Lsn, String>
     where
         F: FnOnce(&mut W, &[Entry<T>], Lsn) -> Result<(), String>,
     {
+        let last = self.enqueue(item, count)?;
+        self.wait_durable(last, flush)
+    }
+
+    /// Enqueues `item` holding `count` records without waiting; returns the
+    /// LSN of its last record. LSNs are assigned in enqueue order, so a
+    /// caller that enqueues under its own lock fixes the log order.
+    pub fn enqueue(&self, item: T, count: u64) -> Result<Lsn, String> {
         assert!(count >= 1, "a batch holds at least one record");
-        let mut flush = Some(flush);
         let mut queue = self.queue.lock().expect("wal queue lock");
         if let Some(cause) = &queue.poison {
             return Err(cause.clone());
@@ -89,6 +97,19 @@ impl<T, W> GroupCommit<T, W> {
         let last = Lsn(first.0.checked_add(count - 1).expect("LSN space exhausted"));
         queue.next_lsn = last.next();
         queue.pending.push(Entry { first, last, item });
+        assert!(queue.durable_lsn < first, "a new batch is not yet durable");
+        Ok(last)
+    }
+
+    /// Waits until `last` (an LSN `enqueue` returned) is durable, leading a
+    /// flush when no leader is active; see [`GroupCommit::append`].
+    pub fn wait_durable<F>(&self, last: Lsn, flush: F) -> Result<Lsn, String>
+    where
+        F: FnOnce(&mut W, &[Entry<T>], Lsn) -> Result<(), String>,
+    {
+        let mut flush = Some(flush);
+        let mut queue = self.queue.lock().expect("wal queue lock");
+        assert!(last < queue.next_lsn, "waiting for an LSN never enqueued");
         // Each pass either returns, leads one flush, or waits for a leader to
         // finish; the number of passes is bounded by the groups ahead of us.
         loop {
@@ -104,7 +125,7 @@ impl<T, W> GroupCommit<T, W> {
             }
             // No leader and our batch is not durable: it is still queued.
             assert!(
-                queue.pending.first().is_some_and(|e| e.first <= first),
+                queue.pending.first().is_some_and(|e| e.first <= last),
                 "an unflushed batch must still be in the queue"
             );
             queue.leader_active = true;

@@ -140,12 +140,23 @@ impl Wal {
     /// or none) and returns the LSN of its last record once it is durable.
     /// An empty batch writes nothing and returns the durable LSN.
     pub fn append(&self, batch: &[&[u8]]) -> Result<Lsn> {
-        if let Some(cause) = self.group.poison() {
-            return Err(Error::Poisoned { cause });
-        }
         if batch.is_empty() {
+            if let Some(cause) = self.group.poison() {
+                return Err(Error::Poisoned { cause });
+            }
             return Ok(self.durable_lsn());
         }
+        let last = self.enqueue(batch)?;
+        self.wait_durable(last)
+    }
+
+    /// Queues a non-empty batch for the next group commit without waiting;
+    /// returns the LSN its last record will have. Nothing is durable until
+    /// [`Wal::wait_durable`] for that LSN returns `Ok`. LSNs follow enqueue
+    /// order, so a caller that enqueues under its own lock fixes the order
+    /// of its records in the log.
+    pub fn enqueue(&self, batch: &[&[u8]]) -> Result<Lsn> {
+        assert!(!batch.is_empty(), "enqueue takes a non-empty batch");
         let max_bytes = self.ctx.options.max_record_bytes;
         if let Some(big) = batch.iter().find(|p| p.len() as u64 > max_bytes) {
             let size_bytes = big.len() as u64;
@@ -165,15 +176,26 @@ impl Wal {
             });
         }
         let count = batch.count();
+        let last = self
+            .group
+            .enqueue(batch, count)
+            .map_err(|cause| Error::Poisoned { cause })?;
+        assert!(last.0 >= count);
+        Ok(last)
+    }
+
+    /// Waits until `lsn` (from [`Wal::enqueue`]) is durable, leading the
+    /// group commit (one write, one `fdatasync`) if no one else is.
+    pub fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
         let ctx = &self.ctx;
         let last = self
             .group
-            .append(batch, count, |writer, group, ack| {
+            .wait_durable(lsn, |writer, group, ack| {
                 writer.flush(ctx, group, ack).map_err(|e| e.to_string())
             })
             .map_err(|cause| Error::Poisoned { cause })?;
         Counters::bump(&self.ctx.counters.appends);
-        assert!(last.0 >= count && self.durable_lsn() >= last);
+        assert!(last == lsn && self.durable_lsn() >= last);
         Ok(last)
     }
 
