@@ -1,12 +1,13 @@
 //! The [`Engine`] handle: a database directory (lock, manifest, WAL) and its
 //! redb state store (behind a mutex, with the commands in flight), plus the
-//! clock. Opening it recovers:
-//! the state store is checked against the manifest and the WAL after its
-//! `applied_lsn` is replayed through the same `apply` as the live path.
+//! clock. Opening it recovers: the state store is checked against the
+//! manifest and the WAL after its `applied_lsn` is replayed through the
+//! same `apply` as the live path.
 //!
 //! **Invariant:** while an `Engine` is open and not halted, the state store
-//! has applied exactly the WAL's durable records, in LSN order, each once
-//! (`state.applied_lsn() == wal.durable_lsn()` between commands).
+//! has applied only durable WAL records, in LSN order, each once
+//! (`state.applied_lsn() <= wal.durable_lsn()`, equal whenever no command
+//! is in flight).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

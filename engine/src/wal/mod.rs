@@ -1,6 +1,6 @@
 //! The write-ahead log: segmented, checksummed, with group commit.
 //!
-//! One concern per file: [`format`] (bytes on disk, pure), `segment` (one
+//! One concern per file: [`mod@format`] (bytes on disk, pure), `segment` (one
 //! segment file), `group` (the group-commit kernel), `writer` (what a
 //! leader writes), `table` (live segments), `reader` ([`WalIter`]),
 //! `recovery`, and `log` (the [`Wal`] facade). `docs/FORMAT.md` documents
