@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::state::RedbBooks;
 
-use super::core::{Engine, Inner, apply_record};
+use super::core::{Engine, Inner, apply_group};
 
 /// A command's record, logged (enqueued) but not yet applied.
 #[derive(Debug)]
@@ -108,15 +108,17 @@ impl Engine {
     pub(crate) fn apply_durable(&self, inner: &mut Inner) -> Result<()> {
         inner.check_running()?;
         let durable = self.db.wal().durable_lsn();
-        // Bounded by the pending queue, itself bounded by the callers waiting.
-        while inner.pending.first().is_some_and(|p| p.lsn <= durable) {
-            let pending = inner.pending.remove(0);
-            if let Err(e) = apply_record(&mut inner.state, pending.lsn, &pending.ops) {
-                inner.halt(format!("a failed state apply at {} ({e})", pending.lsn));
+        let ready = inner.pending.partition_point(|p| p.lsn <= durable);
+        if ready > 0 {
+            // Every durable record in one state transaction: a group commit's
+            // records cost one redb commit.
+            let group: Vec<Pending> = inner.pending.drain(..ready).collect();
+            if let Err(e) = apply_group(&mut inner.state, &group) {
+                inner.halt(format!("a failed state apply ({e})"));
                 return Err(e);
             }
-            inner.records_since_checkpoint += 1;
-            inner.bytes_since_checkpoint += pending.bytes;
+            inner.records_since_checkpoint += group.len() as u64;
+            inner.bytes_since_checkpoint += group.iter().map(|p| p.bytes).sum::<u64>();
         }
         assert!(inner.state.applied_lsn() <= durable);
         self.maybe_checkpoint(inner);

@@ -266,6 +266,27 @@ pub(crate) fn apply_record(
     Ok(())
 }
 
+/// Applies a group of consecutive records in one state transaction.
+pub(crate) fn apply_group(state: &mut StateStore, group: &[Pending]) -> Result<()> {
+    let (Some(first), Some(last)) = (group.first(), group.last()) else {
+        return Ok(());
+    };
+    assert!(
+        group.windows(2).all(|w| w[1].lsn == w[0].lsn.next()),
+        "a group's records are consecutive"
+    );
+    let path = state.path().to_path_buf();
+    state.apply_group(first.lsn, last.lsn, |txn| {
+        let mut books = RedbBooks::writer(txn, &path);
+        for op in group.iter().flat_map(|p| &p.ops) {
+            apply(&mut books, op);
+        }
+        books.finish()
+    })?;
+    assert_eq!(state.applied_lsn(), last.lsn);
+    Ok(())
+}
+
 /// Replays every durable record after the state's `applied_lsn`; returns
 /// how many.
 fn replay(db: &Db, state: &mut StateStore) -> Result<u64> {
