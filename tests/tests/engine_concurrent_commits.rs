@@ -12,11 +12,25 @@ use std::sync::Arc;
 
 use actum::ManualClock;
 use actum::books::{BeginEffect, FinishEffect, Outcome, digest_of};
-use actum::engine::Begun;
+use actum::engine::{Begun, LeaseGrant};
 use support::*;
 
 const THREADS: usize = 8;
 const PROTOCOLS_PER_THREAD: usize = 30;
+
+/// The intent of charge number `n` of `grant`'s run.
+fn charge(grant: &LeaseGrant, n: usize) -> BeginEffect {
+    BeginEffect {
+        run: grant.run.clone(),
+        step: sid(&format!("s{n}")),
+        guard: grant.guard.clone(),
+        tool: "stripe.charge".into(),
+        tool_class: idempotent(),
+        args_digest: digest_of(&n.to_le_bytes()),
+        rationale: "concurrent".into(),
+        compensation: None,
+    }
+}
 
 #[test]
 fn concurrent_effects_share_fsyncs_and_all_survive_a_crash() {
@@ -32,18 +46,7 @@ fn concurrent_effects_share_fsyncs_and_all_survive_a_crash() {
             let engine = &engine;
             scope.spawn(move || {
                 for n in 0..PROTOCOLS_PER_THREAD {
-                    let begun = engine
-                        .begin_effect(BeginEffect {
-                            run: grant.run.clone(),
-                            step: sid(&format!("s{n}")),
-                            guard: grant.guard.clone(),
-                            tool: "stripe.charge".into(),
-                            tool_class: idempotent(),
-                            args_digest: digest_of(&n.to_le_bytes()),
-                            rationale: "concurrent".into(),
-                            compensation: None,
-                        })
-                        .unwrap();
+                    let begun = engine.begin_effect(charge(grant, n)).unwrap();
                     let Begun::Proceed { key, .. } = begun else {
                         panic!("a fresh step proceeds: {begun:?}")
                     };
@@ -78,18 +81,7 @@ fn concurrent_effects_share_fsyncs_and_all_survive_a_crash() {
     );
     for grant in &grants {
         for n in 0..PROTOCOLS_PER_THREAD {
-            let begun = engine
-                .begin_effect(BeginEffect {
-                    run: grant.run.clone(),
-                    step: sid(&format!("s{n}")),
-                    guard: grant.guard.clone(),
-                    tool: "stripe.charge".into(),
-                    tool_class: idempotent(),
-                    args_digest: digest_of(&n.to_le_bytes()),
-                    rationale: "concurrent".into(),
-                    compensation: None,
-                })
-                .unwrap();
+            let begun = engine.begin_effect(charge(grant, n)).unwrap();
             assert!(
                 matches!(&begun, Begun::Replay { receipt, .. } if receipt == format!("ch_{n}").as_bytes()),
                 "{begun:?}"
