@@ -17,7 +17,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
-use crate::state::{RedbBooks, StateStore};
+use crate::state::{RedbBooks, StateStore, replay_log};
 use crate::storage::{FsStorage, Storage};
 
 use super::commit::Pending;
@@ -114,18 +114,16 @@ impl Engine {
         let state_path = dir.join(&manifest.state_file);
         let mut state = StateStore::open(&storage, &state_path, options.verify_state_on_open)?;
         let state_lsn_at_open = state.applied_lsn();
-        if state_lsn_at_open < manifest.applied_lsn {
-            return Err(Error::corrupt(
-                &state_path,
-                0,
-                format!(
-                    "the state store covers {state_lsn_at_open} but the manifest says a \
-                     checkpoint covered {}: a durable state commit was lost",
-                    manifest.applied_lsn
-                ),
-            ));
-        }
-        let replayed_records = replay(&db, &mut state)?;
+        let replayed_records = replay_log(&db, &mut state, |state, lsn, payload| {
+            let ops = decode_ops(payload).map_err(|e| {
+                Error::corrupt(
+                    dir.join("wal"),
+                    0,
+                    format!("the record at {lsn} is not a list of books ops: {e}"),
+                )
+            })?;
+            apply_record(state, lsn, &ops)
+        })?;
         let durable_lsn = db.wal().durable_lsn();
         assert_eq!(
             state.applied_lsn(),
@@ -285,40 +283,4 @@ pub(crate) fn apply_group(state: &mut StateStore, group: &[Pending]) -> Result<(
     })?;
     assert_eq!(state.applied_lsn(), last.lsn);
     Ok(())
-}
-
-/// Replays every durable record after the state's `applied_lsn`; returns
-/// how many.
-fn replay(db: &Db, state: &mut StateStore) -> Result<u64> {
-    let from = state.applied_lsn().next();
-    let durable = db.wal().durable_lsn();
-    if from > durable.next() {
-        return Err(Error::corrupt(
-            state.path(),
-            0,
-            format!(
-                "the state store covers {} but the log ends at {durable}: acknowledged \
-                 records are missing from the log",
-                state.applied_lsn()
-            ),
-        ));
-    }
-    let mut replayed = 0u64;
-    if from > durable {
-        return Ok(0);
-    }
-    for record in db.wal().read_from(from)? {
-        let (lsn, payload) = record?;
-        let ops = decode_ops(&payload).map_err(|e| {
-            Error::corrupt(
-                db.dir().join("wal"),
-                0,
-                format!("the record at {lsn} is not a list of books ops: {e}"),
-            )
-        })?;
-        apply_record(state, lsn, &ops)?;
-        replayed += 1;
-    }
-    assert_eq!(state.applied_lsn(), durable);
-    Ok(replayed)
 }

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use actum::db::{Db, DbOptions};
-use actum::state::StateStore;
+use actum::state::{StateStore, replay_log};
 use actum::wal::WalOptions;
-use actum::{Clock, DatabaseId, Error, Lsn, Result, Storage};
+use actum::{Clock, DatabaseId, Lsn, Result, Storage};
 
 use super::config::CampaignConfig;
 use super::kv;
@@ -64,32 +64,12 @@ impl Node {
         let mut state = StateStore::open(&storage, &state_path, true)?;
         let redb_applied_at_open = state.applied_lsn();
         let redb_state_at_open = kv::read_all(&state.read()?)?;
-        let manifest_lsn = db.manifest().applied_lsn;
-        if redb_applied_at_open < manifest_lsn {
-            return Err(Error::corrupt(
-                state_path,
-                0,
-                format!(
-                    "the state store covers {redb_applied_at_open} but the manifest says a \
-                     checkpoint covered {manifest_lsn}"
-                ),
-            ));
-        }
-        for record in db.wal().read_from(redb_applied_at_open.next())? {
-            let (lsn, payload) = record?;
-            state.apply(lsn, |txn| kv::apply(txn, &payload))?;
-        }
+        // The engine's own recovery: manifest check, replay through the
+        // same apply as the live path, log and state agree at the end.
+        replay_log(&db, &mut state, |state, lsn, payload| {
+            state.apply(lsn, |txn| kv::apply(txn, payload))
+        })?;
         let durable_lsn = db.wal().durable_lsn();
-        if state.applied_lsn() != durable_lsn {
-            return Err(Error::corrupt(
-                dir.join("wal"),
-                0,
-                format!(
-                    "replay reached {} but the log is durable to {durable_lsn}",
-                    state.applied_lsn()
-                ),
-            ));
-        }
         let observed = Observed {
             durable_lsn,
             redb_applied_at_open,
