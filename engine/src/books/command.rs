@@ -120,7 +120,7 @@ pub struct BeginEffect {
 /// Ceremony point 5: record the outcome of an act.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FinishEffect {
-    /// The attempt's key (from `Answer::Proceed` or `Answer::Resend`).
+    /// The attempt's key (from `Begun::Proceed` or `Begun::Resend`).
     pub key: EffectKey,
     /// Ownership proof.
     pub guard: Guard,

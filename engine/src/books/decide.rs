@@ -21,6 +21,55 @@ use super::run::{RunState, decide_create, decide_transition};
 use super::state::BooksRead;
 use crate::error::{Error, Result};
 
+/// What `BeginEffect` decided (ceremony points 1 to 3): the one answer a
+/// caller acts on before touching the world.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Begun {
+    /// The intent is recorded: act now, passing `key` and `token` to the tool.
+    Proceed {
+        /// The idempotency key.
+        key: EffectKey,
+        /// The fencing token.
+        token: FencingToken,
+    },
+    /// The step was already done: here is its receipt; do not act.
+    Replay {
+        /// The idempotency key of the confirmed attempt.
+        key: EffectKey,
+        /// The stored receipt.
+        receipt: Vec<u8>,
+    },
+    /// An intent without outcome, inside the tool's dedup window: send
+    /// again with the *same* key.
+    Resend {
+        /// The (unchanged) idempotency key.
+        key: EffectKey,
+        /// The fencing token.
+        token: FencingToken,
+    },
+    /// An intent without outcome on a queryable tool: ask the tool about
+    /// `key`, then send `Reconcile`. Do not act.
+    Reconcile {
+        /// The key to ask about.
+        key: EffectKey,
+        /// The fencing token.
+        token: FencingToken,
+    },
+    /// Nobody knows whether the act happened; it must be reconciled by a
+    /// person or a query. Do not act.
+    Unknown {
+        /// The ambiguous attempt.
+        key: EffectKey,
+        /// Why it is unknown.
+        reason: String,
+    },
+    /// The step was done and compensated; do not act.
+    Compensated {
+        /// The attempt.
+        key: EffectKey,
+    },
+}
+
 /// What the caller is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
@@ -71,49 +120,8 @@ pub enum Answer {
         /// Its version now.
         version: u64,
     },
-    /// The intent is recorded: act now, passing `key` and `token` to the tool.
-    Proceed {
-        /// The idempotency key.
-        key: EffectKey,
-        /// The fencing token.
-        token: FencingToken,
-    },
-    /// The step was already done: here is its receipt; do not act.
-    Replay {
-        /// The idempotency key of the confirmed attempt.
-        key: EffectKey,
-        /// The stored receipt.
-        receipt: Vec<u8>,
-    },
-    /// An intent without outcome, inside the tool's dedup window: send
-    /// again with the *same* key.
-    Resend {
-        /// The (unchanged) idempotency key.
-        key: EffectKey,
-        /// The fencing token.
-        token: FencingToken,
-    },
-    /// An intent without outcome on a queryable tool: ask the tool about
-    /// `key`, then send `Reconcile`. Do not act.
-    Reconcile {
-        /// The key to ask about.
-        key: EffectKey,
-        /// The fencing token.
-        token: FencingToken,
-    },
-    /// Nobody knows whether the act happened; it must be reconciled by a
-    /// person or a query. Do not act.
-    Unknown {
-        /// The ambiguous attempt.
-        key: EffectKey,
-        /// Why it is unknown.
-        reason: String,
-    },
-    /// The step was done and compensated; do not act.
-    Compensated {
-        /// The attempt.
-        key: EffectKey,
-    },
+    /// What `BeginEffect` decided: act, replay, resend, reconcile, or not.
+    Begun(Begun),
     /// The effect settled (or already had exactly this outcome).
     Settled {
         /// The attempt.
@@ -239,7 +247,7 @@ mod tests {
         let (mut b, g) = books_with_leased_run("r");
         b.ok(transition("r", &g, RunState::Running));
         let d = b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a"));
-        let Answer::Proceed { key, .. } = d.answer else {
+        let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
             panic!()
         };
         let before = b.mem.clone();
@@ -276,7 +284,7 @@ mod tests {
         let (mut b, g) = books_with_leased_run("r");
         b.ok(transition("r", &g, RunState::Running));
         let d = b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a"));
-        let Answer::Proceed { key, .. } = d.answer else {
+        let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
             panic!()
         };
         let parts = vec![

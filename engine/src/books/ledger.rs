@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::command::{BeginEffect, FinishEffect, MarkCompensated, Reconcile};
-use super::decide::{Answer, Decided};
+use super::decide::{Answer, Begun, Decided};
 use super::digest::Digest;
 use super::ids::{EffectKey, FencingToken, validate_name};
 use super::lease::check_live;
@@ -215,10 +215,10 @@ pub(crate) fn decide_begin(
     match &latest.status {
         EffectStatus::Confirmed { receipt } => decided(
             None,
-            Answer::Replay {
+            Answer::Begun(Begun::Replay {
                 key,
                 receipt: receipt.clone(),
-            },
+            }),
         ),
         EffectStatus::Failed {
             retryable: true, ..
@@ -232,12 +232,14 @@ pub(crate) fn decide_begin(
         }),
         EffectStatus::Unknown { reason } => decided(
             None,
-            Answer::Unknown {
+            Answer::Begun(Begun::Unknown {
                 key,
                 reason: reason.clone(),
-            },
+            }),
         ),
-        EffectStatus::Compensated { .. } => decided(None, Answer::Compensated { key }),
+        EffectStatus::Compensated { .. } => {
+            decided(None, Answer::Begun(Begun::Compensated { key }))
+        }
         EffectStatus::Intended => resume(&latest, cmd.guard.token, now_ms),
     }
 }
@@ -257,10 +259,10 @@ fn intend(cmd: &BeginEffect, key: EffectKey, now_ms: u64) -> Result<Decided> {
         resends: 0,
         settled_ms: None,
     };
-    let answer = Answer::Proceed {
+    let answer = Answer::Begun(Begun::Proceed {
         key,
         token: cmd.guard.token,
-    };
+    });
     decided(Some(Op::EffectIntended { entry }), answer)
 }
 
@@ -280,10 +282,10 @@ fn resume(latest: &EffectEntry, token: FencingToken, now_ms: u64) -> Result<Deci
         };
         decided(
             Some(op),
-            Answer::Unknown {
+            Answer::Begun(Begun::Unknown {
                 key: key.clone(),
                 reason,
-            },
+            }),
         )
     };
     match latest.tool_class {
@@ -295,7 +297,7 @@ fn resume(latest: &EffectEntry, token: FencingToken, now_ms: u64) -> Result<Deci
                     token,
                     at_ms: now_ms,
                 };
-                decided(Some(op), Answer::Resend { key, token })
+                decided(Some(op), Answer::Begun(Begun::Resend { key, token }))
             } else {
                 unknown(format!(
                     "intent is {age_ms} ms old, outside the tool's {dedup_window_ms} ms dedup \
@@ -303,7 +305,7 @@ fn resume(latest: &EffectEntry, token: FencingToken, now_ms: u64) -> Result<Deci
                 ))
             }
         }
-        ToolClass::Queryable => decided(None, Answer::Reconcile { key, token }),
+        ToolClass::Queryable => decided(None, Answer::Begun(Begun::Reconcile { key, token })),
         ToolClass::NotIdempotent => unknown(
             "intent without outcome on a tool that is not idempotent; it may or may not have acted"
                 .to_string(),
@@ -460,7 +462,7 @@ mod tests {
     fn intended(class: ToolClass) -> (Books, Guard, EffectKey) {
         let (mut b, g) = books_with_leased_run("r");
         let d = b.ok(begin("r", "s", &g, class, b"args"));
-        let Answer::Proceed { key, token } = d.answer else {
+        let Answer::Begun(Begun::Proceed { key, token }) = d.answer else {
             panic!("{:?}", d.answer)
         };
         assert_eq!(token, g.token);
@@ -484,10 +486,10 @@ mod tests {
         let d = b.ok(begin("r", "s", &g, idem(), b"args"));
         assert_eq!(
             d.answer,
-            Answer::Replay {
+            Answer::Begun(Begun::Replay {
                 key,
                 receipt: b"rcpt".to_vec()
-            }
+            })
         );
         assert!(d.ops.is_empty());
         assert_eq!(b.mem, before);
@@ -514,10 +516,10 @@ mod tests {
         let d = b.ok(begin("r", "s", &g, idem(), b"args"));
         assert_eq!(
             d.answer,
-            Answer::Resend {
+            Answer::Begun(Begun::Resend {
                 key: key.clone(),
                 token: g.token
-            }
+            })
         );
         let e = b.mem.effect(&key).unwrap();
         assert_eq!(e.resends, 1);
@@ -529,14 +531,14 @@ mod tests {
         let (mut b, g, key) = intended(idem());
         b.now_ms += WINDOW_MS;
         let d = b.ok(begin("r", "s", &g, idem(), b"args"));
-        assert!(matches!(&d.answer, Answer::Unknown { key: k, .. } if k == &key));
+        assert!(matches!(&d.answer, Answer::Begun(Begun::Unknown { key: k, .. }) if k == &key));
         assert!(matches!(
             b.mem.effect(&key).unwrap().status,
             EffectStatus::Unknown { .. }
         ));
         // Asking again does not resend either.
         let again = b.ok(begin("r", "s", &g, idem(), b"args"));
-        assert!(matches!(again.answer, Answer::Unknown { .. }));
+        assert!(matches!(again.answer, Answer::Begun(Begun::Unknown { .. })));
         assert!(again.ops.is_empty());
     }
 
@@ -546,20 +548,20 @@ mod tests {
         let d = b.ok(begin("r", "s", &g, ToolClass::Queryable, b"args"));
         assert_eq!(
             d.answer,
-            Answer::Reconcile {
+            Answer::Begun(Begun::Reconcile {
                 key: key.clone(),
                 token: g.token
-            }
+            })
         );
         assert!(d.ops.is_empty());
         b.ok(reconcile(&key, &g, confirmed(b"found")));
         let d = b.ok(begin("r", "s", &g, ToolClass::Queryable, b"args"));
         assert_eq!(
             d.answer,
-            Answer::Replay {
+            Answer::Begun(Begun::Replay {
                 key,
                 receipt: b"found".to_vec()
-            }
+            })
         );
     }
 
@@ -567,10 +569,10 @@ mod tests {
     fn not_idempotent_intent_is_unknown_never_resent_and_reconcile_resolves() {
         let (mut b, g, key) = intended(ToolClass::NotIdempotent);
         let d = b.ok(begin("r", "s", &g, ToolClass::NotIdempotent, b"args"));
-        assert!(matches!(d.answer, Answer::Unknown { .. }));
+        assert!(matches!(d.answer, Answer::Begun(Begun::Unknown { .. })));
         assert!(!matches!(
             d.answer,
-            Answer::Resend { .. } | Answer::Proceed { .. }
+            Answer::Begun(Begun::Resend { .. }) | Answer::Begun(Begun::Proceed { .. })
         ));
         let failed = Outcome::Failed {
             retryable: true,
@@ -579,7 +581,9 @@ mod tests {
         b.ok(reconcile(&key, &g, failed));
         // Reconciled as retryably failed: the next begin opens attempt 2.
         let d = b.ok(begin("r", "s", &g, ToolClass::NotIdempotent, b"args"));
-        assert!(matches!(&d.answer, Answer::Proceed { key: k, .. } if k.attempt() == 2));
+        assert!(
+            matches!(&d.answer, Answer::Begun(Begun::Proceed { key: k, .. }) if k.attempt() == 2)
+        );
     }
 
     #[test]
@@ -611,7 +615,7 @@ mod tests {
             },
         ));
         let d = b.ok(begin("r", "s", &g, idem(), b"args"));
-        let Answer::Proceed { key: key2, .. } = d.answer else {
+        let Answer::Begun(Begun::Proceed { key: key2, .. }) = d.answer else {
             panic!("{:?}", d.answer)
         };
         assert_eq!(key2.attempt(), 2);
@@ -665,6 +669,6 @@ mod tests {
         b.ok(finish(&key, &g, confirmed(b"r")));
         b.ok(compensated(&key, &g));
         let d = b.ok(begin("r", "s", &g, idem(), b"args"));
-        assert_eq!(d.answer, Answer::Compensated { key });
+        assert_eq!(d.answer, Answer::Begun(Begun::Compensated { key }));
     }
 }

@@ -35,7 +35,7 @@ pub use command::{
     AcquireLease, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect, Guard, MarkCompensated,
     Reconcile, RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,
 };
-pub use decide::{Answer, Decided, decide};
+pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};
 pub use digest::{DIGEST_LEN_BYTES, Digest, digest_of};
 pub use ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};

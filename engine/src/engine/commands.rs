@@ -13,8 +13,9 @@ use crate::books::{
 };
 use crate::error::Result;
 
-use super::answers::{Begun, Created, LeaseGrant, Recorded, SavedCheckpoint, unexpected};
+use super::answers::{Created, LeaseGrant, Recorded, SavedCheckpoint, unexpected};
 use super::core::Engine;
+use crate::books::Begun;
 
 impl Engine {
     /// Creates a run in `pending`; creating it again with the same input is
@@ -101,7 +102,10 @@ impl Engine {
     /// and writes the intent (with compensation and rationale) durably.
     pub fn begin_effect(&self, cmd: BeginEffect) -> Result<Begun> {
         let answer = self.execute(&Command::BeginEffect(cmd))?;
-        Ok(Begun::from_answer(answer))
+        match answer {
+            Answer::Begun(begun) => Ok(begun),
+            other => unexpected(&other, "begin_effect"),
+        }
     }
 
     /// Ceremony point 5: records an act's outcome durably; returns the

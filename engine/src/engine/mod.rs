@@ -17,7 +17,8 @@ mod options;
 mod reads;
 mod step;
 
-pub use answers::{Begun, Created, LeaseGrant, Recorded, SavedCheckpoint};
+pub use crate::books::Begun;
+pub use answers::{Created, LeaseGrant, Recorded, SavedCheckpoint};
 pub use core::{Engine, Recovery};
 pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,

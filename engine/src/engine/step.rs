@@ -15,8 +15,8 @@ use crate::books::{
 };
 use crate::error::Result;
 
-use super::answers::Begun;
 use super::core::Engine;
+use crate::books::Begun;
 
 /// What a step's act (or query) reports: confirmed with a receipt, failed
 /// (retryable or not), or unknown.
