@@ -1,7 +1,7 @@
 //! proptest over (workload, fault schedule): any schedule keeps every
 //! invariant, and a failing schedule shrinks to a small one.
 //!
-//! Failures proptest finds are persisted under `tests/proptest-regressions/`
+//! Failures proptest finds are persisted beside this file (`sim_proptest.proptest-regressions`)
 //! and replayed first on every run (commit that file when it appears).
 
 use actum::wal::PlantedBug;
@@ -116,4 +116,20 @@ fn a_failing_schedule_shrinks_to_a_few_steps() {
         run_schedule(&minimal, &config).is_err(),
         "the shrunk schedule still fails"
     );
+}
+
+/// Found by `any_schedule_keeps_every_invariant`: a schedule whose last step
+/// cuts the power at once left the harness closing a powered-off disk.
+#[test]
+fn a_power_cut_as_the_last_step_is_recovered_like_any_other() {
+    let schedule = Schedule {
+        seed: 0,
+        faults: FaultConfig::none(),
+        steps: vec![Step::Append { records: 2 }, Step::ArmCrash { after_ops: 0 }],
+        recovery_crashes: false,
+        clean_finish: true,
+    };
+    let report = run_schedule(&schedule, &CampaignConfig::default())
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    assert!(report.crashes >= 1, "the cut was recovered: {report:?}");
 }

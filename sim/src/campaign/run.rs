@@ -300,6 +300,14 @@ impl World {
     /// bit flips and the reopen must fail or return exactly what was
     /// acknowledged.
     fn finish(&mut self, node: Node) -> Result<(), Failure> {
+        // A last step `ArmCrash { after_ops: 0 }` cut the power with no
+        // operation left to notice: that is a crash like any other.
+        let node = if self.disk.is_powered_off() {
+            drop(node);
+            self.recover(true)?
+        } else {
+            node
+        };
         self.disarm();
         self.disk.set_faults(FaultConfig {
             sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
