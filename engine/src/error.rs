@@ -480,6 +480,18 @@ impl fmt::Display for Error {
     }
 }
 
+/// An op that does not apply to the books `decide` read: `decide` and
+/// `apply` disagree, which is a bug. The command is refused before anything
+/// is logged (on replay the engine reports `Corrupt` with the record's place
+/// instead).
+impl From<crate::books::ApplyError> for Error {
+    fn from(error: crate::books::ApplyError) -> Error {
+        Error::Inconsistent {
+            what: format!("decide produced an op that apply refuses ({error})"),
+        }
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {

@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod manifest;
+pub mod planted;
 pub mod state;
 pub mod storage;
 pub(crate) mod sync;

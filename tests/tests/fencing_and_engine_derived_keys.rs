@@ -11,27 +11,23 @@ mod support;
 use std::sync::Arc;
 
 use actum::books::{
-    BeginEffect, EffectStatus, FinishEffect, Outcome, RunState, Transition, digest_of,
+    BeginEffect, EffectKey, EffectStatus, FinishEffect, Guard, Outcome, RunState, Transition,
+    digest_of,
 };
 use actum::engine::{Begun, StepResult};
 use actum::{Error, ManualClock};
 use support::*;
 
-#[test]
-fn a_worker_paused_past_its_lease_is_fenced_and_its_late_write_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(START_MS));
-    let engine = open_fs(dir.path(), &clock);
-    let a = create_and_lease(&engine, "r", "worker-a");
-    let (run, step) = (rid("r"), sid("email"));
+/// Worker `guard` begins `step` (mail.send, idempotent) and gets its key.
+fn begin_mail(engine: &actum::Engine, guard: &Guard, step: &str) -> EffectKey {
     let begun = engine
         .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: step.clone(),
-            guard: a.guard.clone(),
+            run: rid("r"),
+            step: sid(step),
+            guard: guard.clone(),
             tool: "mail.send".into(),
             tool_class: idempotent(),
-            args_digest: digest_of(b"hello"),
+            args_digest: digest_of(step.as_bytes()),
             rationale: "follow up".into(),
             compensation: None,
         })
@@ -39,21 +35,50 @@ fn a_worker_paused_past_its_lease_is_fenced_and_its_late_write_refused() {
     let Begun::Proceed { key, .. } = begun else {
         panic!("{begun:?}")
     };
-    // Worker A pauses (GC, partition) past its lease...
-    clock.advance_ms(LEASE_MS + 1);
-    // ...and before anyone else claims the run, its write is LeaseLost.
-    let late = FinishEffect {
+    key
+}
+
+fn sent(key: &EffectKey, guard: &Guard) -> FinishEffect {
+    FinishEffect {
         key: key.clone(),
-        guard: a.guard.clone(),
+        guard: guard.clone(),
         outcome: Outcome::Confirmed {
-            receipt: b"a".to_vec(),
+            receipt: b"sent".to_vec(),
         },
+    }
+}
+
+#[test]
+fn a_worker_paused_past_its_lease_is_fenced_and_its_late_write_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open_fs(dir.path(), &clock);
+    let a = create_and_lease(&engine, "r", "worker-a");
+    let run = rid("r");
+    let email = begin_mail(&engine, &a.guard, "email");
+    let sms = begin_mail(&engine, &a.guard, "sms");
+    // Worker A pauses (GC, partition) past its lease, its acts in flight.
+    clock.advance_ms(LEASE_MS + 1);
+    let late_move = Transition {
+        run: run.clone(),
+        guard: a.guard.clone(),
+        to: RunState::Completed,
+        expected_version: None,
+        reason: "late".into(),
     };
-    let err = engine.finish_effect(late.clone()).unwrap_err();
+    // Before anyone else claims the run, a new mutation is LeaseLost...
+    let err = engine.transition(late_move.clone()).unwrap_err();
     assert!(
         matches!(&err, Error::LeaseLost { run: r, token } if r == &run && *token == a.guard.token),
         "{err}"
     );
+    // ...but the outcome of an act that already happened is a fact, and
+    // the token is still the run's latest: it is recorded, receipt kept.
+    engine.finish_effect(sent(&email, &a.guard)).unwrap();
+    assert!(matches!(
+        engine.effect(&email).unwrap().unwrap().status,
+        EffectStatus::Confirmed { .. }
+    ));
     // Worker B claims the run with a newer token.
     let b = engine
         .claim_next(&wid("worker-b"), LEASE_MS)
@@ -61,7 +86,7 @@ fn a_worker_paused_past_its_lease_is_fenced_and_its_late_write_refused() {
         .unwrap();
     assert!(b.guard.token > a.guard.token);
     // A wakes up and writes late: fenced, naming the run and both tokens.
-    let err = engine.finish_effect(late).unwrap_err();
+    let err = engine.finish_effect(sent(&sms, &a.guard)).unwrap_err();
     assert!(
         matches!(&err, Error::Fenced { run: r, presented, current } if r == &run && *presented == a.guard.token && *current == b.guard.token),
         "{err}"
@@ -70,25 +95,19 @@ fn a_worker_paused_past_its_lease_is_fenced_and_its_late_write_refused() {
         err.to_string().contains("r:"),
         "the message names the run: {err}"
     );
-    let err = engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: a.guard.clone(),
-            to: RunState::Completed,
-            expected_version: None,
-            reason: "late".into(),
-        })
-        .unwrap_err();
+    let err = engine.transition(late_move).unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err}");
-    // Nothing A sent after its lease died landed.
-    let entry = engine.effect(&key).unwrap().unwrap();
+    // Nothing A sent after B took over landed.
+    let entry = engine.effect(&sms).unwrap().unwrap();
     assert_eq!(entry.status, EffectStatus::Intended);
     assert_eq!(engine.run(&run).unwrap().unwrap().state, RunState::Pending);
     // B carries on under its own token: the step resends A's key.
-    let req = request(&b.guard, &run, &step, "mail.send", idempotent(), b"hello");
+    let step = sid("sms");
+    let req = request(&b.guard, &run, &step, "mail.send", idempotent(), b"sms");
     let done = engine
         .step(&req, |ctx| {
-            assert_eq!(ctx.key, key);
+            assert_eq!(ctx.key, sms);
+            assert!(ctx.resend);
             assert_eq!(
                 ctx.token, b.guard.token,
                 "tools receive the new token, to fence too"

@@ -2,7 +2,7 @@
 //! test-only `planted-bugs` feature, is caught by the storage campaign
 //! within a stated number of seeds (docs/SIMULATION.md lists the figures).
 
-use actum::wal::PlantedBug;
+use actum::planted::PlantedBug;
 use actum_sim::campaign::{CampaignConfig, run_seed};
 
 /// The most seeds any planted bug may survive before it is caught.

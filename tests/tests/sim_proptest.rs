@@ -4,7 +4,7 @@
 //! Failures proptest finds are persisted beside this file (`sim_proptest.proptest-regressions`)
 //! and replayed first on every run (commit that file when it appears).
 
-use actum::wal::PlantedBug;
+use actum::planted::PlantedBug;
 use actum_sim::FaultConfig;
 use actum_sim::campaign::{
     BATCH_RECORDS_MAX, CRASH_AFTER_OPS_MAX, CampaignConfig, Schedule, Step, run_schedule,

@@ -142,15 +142,20 @@ pub struct Reconcile {
     pub note: String,
 }
 
-/// Record that a confirmed act was undone by its compensation.
+/// Begin undoing the confirmed act of a step with the compensation its
+/// intent registered: the undo side's key, ledger check and intent, exactly
+/// as [`BeginEffect`] does for the act. Its outcome is recorded with
+/// [`FinishEffect`] (or [`Reconcile`]) under the undo key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MarkCompensated {
-    /// The attempt's key.
-    pub key: EffectKey,
+pub struct BeginCompensation {
+    /// The run.
+    pub run: RunId,
+    /// The step whose act is undone.
+    pub step: StepId,
     /// Ownership proof.
     pub guard: Guard,
-    /// The compensation's receipt.
-    pub receipt: Vec<u8>,
+    /// Why it is undone (journaled).
+    pub rationale: String,
 }
 
 /// Save a checkpoint of the run's state.
@@ -206,8 +211,8 @@ pub enum Command {
     FinishEffect(FinishEffect),
     /// See [`Reconcile`].
     Reconcile(Reconcile),
-    /// See [`MarkCompensated`].
-    MarkCompensated(MarkCompensated),
+    /// See [`BeginCompensation`].
+    BeginCompensation(BeginCompensation),
     /// See [`SaveCheckpoint`].
     SaveCheckpoint(SaveCheckpoint),
     /// See [`RecordDecision`].
@@ -215,4 +220,27 @@ pub enum Command {
     /// Several commands committed atomically: all are decided, each against
     /// the state the earlier ones leave, or none is. Batches do not nest.
     Batch(Vec<Command>),
+}
+
+impl Command {
+    /// The run a guarded command changes and the guard it presents; `None`
+    /// for the commands that take no guard (create, acquire, claim) and for
+    /// a batch.
+    pub fn guard_mut(&mut self) -> Option<(RunId, &mut Guard)> {
+        match self {
+            Command::Transition(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::RenewLease(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::ReleaseLease(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::BeginEffect(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::FinishEffect(c) => Some((c.key.run().clone(), &mut c.guard)),
+            Command::Reconcile(c) => Some((c.key.run().clone(), &mut c.guard)),
+            Command::BeginCompensation(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::SaveCheckpoint(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::RecordDecision(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::CreateRun(_)
+            | Command::AcquireLease(_)
+            | Command::ClaimNext(_)
+            | Command::Batch(_) => None,
+        }
+    }
 }

@@ -10,10 +10,11 @@
 use super::apply::apply;
 use super::checkpoint::decide_save;
 use super::command::Command;
+use super::compensation::decide_begin_compensation;
 use super::decision::{DecisionRecord, decide_record};
+use super::effect::{decide_begin, decide_finish, decide_reconcile};
 use super::ids::{EffectKey, FencingToken, RunId};
 use super::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
-use super::ledger::{decide_begin, decide_compensated, decide_finish, decide_reconcile};
 use super::limits::{BATCH_COMMANDS_MAX, check_size};
 use super::op::Op;
 use super::overlay::Overlay;
@@ -188,7 +189,7 @@ fn decide_one(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<Decid
         Command::BeginEffect(c) => decide_begin(state, c, now_ms),
         Command::FinishEffect(c) => decide_finish(state, c, now_ms),
         Command::Reconcile(c) => decide_reconcile(state, c, now_ms),
-        Command::MarkCompensated(c) => decide_compensated(state, c, now_ms),
+        Command::BeginCompensation(c) => decide_begin_compensation(state, c, now_ms),
         Command::SaveCheckpoint(c) => decide_save(state, c, now_ms),
         Command::RecordDecision(c) => decide_record(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
@@ -219,7 +220,8 @@ fn decide_batch(state: &dyn BooksRead, cmds: &[Command], now_ms: u64) -> Result<
             cause: Box::new(cause),
         })?;
         for op in &decided.ops {
-            apply(&mut overlay, op);
+            // A disagreement between decide and apply refuses the batch.
+            apply(&mut overlay, op)?;
         }
         ops.extend(decided.ops);
         answers.push(decided.answer);

@@ -126,20 +126,43 @@ impl fmt::Display for FencingToken {
     }
 }
 
-/// The idempotency key of one attempt of one logical step: derived from
-/// (run, step, attempt), never random, so a restarted worker derives the same
-/// key. Attempts start at 1.
+/// Which side of a logical step an effect is: the act itself, or the
+/// compensation registered with it that undoes it (a saga step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum EffectKind {
+    /// The step's act.
+    Act,
+    /// The compensation undoing the step's confirmed act.
+    Undo,
+}
+
+impl EffectKind {
+    /// The kind's name in messages and in the key encoding (`act`, `undo`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EffectKind::Act => "act",
+            EffectKind::Undo => "undo",
+        }
+    }
+}
+
+/// The idempotency key of one attempt of one side of one logical step:
+/// derived from (run, step, kind, attempt), never random, so a restarted
+/// worker derives the same key. Attempts start at 1.
 ///
 /// Encoding (what tools receive, see [`EffectKey::encode`]): the UTF-8 text
-/// `<run>/<step>/<attempt>` with the attempt in decimal without leading
-/// zeros. Names cannot contain `/`, so the encoding is injective and
-/// [`EffectKey::parse`] inverts it. Keys order by run, then step, then
-/// attempt, so a step's attempts are adjacent and the latest is last.
+/// `<run>/<step>/<attempt>` for an act and `<run>/<step>/undo/<attempt>` for
+/// its compensation, the attempt in decimal without leading zeros. Names
+/// cannot contain `/`, and `undo` is not a number, so the encoding is
+/// injective and [`EffectKey::parse`] inverts it. Keys order by run, step,
+/// kind, then attempt, so a step's act attempts are adjacent, the latest is
+/// last, and its compensation attempts follow them.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "EffectKeyFields")]
 pub struct EffectKey {
     run: RunId,
     step: StepId,
+    kind: EffectKind,
     attempt: u32,
 }
 
@@ -148,25 +171,39 @@ pub struct EffectKey {
 struct EffectKeyFields {
     run: RunId,
     step: StepId,
+    kind: EffectKind,
     attempt: u32,
 }
 
 impl TryFrom<EffectKeyFields> for EffectKey {
     type Error = Error;
     fn try_from(fields: EffectKeyFields) -> Result<Self> {
-        EffectKey::new(fields.run, fields.step, fields.attempt)
+        EffectKey::of_kind(fields.run, fields.step, fields.kind, fields.attempt)
     }
 }
 
 impl EffectKey {
-    /// The key of `attempt` (1-based) of `step` in `run`.
+    /// The key of act `attempt` (1-based) of `step` in `run`.
     pub fn new(run: RunId, step: StepId, attempt: u32) -> Result<EffectKey> {
+        EffectKey::of_kind(run, step, EffectKind::Act, attempt)
+    }
+
+    /// The key of attempt `attempt` (1-based) of `kind` of `step` in `run`.
+    pub fn of_kind(run: RunId, step: StepId, kind: EffectKind, attempt: u32) -> Result<EffectKey> {
         if attempt == 0 {
             return Err(Error::InvalidCommand {
-                reason: format!("effect attempt numbers start at 1 (step {step} of run {run})"),
+                reason: format!(
+                    "effect attempt numbers start at 1 ({} of step {step} of run {run})",
+                    kind.name()
+                ),
             });
         }
-        Ok(EffectKey { run, step, attempt })
+        Ok(EffectKey {
+            run,
+            step,
+            kind,
+            attempt,
+        })
     }
 
     /// The run the effect belongs to.
@@ -179,28 +216,39 @@ impl EffectKey {
         &self.step
     }
 
+    /// The act, or its compensation.
+    pub fn kind(&self) -> EffectKind {
+        self.kind
+    }
+
     /// The attempt number, from 1.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
 
-    /// The key of the next attempt of the same step.
+    /// The key of the next attempt of the same side of the same step.
     pub fn next_attempt(&self) -> Result<EffectKey> {
         let attempt = self
             .attempt
             .checked_add(1)
             .ok_or_else(|| Error::InvalidCommand {
                 reason: format!(
-                    "step {} of run {} has exhausted its attempts",
-                    self.step, self.run
+                    "{} of step {} of run {} has exhausted its attempts",
+                    self.kind.name(),
+                    self.step,
+                    self.run
                 ),
             })?;
-        EffectKey::new(self.run.clone(), self.step.clone(), attempt)
+        EffectKey::of_kind(self.run.clone(), self.step.clone(), self.kind, attempt)
     }
 
-    /// The text handed to tools as the idempotency key: `run/step/attempt`.
+    /// The text handed to tools as the idempotency key: `run/step/attempt`
+    /// for an act, `run/step/undo/attempt` for its compensation.
     pub fn encode(&self) -> String {
-        format!("{}/{}/{}", self.run, self.step, self.attempt)
+        match self.kind {
+            EffectKind::Act => format!("{}/{}/{}", self.run, self.step, self.attempt),
+            EffectKind::Undo => format!("{}/{}/undo/{}", self.run, self.step, self.attempt),
+        }
     }
 
     /// Inverts [`EffectKey::encode`].
@@ -208,20 +256,22 @@ impl EffectKey {
         let bad = || Error::InvalidName {
             what: "effect key",
             name: text.chars().take(3 * NAME_LEN_BYTES_MAX).collect(),
-            reason: "an effect key is run/step/attempt with attempt a decimal from 1".to_string(),
+            reason: "an effect key is run/step/attempt or run/step/undo/attempt, with attempt a \
+                     decimal from 1"
+                .to_string(),
         };
-        let mut fields = text.split('/');
-        let (Some(run), Some(step), Some(attempt), None) =
-            (fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            return Err(bad());
+        let fields: Vec<&str> = text.splitn(5, '/').collect();
+        let (run, step, kind, attempt) = match fields.as_slice() {
+            [run, step, attempt] => (run, step, EffectKind::Act, attempt),
+            [run, step, "undo", attempt] => (run, step, EffectKind::Undo, attempt),
+            _ => return Err(bad()),
         };
         let canonical = !attempt.starts_with('0') && attempt.bytes().all(|b| b.is_ascii_digit());
         let attempt: u32 = attempt.parse().map_err(|_| bad())?;
         if !canonical {
             return Err(bad());
         }
-        EffectKey::new(RunId::new(run)?, StepId::new(step)?, attempt)
+        EffectKey::of_kind(RunId::new(*run)?, StepId::new(*step)?, kind, attempt)
     }
 }
 
@@ -275,6 +325,29 @@ mod tests {
             assert!(EffectKey::parse(bad).is_err(), "{bad} parsed");
         }
         assert!(EffectKey::new(key.run().clone(), key.step().clone(), 0).is_err());
+    }
+
+    #[test]
+    fn undo_keys_encode_apart_from_acts_and_order_after_them() {
+        let r = RunId::new("r1").unwrap();
+        let s = StepId::new("sweep").unwrap();
+        let undo = EffectKey::of_kind(r.clone(), s.clone(), EffectKind::Undo, 2).unwrap();
+        assert_eq!(undo.encode(), "r1/sweep/undo/2");
+        assert_eq!(EffectKey::parse("r1/sweep/undo/2").unwrap(), undo);
+        assert_eq!(undo.next_attempt().unwrap().kind(), EffectKind::Undo);
+        let last_act = EffectKey::new(r, s, u32::MAX).unwrap();
+        assert!(
+            last_act < undo,
+            "every act attempt orders before every undo"
+        );
+        for bad in [
+            "r1/sweep/undo",
+            "r1/sweep/undo/0",
+            "r1/sweep/redo/1",
+            "r1/sweep/undo/1/x",
+        ] {
+            assert!(EffectKey::parse(bad).is_err(), "{bad} parsed");
+        }
     }
 
     #[test]

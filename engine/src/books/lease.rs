@@ -69,6 +69,37 @@ pub(crate) fn check_guard(run: &Run, guard: &Guard, now_ms: u64) -> Result<()> {
     }
 }
 
+/// Checks the guard of a *fact* reported about the run: the outcome of an
+/// act that already happened, or what a query found. Unlike a mutation, a
+/// fact is accepted after the lease expired (or was released), as long as
+/// no one has acquired the run since: the act happened under this token,
+/// and refusing the report would lose its receipt. A token older than the
+/// run's current one is `Fenced`; so is another worker presenting the
+/// current token.
+pub(crate) fn check_fact(run: &Run, guard: &Guard) -> Result<()> {
+    let current = current_token(run);
+    if current < FencingToken::FIRST {
+        // Never leased: no act can have happened under any token.
+        return Err(Error::LeaseLost {
+            run: run.id.clone(),
+            token: guard.token,
+        });
+    }
+    let holder_differs = run
+        .lease
+        .as_ref()
+        .is_some_and(|lease| lease.worker != guard.worker);
+    if guard.token != current || holder_differs {
+        return Err(Error::Fenced {
+            run: run.id.clone(),
+            presented: guard.token,
+            current,
+        });
+    }
+    assert_eq!(guard.token, current);
+    Ok(())
+}
+
 /// Checks the guard of a mutation on a run that must still be alive.
 pub(crate) fn check_live(run: &Run, guard: &Guard, now_ms: u64) -> Result<()> {
     if run.state.is_terminal() {

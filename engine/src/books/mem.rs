@@ -12,7 +12,7 @@ use super::audit::AuditEntry;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, RunId, StepId};
+use super::ids::{EffectKey, EffectKind, RunId, StepId};
 use super::ledger::EffectEntry;
 use super::run::Run;
 use super::state::{BooksRead, BooksWrite};
@@ -61,9 +61,9 @@ impl BooksRead for MemBooks {
         self.effects.get(key).cloned()
     }
 
-    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry> {
-        let first = EffectKey::new(run.clone(), step.clone(), 1).ok()?;
-        let last = EffectKey::new(run.clone(), step.clone(), u32::MAX).ok()?;
+    fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
+        let first = EffectKey::of_kind(run.clone(), step.clone(), kind, 1).ok()?;
+        let last = EffectKey::of_kind(run.clone(), step.clone(), kind, u32::MAX).ok()?;
         let found = self
             .effects
             .range(first..=last)
@@ -72,7 +72,7 @@ impl BooksRead for MemBooks {
         debug_assert!(
             found
                 .as_ref()
-                .is_none_or(|e| e.key.run() == run && e.key.step() == step)
+                .is_none_or(|e| e.key.run() == run && e.key.step() == step && e.key.kind() == kind)
         );
         found
     }

@@ -11,9 +11,11 @@ mod apply;
 mod audit;
 mod checkpoint;
 mod command;
+mod compensation;
 mod decide;
 mod decision;
 mod digest;
+mod effect;
 mod ids;
 mod lease;
 mod ledger;
@@ -26,19 +28,19 @@ mod state;
 #[cfg(test)]
 mod test_support;
 
-pub use apply::apply;
+pub use apply::{ApplyError, apply};
 pub use audit::{AuditEntry, describe as audit_line_of};
 pub use checkpoint::{
     CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,
 };
 pub use command::{
-    AcquireLease, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect, Guard, MarkCompensated,
-    Reconcile, RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,
+    AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect,
+    Guard, Reconcile, RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,
 };
 pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};
 pub use digest::{DIGEST_LEN_BYTES, Digest, digest_of};
-pub use ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
+pub use ids::{EffectKey, EffectKind, FencingToken, RunId, StepId, WorkerId};
 pub use lease::{Lease, claimable};
 pub use ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 pub use limits::*;

@@ -140,6 +140,23 @@ fn decode_exact<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T> {
 }
 
 impl Op {
+    /// The variant's name, for messages (`EffectSettled`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::RunCreated { .. } => "RunCreated",
+            Op::RunTransitioned { .. } => "RunTransitioned",
+            Op::LeaseAcquired { .. } => "LeaseAcquired",
+            Op::LeaseRenewed { .. } => "LeaseRenewed",
+            Op::LeaseReleased { .. } => "LeaseReleased",
+            Op::EffectIntended { .. } => "EffectIntended",
+            Op::EffectResent { .. } => "EffectResent",
+            Op::EffectSettled { .. } => "EffectSettled",
+            Op::BlobPut { .. } => "BlobPut",
+            Op::CheckpointSaved { .. } => "CheckpointSaved",
+            Op::DecisionRecorded { .. } => "DecisionRecorded",
+        }
+    }
+
     /// The op's bytes (postcard).
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_stdvec(self).expect("encoding an op into a Vec cannot fail")
@@ -170,7 +187,7 @@ mod tests {
     use super::*;
     use crate::books::checkpoint::PartRef;
     use crate::books::decision::Usage;
-    use crate::books::ids::{StepId, WorkerId};
+    use crate::books::ids::{EffectKind, StepId, WorkerId};
     use crate::books::ledger::{Compensation, ToolClass};
     use proptest::prelude::*;
 
@@ -190,8 +207,9 @@ mod tests {
         proptest::collection::vec(any::<u8>(), 0..24)
     }
     fn key() -> impl Strategy<Value = EffectKey> {
-        (run_id(), name(), 1..u32::MAX)
-            .prop_map(|(r, s, a)| EffectKey::new(r, StepId::new(s).unwrap(), a).unwrap())
+        let kind = proptest::sample::select(vec![EffectKind::Act, EffectKind::Undo]);
+        (run_id(), name(), kind, 1..u32::MAX)
+            .prop_map(|(r, s, k, a)| EffectKey::of_kind(r, StepId::new(s).unwrap(), k, a).unwrap())
     }
     fn state() -> impl Strategy<Value = RunState> {
         proptest::sample::select(RunState::ALL.to_vec())
@@ -270,7 +288,7 @@ mod tests {
             tool_class(),
             digest(),
             ".{0,8}",
-            proptest::option::of((name(), bytes())),
+            proptest::option::of((name(), bytes(), tool_class())),
             status(),
             any::<(u64, u32)>(),
             token(),
@@ -294,7 +312,11 @@ mod tests {
                     tool_class,
                     args_digest,
                     rationale,
-                    compensation: comp.map(|(tool, args)| Compensation { tool, args }),
+                    compensation: comp.map(|(tool, args, class)| Compensation {
+                        tool,
+                        args,
+                        class,
+                    }),
                     status,
                     intended_ms,
                     token,

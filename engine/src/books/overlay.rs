@@ -13,7 +13,7 @@ use super::audit::AuditEntry;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, RunId, StepId};
+use super::ids::{EffectKey, EffectKind, RunId, StepId};
 use super::ledger::EffectEntry;
 use super::run::Run;
 use super::state::{BooksRead, BooksWrite};
@@ -71,14 +71,14 @@ impl BooksRead for Overlay<'_> {
             .or_else(|| self.base.effect(key))
     }
 
-    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry> {
+    fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
         let mine = self
             .effects
             .values()
-            .filter(|e| e.key.run() == run && e.key.step() == step)
+            .filter(|e| e.key.run() == run && e.key.step() == step && e.key.kind() == kind)
             .max_by_key(|e| e.key.attempt())
             .cloned();
-        let base = self.base.latest_effect(run, step);
+        let base = self.base.latest_effect(run, step, kind);
         match (mine, base) {
             (Some(m), Some(b)) if b.key.attempt() > m.key.attempt() => Some(b),
             (Some(m), _) => Some(m),
@@ -198,12 +198,20 @@ mod tests {
         )
         .unwrap();
         for op in &d.ops {
-            apply(&mut overlay, op);
+            apply(&mut overlay, op).unwrap();
         }
-        assert!(overlay.latest_effect(&rid("r"), &sid("s")).is_some());
+        assert!(
+            overlay
+                .latest_effect(&rid("r"), &sid("s"), EffectKind::Act)
+                .is_some()
+        );
         assert_eq!(overlay.audit_len(&rid("r")), b.mem.audit_len(&rid("r")) + 1);
         drop(overlay);
         assert_eq!(b.mem, before);
-        assert!(b.mem.latest_effect(&rid("r"), &sid("s")).is_none());
+        assert!(
+            b.mem
+                .latest_effect(&rid("r"), &sid("s"), EffectKind::Act)
+                .is_none()
+        );
     }
 }

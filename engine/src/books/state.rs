@@ -12,7 +12,7 @@ use super::audit::AuditEntry;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, RunId, StepId};
+use super::ids::{EffectKey, EffectKind, RunId, StepId};
 use super::ledger::EffectEntry;
 use super::run::Run;
 
@@ -29,8 +29,9 @@ pub trait BooksRead {
     /// The ledger entry with `key`.
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry>;
 
-    /// The entry of the highest attempt of `step` in `run`.
-    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry>;
+    /// The entry of the highest attempt of the `kind` side of `step` in
+    /// `run` (its act, or its compensation).
+    fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry>;
 
     /// The newest checkpoint's metadata of `run`.
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta>;

@@ -13,7 +13,7 @@
 use super::apply::apply;
 use super::checkpoint::Part;
 use super::command::{
-    AcquireLease, BeginEffect, ClaimNext, CreateRun, FinishEffect, MarkCompensated, Reconcile,
+    AcquireLease, BeginCompensation, BeginEffect, ClaimNext, CreateRun, FinishEffect, Reconcile,
     RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,
 };
 pub(crate) use super::command::{Command, Guard};
@@ -50,7 +50,7 @@ impl Books {
     pub fn run(&mut self, cmd: Command) -> Result<Decided> {
         let decided = decide(&self.mem, &cmd, self.now_ms)?;
         for op in &decided.ops {
-            apply(&mut self.mem, op);
+            apply(&mut self.mem, op).expect("decide's ops apply to the books it read");
         }
         Ok(decided)
     }
@@ -173,11 +173,12 @@ pub(crate) fn reconcile(key: &EffectKey, g: &Guard, outcome: Outcome) -> Command
         note: "asked the bank".into(),
     })
 }
-pub(crate) fn compensated(key: &EffectKey, g: &Guard) -> Command {
-    Command::MarkCompensated(MarkCompensated {
-        key: key.clone(),
+pub(crate) fn compensate(run: &str, step: &str, g: &Guard) -> Command {
+    Command::BeginCompensation(BeginCompensation {
+        run: rid(run),
+        step: sid(step),
         guard: g.clone(),
-        receipt: b"reversed".to_vec(),
+        rationale: "the next step failed".into(),
     })
 }
 pub(crate) fn save(run: &str, g: &Guard, schema_version: u32, parts: Vec<Part>) -> Command {

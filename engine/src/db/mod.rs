@@ -1,6 +1,9 @@
-//! A database directory: its lock, its manifest and its write-ahead log.
+//! A database directory: its lock, its manifest and its write-ahead log, and
+//! the durable pipeline that joins them to the state store.
 //!
-//! `Db` is the storage core the agent's books are built on. It owns the
+//! [`Pipeline`] is the one owner of the order append → durable → apply →
+//! checkpoint → manifest → segment removal, and of replay; the engine and
+//! the simulator both drive it. `Db` is the storage core below it. It owns the
 //! directory lock for its whole life, creates a new database atomically (a
 //! `CREATING` marker makes an interrupted creation restartable rather than a
 //! half-made database), and ties a state checkpoint to the manifest and to
@@ -9,5 +12,7 @@
 
 mod create;
 mod open;
+mod pipeline;
 
 pub use open::{Db, DbOptions, OpenReport};
+pub use pipeline::{Materialized, Pipeline, PipelineOptions, RecordAt, Recovering, Recovery};

@@ -8,8 +8,8 @@
 
 use crate::books::{
     AcquireLease, Answer, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect, Guard,
-    MarkCompensated, Reconcile, RecordDecision, ReleaseLease, RenewLease, RunId, SaveCheckpoint,
-    Transition, WorkerId,
+    Reconcile, RecordDecision, ReleaseLease, RenewLease, RunId, SaveCheckpoint, Transition,
+    WorkerId,
 };
 use crate::error::Result;
 
@@ -117,14 +117,6 @@ impl Engine {
     /// Resolves an ambiguous effect from what a query or an operator found.
     pub fn reconcile(&self, cmd: Reconcile) -> Result<&'static str> {
         settled(self.execute(&Command::Reconcile(cmd))?, "reconcile")
-    }
-
-    /// Records that a confirmed act was undone by its compensation.
-    pub fn mark_compensated(&self, cmd: MarkCompensated) -> Result<&'static str> {
-        settled(
-            self.execute(&Command::MarkCompensated(cmd))?,
-            "mark_compensated",
-        )
     }
 
     /// Saves a checkpoint; parts already stored (same digest) are not

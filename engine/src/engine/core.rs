@@ -12,41 +12,28 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::books::{apply, decode_ops};
+use redb::WriteTransaction;
+
+use crate::books::{Op, apply, decode_ops};
 use crate::clock::{Clock, SystemClock};
-use crate::db::Db;
+use crate::db::{Materialized, Pipeline, RecordAt, Recovery};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
-use crate::state::{RedbBooks, StateStore, replay_log};
+use crate::planted::{PlantedBug, planted};
+use crate::state::RedbBooks;
 use crate::storage::{FsStorage, Storage};
 
 use super::commit::Pending;
 use super::options::EngineOptions;
 
-/// What opening found and did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recovery {
-    /// True if the directory held no database and one was created.
-    pub created: bool,
-    /// The LSN the state store's durable commit covered when opened.
-    pub state_lsn_at_open: Lsn,
-    /// How many WAL records were replayed into the state store.
-    pub replayed_records: u64,
-    /// The WAL's durable LSN after recovery.
-    pub durable_lsn: Lsn,
-}
-
 /// The mutable heart of the engine, behind [`Engine`]'s mutex.
 pub(crate) struct Inner {
-    pub(crate) state: StateStore,
+    /// The state store and what was applied since the last checkpoint.
+    pub(crate) mat: Materialized,
     /// Records logged but not yet applied, in LSN order (see `commit.rs`).
     pub(crate) pending: Vec<Pending>,
     /// Set when a failure left the in-memory state uncertain.
     pub(crate) halted: Option<String>,
-    /// Commits since the last checkpoint.
-    pub(crate) records_since_checkpoint: u64,
-    /// Logged bytes since the last checkpoint.
-    pub(crate) bytes_since_checkpoint: u64,
 }
 
 /// The agent's books, durable: share one `Arc<Engine>` across worker
@@ -68,7 +55,7 @@ pub struct Engine {
     pub(crate) recovery: Recovery,
     /// Lock, manifest and WAL; shared, so commands wait for their group
     /// commit without holding `inner`.
-    pub(crate) db: Db,
+    pub(crate) pipeline: Pipeline,
     pub(crate) inner: Mutex<Inner>,
 }
 
@@ -103,52 +90,27 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine> {
         options.validate()?;
-        let dir = dir.as_ref();
-        let (db, report) = Db::open(
-            Arc::clone(&storage),
-            clock.as_ref(),
-            dir,
-            options.db.clone(),
-        )?;
-        let manifest = db.manifest();
-        let state_path = dir.join(&manifest.state_file);
-        let mut state = StateStore::open(&storage, &state_path, options.verify_state_on_open)?;
-        let state_lsn_at_open = state.applied_lsn();
-        let replayed_records = replay_log(&db, &mut state, |state, lsn, payload| {
-            let ops = decode_ops(payload).map_err(|e| {
-                Error::corrupt(
-                    dir.join("wal"),
-                    0,
-                    format!("the record at {lsn} is not a list of books ops: {e}"),
-                )
-            })?;
-            apply_record(state, lsn, &ops)
-        })?;
-        let durable_lsn = db.wal().durable_lsn();
+        let recovering = Pipeline::open(storage, clock.as_ref(), dir.as_ref(), options.pipeline())?;
+        let state_path = recovering.state().path().to_path_buf();
+        let strip = planted(&options.db.wal, PlantedBug::LoseCompensationOnCrash);
+        let (pipeline, mat, recovery) = recovering
+            .replay(|txn, at, payload| replay_record(txn, &state_path, at, payload, strip))?;
         assert_eq!(
-            state.applied_lsn(),
-            durable_lsn,
+            mat.applied_lsn(),
+            recovery.durable_lsn,
             "replay reached the log's end"
         );
-        let recovery = Recovery {
-            created: report.created,
-            state_lsn_at_open,
-            replayed_records,
-            durable_lsn,
-        };
         let inner = Inner {
-            state,
+            mat,
             pending: Vec::new(),
             halted: None,
-            records_since_checkpoint: replayed_records,
-            bytes_since_checkpoint: 0,
         };
         Ok(Engine {
             clock,
             options,
             state_path,
             recovery,
-            db,
+            pipeline,
             inner: Mutex::new(inner),
         })
     }
@@ -161,7 +123,14 @@ impl Engine {
     /// The write-ahead log's counters: appends, records, group commits and
     /// fsyncs (so `appends / fsyncs` is the records each fsync carried).
     pub fn wal_stats(&self) -> crate::wal::WalStats {
-        self.db.wal().stats()
+        self.pipeline.db().wal().stats()
+    }
+
+    /// The highest LSN known durable: every record up to it survives any
+    /// crash. An act must not begin before this reaches its intent's LSN
+    /// ([`super::EffectCtx::intent_lsn`]).
+    pub fn durable_lsn(&self) -> Lsn {
+        self.pipeline.durable_lsn()
     }
 
     /// The clock the engine reads time from.
@@ -176,7 +145,7 @@ impl Engine {
     pub fn checkpoint(&self) -> Result<Lsn> {
         let mut inner = self.lock();
         self.apply_durable(&mut inner)?;
-        let result = inner.checkpoint(&self.db);
+        let result = self.pipeline.checkpoint(&mut inner.mat);
         if let Err(e) = &result {
             inner.halt(format!("a failed checkpoint ({e})"));
         }
@@ -187,17 +156,24 @@ impl Engine {
     /// clean-shutdown LSN. Dropping an engine without closing it is safe
     /// (it is what a crash looks like); the next open replays the log.
     pub fn close(self) -> Result<()> {
-        let Engine { db, inner, .. } = self;
-        let mut inner = inner.into_inner().unwrap_or_else(PoisonError::into_inner);
-        if let Some(cause) = inner.halted.take() {
+        {
+            // Every command returned before `close` could take `self`; a
+            // record still pending is durable once its group commits.
+            let mut inner = self.lock();
+            if let Some(last) = inner.pending.last().map(|p| p.lsn) {
+                self.pipeline.wait_durable(last)?;
+            }
+            self.apply_durable(&mut inner)?;
+            assert!(inner.pending.is_empty(), "no command is in flight at close");
+        }
+        let Engine {
+            pipeline, inner, ..
+        } = self;
+        let inner = inner.into_inner().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cause) = inner.halted {
             return Err(Error::Halted { cause });
         }
-        // Every command returned before `close` could take `self`, so each
-        // record is applied or its command failed (and halted the engine).
-        assert!(inner.pending.is_empty(), "no command is in flight at close");
-        inner.checkpoint(&db)?;
-        drop(inner);
-        db.close()
+        pipeline.close(inner.mat)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -229,58 +205,65 @@ impl Inner {
         }
         assert!(self.halted.is_some());
     }
-
-    /// State store checkpoint, then manifest and WAL GC. Records still
-    /// pending are durable or about to be, and stay in the WAL.
-    pub(crate) fn checkpoint(&mut self, db: &Db) -> Result<Lsn> {
-        let lsn = self.state.checkpoint()?;
-        assert!(
-            lsn <= db.wal().durable_lsn(),
-            "the state holds only durable records"
-        );
-        db.checkpoint(lsn)?;
-        self.records_since_checkpoint = 0;
-        self.bytes_since_checkpoint = 0;
-        Ok(lsn)
-    }
 }
 
-/// Applies `ops` (the record at `lsn`) to `state` in one transaction.
-pub(crate) fn apply_record(
-    state: &mut StateStore,
-    lsn: Lsn,
-    ops: &[crate::books::Op],
+/// Applies `ops` to the books in `txn` (a group of durable records on the
+/// live path). Every op was already applied to the pending view before it
+/// was logged, so an `Err` here means the state store diverged from it.
+pub(crate) fn apply_ops<'a>(
+    txn: &WriteTransaction,
+    path: &Path,
+    ops: impl Iterator<Item = &'a Op>,
 ) -> Result<()> {
-    assert!(!ops.is_empty(), "a record holds at least one op");
-    let path = state.path().to_path_buf();
-    state.apply(lsn, |txn| {
-        let mut books = RedbBooks::writer(txn, &path);
-        for op in ops {
-            apply(&mut books, op);
+    let mut books = RedbBooks::writer(txn, path);
+    for op in ops {
+        if let Err(e) = apply(&mut books, op) {
+            // A failed read answers "absent"; report it, not its symptom.
+            books.finish()?;
+            return Err(Error::Inconsistent {
+                what: format!("a durable op no longer applies to the state store ({e})"),
+            });
         }
-        books.finish()
-    })?;
-    assert_eq!(state.applied_lsn(), lsn);
-    Ok(())
+    }
+    books.finish()
 }
 
-/// Applies a group of consecutive records in one state transaction.
-pub(crate) fn apply_group(state: &mut StateStore, group: &[Pending]) -> Result<()> {
-    let (Some(first), Some(last)) = (group.first(), group.last()) else {
-        return Ok(());
-    };
-    assert!(
-        group.windows(2).all(|w| w[1].lsn == w[0].lsn.next()),
-        "a group's records are consecutive"
-    );
-    let path = state.path().to_path_buf();
-    state.apply_group(first.lsn, last.lsn, |txn| {
-        let mut books = RedbBooks::writer(txn, &path);
-        for op in group.iter().flat_map(|p| &p.ops) {
-            apply(&mut books, op);
-        }
-        books.finish()
+/// Replays the record `payload` found at `at` into `txn`: the same `apply`
+/// as the live path. A record that does not decode, or whose ops do not
+/// apply, is `Corrupt` naming its segment file and offset, never a panic.
+fn replay_record(
+    txn: &WriteTransaction,
+    path: &Path,
+    at: &RecordAt<'_>,
+    payload: &[u8],
+    strip_compensations: bool,
+) -> Result<()> {
+    let corrupt = |reason: String| Error::corrupt(at.file, at.offset, reason);
+    let mut ops = decode_ops(payload).map_err(|e| {
+        corrupt(format!(
+            "the record at {} is not a list of books ops: {e}",
+            at.lsn
+        ))
     })?;
-    assert_eq!(state.applied_lsn(), last.lsn);
-    Ok(())
+    if ops.is_empty() {
+        return Err(corrupt(format!("the record at {} holds no ops", at.lsn)));
+    }
+    if strip_compensations {
+        for op in &mut ops {
+            if let Op::EffectIntended { entry } = op {
+                entry.compensation = None;
+            }
+        }
+    }
+    let mut books = RedbBooks::writer(txn, path);
+    for op in &ops {
+        if let Err(e) = apply(&mut books, op) {
+            books.finish()?;
+            return Err(corrupt(format!(
+                "the record at {} does not apply to the books: {e}",
+                at.lsn
+            )));
+        }
+    }
+    books.finish()
 }

@@ -5,23 +5,27 @@
 //! opening replays the log after the state's `applied_lsn`.
 //!
 //! **Invariant:** the live path and recovery apply records through the same
-//! function (`core::apply_record`), so a recovered engine holds exactly the
-//! books the acknowledged commands built. **Boundary:** no I/O of its own;
-//! everything goes through `Db`, `StateStore` and the `Clock`.
+//! function (`books::apply`, driven by the durable pipeline), so a recovered
+//! engine holds exactly the books the acknowledged commands built.
+//! **Boundary:** no I/O of its own; everything goes through the
+//! `db::Pipeline` and the `Clock`.
 
 mod answers;
 mod commands;
 mod commit;
+mod compensate;
 mod core;
 mod options;
 mod reads;
 mod step;
 
 pub use crate::books::Begun;
+pub use crate::db::Recovery;
 pub use answers::{Created, LeaseGrant, Recorded, SavedCheckpoint};
-pub use core::{Engine, Recovery};
+pub use compensate::CompensationRequest;
+pub use core::Engine;
 pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
     MAX_RECORD_BYTES_DEFAULT,
 };
-pub use step::{EffectCtx, StepRequest, StepResult, ToolOutcome, ToolSpec};
+pub use step::{EffectCtx, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};

@@ -5,7 +5,7 @@
 //! command of the largest allowed checkpoint fit one WAL record, or say so
 //! (a larger command is refused with `RecordTooLarge`, never split).
 
-use crate::db::DbOptions;
+use crate::db::{DbOptions, PipelineOptions};
 use crate::error::{Error, Result};
 use crate::wal::WalOptions;
 
@@ -66,13 +66,14 @@ impl EngineOptions {
         Ok(())
     }
 
-    /// True if `records` commits of `bytes` logged bytes since the last
-    /// checkpoint call for another one.
-    pub fn checkpoint_due(&self, records: u64, bytes: u64) -> bool {
-        let by_count =
-            self.checkpoint_every_records != 0 && records >= self.checkpoint_every_records;
-        let by_size = self.checkpoint_every_bytes != 0 && bytes >= self.checkpoint_every_bytes;
-        by_count || by_size
+    /// The durable pipeline's share of these options.
+    pub fn pipeline(&self) -> PipelineOptions {
+        PipelineOptions {
+            db: self.db.clone(),
+            verify_state_on_open: self.verify_state_on_open,
+            checkpoint_every_records: self.checkpoint_every_records,
+            checkpoint_every_bytes: self.checkpoint_every_bytes,
+        }
     }
 }
 
@@ -82,8 +83,8 @@ mod tests {
 
     #[test]
     fn defaults_validate_and_checkpoint_by_count_or_size() {
-        let options = EngineOptions::default();
-        assert!(options.validate().is_ok());
+        let options = EngineOptions::default().pipeline();
+        assert!(EngineOptions::default().validate().is_ok());
         assert!(!options.checkpoint_due(1, 1));
         assert!(options.checkpoint_due(CHECKPOINT_EVERY_RECORDS_DEFAULT, 0));
         assert!(options.checkpoint_due(0, CHECKPOINT_EVERY_BYTES_DEFAULT));
@@ -92,6 +93,6 @@ mod tests {
             checkpoint_every_bytes: 0,
             ..EngineOptions::default()
         };
-        assert!(!never.checkpoint_due(u64::MAX, u64::MAX));
+        assert!(!never.pipeline().checkpoint_due(u64::MAX, u64::MAX));
     }
 }

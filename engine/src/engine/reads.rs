@@ -18,7 +18,7 @@ use super::core::Engine;
 impl Engine {
     /// Runs `read` over a consistent snapshot of the books.
     pub fn read<T>(&self, read: impl FnOnce(&RedbBooks<'_>) -> Result<T>) -> Result<T> {
-        let txn = self.lock().state.read()?;
+        let txn = self.lock().mat.read()?;
         let view = RedbBooks::reader(&txn, &self.state_path);
         let value = read(&view);
         view.finish()?;
@@ -119,7 +119,7 @@ impl Engine {
     /// Every table of the books as a [`MemBooks`], to compare with the
     /// reference model.
     pub fn snapshot(&self) -> Result<MemBooks> {
-        let txn = self.lock().state.read()?;
+        let txn = self.lock().mat.read()?;
         read_books(&txn, &self.state_path)
     }
 }

@@ -2,21 +2,30 @@
 //! call. The key comes from (run, step, attempt); a committed step returns
 //! its stored receipt without acting; the intent (arguments digest,
 //! rationale, compensation) is durable before the caller's closure runs;
-//! the outcome is recorded after it; an intent found without an outcome is
-//! handled by the tool's class.
+//! the outcome is recorded after it; an intent found without a known
+//! outcome is handled by the tool's class.
 //!
-//! **Invariant:** the act closure runs only after `begin_effect` answered
-//! `Proceed` (a fresh, durable intent) or `Resend` (the same key, inside
-//! the tool's dedup window); on every other answer it is not called.
+//! The ceremony also comes in resumable halves, [`Engine::begin_step`] then
+//! [`Engine::finish_step`] (or [`Engine::resolve_step`] after a query), for
+//! callers that act outside a closure: a runtime that hands the act to
+//! another task, or the simulator, which crashes and pauses workers between
+//! the halves. `step` is exactly the two halves around the closure.
+//!
+//! **Invariant:** the act runs only on [`StepPlan::Act`]: after
+//! `begin_effect` answered `Proceed` (a fresh intent, durable up to
+//! [`EffectCtx::intent_lsn`]) or `Resend` (the same key, inside the tool's
+//! dedup window); on every other answer it is not called.
 
 use crate::books::{
-    BeginEffect, Compensation, EffectKey, FencingToken, FinishEffect, Guard, Outcome, Reconcile,
-    RunId, StepId, ToolClass, digest_of,
+    BeginEffect, Begun, Command, Compensation, EffectKey, FencingToken, FinishEffect, Guard,
+    Outcome, Reconcile, RunId, StepId, ToolClass, digest_of,
 };
 use crate::error::Result;
+use crate::ids::Lsn;
+use crate::planted::PlantedBug;
 
+use super::answers::unexpected;
 use super::core::Engine;
-use crate::books::Begun;
 
 /// What a step's act (or query) reports: confirmed with a receipt, failed
 /// (retryable or not), or unknown.
@@ -31,8 +40,8 @@ pub struct ToolSpec {
     pub class: ToolClass,
 }
 
-/// What the act closure receives: pass both to the tool, so the outside
-/// world can deduplicate (`key`) and fence (`token`).
+/// What the act (or query) receives: pass `key` and `token` to the tool, so
+/// the outside world can deduplicate (`key`) and fence (`token`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EffectCtx {
     /// The idempotency key, stable across crashes and resends.
@@ -41,6 +50,10 @@ pub struct EffectCtx {
     pub token: FencingToken,
     /// True if this is a resend of an earlier intent with the same key.
     pub resend: bool,
+    /// The LSN of the record the plan rests on: for an act, the intent (or
+    /// the resend) that is durable before the act may start, so
+    /// `Engine::durable_lsn() >= intent_lsn` holds whenever the act runs.
+    pub intent_lsn: Lsn,
 }
 
 /// One step's request: who, which step, which tool, with what and why.
@@ -71,7 +84,8 @@ pub enum StepResult {
         key: EffectKey,
         /// The tool's receipt.
         receipt: Vec<u8>,
-        /// True if the receipt is the stored one and nothing was called.
+        /// True if the receipt is the stored one (or found by a query) and
+        /// the act was not called.
         replayed: bool,
     },
     /// The act failed and that is recorded; if `retryable`, the next `step`
@@ -84,8 +98,10 @@ pub enum StepResult {
         /// Why.
         reason: String,
     },
-    /// Nobody knows whether the act happened; it is never re-called.
-    /// Resolve it with `Engine::reconcile`.
+    /// Nobody knows whether the act happened. On an idempotent tool the
+    /// next `step` resends it with the same key while the dedup window
+    /// lasts; on a queryable tool it queries; otherwise it is never
+    /// re-called: resolve it with `Engine::reconcile`.
     Unknown {
         /// The ambiguous attempt.
         key: EffectKey,
@@ -106,6 +122,20 @@ pub enum StepResult {
         /// The attempt.
         key: EffectKey,
     },
+}
+
+/// What a step needs next, from [`Engine::begin_step`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepPlan {
+    /// Act now (the intent is durable): call the tool with the context,
+    /// then report its outcome with [`Engine::finish_step`].
+    Act(EffectCtx),
+    /// An ambiguous intent on a queryable tool: ask the tool about
+    /// `ctx.key` (never act), then report what it found with
+    /// [`Engine::resolve_step`].
+    Query(EffectCtx),
+    /// Nothing to call: the step's result is already known.
+    Done(StepResult),
 }
 
 impl Engine {
@@ -156,7 +186,14 @@ impl Engine {
         request: &StepRequest<'_>,
         act: impl FnOnce(&EffectCtx) -> ToolOutcome,
     ) -> Result<StepResult> {
-        self.step_inner(request, act, None::<fn(&EffectCtx) -> ToolOutcome>)
+        match self.begin_step(request)? {
+            StepPlan::Act(ctx) => self.finish_step(request.guard, &ctx, act(&ctx)),
+            StepPlan::Query(ctx) => Ok(StepResult::NeedsReconcile {
+                key: ctx.key,
+                token: ctx.token,
+            }),
+            StepPlan::Done(result) => Ok(result),
+        }
     }
 
     /// Like [`Engine::step`], with `query` to resolve an ambiguous intent on
@@ -169,16 +206,17 @@ impl Engine {
         act: impl FnOnce(&EffectCtx) -> ToolOutcome,
         query: impl FnOnce(&EffectCtx) -> ToolOutcome,
     ) -> Result<StepResult> {
-        self.step_inner(request, act, Some(query))
+        match self.begin_step(request)? {
+            StepPlan::Act(ctx) => self.finish_step(request.guard, &ctx, act(&ctx)),
+            StepPlan::Query(ctx) => self.resolve_step(request.guard, &ctx, query(&ctx)),
+            StepPlan::Done(result) => Ok(result),
+        }
     }
 
-    fn step_inner(
-        &self,
-        request: &StepRequest<'_>,
-        act: impl FnOnce(&EffectCtx) -> ToolOutcome,
-        query: Option<impl FnOnce(&EffectCtx) -> ToolOutcome>,
-    ) -> Result<StepResult> {
-        let begun = self.begin_effect(BeginEffect {
+    /// Ceremony points 1 to 3, 6 and 7 for `request`: derives the key,
+    /// checks the ledger and writes the intent durably; says what to do.
+    pub fn begin_step(&self, request: &StepRequest<'_>) -> Result<StepPlan> {
+        let cmd = Command::BeginEffect(BeginEffect {
             run: request.run.clone(),
             step: request.step.clone(),
             guard: request.guard.clone(),
@@ -187,69 +225,94 @@ impl Engine {
             args_digest: digest_of(request.args),
             rationale: request.rationale.to_string(),
             compensation: request.compensation.clone(),
-        })?;
-        let (key, token, resend) = match begun {
-            Begun::Proceed { key, token } => (key, token, false),
-            Begun::Resend { key, token } => (key, token, true),
-            Begun::Replay { key, receipt } => {
-                return Ok(StepResult::Done {
-                    key,
-                    receipt,
-                    replayed: true,
-                });
-            }
-            Begun::Reconcile { key, token } => {
-                return match query {
-                    Some(query) => self.resolve_by_query(request.guard, key, token, query),
-                    None => Ok(StepResult::NeedsReconcile { key, token }),
-                };
-            }
-            Begun::Unknown { key, reason } => return Ok(StepResult::Unknown { key, reason }),
-            Begun::Compensated { key } => return Ok(StepResult::Compensated { key }),
-        };
-        assert_eq!(key.run(), request.run);
-        assert_eq!(key.step(), request.step);
-        let ctx = EffectCtx {
-            key: key.clone(),
-            token,
-            resend,
-        };
-        let outcome = act(&ctx);
-        self.finish_effect(FinishEffect {
-            key: key.clone(),
-            guard: request.guard.clone(),
-            outcome: outcome.clone(),
-        })?;
-        Ok(result_of(key, outcome, false))
+        });
+        let plan = self.plan(&cmd, request.guard)?;
+        if let StepPlan::Act(ctx) | StepPlan::Query(ctx) = &plan {
+            assert_eq!(ctx.key.run(), request.run);
+            assert_eq!(ctx.key.step(), request.step);
+        }
+        Ok(plan)
     }
 
-    fn resolve_by_query(
+    /// Ceremony point 5: records the outcome of the act `ctx` planned.
+    pub fn finish_step(
         &self,
         guard: &Guard,
-        key: EffectKey,
-        token: FencingToken,
-        query: impl FnOnce(&EffectCtx) -> ToolOutcome,
+        ctx: &EffectCtx,
+        outcome: ToolOutcome,
     ) -> Result<StepResult> {
-        let ctx = EffectCtx {
-            key: key.clone(),
-            token,
-            resend: false,
-        };
-        let found = query(&ctx);
+        self.finish_effect(FinishEffect {
+            key: ctx.key.clone(),
+            guard: guard.clone(),
+            outcome: outcome.clone(),
+        })?;
+        Ok(result_of(ctx.key.clone(), outcome, false))
+    }
+
+    /// Records what the query `ctx` planned found: confirmed or failed is
+    /// a reconcile; unknown leaves the intent open (`Unknown`).
+    pub fn resolve_step(
+        &self,
+        guard: &Guard,
+        ctx: &EffectCtx,
+        found: ToolOutcome,
+    ) -> Result<StepResult> {
         if let Outcome::Unknown { reason } = found {
-            return Ok(StepResult::Unknown { key, reason });
+            return Ok(StepResult::Unknown {
+                key: ctx.key.clone(),
+                reason,
+            });
         }
         self.reconcile(Reconcile {
-            key: key.clone(),
+            key: ctx.key.clone(),
             guard: guard.clone(),
             outcome: found.clone(),
             note: "resolved by the tool's query on resume".to_string(),
         })?;
-        Ok(result_of(key, found, true))
+        Ok(result_of(ctx.key.clone(), found, true))
+    }
+
+    /// Executes a begin command (act or compensation) and turns its answer
+    /// into a plan.
+    pub(crate) fn plan(&self, cmd: &Command, guard: &Guard) -> Result<StepPlan> {
+        let (answer, rests_on) = self.execute_logged(cmd, &|_| {})?;
+        let crate::books::Answer::Begun(begun) = answer else {
+            unexpected(&answer, "begin")
+        };
+        let ctx = |key: EffectKey, token, resend| EffectCtx {
+            key,
+            token,
+            resend,
+            intent_lsn: rests_on,
+        };
+        let skip_ledger = self.planted(PlantedBug::SkipLedgerOnResume);
+        Ok(match begun {
+            Begun::Proceed { key, token } => StepPlan::Act(ctx(key, token, false)),
+            Begun::Resend { key, token } => {
+                let key = if self.planted(PlantedBug::ResendWithFreshKey) {
+                    key.next_attempt()?
+                } else {
+                    key
+                };
+                StepPlan::Act(ctx(key, token, true))
+            }
+            Begun::Replay { key, .. } | Begun::Unknown { key, .. } if skip_ledger => {
+                StepPlan::Act(ctx(key, guard.token, true))
+            }
+            Begun::Replay { key, receipt } => StepPlan::Done(StepResult::Done {
+                key,
+                receipt,
+                replayed: true,
+            }),
+            Begun::Reconcile { key, token } => StepPlan::Query(ctx(key, token, false)),
+            Begun::Unknown { key, reason } => StepPlan::Done(StepResult::Unknown { key, reason }),
+            Begun::Compensated { key } => StepPlan::Done(StepResult::Compensated { key }),
+        })
     }
 }
 
-fn result_of(key: EffectKey, outcome: Outcome, replayed: bool) -> StepResult {
+/// The result of a step whose act (or query) reported `outcome`.
+pub(crate) fn result_of(key: EffectKey, outcome: Outcome, replayed: bool) -> StepResult {
     match outcome {
         Outcome::Confirmed { receipt } => StepResult::Done {
             key,

@@ -24,16 +24,36 @@ use serde::de::DeserializeOwned;
 
 use super::store::state_error;
 use crate::books::{
-    AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey, Run,
-    RunId, StepId,
+    AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
+    EffectKind, Run, RunId, StepId,
 };
 use crate::error::{Error, Result};
 
 /// Runs, by run id.
 pub const RUNS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_runs");
-/// Ledger entries, by (run, step, attempt).
-pub const EFFECTS_TABLE: TableDefinition<(&str, &str, u32), &[u8]> =
+/// Ledger entries, by (run, step, kind code, attempt); see [`effect_row_key`].
+pub const EFFECTS_TABLE: TableDefinition<(&str, &str, u8, u32), &[u8]> =
     TableDefinition::new("books_effects");
+
+/// The byte an [`EffectKind`] is stored as in an effects row key: acts
+/// before compensations, as [`EffectKey`]'s own order has them.
+pub fn effect_kind_code(kind: EffectKind) -> u8 {
+    match kind {
+        EffectKind::Act => 0,
+        EffectKind::Undo => 1,
+    }
+}
+
+/// The effects row key of `key`: (run, step, kind code, attempt), ordered
+/// exactly as [`EffectKey`] orders.
+pub fn effect_row_key(key: &EffectKey) -> (&str, &str, u8, u32) {
+    (
+        key.run().as_str(),
+        key.step().as_str(),
+        effect_kind_code(key.kind()),
+        key.attempt(),
+    )
+}
 /// Content-addressed blobs, by digest.
 pub const BLOBS_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("books_blobs");
 /// Checkpoint metadata, by (run, version).
@@ -200,7 +220,7 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
-        let k = (key.run().as_str(), key.step().as_str(), key.attempt());
+        let k = effect_row_key(key);
         let bytes = with_table!(self, EFFECTS_TABLE, "read effect", |t| t
             .get(k)
             .map(|g| g.map(|v| v.value().to_vec())))
@@ -208,10 +228,10 @@ impl BooksRead for RedbBooks<'_> {
         self.decode(&bytes, &format!("effect {key}"))
     }
 
-    fn latest_effect(&self, run: &RunId, step: &StepId) -> Option<EffectEntry> {
-        let (r, s) = (run.as_str(), step.as_str());
+    fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
+        let (r, s, k) = (run.as_str(), step.as_str(), effect_kind_code(kind));
         let bytes = with_table!(self, EFFECTS_TABLE, "read latest effect", |t| {
-            t.range((r, s, 0u32)..=(r, s, u32::MAX))
+            t.range((r, s, k, 0u32)..=(r, s, k, u32::MAX))
                 .and_then(|mut range| match range.next_back() {
                     None => Ok(None),
                     Some(item) => item.map(|(_, v)| Some(v.value().to_vec())),
@@ -219,7 +239,7 @@ impl BooksRead for RedbBooks<'_> {
         })
         .flatten()?;
         let entry: EffectEntry = self.decode(&bytes, &format!("latest effect of {run}/{step}"))?;
-        assert!(entry.key.run() == run && entry.key.step() == step);
+        assert!(entry.key.run() == run && entry.key.step() == step && entry.key.kind() == kind);
         Some(entry)
     }
 

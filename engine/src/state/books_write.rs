@@ -10,7 +10,7 @@ use redb::TableDefinition;
 
 use super::books_tables::{
     AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RUNS_TABLE,
-    RedbBooks, Txn, encode,
+    RedbBooks, Txn, effect_row_key, encode,
 };
 use crate::books::{
     AuditEntry, BooksRead, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, Run,
@@ -59,9 +59,12 @@ impl BooksWrite for RedbBooks<'_> {
     fn put_effect(&mut self, entry: EffectEntry) {
         self.assert_writable("put_effect");
         let bytes = encode(&entry);
-        let key = &entry.key;
-        let k = (key.run().as_str(), key.step().as_str(), key.attempt());
-        self.insert(EFFECTS_TABLE, k, &bytes, "write effect");
+        self.insert(
+            EFFECTS_TABLE,
+            effect_row_key(&entry.key),
+            &bytes,
+            "write effect",
+        );
     }
 
     fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {

@@ -16,10 +16,8 @@
 mod books_snapshot;
 pub mod books_tables;
 mod books_write;
-mod replay;
 mod store;
 
 pub use books_snapshot::read_books;
 pub use books_tables::RedbBooks;
-pub use replay::replay_log;
 pub use store::{META_TABLE, StateStore};

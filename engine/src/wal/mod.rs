@@ -13,7 +13,6 @@ pub mod format;
 mod group;
 mod log;
 mod options;
-mod planted;
 mod reader;
 mod recovery;
 mod segment;
@@ -25,5 +24,4 @@ mod tests;
 
 pub use log::Wal;
 pub use options::{RecoveryReport, WalOptions, WalStats};
-pub use planted::PlantedBug;
 pub use reader::WalIter;

@@ -22,7 +22,7 @@ pub struct WalOptions {
     pub repair: bool,
     /// A known bug to plant, for the simulator's "the harness bites" runs.
     #[cfg(feature = "planted-bugs")]
-    pub planted_bug: Option<super::PlantedBug>,
+    pub planted_bug: Option<crate::planted::PlantedBug>,
 }
 
 impl Default for WalOptions {

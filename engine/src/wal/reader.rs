@@ -7,7 +7,7 @@
 //! after which the iterator ends.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{self, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
@@ -33,6 +33,8 @@ pub struct WalIter {
     from: Lsn,
     end: Lsn,
     failed: bool,
+    /// Offset of the last record returned, in the cursor's segment.
+    last_offset: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -95,7 +97,15 @@ impl WalIter {
             from,
             end,
             failed: false,
+            last_offset: None,
         }
+    }
+
+    /// The segment file and byte offset of the record the iterator returned
+    /// last, to name it in an error about its contents.
+    pub fn position(&self) -> Option<(&Path, u64)> {
+        let cursor = self.cursor.as_ref()?;
+        Some((cursor.file.path.as_path(), self.last_offset?))
     }
 
     /// Reads the record at the cursor, expecting `self.next_lsn`.
@@ -148,6 +158,7 @@ impl WalIter {
             ));
         }
         cursor.offset = payload_at + u64::from(header.len);
+        self.last_offset = Some(offset);
         self.next_lsn = header.lsn.next();
         Ok(Some((header.lsn, payload)))
     }

@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{self, SEGMENT_HEADER_BYTES, SegmentHeader};
-use super::planted::{PlantedBug, planted};
 use super::segment::{self, SegmentFile};
 use super::table::LiveSegment;
 use super::{RecoveryReport, WalOptions};
 use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
+use crate::planted::{PlantedBug, planted};
 use crate::storage::Storage;
 
 /// What recovery hands to the log.

@@ -13,9 +13,9 @@ use super::format::{
     self, HeaderError, RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader,
 };
 use super::options::WalOptions;
-use super::planted::{PlantedBug, planted};
 use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
+use crate::planted::{PlantedBug, planted};
 use crate::storage::{OpenMode, Storage, StorageFile};
 
 /// Zero-fill chunk size used while preallocating.

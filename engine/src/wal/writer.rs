@@ -13,11 +13,11 @@ use std::sync::atomic::Ordering;
 
 use super::format::{self, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use super::group::Entry;
-use super::planted::{PlantedBug, planted};
 use super::segment::SegmentFile;
 use super::table::{Context, Counters};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
+use crate::planted::{PlantedBug, planted};
 
 /// A batch as queued: the payloads copied into one buffer.
 #[derive(Debug)]

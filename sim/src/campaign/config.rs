@@ -1,6 +1,6 @@
 //! What a campaign run does, beyond what its seed chooses.
 
-pub use actum::wal::PlantedBug;
+pub use actum::planted::PlantedBug;
 
 /// Settings of a storage campaign that are not drawn from the seed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,15 +1,16 @@
 //! The system under test: a database directory plus its redb state store,
-//! opened, recovered and driven the way the engine's own commit path is.
+//! driven through the engine's own durable pipeline (`actum::db::Pipeline`):
+//! the same open, replay, append, apply, checkpoint and close, with a
+//! key-value state machine in place of the books.
 //!
 //! Invariant: after `open` returns, the state store has applied exactly the
 //! WAL's durable records (`applied_lsn == durable_lsn`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use actum::db::{Db, DbOptions};
-use actum::state::{StateStore, replay_log};
+use actum::db::{DbOptions, Materialized, Pipeline, PipelineOptions};
 use actum::wal::WalOptions;
 use actum::{Clock, DatabaseId, Lsn, Result, Storage};
 
@@ -36,8 +37,8 @@ pub struct Observed {
 /// An open database with its state store.
 #[derive(Debug)]
 pub struct Node {
-    db: Db,
-    state: StateStore,
+    pipeline: Pipeline,
+    mat: Materialized,
 }
 
 impl Node {
@@ -49,61 +50,60 @@ impl Node {
         config: &CampaignConfig,
         database_id: DatabaseId,
     ) -> Result<(Node, Observed)> {
-        let options = DbOptions {
-            wal: WalOptions {
-                segment_size_bytes: config.segment_size_bytes,
-                max_record_bytes: config.segment_size_bytes / 4,
-                planted_bug: config.planted,
-                ..WalOptions::default()
+        let options = PipelineOptions {
+            db: DbOptions {
+                wal: WalOptions {
+                    segment_size_bytes: config.segment_size_bytes,
+                    max_record_bytes: config.segment_size_bytes / 4,
+                    planted_bug: config.planted,
+                    ..WalOptions::default()
+                },
+                database_id: Some(database_id),
             },
-            database_id: Some(database_id),
+            verify_state_on_open: true,
+            // The campaign's own steps decide when to checkpoint.
+            checkpoint_every_records: 0,
+            checkpoint_every_bytes: 0,
         };
-        let dir = Path::new(DB_DIR);
-        let (db, _report) = Db::open(Arc::clone(&storage), clock, dir, options)?;
-        let state_path: PathBuf = dir.join(db.manifest().state_file);
-        let mut state = StateStore::open(&storage, &state_path, true)?;
-        let redb_applied_at_open = state.applied_lsn();
-        let redb_state_at_open = kv::read_all(&state.read()?)?;
-        // The engine's own recovery: manifest check, replay through the
-        // same apply as the live path, log and state agree at the end.
-        replay_log(&db, &mut state, |state, lsn, payload| {
-            state.apply(lsn, |txn| kv::apply(txn, payload))
-        })?;
-        let durable_lsn = db.wal().durable_lsn();
+        let recovering = Pipeline::open(storage, clock, Path::new(DB_DIR), options)?;
+        let redb_applied_at_open = recovering.state().applied_lsn();
+        let redb_state_at_open = kv::read_all(&recovering.state().read()?)?;
+        // The engine's own recovery: manifest check, then replay through the
+        // same apply as the live path.
+        let (pipeline, mat, recovery) =
+            recovering.replay(|txn, _at, payload| kv::apply(txn, payload))?;
         let observed = Observed {
-            durable_lsn,
+            durable_lsn: recovery.durable_lsn,
             redb_applied_at_open,
             redb_state_at_open,
-            state: kv::read_all(&state.read()?)?,
+            state: kv::read_all(&mat.read()?)?,
         };
-        Ok((Node { db, state }, observed))
+        Ok((Node { pipeline, mat }, observed))
     }
 
     /// Appends `batch` durably and applies it; returns its last LSN.
     pub fn append(&mut self, batch: &[Put]) -> Result<Lsn> {
         let records: Vec<Vec<u8>> = batch.iter().map(kv::encode).collect();
         let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-        let last = self.db.wal().append(&refs)?;
+        let last = self.pipeline.enqueue(&refs)?;
+        self.pipeline.wait_durable(last)?;
         let first = Lsn(last.0 + 1 - records.len() as u64);
-        for (offset, record) in records.iter().enumerate() {
-            self.state
-                .apply(Lsn(first.0 + offset as u64), |txn| kv::apply(txn, record))?;
-        }
+        let bytes = records.iter().map(|r| r.len() as u64).sum();
+        self.pipeline
+            .materialize(&mut self.mat, (first, last), bytes, |txn| {
+                records.iter().try_for_each(|record| kv::apply(txn, record))
+            })?;
         Ok(last)
     }
 
     /// Makes the state durable, records it in the manifest and lets the WAL
     /// drop covered segments; returns the LSN covered.
     pub fn checkpoint(&mut self) -> Result<Lsn> {
-        let lsn = self.state.checkpoint()?;
-        self.db.checkpoint(lsn)?;
-        Ok(lsn)
+        self.pipeline.checkpoint(&mut self.mat)
     }
 
     /// Closes cleanly (the manifest records the clean-shutdown LSN).
     pub fn close(self) -> Result<()> {
-        let Node { db, state } = self;
-        drop(state);
-        db.close()
+        self.pipeline.close(self.mat)
     }
 }

@@ -101,7 +101,7 @@ impl Model {
     pub fn execute(&mut self, cmd: &Command, now_ms: u64) -> Result<Answer> {
         let decided = decide(&self.books, cmd, now_ms)?;
         for op in &decided.ops {
-            apply(&mut self.books as &mut dyn BooksWrite, op);
+            apply(&mut self.books as &mut dyn BooksWrite, op)?;
         }
         Ok(decided.answer)
     }

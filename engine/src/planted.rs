@@ -1,0 +1,116 @@
+//! Known bugs, plantable only with the `planted-bugs` cargo feature, so the
+//! simulator can show it catches each one (docs/SIMULATION.md, "The harness
+//! bites"). The storage bugs live in the WAL; the engine bugs in the commit
+//! path, the step ceremony and recovery. Without the feature, [`planted`]
+//! is a constant `false` and the options carry no bug.
+//!
+//! **Invariant:** a build without the feature contains no planted code path
+//! that can be switched on.
+
+use crate::wal::WalOptions;
+
+/// A known bug the simulator must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Acknowledge appends without `fdatasync`.
+    AckBeforeFsync,
+    /// Recovery accepts a record whose payload checksum fails.
+    AcceptBadChecksum,
+    /// Skip the directory sync after creating a segment.
+    SkipSegmentDirSync,
+    /// Recovery treats damage to acknowledged records as a torn tail.
+    CorruptionAsTornTail,
+    /// The step ceremony resends an ambiguous intent under a fresh key.
+    ResendWithFreshKey,
+    /// `begin_effect` answers `Proceed` before the intent is durable.
+    ProceedBeforeDurable,
+    /// The engine accepts a mutation presenting a stale fencing token.
+    AcceptStaleToken,
+    /// The step ceremony acts on resume without consulting the ledger.
+    SkipLedgerOnResume,
+    /// Recovery applies the first replayed record twice.
+    ReplayRecordTwice,
+    /// Recovery drops the compensation an intent registered.
+    LoseCompensationOnCrash,
+}
+
+impl PlantedBug {
+    /// The bugs of the storage core, which the storage campaign catches.
+    pub const STORAGE: [PlantedBug; 4] = [
+        PlantedBug::AckBeforeFsync,
+        PlantedBug::AcceptBadChecksum,
+        PlantedBug::SkipSegmentDirSync,
+        PlantedBug::CorruptionAsTornTail,
+    ];
+
+    /// The bugs of the engine, which the agent campaign catches.
+    pub const ENGINE: [PlantedBug; 6] = [
+        PlantedBug::ResendWithFreshKey,
+        PlantedBug::ProceedBeforeDurable,
+        PlantedBug::AcceptStaleToken,
+        PlantedBug::SkipLedgerOnResume,
+        PlantedBug::ReplayRecordTwice,
+        PlantedBug::LoseCompensationOnCrash,
+    ];
+
+    /// Every plantable bug.
+    pub const ALL: [PlantedBug; 10] = [
+        PlantedBug::AckBeforeFsync,
+        PlantedBug::AcceptBadChecksum,
+        PlantedBug::SkipSegmentDirSync,
+        PlantedBug::CorruptionAsTornTail,
+        PlantedBug::ResendWithFreshKey,
+        PlantedBug::ProceedBeforeDurable,
+        PlantedBug::AcceptStaleToken,
+        PlantedBug::SkipLedgerOnResume,
+        PlantedBug::ReplayRecordTwice,
+        PlantedBug::LoseCompensationOnCrash,
+    ];
+
+    /// The bug's command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::AckBeforeFsync => "ack-before-fsync",
+            PlantedBug::AcceptBadChecksum => "accept-bad-checksum",
+            PlantedBug::SkipSegmentDirSync => "skip-segment-dir-sync",
+            PlantedBug::CorruptionAsTornTail => "corruption-as-torn-tail",
+            PlantedBug::ResendWithFreshKey => "resend-with-fresh-key",
+            PlantedBug::ProceedBeforeDurable => "proceed-before-durable",
+            PlantedBug::AcceptStaleToken => "accept-stale-token",
+            PlantedBug::SkipLedgerOnResume => "skip-ledger-on-resume",
+            PlantedBug::ReplayRecordTwice => "replay-record-twice",
+            PlantedBug::LoseCompensationOnCrash => "lose-compensation-on-crash",
+        }
+    }
+
+    /// The bug named `name`, if any.
+    pub fn from_name(name: &str) -> Option<PlantedBug> {
+        PlantedBug::ALL.into_iter().find(|bug| bug.name() == name)
+    }
+}
+
+/// Whether `bug` is planted in these options.
+#[cfg(feature = "planted-bugs")]
+pub(crate) fn planted(options: &WalOptions, bug: PlantedBug) -> bool {
+    options.planted_bug == Some(bug)
+}
+
+/// Whether `bug` is planted in these options: never, without the feature.
+#[cfg(not(feature = "planted-bugs"))]
+pub(crate) fn planted(_options: &WalOptions, _bug: PlantedBug) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_every_bug_is_storage_or_engine() {
+        for bug in PlantedBug::ALL {
+            assert_eq!(PlantedBug::from_name(bug.name()), Some(bug));
+            assert!(PlantedBug::STORAGE.contains(&bug) != PlantedBug::ENGINE.contains(&bug));
+        }
+        assert_eq!(PlantedBug::from_name("no-such-bug"), None);
+    }
+}
