@@ -11,6 +11,7 @@
 //!
 //! The fault model is written down in `docs/SIMULATION.md`.
 
+pub mod agents;
 pub mod campaign;
 pub mod check;
 pub mod clock;
@@ -18,6 +19,7 @@ pub mod disk;
 pub mod fnv;
 pub mod fuzz;
 pub mod rng;
+pub mod world;
 
 pub use clock::SimClock;
 pub use disk::{FaultConfig, RotRecord, SimDisk};

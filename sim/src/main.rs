@@ -1,23 +1,41 @@
-//! The simulator's command line: runs storage crash campaigns.
+//! The simulator's command line.
 //!
-//! `actum-sim --seed N` replays one seed (also `ACTUM_SEED=N`);
-//! `actum-sim --seeds COUNT [--from FIRST]` runs COUNT consecutive seeds and
-//! prints progress; `--planted BUG` plants a known bug to show it is caught.
-//! Every failure prints its seed and the command that replays it.
+//! - `actum-sim agents --seeds COUNT [--from FIRST]` runs the agent
+//!   campaign (the product's guarantee: no side effect fires twice under
+//!   crashes, dropped acks and expired leases) on consecutive seeds;
+//!   `--seed N` replays one (`--history` prints its story); `--exhaustive`
+//!   runs every crash point × ack fate × lease expiry of the shop workflow.
+//! - `actum-sim storage --seeds COUNT [--from FIRST] | --seed N` runs the
+//!   storage crash campaign (WAL, manifest and redb on the faulty disk).
+//!
+//! `--planted BUG` plants a known bug to show it is caught. Every failure
+//! prints its seed and the one command that replays it. Output holds no
+//! timings, so a replay prints the same bytes every time.
 
 use std::process::ExitCode;
 
+use actum_sim::agents::{self, AgentConfig, AgentReport};
 use actum_sim::campaign::{CampaignConfig, PlantedBug, SeedReport, run_seed};
 
-const USAGE: &str = "usage: actum-sim [--seed N | --seeds COUNT [--from FIRST]] \
-                     [--steps N] [--planted ack-before-fsync|accept-bad-checksum|\
-                     skip-segment-dir-sync|corruption-as-torn-tail]";
+const USAGE: &str = "usage: actum-sim agents [--seed N [--history] | --seeds COUNT [--from FIRST] | \
+                     --exhaustive] [--events N] [--planted BUG]\n       actum-sim storage \
+                     [--seed N | --seeds COUNT [--from FIRST]] [--steps N] [--planted BUG]";
 
-/// What the command line asked for.
+/// Which campaign, over which seeds.
 struct Args {
+    campaign: Campaign,
     first_seed: u64,
     seed_count: u64,
-    config: CampaignConfig,
+    planted: Option<PlantedBug>,
+    history: bool,
+    exhaustive: bool,
+    length: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Campaign {
+    Agents,
+    Storage,
 }
 
 fn parse_u64(flag: &str, text: &str) -> Result<u64, String> {
@@ -30,18 +48,28 @@ fn parse_u64(flag: &str, text: &str) -> Result<u64, String> {
 }
 
 fn parse_args() -> Result<Args, String> {
+    let mut words = std::env::args().skip(1);
+    let campaign = match words.next().as_deref() {
+        Some("agents") => Campaign::Agents,
+        Some("storage") => Campaign::Storage,
+        Some(other) => return Err(format!("unknown campaign {other:?}\n{USAGE}")),
+        None => return Err(USAGE.to_string()),
+    };
     let mut args = Args {
+        campaign,
         first_seed: 0,
         seed_count: 100,
-        config: CampaignConfig::default(),
+        planted: None,
+        history: false,
+        exhaustive: false,
+        length: None,
     };
     if let Ok(value) = std::env::var("ACTUM_SEED") {
         args.first_seed = parse_u64("ACTUM_SEED", &value)?;
         args.seed_count = 1;
     }
-    let mut words = std::env::args().skip(1);
     while let Some(flag) = words.next() {
-        let mut value = || words.next().ok_or(format!("{flag} needs a value; {USAGE}"));
+        let mut value = || words.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
         match flag.as_str() {
             "--seed" => {
                 args.first_seed = parse_u64("--seed", &value()?)?;
@@ -49,17 +77,21 @@ fn parse_args() -> Result<Args, String> {
             }
             "--seeds" => args.seed_count = parse_u64("--seeds", &value()?)?,
             "--from" => args.first_seed = parse_u64("--from", &value()?)?,
-            "--steps" => {
-                let steps = parse_u64("--steps", &value()?)?;
-                args.config.steps = u32::try_from(steps).map_err(|e| e.to_string())?;
+            "--events" | "--steps" => {
+                let n = parse_u64(&flag, &value()?)?;
+                args.length = Some(u32::try_from(n).map_err(|e| e.to_string())?);
             }
             "--planted" => {
                 let name = value()?;
-                let bug =
-                    PlantedBug::from_name(&name).ok_or(format!("unknown bug {name:?}; {USAGE}"))?;
-                args.config.planted = Some(bug);
+                let bug = PlantedBug::from_name(&name).ok_or(format!(
+                    "unknown bug {name:?}; one of: {}",
+                    PlantedBug::ALL.map(PlantedBug::name).join(", ")
+                ))?;
+                args.planted = Some(bug);
             }
-            _ => return Err(format!("unexpected argument {flag:?}; {USAGE}")),
+            "--history" => args.history = true,
+            "--exhaustive" => args.exhaustive = true,
+            _ => return Err(format!("unexpected argument {flag:?}\n{USAGE}")),
         }
     }
     Ok(args)
@@ -73,20 +105,150 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let passed = match (args.campaign, args.exhaustive) {
+        (Campaign::Agents, true) => agents_exhaustive(&args),
+        (Campaign::Agents, false) => agents_campaign(&args),
+        (Campaign::Storage, _) => storage_campaign(&args),
+    };
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn planted_note(planted: Option<PlantedBug>) -> String {
+    planted
+        .map(|bug| format!(", planted bug {}", bug.name()))
+        .unwrap_or_default()
+}
+
+/// Prints progress about ten times over a block of seeds.
+fn progress_due(done: u64, total: u64) -> bool {
+    done.is_multiple_of((total / 10).max(1)) || done == total
+}
+
+fn agents_campaign(args: &Args) -> bool {
+    let config = AgentConfig {
+        events: args.length.unwrap_or(AgentConfig::default().events),
+        planted: args.planted,
+        history: args.history,
+    };
+    let last_seed = args.first_seed.saturating_add(args.seed_count);
+    println!(
+        "actum-sim: agent campaign, seeds {}..{last_seed}, {} events each{}",
+        args.first_seed,
+        config.events,
+        planted_note(args.planted)
+    );
+    let mut total = AgentReport::default();
+    for (done, seed) in (args.first_seed..last_seed).enumerate() {
+        match agents::run_agent_seed(seed, &config) {
+            Ok(report) => total.add(&report),
+            Err(failure) => {
+                eprintln!("actum-sim: FAILED {failure}");
+                return false;
+            }
+        }
+        let done = done as u64 + 1;
+        if progress_due(done, args.seed_count) {
+            println!(
+                "  {done}/{} seeds passed: {}",
+                args.seed_count,
+                total.summary()
+            );
+        }
+    }
+    if args.history && args.seed_count == 1 {
+        let recorded = AgentConfig {
+            history: true,
+            ..config
+        };
+        match agents::replay_history(args.first_seed, &recorded) {
+            Ok(lines) => lines.iter().for_each(|line| println!("    {line}")),
+            Err(failure) => {
+                eprintln!("actum-sim: FAILED {failure}");
+                return false;
+            }
+        }
+    }
+    print_agent_verdict(args.seed_count, &total);
+    true
+}
+
+fn print_agent_verdict(seeds: u64, total: &AgentReport) {
+    println!(
+        "actum-sim: all {seeds} seeds kept every invariant: no side effect fired twice, every \
+         act had a durable intent, stale leases were refused, the books equalled the model \
+         after every recovery, every run ended once the faults stopped"
+    );
+    println!(
+        "  simulated {} s of agent time; invariant checks:",
+        total.simulated_ms / 1000
+    );
+    for (invariant, count) in &total.checks {
+        println!("    {count:>10}  {invariant}");
+    }
+}
+
+fn agents_exhaustive(args: &Args) -> bool {
+    let schedules = match agents::exhaustive_schedules() {
+        Ok(schedules) => schedules,
+        Err(failure) => {
+            eprintln!("actum-sim: FAILED a probe run: {failure}");
+            return false;
+        }
+    };
+    let config = AgentConfig {
+        planted: args.planted,
+        ..AgentConfig::default()
+    };
+    println!(
+        "actum-sim: exhaustive agent campaign: the shop workflow, every crash point × ack fate × \
+         lease expiry, {} schedules{}",
+        schedules.len(),
+        planted_note(args.planted)
+    );
+    let mut total = AgentReport::default();
+    for (done, schedule) in schedules.iter().enumerate() {
+        match agents::run_agent_schedule(schedule, &config) {
+            Ok(report) => total.add(&report),
+            Err(failure) => {
+                eprintln!(
+                    "actum-sim: FAILED exhaustive schedule {done}: {failure}\n  schedule: {schedule:?}"
+                );
+                return false;
+            }
+        }
+        let done = done as u64 + 1;
+        if progress_due(done, schedules.len() as u64) {
+            println!(
+                "  {done}/{} schedules passed: {}",
+                schedules.len(),
+                total.summary()
+            );
+        }
+    }
+    print_agent_verdict(schedules.len() as u64, &total);
+    true
+}
+
+fn storage_campaign(args: &Args) -> bool {
+    let config = CampaignConfig {
+        steps: args.length.unwrap_or(CampaignConfig::default().steps),
+        planted: args.planted,
+        ..CampaignConfig::default()
+    };
     let last_seed = args.first_seed.saturating_add(args.seed_count);
     println!(
         "actum-sim: storage campaign, seeds {}..{last_seed}, {} steps each{}",
         args.first_seed,
-        args.config.steps,
-        args.config
-            .planted
-            .map(|bug| format!(", planted bug {}", bug.name()))
-            .unwrap_or_default()
+        config.steps,
+        planted_note(args.planted)
     );
     let mut total = SeedReport::default();
-    let progress_every = (args.seed_count / 10).max(1);
     for (done, seed) in (args.first_seed..last_seed).enumerate() {
-        match run_seed(seed, &args.config) {
+        match run_seed(seed, &config) {
             Ok(report) => {
                 total.crashes += report.crashes;
                 total.recoveries += report.recoveries;
@@ -97,11 +259,11 @@ fn main() -> ExitCode {
             }
             Err(failure) => {
                 eprintln!("actum-sim: FAILED {failure}");
-                return ExitCode::FAILURE;
+                return false;
             }
         }
         let done = done as u64 + 1;
-        if done.is_multiple_of(progress_every) || done == args.seed_count {
+        if progress_due(done, args.seed_count) {
             println!(
                 "  {done}/{} seeds passed: {} crashes, {} checked recoveries, {} acknowledged \
                  appends, {} checkpoints, {} injected I/O errors",
@@ -120,5 +282,5 @@ fn main() -> ExitCode {
          survives, damage gives an error",
         args.seed_count
     );
-    ExitCode::SUCCESS
+    true
 }

@@ -39,6 +39,38 @@ impl MemBooks {
         self.blobs.len()
     }
 
+    /// Every run, by id.
+    pub fn runs(&self) -> impl Iterator<Item = &Run> {
+        self.runs.values()
+    }
+
+    /// Every ledger entry, by key.
+    pub fn effects(&self) -> impl Iterator<Item = &EffectEntry> {
+        self.effects.values()
+    }
+
+    /// The first difference between `self` and `other`, in words (`None` if
+    /// they are equal): which table, which row, and both values.
+    pub fn diff(&self, other: &MemBooks) -> Option<String> {
+        fn first<K: Ord + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
+            table: &str,
+            a: &BTreeMap<K, V>,
+            b: &BTreeMap<K, V>,
+        ) -> Option<String> {
+            let keys: std::collections::BTreeSet<&K> = a.keys().chain(b.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let (x, y) = (a.get(k), b.get(k));
+                (x != y).then(|| format!("{table} {k:?}: {x:?} here, {y:?} there"))
+            })
+        }
+        first("run", &self.runs, &other.runs)
+            .or_else(|| first("effect", &self.effects, &other.effects))
+            .or_else(|| first("blob", &self.blobs, &other.blobs))
+            .or_else(|| first("checkpoint", &self.checkpoints, &other.checkpoints))
+            .or_else(|| first("decision", &self.decisions, &other.decisions))
+            .or_else(|| first("audit", &self.audit, &other.audit))
+    }
+
     /// Replaces a blob's bytes without checking them, to test corruption
     /// detection.
     #[cfg(test)]

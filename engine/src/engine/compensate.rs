@@ -30,6 +30,18 @@ pub struct CompensationRequest<'a> {
     pub rationale: &'a str,
 }
 
+impl CompensationRequest<'_> {
+    /// The command [`Engine::begin_compensation`] executes for this request.
+    pub fn command(&self) -> Command {
+        Command::BeginCompensation(BeginCompensation {
+            run: self.run.clone(),
+            step: self.step.clone(),
+            guard: self.guard.clone(),
+            rationale: self.rationale.to_string(),
+        })
+    }
+}
+
 impl Engine {
     /// Begins undoing `request.step`'s confirmed act: the compensation's
     /// key, ledger check and durable intent. Returns the plan and the
@@ -40,13 +52,7 @@ impl Engine {
         &self,
         request: &CompensationRequest<'_>,
     ) -> Result<(StepPlan, Compensation)> {
-        let cmd = Command::BeginCompensation(BeginCompensation {
-            run: request.run.clone(),
-            step: request.step.clone(),
-            guard: request.guard.clone(),
-            rationale: request.rationale.to_string(),
-        });
-        let plan = self.plan(&cmd, request.guard)?;
+        let plan = self.plan(&request.command(), request.guard)?;
         let registered = self.read(|books| {
             Ok(books
                 .latest_effect(request.run, request.step, EffectKind::Act)

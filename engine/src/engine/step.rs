@@ -124,6 +124,47 @@ pub enum StepResult {
     },
 }
 
+impl StepRequest<'_> {
+    /// The command [`Engine::begin_step`] executes for this request.
+    pub fn command(&self) -> Command {
+        Command::BeginEffect(BeginEffect {
+            run: self.run.clone(),
+            step: self.step.clone(),
+            guard: self.guard.clone(),
+            tool: self.tool.name.clone(),
+            tool_class: self.tool.class,
+            args_digest: digest_of(self.args),
+            rationale: self.rationale.to_string(),
+            compensation: self.compensation.clone(),
+        })
+    }
+}
+
+impl EffectCtx {
+    /// The command [`Engine::finish_step`] executes to record `outcome`.
+    pub fn finish_command(&self, guard: &Guard, outcome: Outcome) -> Command {
+        Command::FinishEffect(FinishEffect {
+            key: self.key.clone(),
+            guard: guard.clone(),
+            outcome,
+        })
+    }
+
+    /// The command [`Engine::resolve_step`] executes to record what a query
+    /// `found`; `None` for an unknown answer, which records nothing.
+    pub fn reconcile_command(&self, guard: &Guard, found: Outcome) -> Option<Command> {
+        if matches!(found, Outcome::Unknown { .. }) {
+            return None;
+        }
+        Some(Command::Reconcile(Reconcile {
+            key: self.key.clone(),
+            guard: guard.clone(),
+            outcome: found,
+            note: "resolved by the tool's query on resume".to_string(),
+        }))
+    }
+}
+
 /// What a step needs next, from [`Engine::begin_step`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepPlan {
@@ -216,17 +257,7 @@ impl Engine {
     /// Ceremony points 1 to 3, 6 and 7 for `request`: derives the key,
     /// checks the ledger and writes the intent durably; says what to do.
     pub fn begin_step(&self, request: &StepRequest<'_>) -> Result<StepPlan> {
-        let cmd = Command::BeginEffect(BeginEffect {
-            run: request.run.clone(),
-            step: request.step.clone(),
-            guard: request.guard.clone(),
-            tool: request.tool.name.clone(),
-            tool_class: request.tool.class,
-            args_digest: digest_of(request.args),
-            rationale: request.rationale.to_string(),
-            compensation: request.compensation.clone(),
-        });
-        let plan = self.plan(&cmd, request.guard)?;
+        let plan = self.plan(&request.command(), request.guard)?;
         if let StepPlan::Act(ctx) | StepPlan::Query(ctx) = &plan {
             assert_eq!(ctx.key.run(), request.run);
             assert_eq!(ctx.key.step(), request.step);
@@ -241,11 +272,7 @@ impl Engine {
         ctx: &EffectCtx,
         outcome: ToolOutcome,
     ) -> Result<StepResult> {
-        self.finish_effect(FinishEffect {
-            key: ctx.key.clone(),
-            guard: guard.clone(),
-            outcome: outcome.clone(),
-        })?;
+        self.execute(&ctx.finish_command(guard, outcome.clone()))?;
         Ok(result_of(ctx.key.clone(), outcome, false))
     }
 
@@ -257,18 +284,10 @@ impl Engine {
         ctx: &EffectCtx,
         found: ToolOutcome,
     ) -> Result<StepResult> {
-        if let Outcome::Unknown { reason } = found {
-            return Ok(StepResult::Unknown {
-                key: ctx.key.clone(),
-                reason,
-            });
-        }
-        self.reconcile(Reconcile {
-            key: ctx.key.clone(),
-            guard: guard.clone(),
-            outcome: found.clone(),
-            note: "resolved by the tool's query on resume".to_string(),
-        })?;
+        let Some(cmd) = ctx.reconcile_command(guard, found.clone()) else {
+            return Ok(result_of(ctx.key.clone(), found, false));
+        };
+        self.execute(&cmd)?;
         Ok(result_of(ctx.key.clone(), found, true))
     }
 

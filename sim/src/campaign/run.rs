@@ -1,7 +1,8 @@
 //! Runs one seed of the storage campaign and checks every invariant.
 //!
 //! Invariant: everything random in a run comes from `Rng::new(seed)`, so a
-//! failure replays exactly with `cargo run --release -p actum-sim -- --seed N`.
+//! failure replays exactly with
+//! `cargo run --release -p actum-sim -- storage --seed N`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ impl fmt::Display for Failure {
         write!(
             f,
             "seed {seed}: invariant `{}` violated: {}\n  replay: cargo run --release -p \
-             actum-sim -- --seed {seed}",
+             actum-sim -- storage --seed {seed}",
             self.invariant,
             self.detail,
             seed = self.seed

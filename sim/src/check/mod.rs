@@ -1,17 +1,38 @@
-//! The campaign's invariants, one per file, each a pure function of the
-//! reference model and what a recovery observed.
+//! The simulator's invariants, one per file, each a pure function of a
+//! reference model and what was observed: the storage campaign's (appends
+//! survive, nothing half-visible, ...) and the agent campaign's (no effect
+//! fires twice, intent before act, fencing, books equal the model, every
+//! run ends).
 //!
 //! Each returns `Err(description)` when violated; the runner adds the seed
 //! and the replay command.
 
 mod acked_survive;
+mod books_match_model;
 mod corruption_detected;
+mod decision_not_repaid;
+mod effect_at_most_once;
+mod effect_exactly_once;
+mod intent_before_act;
+mod liveness;
 mod no_half_visible;
 mod recovery_idempotent;
 mod redb_survives;
+mod resend_payload;
+mod stale_lease_refused;
+mod world_fenced;
 
 pub use acked_survive::acked_appends_survive;
+pub use books_match_model::{InFlight, books_match_model};
 pub use corruption_detected::corruption_is_detected;
+pub use decision_not_repaid::decision_not_paid_twice;
+pub use effect_at_most_once::effect_applied_at_most_once;
+pub use effect_exactly_once::effect_applied_exactly_once;
+pub use intent_before_act::{applications_have_intents, intent_durable_before_act};
+pub use liveness::every_run_ends_settled;
 pub use no_half_visible::nothing_unacknowledged_is_half_visible;
 pub use recovery_idempotent::recovery_is_idempotent;
 pub use redb_survives::redb_committed_state_survives;
+pub use resend_payload::resends_carry_the_same_payload;
+pub use stale_lease_refused::stale_lease_refused;
+pub use world_fenced::world_refuses_stale_tokens;

@@ -1,0 +1,105 @@
+//! What one agent run did and what it checked: the counts behind the
+//! runner's summary line, and how many times each invariant was checked.
+//!
+//! **Invariant:** every count is of something that happened in this run;
+//! summing reports of many seeds gives the campaign's totals.
+
+use std::collections::BTreeMap;
+
+/// Counts of one agent run (or, summed, of a campaign).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentReport {
+    /// Runs created.
+    pub runs: u64,
+    /// Runs that completed.
+    pub completed: u64,
+    /// Runs that failed (a refused hedge, an unknown effect).
+    pub failed: u64,
+    /// Process crashes (engine dropped, power cut), recovery cuts included.
+    pub crashes: u64,
+    /// Recoveries checked against the reference model.
+    pub recoveries: u64,
+    /// Commands the engine acknowledged.
+    pub commands: u64,
+    /// Commands from a stale holder that the engine fenced.
+    pub zombies_fenced: u64,
+    /// Workers that lost their lease to expiry.
+    pub leases_lost: u64,
+    /// Tool replies dropped after the act.
+    pub acks_dropped: u64,
+    /// Same-key resends the engine handed out.
+    pub resends: u64,
+    /// Queries sent to resolve an ambiguous intent.
+    pub queries: u64,
+    /// Steps that ended `Unknown` (non-idempotent tools only).
+    pub unknowns: u64,
+    /// Compensations confirmed.
+    pub compensations: u64,
+    /// Model calls paid for.
+    pub model_calls: u64,
+    /// Decisions replayed from the journal instead of paid again.
+    pub decisions_replayed: u64,
+    /// Acts that happened in the world.
+    pub applications: u64,
+    /// Virtual time the run covered, in ms.
+    pub simulated_ms: u64,
+    /// How many times each invariant was checked.
+    pub checks: BTreeMap<&'static str, u64>,
+}
+
+impl AgentReport {
+    /// Counts one check of `invariant`.
+    pub fn checked(&mut self, invariant: &'static str) {
+        *self.checks.entry(invariant).or_default() += 1;
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &AgentReport) {
+        self.runs += other.runs;
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.crashes += other.crashes;
+        self.recoveries += other.recoveries;
+        self.commands += other.commands;
+        self.zombies_fenced += other.zombies_fenced;
+        self.leases_lost += other.leases_lost;
+        self.acks_dropped += other.acks_dropped;
+        self.resends += other.resends;
+        self.queries += other.queries;
+        self.unknowns += other.unknowns;
+        self.compensations += other.compensations;
+        self.model_calls += other.model_calls;
+        self.decisions_replayed += other.decisions_replayed;
+        self.applications += other.applications;
+        self.simulated_ms += other.simulated_ms;
+        for (name, count) in &other.checks {
+            *self.checks.entry(name).or_default() += count;
+        }
+    }
+
+    /// The one-line summary the runner prints.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} runs ({} completed, {} failed), {} crashes, {} checked recoveries, {} \
+             commands, {} zombie commands fenced, {} leases lost, {} acks dropped, {} resends, \
+             {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
+             journal), {} acts in the world",
+            self.runs,
+            self.completed,
+            self.failed,
+            self.crashes,
+            self.recoveries,
+            self.commands,
+            self.zombies_fenced,
+            self.leases_lost,
+            self.acks_dropped,
+            self.resends,
+            self.queries,
+            self.unknowns,
+            self.compensations,
+            self.model_calls,
+            self.decisions_replayed,
+            self.applications
+        )
+    }
+}

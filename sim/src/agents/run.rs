@@ -1,0 +1,288 @@
+//! Runs one agent schedule: the fault phase (the schedule's events, each
+//! followed, if the process died, by a crash and a checked recovery), the
+//! calm phase (faults stop; workers run until every run is over), then a
+//! clean close, a reopen, and the end-of-run invariants.
+//!
+//! **Invariant:** everything random comes from the seed, so a failure
+//! replays exactly with the command it prints.
+
+use actum::Clock;
+use actum::books::EffectStatus;
+
+use super::config::AgentConfig;
+use super::failure::AgentFailure;
+use super::report::AgentReport;
+use super::schedule::{AgentSchedule, Event};
+use super::sim::Sim;
+use crate::check;
+use crate::disk::FaultConfig;
+
+/// Rounds of the calm phase before a run still going is a liveness failure.
+const CALM_ROUNDS_MAX: u32 = 4_000;
+/// Virtual time each calm round lets pass, in ms.
+const CALM_TICK_MS: u64 = 5_000;
+
+/// Runs the schedule `seed` stands for. A failure is replayed with the
+/// history on, so it carries the readable story of the run.
+pub fn run_agent_seed(seed: u64, config: &AgentConfig) -> Result<AgentReport, AgentFailure> {
+    let schedule = AgentSchedule::from_seed(seed, config.events);
+    run_agent_schedule(&schedule, config)
+}
+
+/// Runs `schedule`; on failure, runs it again recording its history.
+pub fn run_agent_schedule(
+    schedule: &AgentSchedule,
+    config: &AgentConfig,
+) -> Result<AgentReport, AgentFailure> {
+    match run_once(schedule, config).map(|(report, _)| report) {
+        Err(failure) if !config.history => {
+            let recording = AgentConfig {
+                history: true,
+                ..config.clone()
+            };
+            match run_once(schedule, &recording) {
+                Err(with_history) => Err(with_history),
+                // A run that passes the second time is not deterministic.
+                Ok(_) => Err(AgentFailure {
+                    invariant: "a seed replays identically",
+                    detail: format!("failed without history, passed with it: {failure}"),
+                    ..failure
+                }),
+            }
+        }
+        other => other,
+    }
+}
+
+/// Runs the schedule `seed` stands for with its history recorded; returns
+/// the history.
+pub fn replay_history(seed: u64, config: &AgentConfig) -> Result<Vec<String>, AgentFailure> {
+    let schedule = AgentSchedule::from_seed(seed, config.events);
+    let recording = AgentConfig {
+        history: true,
+        ..config.clone()
+    };
+    run_once(&schedule, &recording).map(|(_, history)| history)
+}
+
+fn run_once(
+    schedule: &AgentSchedule,
+    config: &AgentConfig,
+) -> Result<(AgentReport, Vec<String>), AgentFailure> {
+    let mut sim = Sim::new(schedule, config);
+    sim.start()?;
+    for (index, event) in schedule.events.iter().enumerate() {
+        sim.deliver()?;
+        if sim.event(*event)? {
+            sim.acted_at.push(index);
+        }
+        if sim.dead || sim.disk.is_powered_off() {
+            sim.crash("during the step above")?;
+        }
+    }
+    sim.calm_phase()?;
+    sim.finish()
+}
+
+/// The indexes of the events at which a worker acted, in a run of
+/// `schedule` (which must pass): the step boundaries a crash can fall on.
+pub(crate) fn acting_events(schedule: &AgentSchedule) -> Result<Vec<usize>, AgentFailure> {
+    let mut sim = Sim::new(schedule, &AgentConfig::default());
+    sim.start()?;
+    for (index, event) in schedule.events.iter().enumerate() {
+        sim.deliver()?;
+        if sim.event(*event)? {
+            sim.acted_at.push(index);
+        }
+        if sim.dead || sim.disk.is_powered_off() {
+            sim.crash("during the step above")?;
+        }
+    }
+    Ok(sim.acted_at)
+}
+
+impl Sim<'_> {
+    /// Plays `event`; true if a worker acted.
+    fn event(&mut self, event: Event) -> Result<bool, AgentFailure> {
+        let workers = self.workers.len();
+        match event {
+            Event::Advance(n) => return self.advance(usize::from(n) % workers),
+            Event::Tick(ms) => {
+                self.clock.advance_ms(u64::from(ms));
+            }
+            Event::Jump(ms) => {
+                self.note(|| format!("the clock jumps {ms} ms"));
+                self.clock.advance_ms(u64::from(ms));
+            }
+            Event::Crash => self.crash("at a step boundary")?,
+            Event::ArmIoCrash(n) => self.disk.set_crash_after_ops(u64::from(n)),
+            Event::Pause(n) => {
+                let worker = &mut self.workers[usize::from(n) % workers];
+                worker.paused = true;
+                let who = worker.name();
+                self.note(|| format!("{who} pauses"));
+            }
+            Event::Resume(n) => {
+                let worker = &mut self.workers[usize::from(n) % workers];
+                if worker.paused {
+                    worker.paused = false;
+                    let who = worker.name();
+                    self.note(|| format!("{who} resumes"));
+                }
+            }
+            Event::Checkpoint => {
+                let result = self.engine.as_ref().map(actum::Engine::checkpoint);
+                if let Some(Err(e)) = result {
+                    if !self.disk.is_powered_off() {
+                        return Err(self.fail(
+                            "no error without a fault",
+                            format!("a checkpoint failed with the power on: {e}"),
+                        ));
+                    }
+                    self.dead = true;
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The world receives every request due, then its promises are checked.
+    fn deliver(&mut self) -> Result<(), AgentFailure> {
+        let seen = self.world.deliveries().len();
+        self.world.deliver_due(self.clock.now_ms());
+        if seen == self.world.deliveries().len() {
+            return Ok(());
+        }
+        if self.history.recording() {
+            let lines: Vec<String> = self.world.deliveries()[seen..]
+                .iter()
+                .map(|d| match (d.applied, d.args_digest) {
+                    (Some(seq), _) => format!(
+                        "   {} applies {} under token {}: {}",
+                        d.tool,
+                        d.key,
+                        d.token.0,
+                        String::from_utf8_lossy(&self.world.log()[seq].receipt)
+                    ),
+                    (None, Some(_)) => format!(
+                        "   {} receives {} under token {}, applies nothing",
+                        d.tool, d.key, d.token.0
+                    ),
+                    (None, None) => format!("   {} is asked about {}", d.tool, d.key),
+                })
+                .collect();
+            for line in lines {
+                self.note(|| line);
+            }
+        }
+        self.check_world()
+    }
+
+    /// The world's own promises, checked as acts land: no step applied
+    /// twice, no stale token applied, resends carry their intent's payload.
+    fn check_world(&mut self) -> Result<(), AgentFailure> {
+        self.report.checked("no side effect fires twice");
+        check::effect_applied_at_most_once(self.world.log())
+            .map_err(|e| self.fail("no side effect fires twice", e))?;
+        self.report.checked("no world mutation under a stale token");
+        check::world_refuses_stale_tokens(self.world.deliveries())
+            .map_err(|e| self.fail("no world mutation under a stale token", e))?;
+        self.report.checked("a resend carries its intent's payload");
+        check::resends_carry_the_same_payload(self.world.deliveries())
+            .map_err(|e| self.fail("a resend carries its intent's payload", e))
+    }
+
+    /// Faults stop: no cuts, plain crashes, every call delivered, paused
+    /// workers resume; the workers run until every run is over.
+    fn calm_phase(&mut self) -> Result<(), AgentFailure> {
+        self.calm = true;
+        self.disk.disarm_crash();
+        self.disk.set_faults(FaultConfig {
+            sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
+            ..FaultConfig::none()
+        });
+        self.note(|| "the faults stop".to_string());
+        for worker in &mut self.workers {
+            worker.paused = false;
+        }
+        for _ in 0..CALM_ROUNDS_MAX {
+            let idle = self.workers.iter().all(|w| w.job.is_none());
+            if idle && self.all_runs_over() {
+                return Ok(());
+            }
+            self.clock.advance_ms(CALM_TICK_MS);
+            for w in 0..self.workers.len() {
+                self.deliver()?;
+                self.advance(w)?;
+                if self.dead {
+                    return Err(self.fail(
+                        "no error without a fault",
+                        "the process died after the faults stopped",
+                    ));
+                }
+            }
+        }
+        let stuck: Vec<String> = self
+            .runs
+            .iter()
+            .filter_map(|(run, _)| {
+                let record = self.model.runs().find(|r| r.id == *run)?;
+                (!record.state.is_terminal()).then(|| format!("{run} {}", record.state))
+            })
+            .collect();
+        Err(self.fail(
+            "every run ends once the faults stop",
+            format!("after {CALM_ROUNDS_MAX} calm rounds still going: {stuck:?}"),
+        ))
+    }
+
+    /// A clean close and a reopen, then the end-of-run invariants.
+    fn finish(mut self) -> Result<(AgentReport, Vec<String>), AgentFailure> {
+        self.deliver()?;
+        let engine = self.engine.take().expect("a process is up");
+        engine
+            .close()
+            .map_err(|e| self.fail("a clean close succeeds", e.to_string()))?;
+        self.recover()?;
+        let books = self.model.clone();
+        let log = self.world.log().to_vec();
+        self.report.checked("every run ends once the faults stop");
+        check::every_run_ends_settled(&books)
+            .map_err(|e| self.fail("every run ends once the faults stop", e))?;
+        self.report
+            .checked("every done effect happened exactly once");
+        check::effect_applied_exactly_once(&books, &log)
+            .map_err(|e| self.fail("every done effect happened exactly once", e))?;
+        let engine = self.engine.take().expect("recovered");
+        engine
+            .close()
+            .map_err(|e| self.fail("a clean close succeeds", e.to_string()))?;
+        self.tally(&books);
+        let history = self.history.lines().to_vec();
+        Ok((self.report, history))
+    }
+
+    fn tally(&mut self, books: &actum::books::MemBooks) {
+        use actum::books::RunState;
+        let stats = self.world.stats().clone();
+        let elapsed_ms = self.clock.now_ms() - super::sim::START_MS;
+        let report = &mut self.report;
+        report.completed = books
+            .runs()
+            .filter(|r| r.state == RunState::Completed)
+            .count() as u64;
+        report.failed = books.runs().filter(|r| r.state == RunState::Failed).count() as u64;
+        report.unknowns = books
+            .effects()
+            .filter(|e| matches!(e.status, EffectStatus::Unknown { .. }))
+            .count() as u64;
+        report.compensations = books
+            .effects()
+            .filter(|e| matches!(e.status, EffectStatus::Compensated { .. }))
+            .count() as u64;
+        report.acks_dropped = stats.acks_dropped;
+        report.queries = stats.queries;
+        report.applications = stats.applications;
+        report.simulated_ms = elapsed_ms;
+    }
+}

@@ -1,0 +1,387 @@
+//! [`Sim`]: everything one agent run owns (the simulated disk and clock,
+//! the engine process, the world, the workers, the reference model), and
+//! the two things every step goes through: [`Sim::call`], which runs one
+//! engine call and holds its answer to the reference model, and
+//! [`Sim::crash`], the process dying and coming back.
+//!
+//! **Invariant:** `model` is the books the acknowledged commands build,
+//! decided by the same pure `decide` over `MemBooks`; after every recovery
+//! the engine's books equal it (with the one command a crash cut off either
+//! landed or not).
+
+use actum::Clock;
+use std::path::Path;
+use std::sync::Arc;
+
+use actum::books::{
+    Answer, BooksRead, BooksWrite, Command, CreateRun, MemBooks, RunId, apply, decide, digest_of,
+};
+use actum::db::DbOptions;
+use actum::wal::WalOptions;
+use actum::{DatabaseId, Engine, EngineOptions, Error, Storage};
+
+use super::config::AgentConfig;
+use super::failure::AgentFailure;
+use super::history::History;
+use super::report::AgentReport;
+use super::schedule::AgentSchedule;
+use super::worker::Worker;
+use super::workflow::Workflow;
+use crate::check::{self, InFlight};
+use crate::clock::SimClock;
+use crate::disk::{FaultConfig, SimDisk};
+use crate::rng::{PPM_ONE, Rng};
+use crate::world::World;
+
+/// The database directory on the simulated disk.
+pub const DB_DIR: &str = "/agents";
+/// Virtual time when a run starts (ms since the epoch).
+pub const START_MS: u64 = 1_767_225_600_000;
+/// Recoveries tried before faults are switched off to let one succeed.
+const RECOVERY_ATTEMPTS_MAX: u32 = 8;
+/// I/O calls ahead at most that a power cut during recovery is armed.
+const RECOVERY_CRASH_AFTER_OPS_MAX: u64 = 120;
+
+/// What an engine call came to.
+pub enum Called<T> {
+    /// Acknowledged.
+    Ok(T),
+    /// Refused by the books (fenced, lease lost, failed step, ...).
+    Refused(Error),
+    /// The process died during the call (power cut, halted engine).
+    Died,
+}
+
+/// One agent run in progress.
+pub struct Sim<'s> {
+    pub(crate) schedule: &'s AgentSchedule,
+    pub(crate) config: AgentConfig,
+    pub(crate) disk: SimDisk,
+    storage: Arc<dyn Storage>,
+    pub(crate) clock: SimClock,
+    crash_rng: Rng,
+    pub(crate) engine: Option<Engine>,
+    pub(crate) world: World,
+    /// The books the acknowledged commands build (the reference model).
+    pub(crate) model: MemBooks,
+    /// The command a crash may cut off.
+    inflight: Option<InFlight>,
+    /// Set when the process died; the runner crashes and recovers it.
+    pub(crate) dead: bool,
+    pub(crate) workers: Vec<Worker>,
+    pub(crate) runs: Vec<(RunId, Workflow)>,
+    /// Tool calls made so far in the fault phase (indexes the fates).
+    pub(crate) calls_made: usize,
+    /// True once the faults have stopped.
+    pub(crate) calm: bool,
+    /// Indexes of the fault phase's events at which a worker acted.
+    pub(crate) acted_at: Vec<usize>,
+    pub(crate) report: AgentReport,
+    pub(crate) history: History,
+}
+
+impl<'s> Sim<'s> {
+    /// A fresh run of `schedule`: an empty disk, the workers, no process.
+    pub fn new(schedule: &'s AgentSchedule, config: &AgentConfig) -> Sim<'s> {
+        let mut root = Rng::new(schedule.seed);
+        let mut faults = schedule.faults.clone();
+        // redb needs atomic sector writes for its header (docs/SIMULATION.md).
+        faults.sector_atomic_suffixes = vec![".redb".to_owned()];
+        let disk = SimDisk::new(root.fork("disk"), faults);
+        let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+        let runs = schedule
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.run_id(i), *w))
+            .collect();
+        let workers = (0..schedule.workers).map(Worker::new).collect();
+        Sim {
+            schedule,
+            config: config.clone(),
+            disk,
+            storage,
+            clock: SimClock::new(START_MS),
+            crash_rng: root.fork("crashes"),
+            engine: None,
+            world: World::new(),
+            model: MemBooks::new(),
+            inflight: None,
+            dead: false,
+            workers,
+            runs,
+            calls_made: 0,
+            calm: false,
+            acted_at: Vec::new(),
+            report: AgentReport::default(),
+            history: History::new(config.history, START_MS),
+        }
+    }
+
+    /// A failure of `invariant`, with the seed, the replay command and, if
+    /// recorded, the history.
+    pub fn fail(&self, invariant: &'static str, detail: impl Into<String>) -> AgentFailure {
+        AgentFailure {
+            seed: self.schedule.seed,
+            invariant,
+            detail: detail.into(),
+            planted: self.config.planted,
+            history: self.history.lines().to_vec(),
+        }
+    }
+
+    /// Records a history line at the current virtual time.
+    pub fn note(&mut self, line: impl FnOnce() -> String) {
+        let now = self.clock.now_ms();
+        self.history.note(now, line);
+    }
+
+    /// The engine options of the campaign: small segments and frequent
+    /// checkpoints, so rotation, GC and crashes inside them happen often.
+    fn options(&self) -> EngineOptions {
+        EngineOptions {
+            db: DbOptions {
+                wal: WalOptions {
+                    segment_size_bytes: 32 * 1024,
+                    max_record_bytes: 8 * 1024,
+                    planted_bug: self.config.planted,
+                    ..WalOptions::default()
+                },
+                database_id: Some(DatabaseId(u128::from(self.schedule.seed) << 2 | 3)),
+            },
+            verify_state_on_open: true,
+            checkpoint_every_records: self.schedule.checkpoint_every_records,
+            checkpoint_every_bytes: 0,
+        }
+    }
+
+    /// The first process: opens the engine and creates the runs.
+    pub fn start(&mut self) -> Result<(), AgentFailure> {
+        self.recover()?;
+        for (run, workflow) in self.runs.clone() {
+            let cmd = Command::CreateRun(CreateRun {
+                run: run.clone(),
+                input_digest: digest_of(run.as_str().as_bytes()),
+                agent_version: format!("{} agent 1.0", workflow.name()),
+                trace_id: format!("trace-{run}"),
+                parent: None,
+            });
+            let Command::CreateRun(create) = cmd.clone() else {
+                unreachable!()
+            };
+            match self.call(Some(&cmd), |e| e.create_run(create))? {
+                Called::Ok(_) => {}
+                Called::Refused(e) => return Err(self.fail("runs can be created", e.to_string())),
+                Called::Died => unreachable!("no fault is armed before the first event"),
+            }
+            self.report.runs += 1;
+        }
+        Ok(())
+    }
+
+    /// Runs one engine call. With `cmd` (the command the call executes),
+    /// the reference model decides it too: an acknowledged command must be
+    /// one the model accepts (and is applied to it), a refused one one the
+    /// model refuses. An error that is not a refusal means the process died.
+    pub fn call<T>(
+        &mut self,
+        cmd: Option<&Command>,
+        f: impl FnOnce(&Engine) -> actum::Result<T>,
+    ) -> Result<Called<T>, AgentFailure> {
+        let now_ms = self.clock.now_ms();
+        let engine = self
+            .engine
+            .as_ref()
+            .expect("a process is up between events");
+        let expected = cmd.map(|c| decide(&self.model, c, now_ms));
+        match f(engine) {
+            Ok(value) => {
+                if let (Some(cmd), Some(expected)) = (cmd, expected) {
+                    self.acknowledged(cmd, expected)?;
+                }
+                Ok(Called::Ok(value))
+            }
+            Err(e) if is_refusal(&e) => {
+                if let Some(Ok(decided)) = expected {
+                    return Err(self.fail(
+                        "the engine decides as the reference model does",
+                        format!(
+                            "the engine refused ({e}) a command the model accepts with {:?}",
+                            decided.answer
+                        ),
+                    ));
+                }
+                Ok(Called::Refused(e))
+            }
+            Err(e) => {
+                let powered_off = self.disk.is_powered_off();
+                if !powered_off && !self.disk.faults().injects_io_errors() {
+                    return Err(self.fail(
+                        "no error without a fault",
+                        format!("the engine failed with no fault injected: {e}"),
+                    ));
+                }
+                self.note(|| format!("   the process dies: {e}"));
+                self.inflight = cmd.map(|c| (c.clone(), now_ms));
+                self.dead = true;
+                Ok(Called::Died)
+            }
+        }
+    }
+
+    /// Holds an acknowledged `cmd` to the model and applies it there.
+    fn acknowledged(
+        &mut self,
+        cmd: &Command,
+        expected: actum::Result<actum::books::Decided>,
+    ) -> Result<(), AgentFailure> {
+        self.report
+            .checked("no mutation accepted from a stale lease");
+        check::stale_lease_refused(&self.model, cmd)
+            .map_err(|e| self.fail("no mutation accepted from a stale lease", e))?;
+        self.report
+            .checked("the engine decides as the reference model does");
+        let decided = expected.map_err(|e| {
+            self.fail(
+                "the engine decides as the reference model does",
+                format!("the engine acknowledged a command the model refuses ({e}): {cmd:?}"),
+            )
+        })?;
+        for op in &decided.ops {
+            apply(&mut self.model as &mut dyn BooksWrite, op).map_err(|e| {
+                self.fail(
+                    "the engine decides as the reference model does",
+                    e.to_string(),
+                )
+            })?;
+        }
+        self.report.commands += u64::from(!decided.ops.is_empty());
+        if let Answer::Begun(actum::books::Begun::Resend { .. }) = decided.answer {
+            self.report.resends += 1;
+        }
+        Ok(())
+    }
+
+    /// The process dies here: the engine is dropped and the power cut
+    /// (unsynced writes lost or torn), every worker forgets what it held;
+    /// then the process comes back and recovers.
+    pub fn crash(&mut self, why: &str) -> Result<(), AgentFailure> {
+        self.note(|| format!("CRASH {why}"));
+        self.engine = None;
+        if !self.disk.is_powered_off() {
+            self.disk.set_crash_after_ops(0);
+        }
+        self.disk.crash(&mut self.crash_rng);
+        self.report.crashes += 1;
+        for worker in &mut self.workers {
+            worker.restart();
+        }
+        self.world.forget_replies();
+        self.dead = false;
+        self.recover()
+    }
+
+    /// Opens the engine, possibly crashing again during recovery, then
+    /// holds the recovered books to the model.
+    pub fn recover(&mut self) -> Result<(), AgentFailure> {
+        let mut crash = false;
+        let mut last_error = String::new();
+        for attempt in 0..=RECOVERY_ATTEMPTS_MAX {
+            if crash {
+                self.disk.crash(&mut self.crash_rng);
+                self.report.crashes += 1;
+            }
+            if attempt == RECOVERY_ATTEMPTS_MAX {
+                // Faults stop, so the run shows the system heals.
+                self.disk.disarm_crash();
+                self.disk.set_faults(FaultConfig {
+                    sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
+                    ..FaultConfig::none()
+                });
+            } else if !self.calm && self.crash_rng.chance_ppm(PPM_ONE / 8) {
+                let after = self.crash_rng.below(RECOVERY_CRASH_AFTER_OPS_MAX);
+                self.disk.set_crash_after_ops(after);
+            }
+            let storage = Arc::clone(&self.storage);
+            let clock = Arc::new(self.clock.clone());
+            match Engine::open_with(storage, clock, Path::new(DB_DIR), self.options()) {
+                Ok(engine) => {
+                    self.disk.disarm_crash();
+                    self.engine = Some(engine);
+                    return self.verify_recovery();
+                }
+                Err(e) if self.disk.is_powered_off() => {
+                    self.note(|| format!("CRASH during recovery: {e}"));
+                    last_error = e.to_string();
+                    crash = true;
+                }
+                Err(e) => {
+                    return Err(self.fail(
+                        "recovery succeeds without faults",
+                        format!("opening the engine failed with the power on: {e}"),
+                    ));
+                }
+            }
+        }
+        Err(self.fail(
+            "recovery succeeds without faults",
+            format!("recovery still failed after faults were switched off: {last_error}"),
+        ))
+    }
+
+    /// The recovered books against the model and the world.
+    fn verify_recovery(&mut self) -> Result<(), AgentFailure> {
+        let engine = self.engine.as_ref().expect("just opened");
+        let found = engine
+            .snapshot()
+            .map_err(|e| self.fail("recovery succeeds without faults", e.to_string()))?;
+        self.report
+            .checked("after every recovery the books equal the model");
+        let inflight = self.inflight.take();
+        self.model = check::books_match_model(&found, &self.model, inflight.as_ref())
+            .map_err(|e| self.fail("after every recovery the books equal the model", e))?;
+        self.report
+            .checked("no application without a durable intent");
+        check::applications_have_intents(&found, self.world.log())
+            .map_err(|e| self.fail("no application without a durable intent", e))?;
+        self.report.recoveries += 1;
+        let replayed = self
+            .engine
+            .as_ref()
+            .map_or(0, |e| e.recovery().replayed_records);
+        self.note(|| format!("   recovered: {replayed} records replayed, books equal the model"));
+        Ok(())
+    }
+
+    /// True if every run is terminal in the model's books.
+    pub fn all_runs_over(&self) -> bool {
+        self.runs
+            .iter()
+            .all(|(run, _)| self.model.run(run).is_some_and(|r| r.state.is_terminal()))
+    }
+}
+
+/// True for the errors with which the books refuse a command: the state
+/// says no, nothing failed.
+pub fn is_refusal(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::NotFound { .. }
+            | Error::RunInputMismatch { .. }
+            | Error::RunTerminal { .. }
+            | Error::IllegalTransition { .. }
+            | Error::VersionConflict { .. }
+            | Error::LeaseHeld { .. }
+            | Error::LeaseLost { .. }
+            | Error::Fenced { .. }
+            | Error::ArgsMismatch { .. }
+            | Error::EffectFailed { .. }
+            | Error::EffectNotOpen { .. }
+            | Error::Divergence { .. }
+            | Error::SchemaMismatch { .. }
+            | Error::TooLarge { .. }
+            | Error::BatchRefused { .. }
+            | Error::InvalidCommand { .. }
+            | Error::InvalidName { .. }
+    )
+}

@@ -1,0 +1,668 @@
+//! Simulated workers: each runs agent workflows through the public engine
+//! API, one call per step, so that the schedule can crash the process,
+//! pause a worker past its lease or jump the clock between any two: before
+//! the intent, after it, after the act is sent, after the reply, after the
+//! outcome, around the checkpoint.
+//!
+//! A worker claims a run (`claim_next`), loads its latest checkpoint,
+//! starts it, then for each action of the workflow: `begin_step` (or
+//! `begin_compensation`), sends the act or query to the world, waits for
+//! the reply (or times out), records it with `finish_step` (or
+//! `resolve_step`), and saves a checkpoint; it renews its lease when half
+//! of it is gone. A refusal for a lost lease or a stale token drops the run.
+//!
+//! **Invariant:** a worker holds nothing the books do not: after a crash it
+//! starts idle, and what it does next is decided by the books alone.
+
+use actum::Clock;
+use actum::Error;
+use actum::books::{
+    Command, Compensation, Guard, Outcome, RecordDecision, RenewLease, RunId, RunState,
+    SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
+};
+use actum::engine::{CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec};
+
+use super::failure::AgentFailure;
+use super::sim::{Called, Sim};
+use super::workflow::{Action, AgentState, EffectSpec, Failing, SCHEMA_VERSION, Workflow};
+use crate::check;
+use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Reply, Tool, tool};
+
+/// The lease every worker takes and renews, in ms.
+pub const LEASE_TTL_MS: u64 = 30_000;
+
+/// One simulated worker process.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    index: u8,
+    id: WorkerId,
+    incarnation: u32,
+    /// Not scheduled while paused (a zombie once its lease runs out).
+    pub paused: bool,
+    /// The run it works on.
+    pub job: Option<Job>,
+}
+
+impl Worker {
+    /// Worker number `index`, idle.
+    pub fn new(index: u8) -> Worker {
+        Worker {
+            index,
+            id: WorkerId::new(format!("w{index}")).expect("a valid worker id"),
+            incarnation: 0,
+            paused: false,
+            job: None,
+        }
+    }
+
+    /// The process died: the worker comes back idle, as a new incarnation.
+    pub fn restart(&mut self) {
+        self.incarnation += 1;
+        self.paused = false;
+        self.job = None;
+    }
+
+    /// `w<index>#<incarnation>`, for the history.
+    pub fn name(&self) -> String {
+        format!("w{}#{}", self.index, self.incarnation)
+    }
+}
+
+/// A run a worker holds.
+#[derive(Clone, Debug)]
+pub struct Job {
+    run: RunId,
+    workflow: Workflow,
+    guard: Guard,
+    expires_ms: u64,
+    state: AgentState,
+    phase: Phase,
+}
+
+/// Which side of a step a call is for, and the tool it calls.
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    Act(Tool),
+    Undo(Tool),
+}
+
+impl Side {
+    fn tool(self) -> Tool {
+        match self {
+            Side::Act(t) | Side::Undo(t) => t,
+        }
+    }
+}
+
+/// Where a worker is in its run.
+#[derive(Clone, Debug)]
+enum Phase {
+    /// Read the run and its latest checkpoint.
+    Load,
+    /// Move the run from pending to running.
+    Start,
+    /// Take the workflow's next action.
+    Ready,
+    /// A call is in flight.
+    Await {
+        ctx: EffectCtx,
+        side: Side,
+        call: CallId,
+        deadline_ms: u64,
+        query: bool,
+    },
+    /// The reply (or the timeout) is in; record it.
+    Report {
+        ctx: EffectCtx,
+        side: Side,
+        outcome: Outcome,
+        query: bool,
+    },
+    /// Save the checkpoint of the new state.
+    Save,
+}
+
+type Next = Result<Option<Job>, AgentFailure>;
+
+impl Sim<'_> {
+    /// Worker `w` takes its next step (nothing if it is paused); returns
+    /// whether it did anything (an idle worker finding nothing to claim,
+    /// or one still waiting for a reply, does not).
+    pub fn advance(&mut self, w: usize) -> Result<bool, AgentFailure> {
+        if self.workers[w].paused {
+            return Ok(false);
+        }
+        let waiting_on = |job: &Option<Job>| match job {
+            Some(Job {
+                phase: Phase::Await { call, .. },
+                ..
+            }) => Some(*call),
+            _ => None,
+        };
+        let before = waiting_on(&self.workers[w].job);
+        let was_idle = self.workers[w].job.is_none();
+        let next = match self.workers[w].job.take() {
+            None => self.claim(w)?,
+            Some(job) => self.work(w, job)?,
+        };
+        let idle_still = was_idle && next.is_none() && !self.dead;
+        let acted = !idle_still && (before.is_none() || waiting_on(&next) != before);
+        self.workers[w].job = if self.dead { None } else { next };
+        Ok(acted)
+    }
+
+    fn work(&mut self, w: usize, job: Job) -> Next {
+        match job.phase.clone() {
+            Phase::Load => self.load(w, job),
+            Phase::Start => self.start_run(w, job),
+            Phase::Ready => self.ready(w, job),
+            Phase::Await {
+                ctx,
+                side,
+                call,
+                deadline_ms,
+                query,
+            } => self.await_reply(job, (ctx, side, query), call, deadline_ms),
+            Phase::Report {
+                ctx,
+                side,
+                outcome,
+                query,
+            } => self.report_outcome(w, job, (ctx, side, query), outcome),
+            Phase::Save => self.save(w, job),
+        }
+    }
+
+    fn who(&self, w: usize) -> String {
+        self.workers[w].name()
+    }
+
+    /// A refusal that ends the worker's hold on the run; anything else is
+    /// a valid workflow refused, which is a failure.
+    fn dropped(&mut self, w: usize, job: &Job, error: &Error) -> Next {
+        match error {
+            Error::Fenced { .. } => self.report.zombies_fenced += 1,
+            Error::LeaseLost { .. } => self.report.leases_lost += 1,
+            Error::RunTerminal { .. } => {}
+            _ => {
+                return Err(self.fail(
+                    "the engine accepts every step of a valid workflow",
+                    format!("{} on run {} was refused: {error}", self.who(w), job.run),
+                ));
+            }
+        }
+        let who = self.who(w);
+        self.note(|| format!("{who} drops {}: {error}", job.run));
+        Ok(None)
+    }
+
+    fn claim(&mut self, w: usize) -> Next {
+        let worker = self.workers[w].id.clone();
+        let cmd = Command::ClaimNext(actum::books::ClaimNext {
+            worker: worker.clone(),
+            ttl_ms: LEASE_TTL_MS,
+        });
+        let grant = match self.call(Some(&cmd), |e| e.claim_next(&worker, LEASE_TTL_MS))? {
+            Called::Ok(Some(grant)) => grant,
+            Called::Ok(None) | Called::Died => return Ok(None),
+            Called::Refused(e) => return Err(self.fail("claims succeed", e.to_string())),
+        };
+        let workflow = self
+            .runs
+            .iter()
+            .find(|(run, _)| *run == grant.run)
+            .map(|(_, w)| *w)
+            .expect("only the schedule's runs exist");
+        let who = self.who(w);
+        self.note(|| format!("{who} claims {} (token {})", grant.run, grant.guard.token.0));
+        Ok(Some(Job {
+            run: grant.run,
+            workflow,
+            guard: grant.guard,
+            expires_ms: grant.expires_ms,
+            state: AgentState::default(),
+            phase: Phase::Load,
+        }))
+    }
+
+    fn load(&mut self, w: usize, mut job: Job) -> Next {
+        let run = job.run.clone();
+        let read = self.call(None, |e| {
+            Ok((e.run(&run)?, e.load_latest(&run, SCHEMA_VERSION)?))
+        })?;
+        let (record, checkpoint) = match read {
+            Called::Ok(found) => found,
+            Called::Died => return Ok(None),
+            Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+        };
+        let record = record.ok_or_else(|| self.fail("reads succeed", "a claimed run is gone"))?;
+        job.state = match checkpoint {
+            None => AgentState::default(),
+            Some(c) => AgentState::from_parts(&c.parts)
+                .ok_or_else(|| self.fail("reads succeed", "a checkpoint does not parse"))?,
+        };
+        job.phase = match record.state {
+            RunState::Pending => Phase::Start,
+            _ => Phase::Ready,
+        };
+        let who = self.who(w);
+        self.note(|| {
+            format!(
+                "{who} loads {}: {}, cursor {}{}",
+                job.run,
+                record.state,
+                job.state.cursor,
+                job.state
+                    .failing
+                    .map(|f| format!(" ({f:?})"))
+                    .unwrap_or_default()
+            )
+        });
+        Ok(Some(job))
+    }
+
+    fn start_run(&mut self, w: usize, mut job: Job) -> Next {
+        match self.transition(w, &job, RunState::Running, "a worker started it")? {
+            Some(()) => {
+                job.phase = Phase::Ready;
+                Ok(Some(job))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Moves the run to `to`; `Ok(None)` if the worker lost it.
+    fn transition(
+        &mut self,
+        w: usize,
+        job: &Job,
+        to: RunState,
+        reason: &str,
+    ) -> Result<Option<()>, AgentFailure> {
+        let t = Transition {
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            to,
+            expected_version: None,
+            reason: reason.to_string(),
+        };
+        let cmd = Command::Transition(t.clone());
+        match self.call(Some(&cmd), |e| e.transition(t))? {
+            Called::Ok(_) => {
+                let who = self.who(w);
+                self.note(|| format!("{who} moves {} to {to}", job.run));
+                Ok(Some(()))
+            }
+            Called::Refused(e) => self.dropped(w, job, &e).map(|_| None),
+            Called::Died => Ok(None),
+        }
+    }
+
+    fn ready(&mut self, w: usize, job: Job) -> Next {
+        let now_ms = self.clock.now_ms();
+        if job.expires_ms.saturating_sub(now_ms) < LEASE_TTL_MS / 2 {
+            return self.renew(w, job);
+        }
+        match job.workflow.action(&job.run, &job.state) {
+            Action::Effect(spec) => self.begin_effect(w, job, spec),
+            Action::Decide { position, prompt } => self.decide(w, job, position, &prompt),
+            Action::Compensate { step } => self.begin_undo(w, job, step),
+            Action::Finish { to, reason } => self.transition(w, &job, to, reason).map(|_| None),
+        }
+    }
+
+    fn renew(&mut self, w: usize, mut job: Job) -> Next {
+        let renew = RenewLease {
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            ttl_ms: LEASE_TTL_MS,
+        };
+        let cmd = Command::RenewLease(renew);
+        let (run, guard) = (job.run.clone(), job.guard.clone());
+        match self.call(Some(&cmd), |e| e.renew_lease(&run, &guard, LEASE_TTL_MS))? {
+            Called::Ok(expires_ms) => {
+                job.expires_ms = expires_ms;
+                Ok(Some(job))
+            }
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+
+    fn begin_effect(&mut self, w: usize, mut job: Job, spec: EffectSpec) -> Next {
+        let step = StepId::new(spec.step.clone()).expect("a valid step id");
+        let compensation = spec.compensation.as_ref().map(|(t, args)| Compensation {
+            tool: t.name.to_string(),
+            args: args.clone(),
+            class: t.class,
+        });
+        let request = StepRequest {
+            guard: &job.guard,
+            run: &job.run,
+            step: &step,
+            tool: ToolSpec {
+                name: spec.tool.name.to_string(),
+                class: spec.tool.class,
+            },
+            args: &spec.args,
+            rationale: "the workflow's next step",
+            compensation,
+        };
+        let cmd = request.command();
+        match self.call(Some(&cmd), |e| e.begin_step(&request))? {
+            Called::Ok(plan) => {
+                let digest = digest_of(&spec.args);
+                self.follow(w, job, plan, Side::Act(spec.tool), digest)
+            }
+            Called::Refused(Error::EffectFailed { key, reason }) => {
+                let who = self.who(w);
+                self.note(|| format!("{who} finds {key} failed for good ({reason})"));
+                job.state.failing = Some(Failing::Declined);
+                job.state.cursor = 0;
+                job.phase = Phase::Save;
+                Ok(Some(job))
+            }
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+
+    fn begin_undo(&mut self, w: usize, job: Job, step: &str) -> Next {
+        let step = StepId::new(step).expect("a valid step id");
+        let request = CompensationRequest {
+            guard: &job.guard,
+            run: &job.run,
+            step: &step,
+            rationale: "a later step was refused for good",
+        };
+        let cmd = request.command();
+        match self.call(Some(&cmd), |e| e.begin_compensation(&request))? {
+            Called::Ok((plan, compensation)) => {
+                let digest = digest_of(&compensation.args);
+                self.follow(w, job, plan, Side::Undo(tool(&compensation.tool)), digest)
+            }
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+
+    /// Carries out what `begin_*` planned: send the act or the query, or
+    /// take the known result.
+    fn follow(
+        &mut self,
+        w: usize,
+        mut job: Job,
+        plan: StepPlan,
+        side: Side,
+        args_digest: actum::books::Digest,
+    ) -> Next {
+        let (ctx, ask, query) = match plan {
+            StepPlan::Done(result) => return self.settle(w, job, side, result, true),
+            StepPlan::Act(ctx) => (ctx, Ask::Act { args_digest }, false),
+            StepPlan::Query(ctx) => (ctx, Ask::Query, true),
+        };
+        if !query {
+            let durable = self
+                .engine
+                .as_ref()
+                .map_or(ctx.intent_lsn, |e| e.durable_lsn());
+            self.report
+                .checked("no application without a durable intent");
+            check::intent_durable_before_act(durable, &ctx)
+                .map_err(|e| self.fail("no application without a durable intent", e))?;
+        }
+        let fate = self.next_fate();
+        let now_ms = self.clock.now_ms();
+        let call = self
+            .world
+            .send(side.tool(), (&ctx.key, ctx.token), ask, now_ms, fate);
+        let who = self.who(w);
+        self.note(|| {
+            format!(
+                "{who} {} {} via {} under token {}{} [{}]",
+                if query { "queries" } else { "sends" },
+                ctx.key,
+                side.tool().name,
+                ctx.token.0,
+                if ctx.resend { ", a resend" } else { "" },
+                fate.name()
+            )
+        });
+        job.phase = Phase::Await {
+            ctx,
+            side,
+            call,
+            deadline_ms: now_ms + CALL_TIMEOUT_MS,
+            query,
+        };
+        Ok(Some(job))
+    }
+
+    /// The fate of the next tool call: the schedule's, or delivered once the
+    /// faults have stopped.
+    fn next_fate(&mut self) -> Fate {
+        if self.calm {
+            return Fate::Delivered;
+        }
+        let fate = self.schedule.fate(self.calls_made);
+        self.calls_made += 1;
+        fate
+    }
+
+    fn await_reply(
+        &mut self,
+        mut job: Job,
+        (ctx, side, query): (EffectCtx, Side, bool),
+        call: CallId,
+        deadline_ms: u64,
+    ) -> Next {
+        let outcome = match self.world.take_reply(call) {
+            Some(Reply::Done { receipt }) => Outcome::Confirmed { receipt },
+            Some(Reply::NotFound) => Outcome::Failed {
+                retryable: true,
+                reason: "the service holds no act under the key".into(),
+            },
+            Some(Reply::Declined { for_good }) => Outcome::Failed {
+                retryable: !for_good,
+                reason: format!("declined{}", if for_good { " for good" } else { "" }),
+            },
+            Some(Reply::Fenced) => Outcome::Unknown {
+                reason: "the service has seen a newer token".into(),
+            },
+            None if self.clock.now_ms() >= deadline_ms => {
+                if self.world.in_flight(call) {
+                    return Err(self.fail(
+                        "a request lives no longer than a caller waits",
+                        format!(
+                            "call {call} for {} is still in flight at its timeout",
+                            ctx.key
+                        ),
+                    ));
+                }
+                Outcome::Unknown {
+                    reason: "no reply before the timeout".into(),
+                }
+            }
+            None => return Ok(Some(job)),
+        };
+        job.phase = Phase::Report {
+            ctx,
+            side,
+            outcome,
+            query,
+        };
+        Ok(Some(job))
+    }
+
+    fn report_outcome(
+        &mut self,
+        w: usize,
+        job: Job,
+        (ctx, side, query): (EffectCtx, Side, bool),
+        outcome: Outcome,
+    ) -> Next {
+        let guard = job.guard.clone();
+        let called = if query {
+            let cmd = ctx.reconcile_command(&guard, outcome.clone());
+            self.call(cmd.as_ref(), |e| e.resolve_step(&guard, &ctx, outcome))?
+        } else {
+            let cmd = ctx.finish_command(&guard, outcome.clone());
+            self.call(Some(&cmd), |e| e.finish_step(&guard, &ctx, outcome))?
+        };
+        match called {
+            Called::Ok(result) => self.settle(w, job, side, result, false),
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+
+    /// Moves the agent on from a step's result. `planned`: the result came
+    /// from `begin_*` (the books already knew it), not from a reply.
+    fn settle(
+        &mut self,
+        w: usize,
+        mut job: Job,
+        side: Side,
+        result: StepResult,
+        planned: bool,
+    ) -> Next {
+        let who = self.who(w);
+        self.note(|| format!("{who} gets {}", describe(&result)));
+        match result {
+            StepResult::Done { receipt, .. } => {
+                job.state.notes.extend_from_slice(&receipt);
+                job.state.cursor += 1;
+                job.phase = Phase::Save;
+            }
+            StepResult::Compensated { .. } => {
+                job.state.cursor += 1;
+                job.phase = Phase::Save;
+            }
+            StepResult::Failed {
+                retryable: true, ..
+            } => job.phase = Phase::Ready,
+            StepResult::Failed {
+                retryable: false, ..
+            } if matches!(side, Side::Act(_)) => {
+                job.state.failing = Some(Failing::Declined);
+                job.state.cursor = 0;
+                job.phase = Phase::Save;
+            }
+            StepResult::Unknown { .. }
+                if planned || side.tool().class == ToolClass::NotIdempotent =>
+            {
+                // The books cannot resend or query it: a person must.
+                job.state.failing = Some(Failing::Unknown);
+                job.state.cursor = 0;
+                job.phase = Phase::Save;
+            }
+            // A lost ack: the next begin resends or queries.
+            StepResult::Unknown { .. } => job.phase = Phase::Ready,
+            other => {
+                return Err(self.fail(
+                    "the engine accepts every step of a valid workflow",
+                    format!("{who} on {} got {other:?} from a {side:?} step", job.run),
+                ));
+            }
+        }
+        Ok(Some(job))
+    }
+
+    fn decide(&mut self, w: usize, mut job: Job, position: u64, prompt: &[u8]) -> Next {
+        let input = digest_of(prompt);
+        let run = job.run.clone();
+        let replay = match self.call(None, |e| e.replay_decision(&run, position, &input))? {
+            Called::Ok(found) => found,
+            Called::Died => return Ok(None),
+            Called::Refused(e) => return Err(self.fail("decisions replay", e.to_string())),
+        };
+        let who = self.who(w);
+        let output = match replay {
+            Some(record) => {
+                self.report.decisions_replayed += 1;
+                self.note(|| format!("{who} replays decision {position} of {run}"));
+                record.output
+            }
+            None => {
+                self.report
+                    .checked("a replayed decision never calls the model again");
+                check::decision_not_paid_twice(&self.model, &run, position)
+                    .map_err(|e| self.fail("a replayed decision never calls the model again", e))?;
+                let now_ms = self.clock.now_ms();
+                let (output, usage) = self.world.model().call(&run, position, input, now_ms);
+                self.report.model_calls += 1;
+                let record = RecordDecision {
+                    run: run.clone(),
+                    guard: job.guard.clone(),
+                    position,
+                    input_digest: input,
+                    output: output.clone(),
+                    rationale: "the model's answer".into(),
+                    usage,
+                };
+                let cmd = Command::RecordDecision(record.clone());
+                match self.call(Some(&cmd), |e| e.record_decision(record))? {
+                    Called::Ok(_) => {}
+                    Called::Refused(e) => return self.dropped(w, &job, &e),
+                    Called::Died => return Ok(None),
+                }
+                self.note(|| format!("{who} pays the model for decision {position} of {run}"));
+                output
+            }
+        };
+        job.state.notes.extend_from_slice(&output);
+        job.state.cursor += 1;
+        job.phase = Phase::Save;
+        Ok(Some(job))
+    }
+
+    fn save(&mut self, w: usize, mut job: Job) -> Next {
+        let save = SaveCheckpoint {
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            schema_version: SCHEMA_VERSION,
+            parts: job.state.parts(job.workflow),
+        };
+        let cmd = Command::SaveCheckpoint(save.clone());
+        match self.call(Some(&cmd), |e| e.save_checkpoint(save))? {
+            Called::Ok(saved) => {
+                let who = self.who(w);
+                self.note(|| format!("{who} saves {} v{}", job.run, saved.version));
+                job.phase = Phase::Ready;
+                Ok(Some(job))
+            }
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+}
+
+/// A step result in words, for the history.
+fn describe(result: &StepResult) -> String {
+    match result {
+        StepResult::Done {
+            key,
+            receipt,
+            replayed,
+        } => format!(
+            "{key} done{}, receipt {}",
+            if *replayed { " (from the books)" } else { "" },
+            String::from_utf8_lossy(receipt)
+        ),
+        StepResult::Failed {
+            key,
+            retryable,
+            reason,
+        } => format!(
+            "{key} failed{} ({reason})",
+            if *retryable {
+                ", retryable"
+            } else {
+                " for good"
+            }
+        ),
+        StepResult::Unknown { key, reason } => format!("{key} unknown ({reason})"),
+        StepResult::NeedsReconcile { key, .. } => format!("{key} needs a reconcile"),
+        StepResult::Compensated { key } => format!("{key} compensated"),
+    }
+}

@@ -1,0 +1,282 @@
+//! The agents' workflows, drawn from the seeds: the shop (charge the card,
+//! ship the order), the refund (ask the model, refund, tell the customer),
+//! the treasury end-of-day run (sweep, hedge, post; when the FX desk refuses
+//! the hedge, compensate the sweep and fail), and a long research run of
+//! journaled model decisions and searches with a growing checkpoint.
+//!
+//! A workflow is a pure function from where the agent stands (its
+//! checkpointed [`AgentState`]) to the next [`Action`], so a worker that
+//! resumes from a checkpoint, or re-runs a step whose checkpoint was lost,
+//! asks the engine the same questions in the same order.
+//!
+//! **Invariant:** every action a workflow names is deterministic in (run,
+//! state); the books, not the worker's memory, decide what already happened.
+
+use actum::books::{Part, RunId, RunState};
+
+use crate::world::Tool;
+use crate::world::tool;
+
+/// The checkpoint schema version the workflows write.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Rounds of the research workflow.
+pub const RESEARCH_ROUNDS: u32 = 4;
+/// Bytes of the static plan every checkpoint carries (stored once).
+const PLAN_BYTES: usize = 2_048;
+
+/// A kind of agent run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Workflow {
+    /// Seed 001/004: charge, then ship.
+    Shop,
+    /// Seed 000: the model decides, then refund, then mail.
+    Refund,
+    /// Seed 002: sweep, hedge, post; a refused hedge undoes the sweep.
+    Treasury,
+    /// Seeds 003/004: a long run of decisions and searches.
+    Research,
+}
+
+impl Workflow {
+    /// Every workflow.
+    pub const ALL: [Workflow; 4] = [
+        Workflow::Shop,
+        Workflow::Refund,
+        Workflow::Treasury,
+        Workflow::Research,
+    ];
+
+    /// Its name, the prefix of its runs' ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workflow::Shop => "shop",
+            Workflow::Refund => "refund",
+            Workflow::Treasury => "treasury",
+            Workflow::Research => "research",
+        }
+    }
+
+    /// The id of the `index`-th run of a schedule, of this workflow.
+    pub fn run_id(self, index: usize) -> RunId {
+        RunId::new(format!("{}-{index}", self.name())).expect("a valid run id")
+    }
+}
+
+/// Why a run left its forward path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failing {
+    /// A step was refused for good (the FX desk declined the hedge).
+    Declined,
+    /// A step's outcome is unknown on a tool that cannot say: a person
+    /// must reconcile it; the run stops.
+    Unknown,
+}
+
+/// Where an agent stands: what its checkpoint holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentState {
+    /// The index of the next action on the current path.
+    pub cursor: u32,
+    /// Set once the run left its forward path.
+    pub failing: Option<Failing>,
+    /// What the agent learned so far (grows: receipts, decisions).
+    pub notes: Vec<u8>,
+}
+
+/// One side effect a workflow asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EffectSpec {
+    /// The logical step.
+    pub step: String,
+    /// The tool.
+    pub tool: Tool,
+    /// The call's arguments.
+    pub args: Vec<u8>,
+    /// The compensation registered with it: tool and arguments.
+    pub compensation: Option<(Tool, Vec<u8>)>,
+}
+
+/// What a workflow does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// A tool call, through the step ceremony.
+    Effect(EffectSpec),
+    /// A model call journaled at `position` (replayed, never paid twice).
+    Decide {
+        /// Position in the run's decision journal.
+        position: u64,
+        /// The prompt.
+        prompt: Vec<u8>,
+    },
+    /// Undo a confirmed step with its registered compensation.
+    Compensate {
+        /// The step.
+        step: &'static str,
+    },
+    /// Move the run to a terminal state.
+    Finish {
+        /// Completed or failed.
+        to: RunState,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+fn effect(step: impl Into<String>, tool_name: &str, run: &RunId) -> Action {
+    Action::Effect(EffectSpec {
+        step: step.into(),
+        tool: tool(tool_name),
+        args: format!("{tool_name} for {run}").into_bytes(),
+        compensation: None,
+    })
+}
+
+fn done() -> Action {
+    Action::Finish {
+        to: RunState::Completed,
+        reason: "every step done",
+    }
+}
+
+impl Workflow {
+    /// The next action of a run of this workflow standing at `state`.
+    pub fn action(self, run: &RunId, state: &AgentState) -> Action {
+        match state.failing {
+            Some(Failing::Unknown) => Action::Finish {
+                to: RunState::Failed,
+                reason: "an effect's outcome is unknown; an operator must reconcile it",
+            },
+            Some(Failing::Declined) => match state.cursor {
+                0 => Action::Compensate { step: "sweep" },
+                _ => Action::Finish {
+                    to: RunState::Failed,
+                    reason: "the hedge was refused; the sweep is compensated",
+                },
+            },
+            None => self.forward(run, state.cursor),
+        }
+    }
+
+    fn forward(self, run: &RunId, cursor: u32) -> Action {
+        match (self, cursor) {
+            (Workflow::Shop, 0) => effect("charge", "stripe.charge", run),
+            (Workflow::Shop, 1) => effect("ship", "warehouse.ship", run),
+            (Workflow::Refund, 0) => Action::Decide {
+                position: 0,
+                prompt: format!("should {run} be refunded?").into_bytes(),
+            },
+            (Workflow::Refund, 1) => effect("refund", "bank.refund", run),
+            (Workflow::Refund, 2) => effect("email", "mail.send", run),
+            (Workflow::Treasury, 0) => Action::Effect(EffectSpec {
+                step: "sweep".into(),
+                tool: tool("bank.sweep"),
+                args: format!("sweep excess cash of {run}").into_bytes(),
+                compensation: Some((
+                    tool("bank.unsweep"),
+                    format!("return the sweep of {run}").into_bytes(),
+                )),
+            }),
+            (Workflow::Treasury, 1) => effect("hedge", "fx.hedge", run),
+            (Workflow::Treasury, 2) => effect("post", "ledger.post", run),
+            (Workflow::Research, c) if c < 2 * RESEARCH_ROUNDS => {
+                let round = c / 2;
+                if c % 2 == 0 {
+                    Action::Decide {
+                        position: u64::from(round),
+                        prompt: format!("what should {run} search in round {round}?").into_bytes(),
+                    }
+                } else {
+                    effect(format!("search-{round}"), "search.query", run)
+                }
+            }
+            _ => done(),
+        }
+    }
+}
+
+impl AgentState {
+    /// The checkpoint parts of this state: the cursor, the notes, and a
+    /// static plan (unchanged, so stored once by digest).
+    pub fn parts(&self, workflow: Workflow) -> Vec<Part> {
+        let failing = match self.failing {
+            None => 0,
+            Some(Failing::Declined) => 1,
+            Some(Failing::Unknown) => 2,
+        };
+        let mut cursor = self.cursor.to_le_bytes().to_vec();
+        cursor.push(failing);
+        let mut plan = format!("the plan of every {} run ", workflow.name()).into_bytes();
+        plan.resize(PLAN_BYTES, b'.');
+        vec![
+            Part {
+                name: "cursor".into(),
+                bytes: cursor,
+            },
+            Part {
+                name: "notes".into(),
+                bytes: self.notes.clone(),
+            },
+            Part {
+                name: "plan".into(),
+                bytes: plan,
+            },
+        ]
+    }
+
+    /// The state the parts of a checkpoint hold; `None` if they are not
+    /// ones [`AgentState::parts`] wrote.
+    pub fn from_parts(parts: &[Part]) -> Option<AgentState> {
+        let cursor = parts.iter().find(|p| p.name == "cursor")?;
+        let notes = parts.iter().find(|p| p.name == "notes")?;
+        let (number, flag) = cursor.bytes.split_first_chunk::<4>()?;
+        let failing = match flag {
+            [0] => None,
+            [1] => Some(Failing::Declined),
+            [2] => Some(Failing::Unknown),
+            _ => return None,
+        };
+        Some(AgentState {
+            cursor: u32::from_le_bytes(*number),
+            failing,
+            notes: notes.bytes.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_through_checkpoint_parts() {
+        let state = AgentState {
+            cursor: 3,
+            failing: Some(Failing::Declined),
+            notes: b"receipt".to_vec(),
+        };
+        let parts = state.parts(Workflow::Treasury);
+        assert_eq!(AgentState::from_parts(&parts), Some(state));
+    }
+
+    #[test]
+    fn every_workflow_ends_in_a_terminal_state() {
+        for workflow in Workflow::ALL {
+            let run = workflow.run_id(0);
+            let mut state = AgentState::default();
+            let mut steps = 0;
+            while !matches!(workflow.action(&run, &state), Action::Finish { .. }) {
+                state.cursor += 1;
+                steps += 1;
+                assert!(steps < 20, "{workflow:?} never finishes");
+            }
+            let failing = AgentState {
+                failing: Some(Failing::Declined),
+                ..AgentState::default()
+            };
+            assert_eq!(
+                workflow.action(&run, &failing),
+                Action::Compensate { step: "sweep" }
+            );
+        }
+    }
+}

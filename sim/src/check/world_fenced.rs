@@ -1,0 +1,26 @@
+//! Invariant: no world mutation under a stale token. A service never
+//! applies a request whose token is lower than one it already saw for the
+//! run, in an act or a query. Recomputed here from the arrival order, apart
+//! from the services' own fence table.
+
+use std::collections::BTreeMap;
+
+use actum::books::{FencingToken, RunId};
+
+use crate::world::Delivery;
+
+/// `Err` naming the first application under a stale token.
+pub fn world_refuses_stale_tokens(deliveries: &[Delivery]) -> Result<(), String> {
+    let mut seen: BTreeMap<(&str, &RunId), FencingToken> = BTreeMap::new();
+    for d in deliveries {
+        let highest = seen.entry((d.tool, d.key.run())).or_default();
+        if d.applied.is_some() && d.token < *highest {
+            return Err(format!(
+                "{} applied {} under token {} after it had seen token {}",
+                d.tool, d.key, d.token.0, highest.0
+            ));
+        }
+        *highest = (*highest).max(d.token);
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! The catalogue of simulated tools, drawn from the seeds' agents: a card
+//! processor and a bank that deduplicate by key, a warehouse and an FX desk
+//! that answer queries, a mailer that does neither.
+//!
+//! **Invariant:** every tool's dedup window is far longer than the longest
+//! a request can stay in flight ([`REQUEST_LIFETIME_MS_MAX`]), and a caller
+//! waits longer than that ([`CALL_TIMEOUT_MS`]) before it calls the outcome
+//! unknown: so a caller that timed out knows its request can no longer
+//! arrive, which is what makes a query's "not found" final (real services
+//! bound request lifetime the same way).
+
+use actum::books::ToolClass;
+
+/// The longest a request stays in flight before the world delivers it (or
+/// it is lost for good), in virtual milliseconds.
+pub const REQUEST_LIFETIME_MS_MAX: u64 = 60_000;
+
+/// How long a caller waits for a reply before it reports the outcome as
+/// unknown; longer than any request can stay in flight.
+pub const CALL_TIMEOUT_MS: u64 = REQUEST_LIFETIME_MS_MAX + 30_000;
+
+/// One day: the dedup window of the tools that have one.
+const DAY_MS: u64 = 86_400_000;
+
+const _: () = assert!(CALL_TIMEOUT_MS > REQUEST_LIFETIME_MS_MAX);
+const _: () = assert!(DAY_MS > 100 * CALL_TIMEOUT_MS);
+
+/// A simulated tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tool {
+    /// Its name, as the intent records it.
+    pub name: &'static str,
+    /// How it treats duplicates.
+    pub class: ToolClass,
+    /// Whether a decline is final (the FX desk refuses a hedge) or
+    /// transient (a 503: try again with a new attempt).
+    pub declines_for_good: bool,
+}
+
+const fn idempotent(name: &'static str) -> Tool {
+    Tool {
+        name,
+        class: ToolClass::Idempotent {
+            dedup_window_ms: DAY_MS,
+        },
+        declines_for_good: false,
+    }
+}
+
+const fn queryable(name: &'static str, declines_for_good: bool) -> Tool {
+    Tool {
+        name,
+        class: ToolClass::Queryable,
+        declines_for_good,
+    }
+}
+
+/// Every tool of the world.
+const TOOLS: [Tool; 9] = [
+    idempotent("stripe.charge"),
+    queryable("warehouse.ship", false),
+    queryable("bank.refund", false),
+    Tool {
+        name: "mail.send",
+        class: ToolClass::NotIdempotent,
+        declines_for_good: false,
+    },
+    idempotent("bank.sweep"),
+    idempotent("bank.unsweep"),
+    queryable("fx.hedge", true),
+    idempotent("ledger.post"),
+    idempotent("search.query"),
+];
+
+/// The tool named `name`; panics on a name outside the catalogue (a bug in
+/// a workflow definition).
+pub fn tool(name: &str) -> Tool {
+    *TOOLS
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no simulated tool is named {name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_window_outlasts_every_request_and_names_are_unique() {
+        for (i, t) in TOOLS.iter().enumerate() {
+            if let ToolClass::Idempotent { dedup_window_ms } = t.class {
+                assert!(dedup_window_ms > CALL_TIMEOUT_MS, "{}", t.name);
+            }
+            assert!(TOOLS[..i].iter().all(|u| u.name != t.name), "{}", t.name);
+            assert_eq!(tool(t.name), *t);
+        }
+    }
+}
