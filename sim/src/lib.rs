@@ -18,6 +18,7 @@ pub mod clock;
 pub mod disk;
 pub mod fnv;
 pub mod fuzz;
+pub mod harness;
 pub mod rng;
 pub mod world;
 

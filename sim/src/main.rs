@@ -192,7 +192,7 @@ fn print_agent_verdict(seeds: u64, total: &AgentReport) {
 }
 
 fn agents_exhaustive(args: &Args) -> bool {
-    let schedules = match agents::exhaustive_schedules() {
+    let all = match agents::exhaustive_schedules() {
         Ok(schedules) => schedules,
         Err(failure) => {
             eprintln!("actum-sim: FAILED a probe run: {failure}");
@@ -203,22 +203,36 @@ fn agents_exhaustive(args: &Args) -> bool {
         planted: args.planted,
         ..AgentConfig::default()
     };
+    // `--seed I` runs only schedule I of the enumeration.
+    let first = if args.seed_count == 1 {
+        usize::try_from(args.first_seed).unwrap_or(usize::MAX)
+    } else {
+        0
+    };
+    let count = if args.seed_count == 1 { 1 } else { all.len() };
+    let Some(schedules) = all.get(first..first.saturating_add(count)) else {
+        eprintln!("actum-sim: the enumeration has {} schedules", all.len());
+        return false;
+    };
     println!(
         "actum-sim: exhaustive agent campaign: the shop workflow, every crash point × ack fate × \
-         lease expiry, {} schedules{}",
+         lease expiry, {} of {} schedules{}",
         schedules.len(),
+        all.len(),
         planted_note(args.planted)
     );
     let mut total = AgentReport::default();
     for (done, schedule) in schedules.iter().enumerate() {
-        match agents::run_agent_schedule(schedule, &config) {
-            Ok(report) => total.add(&report),
-            Err(failure) => {
-                eprintln!(
-                    "actum-sim: FAILED exhaustive schedule {done}: {failure}\n  schedule: {schedule:?}"
-                );
-                return false;
-            }
+        if let Err(failure) = agents::run_agent_schedule(schedule, &config).map(|r| total.add(&r)) {
+            let failure = agents::AgentFailure {
+                origin: agents::Origin::Exhaustive(first + done),
+                ..failure
+            };
+            eprintln!(
+                "actum-sim: FAILED exhaustive schedule {}: {failure}",
+                first + done
+            );
+            return false;
         }
         let done = done as u64 + 1;
         if progress_due(done, schedules.len() as u64) {
@@ -227,6 +241,15 @@ fn agents_exhaustive(args: &Args) -> bool {
                 schedules.len(),
                 total.summary()
             );
+        }
+    }
+    if args.history && count == 1 {
+        match agents::schedule_history(&schedules[0], &config) {
+            Ok(lines) => lines.iter().for_each(|line| println!("    {line}")),
+            Err(failure) => {
+                eprintln!("actum-sim: FAILED {failure}");
+                return false;
+            }
         }
     }
     print_agent_verdict(schedules.len() as u64, &total);

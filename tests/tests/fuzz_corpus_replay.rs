@@ -72,6 +72,11 @@ fn campaign_corpus_replays() {
 }
 
 #[test]
+fn agents_corpus_replays() {
+    replay("agents");
+}
+
+#[test]
 fn every_target_has_a_replay_test_and_a_fuzz_target() {
     let source = include_str!("fuzz_corpus_replay.rs");
     for target in TARGETS {

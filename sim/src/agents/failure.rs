@@ -9,8 +9,21 @@ use std::fmt;
 
 use actum::planted::PlantedBug;
 
+use super::schedule::AgentSchedule;
+
 /// Lines of history printed with a failure (the latest ones).
 pub const HISTORY_LINES_SHOWN_MAX: usize = 400;
+
+/// Where the failing schedule came from, which says how to replay it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// `AgentSchedule::from_seed(seed)`: the seed replays it.
+    Seed,
+    /// The exhaustive enumeration, at this index.
+    Exhaustive(usize),
+    /// A schedule built elsewhere (proptest, the fuzzer): it is printed.
+    Schedule(Box<AgentSchedule>),
+}
 
 /// A violated invariant, with everything needed to replay it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,19 +38,30 @@ pub struct AgentFailure {
     pub planted: Option<PlantedBug>,
     /// The run's history, if it was recorded.
     pub history: Vec<String>,
+    /// Where the schedule came from.
+    pub origin: Origin,
 }
 
 impl AgentFailure {
-    /// The command that replays this run with its history printed.
+    /// How to replay this run with its history printed.
     pub fn replay_command(&self) -> String {
         let planted = self
             .planted
             .map(|bug| format!(" --planted {}", bug.name()))
             .unwrap_or_default();
-        format!(
-            "cargo run --release -p actum-sim -- agents --seed {}{planted} --history",
-            self.seed
-        )
+        match &self.origin {
+            Origin::Seed => format!(
+                "cargo run --release -p actum-sim -- agents --seed {}{planted} --history",
+                self.seed
+            ),
+            Origin::Exhaustive(index) => format!(
+                "cargo run --release -p actum-sim -- agents --exhaustive --seed {index}{planted} \
+                 --history"
+            ),
+            Origin::Schedule(_) => "actum_sim::agents::run_agent_schedule on the schedule \
+                                    above (proptest keeps it in its regressions file)"
+                .to_string(),
+        }
     }
 }
 
@@ -57,6 +81,9 @@ impl fmt::Display for AgentFailure {
             for line in &self.history[skip..] {
                 writeln!(f, "    {line}")?;
             }
+        }
+        if let Origin::Schedule(schedule) = &self.origin {
+            write!(f, "\n  schedule: {schedule:?}")?;
         }
         write!(f, "\n  replay: {}", self.replay_command())
     }

@@ -26,13 +26,13 @@ mod workflow;
 
 pub use config::{AgentConfig, PlantedBug};
 pub use exhaustive::exhaustive_schedules;
-pub use failure::AgentFailure;
+pub use failure::{AgentFailure, Origin};
 pub use history::History;
 pub use report::AgentReport;
-pub use run::{replay_history, run_agent_schedule, run_agent_seed};
+pub use run::{replay_history, run_agent_schedule, run_agent_seed, schedule_history};
 pub use schedule::{
     AgentSchedule, CRASH_AFTER_OPS_MAX, Event, JUMP_MS_MAX, RUNS_MAX, TICK_MS_MAX, WORKERS_MAX,
 };
-pub use sim::{DB_DIR, START_MS};
+pub use sim::{DB_DIR, START_MS, is_refusal};
 pub use worker::LEASE_TTL_MS;
 pub use workflow::{Action, AgentState, Workflow};

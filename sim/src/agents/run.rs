@@ -10,7 +10,7 @@ use actum::Clock;
 use actum::books::EffectStatus;
 
 use super::config::AgentConfig;
-use super::failure::AgentFailure;
+use super::failure::{AgentFailure, Origin};
 use super::report::AgentReport;
 use super::schedule::{AgentSchedule, Event};
 use super::sim::Sim;
@@ -26,7 +26,10 @@ const CALM_TICK_MS: u64 = 5_000;
 /// history on, so it carries the readable story of the run.
 pub fn run_agent_seed(seed: u64, config: &AgentConfig) -> Result<AgentReport, AgentFailure> {
     let schedule = AgentSchedule::from_seed(seed, config.events);
-    run_agent_schedule(&schedule, config)
+    run_agent_schedule(&schedule, config).map_err(|failure| AgentFailure {
+        origin: Origin::Seed,
+        ..failure
+    })
 }
 
 /// Runs `schedule`; on failure, runs it again recording its history.
@@ -58,11 +61,19 @@ pub fn run_agent_schedule(
 /// the history.
 pub fn replay_history(seed: u64, config: &AgentConfig) -> Result<Vec<String>, AgentFailure> {
     let schedule = AgentSchedule::from_seed(seed, config.events);
+    schedule_history(&schedule, config)
+}
+
+/// Runs `schedule` with its history recorded; returns the history.
+pub fn schedule_history(
+    schedule: &AgentSchedule,
+    config: &AgentConfig,
+) -> Result<Vec<String>, AgentFailure> {
     let recording = AgentConfig {
         history: true,
         ..config.clone()
     };
-    run_once(&schedule, &recording).map(|(_, history)| history)
+    run_once(schedule, &recording).map(|(_, history)| history)
 }
 
 fn run_once(

@@ -21,7 +21,7 @@ use actum::wal::WalOptions;
 use actum::{DatabaseId, Engine, EngineOptions, Error, Storage};
 
 use super::config::AgentConfig;
-use super::failure::AgentFailure;
+use super::failure::{AgentFailure, Origin};
 use super::history::History;
 use super::report::AgentReport;
 use super::schedule::AgentSchedule;
@@ -127,6 +127,7 @@ impl<'s> Sim<'s> {
             detail: detail.into(),
             planted: self.config.planted,
             history: self.history.lines().to_vec(),
+            origin: Origin::Schedule(Box::new(self.schedule.clone())),
         }
     }
 

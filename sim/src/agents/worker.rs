@@ -8,8 +8,9 @@
 //! starts it, then for each action of the workflow: `begin_step` (or
 //! `begin_compensation`), sends the act or query to the world, waits for
 //! the reply (or times out), records it with `finish_step` (or
-//! `resolve_step`), and saves a checkpoint; it renews its lease when half
-//! of it is gone. A refusal for a lost lease or a stale token drops the run.
+//! `resolve_step`), and saves a checkpoint. Between steps it renews its
+//! lease when half of it is gone (not while a call is in flight). A refusal
+//! for a lost lease or a stale token drops the run.
 //!
 //! **Invariant:** a worker holds nothing the books do not: after a crash it
 //! starts idle, and what it does next is decided by the books alone.
@@ -152,6 +153,14 @@ impl Sim<'_> {
     }
 
     fn work(&mut self, w: usize, job: Job) -> Next {
+        // A working worker heartbeats its lease when half of it is gone;
+        // not while it waits on a call (a call can outlive the lease) nor
+        // before it reports a reply (a late fact must still be recorded).
+        let heartbeat = !matches!(job.phase, Phase::Await { .. } | Phase::Report { .. });
+        let remaining_ms = job.expires_ms.saturating_sub(self.clock.now_ms());
+        if heartbeat && remaining_ms < LEASE_TTL_MS / 2 {
+            return self.renew(w, job);
+        }
         match job.phase.clone() {
             Phase::Load => self.load(w, job),
             Phase::Start => self.start_run(w, job),
@@ -299,10 +308,6 @@ impl Sim<'_> {
     }
 
     fn ready(&mut self, w: usize, job: Job) -> Next {
-        let now_ms = self.clock.now_ms();
-        if job.expires_ms.saturating_sub(now_ms) < LEASE_TTL_MS / 2 {
-            return self.renew(w, job);
-        }
         match job.workflow.action(&job.run, &job.state) {
             Action::Effect(spec) => self.begin_effect(w, job, spec),
             Action::Decide { position, prompt } => self.decide(w, job, position, &prompt),

@@ -50,6 +50,9 @@ pub fn seed_inputs() -> Vec<SeedInput> {
     for (name, bytes) in campaign_inputs() {
         add("campaign", name, bytes);
     }
+    for (name, bytes) in agents_inputs() {
+        add("agents", name, bytes);
+    }
     out
 }
 
@@ -200,5 +203,18 @@ fn campaign_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("short", vec![0]),
         ("long", vec![40, 1, 2, 3]),
         ("text", b"actum campaign".to_vec()),
+    ]
+}
+
+/// `agents` inputs: the schedules of a few seeds, and an empty schedule
+/// (the calm phase alone).
+fn agents_inputs() -> Vec<(&'static str, Vec<u8>)> {
+    use crate::agents::AgentSchedule;
+    let seed = |n: u64| super::agents::encode(&AgentSchedule::from_seed(n, 160));
+    vec![
+        ("seed-1", seed(1)),
+        ("seed-2", seed(2)),
+        ("seed-3", seed(3)),
+        ("calm-only", vec![0; 12]),
     ]
 }

@@ -12,6 +12,7 @@
 //! mangled, returns normally. [`corpus`] builds the seed inputs committed
 //! under `fuzz/corpus/`.
 
+mod agents;
 mod bytes;
 mod campaign;
 pub mod corpus;
@@ -20,6 +21,7 @@ mod ops;
 mod recover_image;
 mod wal_record;
 
+pub use agents::agents;
 pub use campaign::campaign;
 pub use manifest_copy::manifest_copy;
 pub use ops::ops;
@@ -28,12 +30,13 @@ pub use wal_record::wal_record;
 
 /// The names of the fuzz targets, one per entry function above; each has a
 /// `fuzz/fuzz_targets/<name>.rs` and a `fuzz/corpus/<name>/` directory.
-pub const TARGETS: [&str; 5] = [
+pub const TARGETS: [&str; 6] = [
     "wal_record",
     "manifest_copy",
     "ops",
     "recover_image",
     "campaign",
+    "agents",
 ];
 
 /// Runs the entry function of target `name` on `data`; `false` if there is
@@ -45,6 +48,7 @@ pub fn run_target(name: &str, data: &[u8]) -> bool {
         "ops" => ops(data),
         "recover_image" => recover_image(data),
         "campaign" => campaign(data),
+        "agents" => agents(data),
         _ => return false,
     }
     true

@@ -6,6 +6,8 @@
 
 use actum::books::{Digest, EffectKey, FencingToken};
 
+use super::tools::Tool;
+
 /// Identifies a call for its whole life (sent, delivered, replied).
 pub type CallId = u64;
 
@@ -60,7 +62,7 @@ pub struct Call {
     /// Its id.
     pub id: CallId,
     /// The tool called.
-    pub tool: &'static str,
+    pub tool: Tool,
     /// The idempotency key it carries.
     pub key: EffectKey,
     /// The fencing token it carries.

@@ -14,7 +14,7 @@ use actum::books::{Digest, EffectKey, FencingToken, RunId, ToolClass};
 
 use super::call::{Ask, Call, CallId, Fate, Reply};
 use super::model::Model;
-use super::tools::{REQUEST_LIFETIME_MS_MAX, Tool, tool};
+use super::tools::{REQUEST_LIFETIME_MS_MAX, Tool};
 
 /// One act that happened in the world.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,7 +133,7 @@ impl World {
         );
         let call = Call {
             id,
-            tool: tool.name,
+            tool,
             key: key.clone(),
             token,
             ask,
@@ -206,17 +206,17 @@ impl World {
 
     /// The service's side of one delivered request; `None` means no reply.
     fn deliver(&mut self, call: &Call, now_ms: u64) -> Option<Reply> {
-        let tool = tool(call.tool);
+        let tool = call.tool;
         let fence = self
             .fences
-            .entry((call.tool, call.key.run().clone()))
+            .entry((tool.name, call.key.run().clone()))
             .or_default();
         let args_digest = match &call.ask {
             Ask::Act { args_digest } => Some(*args_digest),
             Ask::Query => None,
         };
         let mut delivery = Delivery {
-            tool: call.tool,
+            tool: tool.name,
             key: call.key.clone(),
             token: call.token,
             args_digest,
@@ -231,7 +231,7 @@ impl World {
         let reply = match (&call.ask, call.fate) {
             (Ask::Query, _) => {
                 self.stats.queries += 1;
-                match self.by_key.get(&(call.tool, call.key.clone())) {
+                match self.by_key.get(&(tool.name, call.key.clone())) {
                     Some(&seq) => Reply::Done {
                         receipt: self.log[seq].receipt.clone(),
                     },
@@ -265,7 +265,7 @@ impl World {
         let ToolClass::Idempotent { dedup_window_ms } = tool.class else {
             return None;
         };
-        let &seq = self.by_key.get(&(call.tool, call.key.clone()))?;
+        let &seq = self.by_key.get(&(tool.name, call.key.clone()))?;
         let first = &self.log[seq];
         if now_ms.saturating_sub(first.at_ms) >= dedup_window_ms {
             return None;
@@ -276,12 +276,12 @@ impl World {
 
     /// An act the service performs; returns its index and receipt.
     fn act(&mut self, call: &Call, args_digest: Digest, now_ms: u64) -> (usize, Vec<u8>) {
-        let slot = (call.tool, call.key.clone());
+        let slot = (call.tool.name, call.key.clone());
         let seq = self.log.len();
-        let receipt = format!("{}:{seq}", call.tool).into_bytes();
+        let receipt = format!("{}:{seq}", call.tool.name).into_bytes();
         self.log.push(Application {
             seq,
-            tool: call.tool,
+            tool: call.tool.name,
             key: call.key.clone(),
             token: call.token,
             args_digest,

@@ -37,39 +37,49 @@ pub struct Tool {
     pub declines_for_good: bool,
 }
 
-const fn idempotent(name: &'static str) -> Tool {
-    Tool {
-        name,
-        class: ToolClass::Idempotent {
-            dedup_window_ms: DAY_MS,
-        },
-        declines_for_good: false,
+impl Tool {
+    /// A tool that deduplicates by key for a day (a card processor).
+    pub const fn idempotent(name: &'static str) -> Tool {
+        Tool {
+            name,
+            class: ToolClass::Idempotent {
+                dedup_window_ms: DAY_MS,
+            },
+            declines_for_good: false,
+        }
     }
-}
 
-const fn queryable(name: &'static str, declines_for_good: bool) -> Tool {
-    Tool {
-        name,
-        class: ToolClass::Queryable,
-        declines_for_good,
+    /// A tool that answers whether a key was acted on (a bank's wire
+    /// status); `declines_for_good` if its refusals are final.
+    pub const fn queryable(name: &'static str, declines_for_good: bool) -> Tool {
+        Tool {
+            name,
+            class: ToolClass::Queryable,
+            declines_for_good,
+        }
+    }
+
+    /// A tool that can neither deduplicate nor be asked (a mailer).
+    pub const fn not_idempotent(name: &'static str) -> Tool {
+        Tool {
+            name,
+            class: ToolClass::NotIdempotent,
+            declines_for_good: false,
+        }
     }
 }
 
 /// Every tool of the world.
 const TOOLS: [Tool; 9] = [
-    idempotent("stripe.charge"),
-    queryable("warehouse.ship", false),
-    queryable("bank.refund", false),
-    Tool {
-        name: "mail.send",
-        class: ToolClass::NotIdempotent,
-        declines_for_good: false,
-    },
-    idempotent("bank.sweep"),
-    idempotent("bank.unsweep"),
-    queryable("fx.hedge", true),
-    idempotent("ledger.post"),
-    idempotent("search.query"),
+    Tool::idempotent("stripe.charge"),
+    Tool::queryable("warehouse.ship", false),
+    Tool::queryable("bank.refund", false),
+    Tool::not_idempotent("mail.send"),
+    Tool::idempotent("bank.sweep"),
+    Tool::idempotent("bank.unsweep"),
+    Tool::queryable("fx.hedge", true),
+    Tool::idempotent("ledger.post"),
+    Tool::idempotent("search.query"),
 ];
 
 /// The tool named `name`; panics on a name outside the catalogue (a bug in
