@@ -1,7 +1,7 @@
 //! Known bugs, plantable only with the `planted-bugs` cargo feature, so the
 //! simulator can show it catches each one (docs/SIMULATION.md, "The harness
 //! bites"). The storage bugs live in the WAL; the engine bugs in the commit
-//! path, the step ceremony and recovery. Without the feature, [`planted`]
+//! path, the step ceremony and recovery. Without the feature, `planted`
 //! is a constant `false` and the options carry no bug.
 //!
 //! **Invariant:** a build without the feature contains no planted code path

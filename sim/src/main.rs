@@ -172,13 +172,13 @@ fn agents_campaign(args: &Args) -> bool {
             }
         }
     }
-    print_agent_verdict(args.seed_count, &total);
+    print_agent_verdict(args.seed_count, "seeds", &total);
     true
 }
 
-fn print_agent_verdict(seeds: u64, total: &AgentReport) {
+fn print_agent_verdict(count: u64, what: &str, total: &AgentReport) {
     println!(
-        "actum-sim: all {seeds} seeds kept every invariant: no side effect fired twice, every \
+        "actum-sim: all {count} {what} kept every invariant: no side effect fired twice, every \
          act had a durable intent, stale leases were refused, the books equalled the model \
          after every recovery, every run ended once the faults stopped"
     );
@@ -252,7 +252,7 @@ fn agents_exhaustive(args: &Args) -> bool {
             }
         }
     }
-    print_agent_verdict(schedules.len() as u64, &total);
+    print_agent_verdict(schedules.len() as u64, "schedules", &total);
     true
 }
 

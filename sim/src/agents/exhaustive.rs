@@ -22,10 +22,11 @@ use crate::world::Fate;
 /// Worker step slots of each schedule: enough for the shop to finish in the
 /// fault phase under the worst pair of fates (two timeouts, a resend and a
 /// query, a lease lost while waiting and reclaimed).
-const SLOTS: usize = 48;
-/// Virtual time before each slot: a lost reply times out within a few
-/// slots, and a worker waiting that long loses its lease.
-const SLOT_TICK_MS: u16 = 10_000;
+const SLOTS: usize = 120;
+/// Virtual time before each slot: short against the 30 s lease, so a
+/// working worker heartbeats only every few steps, while a worker waiting
+/// out a lost reply (90 s) loses its lease.
+const SLOT_TICK_MS: u16 = 4_000;
 /// The jump that expires a lease.
 const EXPIRY_JUMP_MS: u32 = 45_000;
 
