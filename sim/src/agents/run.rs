@@ -15,7 +15,6 @@ use super::report::AgentReport;
 use super::schedule::{AgentSchedule, Event};
 use super::sim::Sim;
 use crate::check;
-use crate::disk::FaultConfig;
 
 /// Rounds of the calm phase before a run still going is a liveness failure.
 const CALM_ROUNDS_MAX: u32 = 4_000;
@@ -82,15 +81,7 @@ fn run_once(
 ) -> Result<(AgentReport, Vec<String>), AgentFailure> {
     let mut sim = Sim::new(schedule, config);
     sim.start()?;
-    for (index, event) in schedule.events.iter().enumerate() {
-        sim.deliver()?;
-        if sim.event(*event)? {
-            sim.acted_at.push(index);
-        }
-        if sim.dead || sim.disk.is_powered_off() {
-            sim.crash("during the step above")?;
-        }
-    }
+    sim.fault_phase()?;
     sim.calm_phase()?;
     sim.finish()
 }
@@ -100,19 +91,27 @@ fn run_once(
 pub(crate) fn acting_events(schedule: &AgentSchedule) -> Result<Vec<usize>, AgentFailure> {
     let mut sim = Sim::new(schedule, &AgentConfig::default());
     sim.start()?;
-    for (index, event) in schedule.events.iter().enumerate() {
-        sim.deliver()?;
-        if sim.event(*event)? {
-            sim.acted_at.push(index);
-        }
-        if sim.dead || sim.disk.is_powered_off() {
-            sim.crash("during the step above")?;
-        }
-    }
+    sim.fault_phase()?;
     Ok(sim.acted_at)
 }
 
 impl Sim<'_> {
+    /// The schedule's events, each followed, if the process died, by a
+    /// crash and a checked recovery; records where a worker acted.
+    fn fault_phase(&mut self) -> Result<(), AgentFailure> {
+        let events = self.schedule.events.clone();
+        for (index, event) in events.into_iter().enumerate() {
+            self.deliver()?;
+            if self.event(event)? {
+                self.acted_at.push(index);
+            }
+            if self.dead || self.disk.is_powered_off() {
+                self.crash("during the step above")?;
+            }
+        }
+        Ok(())
+    }
+
     /// Plays `event`; true if a worker acted.
     fn event(&mut self, event: Event) -> Result<bool, AgentFailure> {
         let workers = self.workers.len();
@@ -207,11 +206,7 @@ impl Sim<'_> {
     /// workers resume; the workers run until every run is over.
     fn calm_phase(&mut self) -> Result<(), AgentFailure> {
         self.calm = true;
-        self.disk.disarm_crash();
-        self.disk.set_faults(FaultConfig {
-            sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
-            ..FaultConfig::none()
-        });
+        self.disk.stop_faults();
         self.note(|| "the faults stop".to_string());
         for worker in &mut self.workers {
             worker.paused = false;

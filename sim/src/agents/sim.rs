@@ -29,7 +29,7 @@ use super::worker::Worker;
 use super::workflow::Workflow;
 use crate::check::{self, InFlight};
 use crate::clock::SimClock;
-use crate::disk::{FaultConfig, SimDisk};
+use crate::disk::SimDisk;
 use crate::rng::{PPM_ONE, Rng};
 use crate::world::World;
 
@@ -294,11 +294,7 @@ impl<'s> Sim<'s> {
             }
             if attempt == RECOVERY_ATTEMPTS_MAX {
                 // Faults stop, so the run shows the system heals.
-                self.disk.disarm_crash();
-                self.disk.set_faults(FaultConfig {
-                    sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
-                    ..FaultConfig::none()
-                });
+                self.disk.stop_faults();
             } else if !self.calm && self.crash_rng.chance_ppm(PPM_ONE / 8) {
                 let after = self.crash_rng.below(RECOVERY_CRASH_AFTER_OPS_MAX);
                 self.disk.set_crash_after_ops(after);

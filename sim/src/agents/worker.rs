@@ -27,7 +27,7 @@ use super::failure::AgentFailure;
 use super::sim::{Called, Sim};
 use super::workflow::{Action, AgentState, EffectSpec, Failing, SCHEMA_VERSION, Workflow};
 use crate::check;
-use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Reply, Tool, tool};
+use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Tool, tool};
 
 /// The lease every worker takes and renews, in ms.
 pub const LEASE_TTL_MS: u64 = 30_000;
@@ -462,18 +462,7 @@ impl Sim<'_> {
         deadline_ms: u64,
     ) -> Next {
         let outcome = match self.world.take_reply(call) {
-            Some(Reply::Done { receipt }) => Outcome::Confirmed { receipt },
-            Some(Reply::NotFound) => Outcome::Failed {
-                retryable: true,
-                reason: "the service holds no act under the key".into(),
-            },
-            Some(Reply::Declined { for_good }) => Outcome::Failed {
-                retryable: !for_good,
-                reason: format!("declined{}", if for_good { " for good" } else { "" }),
-            },
-            Some(Reply::Fenced) => Outcome::Unknown {
-                reason: "the service has seen a newer token".into(),
-            },
+            Some(reply) => reply.outcome(),
             None if self.clock.now_ms() >= deadline_ms => {
                 if self.world.in_flight(call) {
                     return Err(self.fail(

@@ -15,7 +15,7 @@ use super::node::{DB_DIR, Node, Observed};
 use super::schedule::{Schedule, Step};
 use crate::check;
 use crate::clock::SimClock;
-use crate::disk::{FaultConfig, SimDisk};
+use crate::disk::SimDisk;
 use crate::rng::{PPM_ONE, Rng};
 
 /// Recoveries tried before faults are switched off to let one succeed.
@@ -224,11 +224,7 @@ impl World {
             }
             if attempt == RECOVERY_ATTEMPTS_MAX {
                 // Faults stop, so the run shows the system heals.
-                self.disk.disarm_crash();
-                self.disk.set_faults(FaultConfig {
-                    sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
-                    ..FaultConfig::none()
-                });
+                self.disk.stop_faults();
             } else if self.recovery_crashes && self.crashes.chance_ppm(PPM_ONE / 4) {
                 let after = self.crashes.below(RECOVERY_CRASH_AFTER_OPS_MAX);
                 self.disk.set_crash_after_ops(after);
@@ -309,11 +305,7 @@ impl World {
         } else {
             node
         };
-        self.disarm();
-        self.disk.set_faults(FaultConfig {
-            sector_atomic_suffixes: self.disk.faults().sector_atomic_suffixes,
-            ..FaultConfig::none()
-        });
+        self.disk.stop_faults();
         let clean = self.clean_finish;
         self.shut_down(node, clean)?;
         let node = self.recover(false)?;

@@ -84,6 +84,18 @@ impl SimDisk {
         self.lock().faults = faults;
     }
 
+    /// Faults stop: any armed power cut is disarmed and the plainest crash
+    /// behaviour ([`FaultConfig::none`]) installed, keeping the files named
+    /// sector-atomic. Campaigns call it to show that the system heals.
+    pub fn stop_faults(&self) {
+        self.disarm_crash();
+        let sector_atomic_suffixes = self.faults().sector_atomic_suffixes;
+        self.set_faults(FaultConfig {
+            sector_atomic_suffixes,
+            ..FaultConfig::none()
+        });
+    }
+
     /// How many `Storage`/`StorageFile` calls this disk has seen, failed ones
     /// included, since it was made (crashes do not reset it).
     pub fn ops_count(&self) -> u64 {

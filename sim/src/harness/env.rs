@@ -15,7 +15,7 @@ use actum::{Clock, Engine};
 use crate::clock::SimClock;
 use crate::disk::SimDisk;
 use crate::rng::Rng;
-use crate::world::{Ask, CALL_TIMEOUT_MS, Fate, Reply, Tool, World};
+use crate::world::{Ask, CALL_TIMEOUT_MS, Fate, Tool, World};
 
 /// How often each fault strikes a tool call while faults are on, in ppm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,16 +120,9 @@ impl WorkflowEnv<'_> {
             self.disk.set_crash_after_ops(0);
         }
         match self.world.take_reply(id) {
-            Some(Reply::Done { receipt }) => Outcome::Confirmed { receipt },
-            Some(Reply::NotFound) => Outcome::Failed {
-                retryable: true,
-                reason: "the service holds no act under the key".into(),
-            },
-            Some(Reply::Declined { for_good }) => Outcome::Failed {
-                retryable: !for_good,
-                reason: "declined".into(),
-            },
-            Some(Reply::Fenced) | None => {
+            Some(reply) => reply.outcome(),
+            None => {
+                // The caller waits out its timeout.
                 self.clock.advance_ms(CALL_TIMEOUT_MS);
                 Outcome::Unknown {
                     reason: "no reply before the timeout".into(),

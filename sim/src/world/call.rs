@@ -4,7 +4,7 @@
 //! **Invariant:** a call is delivered at most once, at most
 //! [`super::REQUEST_LIFETIME_MS_MAX`] after it was sent, or never.
 
-use actum::books::{Digest, EffectKey, FencingToken};
+use actum::books::{Digest, EffectKey, FencingToken, Outcome};
 
 use super::tools::Tool;
 
@@ -94,4 +94,28 @@ pub enum Reply {
     },
     /// The service saw a newer token for this run and refused the call.
     Fenced,
+}
+
+impl Reply {
+    /// What the caller reports for this reply: a receipt is confirmed, a
+    /// query's "not found" a retryable failure (nothing happened and, with
+    /// bounded request lifetime, nothing will), a decline a failure
+    /// (retryable unless final), a fenced call unknown (the caller is
+    /// stale; only the current holder may say more).
+    pub fn outcome(self) -> Outcome {
+        match self {
+            Reply::Done { receipt } => Outcome::Confirmed { receipt },
+            Reply::NotFound => Outcome::Failed {
+                retryable: true,
+                reason: "the service holds no act under the key".into(),
+            },
+            Reply::Declined { for_good } => Outcome::Failed {
+                retryable: !for_good,
+                reason: format!("declined{}", if for_good { " for good" } else { "" }),
+            },
+            Reply::Fenced => Outcome::Unknown {
+                reason: "the service has seen a newer token".into(),
+            },
+        }
+    }
 }
