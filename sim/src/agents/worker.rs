@@ -522,6 +522,16 @@ impl Sim<'_> {
     ) -> Next {
         let who = self.who(w);
         self.note(|| format!("{who} gets {}", describe(&result)));
+        if let StepResult::Done {
+            key,
+            receipt,
+            replayed: true,
+        } = &result
+        {
+            self.report.checked("a replayed receipt equals the world's");
+            check::replayed_receipt_is_the_worlds(self.world.log(), key, receipt)
+                .map_err(|e| self.fail("a replayed receipt equals the world's", e))?;
+        }
         match result {
             StepResult::Done { receipt, .. } => {
                 job.state.notes.extend_from_slice(&receipt);

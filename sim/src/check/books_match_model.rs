@@ -43,3 +43,44 @@ pub fn books_match_model(
         }
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+    use actum::books::{CreateRun, EffectStatus, ToolClass, digest_of};
+
+    #[test]
+    fn differing_books_are_caught_and_a_cut_off_command_may_land_whole() {
+        let model = MemBooks::new();
+        assert!(books_match_model(&model, &model, None).is_ok());
+        let extra = books_with(vec![entry(
+            "r/pay/1",
+            EffectStatus::Intended,
+            ToolClass::Queryable,
+        )]);
+        let err = books_match_model(&extra, &model, None).expect_err("an extra effect");
+        assert!(err.contains("effect"), "{err}");
+        let create = Command::CreateRun(CreateRun {
+            run: run_id("r"),
+            input_digest: digest_of(b"in"),
+            agent_version: "a".into(),
+            trace_id: "t".into(),
+            parent: None,
+        });
+        let mut landed = model.clone();
+        for op in decide(&landed, &create, 7).expect("accepted").ops {
+            apply(&mut landed as &mut dyn BooksWrite, &op).expect("applies");
+        }
+        let inflight = (create, 7);
+        assert_eq!(
+            books_match_model(&landed, &model, Some(&inflight)),
+            Ok(landed.clone())
+        );
+        assert_eq!(
+            books_match_model(&model, &model, Some(&inflight)),
+            Ok(model.clone())
+        );
+        assert!(books_match_model(&extra, &model, Some(&inflight)).is_err());
+    }
+}

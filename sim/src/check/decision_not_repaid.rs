@@ -14,3 +14,27 @@ pub fn decision_not_paid_twice(books: &MemBooks, run: &RunId, position: u64) -> 
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+    use actum::books::{BooksWrite, DecisionRecord, FencingToken, Usage, digest_of};
+
+    #[test]
+    fn paying_for_a_journaled_position_is_caught() {
+        let mut books = MemBooks::new();
+        books.put_decision(DecisionRecord {
+            run: run_id("r"),
+            position: 0,
+            input_digest: digest_of(b"prompt"),
+            output: b"answer".to_vec(),
+            rationale: String::new(),
+            usage: Usage::default(),
+            recorded_ms: 5,
+            token: FencingToken(1),
+        });
+        assert!(decision_not_paid_twice(&books, &run_id("r"), 0).is_err());
+        assert!(decision_not_paid_twice(&books, &run_id("r"), 1).is_ok());
+    }
+}

@@ -34,3 +34,18 @@ pub fn effect_applied_at_most_once(log: &[Application]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+
+    #[test]
+    fn a_second_application_of_a_step_is_caught_over_keys_but_not_across_sides() {
+        let once = [app(0, "r/pay/1", 1, "a"), app(1, "r/pay/undo/1", 1, "b")];
+        assert!(effect_applied_at_most_once(&once).is_ok());
+        let twice = [app(0, "r/pay/1", 1, "a"), app(1, "r/pay/2", 2, "b")];
+        let err = effect_applied_at_most_once(&twice).expect_err("applied twice");
+        assert!(err.contains("r/pay") && err.contains("twice"), "{err}");
+    }
+}

@@ -49,3 +49,24 @@ pub fn effect_applied_exactly_once(books: &MemBooks, log: &[Application]) -> Res
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+    use actum::books::ToolClass;
+
+    #[test]
+    fn a_confirmed_entry_needs_exactly_one_application_with_its_receipt() {
+        let books = books_with(vec![entry("r/pay/1", confirmed("x"), ToolClass::Queryable)]);
+        assert!(effect_applied_exactly_once(&books, &[app(0, "r/pay/1", 1, "x")]).is_ok());
+        assert!(effect_applied_exactly_once(&books, &[]).is_err());
+        assert!(effect_applied_exactly_once(&books, &[app(0, "r/pay/1", 1, "y")]).is_err());
+        let failed = EffectStatus::Failed {
+            retryable: false,
+            reason: "no".into(),
+        };
+        let books = books_with(vec![entry("r/pay/1", failed, ToolClass::Queryable)]);
+        assert!(effect_applied_exactly_once(&books, &[app(0, "r/pay/1", 1, "x")]).is_err());
+    }
+}

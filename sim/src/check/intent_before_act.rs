@@ -34,3 +34,25 @@ pub fn applications_have_intents(books: &MemBooks, log: &[Application]) -> Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+    use actum::books::{FencingToken, ToolClass};
+
+    #[test]
+    fn an_act_before_its_intent_is_durable_or_without_one_is_caught() {
+        let ctx = EffectCtx {
+            key: key("r/pay/1"),
+            token: FencingToken(1),
+            resend: false,
+            intent_lsn: Lsn(7),
+        };
+        assert!(intent_durable_before_act(Lsn(7), &ctx).is_ok());
+        assert!(intent_durable_before_act(Lsn(6), &ctx).is_err());
+        let books = books_with(vec![entry("r/pay/1", confirmed("x"), ToolClass::Queryable)]);
+        assert!(applications_have_intents(&books, &[app(0, "r/pay/1", 1, "x")]).is_ok());
+        assert!(applications_have_intents(&books, &[app(0, "r/ship/1", 1, "x")]).is_err());
+    }
+}

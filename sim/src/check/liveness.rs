@@ -35,3 +35,44 @@ pub fn every_run_ends_settled(books: &MemBooks) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+
+    #[test]
+    fn open_intents_and_unknowns_a_tool_could_resolve_are_caught() {
+        let unknown = EffectStatus::Unknown {
+            reason: "ack lost".into(),
+        };
+        let mail = books_with(vec![entry(
+            "r/mail/1",
+            unknown.clone(),
+            ToolClass::NotIdempotent,
+        )]);
+        assert!(every_run_ends_settled(&mail).is_ok());
+        let wire = books_with(vec![entry(
+            "r/wire/1",
+            unknown.clone(),
+            ToolClass::Queryable,
+        )]);
+        assert!(every_run_ends_settled(&wire).is_err());
+        let window = ToolClass::Idempotent {
+            dedup_window_ms: 500,
+        };
+        let aged = books_with(vec![entry("r/pay/1", unknown.clone(), window)]);
+        assert!(
+            every_run_ends_settled(&aged).is_ok(),
+            "settled 1000 ms after its intent"
+        );
+        let fresh = ToolClass::Idempotent {
+            dedup_window_ms: 5_000,
+        };
+        assert!(
+            every_run_ends_settled(&books_with(vec![entry("r/pay/1", unknown, fresh)])).is_err()
+        );
+        let open = books_with(vec![entry("r/pay/1", EffectStatus::Intended, fresh)]);
+        assert!(every_run_ends_settled(&open).is_err());
+    }
+}

@@ -16,11 +16,15 @@ mod effect_exactly_once;
 mod intent_before_act;
 mod liveness;
 mod no_half_visible;
+mod receipt_replayed;
 mod recovery_idempotent;
 mod redb_survives;
 mod resend_payload;
 mod stale_lease_refused;
 mod world_fenced;
+
+#[cfg(test)]
+mod test_support;
 
 pub use acked_survive::acked_appends_survive;
 pub use books_match_model::{InFlight, books_match_model};
@@ -31,6 +35,7 @@ pub use effect_exactly_once::effect_applied_exactly_once;
 pub use intent_before_act::{applications_have_intents, intent_durable_before_act};
 pub use liveness::every_run_ends_settled;
 pub use no_half_visible::nothing_unacknowledged_is_half_visible;
+pub use receipt_replayed::replayed_receipt_is_the_worlds;
 pub use recovery_idempotent::recovery_is_idempotent;
 pub use redb_survives::redb_committed_state_survives;
 pub use resend_payload::resends_carry_the_same_payload;

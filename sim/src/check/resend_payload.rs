@@ -26,3 +26,23 @@ pub fn resends_carry_the_same_payload(deliveries: &[Delivery]) -> Result<(), Str
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+
+    #[test]
+    fn a_resend_with_other_arguments_is_caught() {
+        let same = [
+            delivery("r/pay/1", 1, Some(b"a"), Some(0)),
+            delivery("r/pay/1", 2, Some(b"a"), None),
+        ];
+        assert!(resends_carry_the_same_payload(&same).is_ok());
+        let other = [
+            delivery("r/pay/1", 1, Some(b"a"), Some(0)),
+            delivery("r/pay/1", 2, Some(b"b"), None),
+        ];
+        assert!(resends_carry_the_same_payload(&other).is_err());
+    }
+}

@@ -24,3 +24,60 @@ pub fn stale_lease_refused(model: &MemBooks, cmd: &Command) -> Result<(), String
         guard.worker, guard.token.0, current.0
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+    use actum::books::{
+        BooksWrite, CreateRun, Guard, Lease, Run, RunState, Transition, WorkerId, digest_of,
+    };
+
+    #[test]
+    fn an_acknowledged_command_under_an_older_token_is_caught() {
+        let mut books = MemBooks::new();
+        let worker = WorkerId::new("w2").expect("valid");
+        books.put_run(Run {
+            id: run_id("r"),
+            state: RunState::Running,
+            version: 3,
+            input_digest: digest_of(b"in"),
+            agent_version: "a".into(),
+            trace_id: "t".into(),
+            parent: None,
+            created_ms: 0,
+            updated_ms: 0,
+            lease: Some(Lease {
+                worker: worker.clone(),
+                token: FencingToken(2),
+                expires_ms: 10,
+            }),
+            next_token: FencingToken(3),
+        });
+        let under = |token| {
+            Command::Transition(Transition {
+                run: run_id("r"),
+                guard: Guard {
+                    worker: worker.clone(),
+                    token: FencingToken(token),
+                },
+                to: RunState::Completed,
+                expected_version: None,
+                reason: String::new(),
+            })
+        };
+        assert!(stale_lease_refused(&books, &under(2)).is_ok());
+        assert!(stale_lease_refused(&books, &under(1)).is_err());
+        let create = Command::CreateRun(CreateRun {
+            run: run_id("s"),
+            input_digest: digest_of(b"in"),
+            agent_version: "a".into(),
+            trace_id: "t".into(),
+            parent: None,
+        });
+        assert!(
+            stale_lease_refused(&books, &create).is_ok(),
+            "takes no guard"
+        );
+    }
+}

@@ -24,3 +24,23 @@ pub fn world_refuses_stale_tokens(deliveries: &[Delivery]) -> Result<(), String>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+
+    #[test]
+    fn an_application_under_a_token_below_one_seen_is_caught() {
+        let fine = [
+            delivery("r/pay/1", 1, None, None),
+            delivery("r/pay/1", 2, Some(b"a"), Some(0)),
+        ];
+        assert!(world_refuses_stale_tokens(&fine).is_ok());
+        let stale = [
+            delivery("r/pay/1", 2, None, None),
+            delivery("r/pay/1", 1, Some(b"a"), Some(0)),
+        ];
+        assert!(world_refuses_stale_tokens(&stale).is_err());
+    }
+}
