@@ -86,13 +86,26 @@ fn run_once(
     sim.finish()
 }
 
-/// The indexes of the events at which a worker acted, in a run of
-/// `schedule` (which must pass): the step boundaries a crash can fall on.
-pub(crate) fn acting_events(schedule: &AgentSchedule) -> Result<Vec<usize>, AgentFailure> {
+/// What a probe run of a schedule (which must pass) shows: where a crash
+/// can fall.
+pub(crate) struct Probe {
+    /// The indexes of the events at which a worker acted: the step
+    /// boundaries.
+    pub(crate) acting_events: Vec<usize>,
+    /// The I/O calls the fault phase made.
+    pub(crate) io_calls: u64,
+}
+
+/// Runs the fault phase of `schedule` and reports where a crash can fall.
+pub(crate) fn probe(schedule: &AgentSchedule) -> Result<Probe, AgentFailure> {
     let mut sim = Sim::new(schedule, &AgentConfig::default());
     sim.start()?;
+    let before = sim.disk.ops_count();
     sim.fault_phase()?;
-    Ok(sim.acted_at)
+    Ok(Probe {
+        io_calls: sim.disk.ops_count() - before,
+        acting_events: sim.acted_at,
+    })
 }
 
 impl Sim<'_> {

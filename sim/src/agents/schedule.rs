@@ -22,7 +22,7 @@ pub const TICK_MS_MAX: u16 = 3_000;
 /// The longest clock jump, in ms (twenty leases).
 pub const JUMP_MS_MAX: u32 = 600_000;
 /// The furthest ahead (in I/O calls) a power cut is armed.
-pub const CRASH_AFTER_OPS_MAX: u8 = 60;
+pub const CRASH_AFTER_OPS_MAX: u16 = 60;
 
 /// One event of the fault phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub enum Event {
     /// and power is cut, losing unsynced writes.
     Crash,
     /// Power is cut during the n-th I/O call from now.
-    ArmIoCrash(u8),
+    ArmIoCrash(u16),
     /// Worker `n` stops being scheduled (paused past its lease: a zombie).
     Pause(u8),
     /// Worker `n` is scheduled again, with whatever lease it thinks it has.
@@ -150,7 +150,7 @@ fn draw_event(rng: &mut Rng, rates: &Rates) -> Event {
     let roll = rng.below(u64::from(PPM_ONE)) as u32;
     let tick = 1 + rng.below(u64::from(TICK_MS_MAX)) as u16;
     let jump = 30_000 + rng.below(u64::from(JUMP_MS_MAX - 30_000)) as u32;
-    let after = 1 + rng.below(u64::from(CRASH_AFTER_OPS_MAX)) as u8;
+    let after = 1 + rng.below(u64::from(CRASH_AFTER_OPS_MAX)) as u16;
     let mut bound = 0;
     let mut next = |rate: u32| {
         bound += rate;

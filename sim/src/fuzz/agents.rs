@@ -8,7 +8,7 @@
 //! garbage, size change lost, directory flushed); checkpoint interval
 //! byte; fate count byte, then one byte per fate (two for a slow one);
 //! then events, one opcode byte each plus its argument (two bytes for a
-//! tick, four for a jump, one for an armed cut or a worker).
+//! tick or an armed cut, four for a jump, one for a worker).
 //!
 //! **Invariant:** every input decodes to a valid schedule, and every
 //! schedule keeps every invariant; a failure panics with its description.
@@ -90,7 +90,7 @@ fn event(b: &mut Bytes<'_>) -> Event {
         0 => Event::Tick(1 + b.u16() % 3_000),
         1 => Event::Jump(30_000 + b.u32() % 570_000),
         2 => Event::Crash,
-        3 => Event::ArmIoCrash(1 + b.u8() % 60),
+        3 => Event::ArmIoCrash(1 + b.u16() % 2_000),
         4 => Event::Pause(b.u8()),
         5 => Event::Resume(b.u8()),
         6 => Event::Checkpoint,
@@ -147,7 +147,10 @@ pub fn encode(schedule: &AgentSchedule) -> Vec<u8> {
                 out.extend_from_slice(&(ms.saturating_sub(30_000)).to_le_bytes());
             }
             Event::Crash => out.push(2),
-            Event::ArmIoCrash(n) => out.extend_from_slice(&[3, n.saturating_sub(1)]),
+            Event::ArmIoCrash(n) => {
+                out.push(3);
+                out.extend_from_slice(&(n.saturating_sub(1)).to_le_bytes());
+            }
             Event::Pause(w) => out.extend_from_slice(&[4, w]),
             Event::Resume(w) => out.extend_from_slice(&[5, w]),
             Event::Checkpoint => out.push(6),
