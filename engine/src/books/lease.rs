@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{AcquireLease, ClaimNext, Guard, ReleaseLease, RenewLease};
 use super::decide::{Answer, Decided};
+use super::ids::RunId;
 use super::ids::{FencingToken, WorkerId};
 use super::limits::LEASE_TTL_MS_MAX;
 use super::op::Op;
@@ -125,18 +126,34 @@ fn expiry_ms(ttl_ms: u64, now_ms: u64) -> Result<u64> {
         })
 }
 
-/// True if a worker may claim `run` now: a pending run nobody holds, or a
-/// running or waiting run whose holder's lease is gone (a running run with no
-/// lease, or any of them with an expired one). A waiting run that released
-/// its lease is parked until a signal, so it is not claimable; nor is a
-/// paused or terminal run.
-pub fn claimable(run: &Run, now_ms: u64) -> bool {
-    let live = run.lease.as_ref().is_some_and(|l| l.is_live(now_ms));
-    match run.state {
-        RunState::Pending | RunState::Running => !live,
-        RunState::WaitingTool | RunState::WaitingHuman => run.lease.is_some() && !live,
-        RunState::Paused | RunState::Completed | RunState::Failed | RunState::Cancelled => false,
+/// When `run` can be claimed without anyone's help, ms since the epoch: a
+/// pending or running run nobody holds, since its last change; a pending,
+/// running or waiting run whose holder's lease runs out, at the expiry.
+/// `None` for a waiting run that released its lease (parked until a
+/// signal), a paused run and a terminal one.
+///
+/// Claims go in order of this instant, then of run id: the run that has
+/// waited longest for a worker goes first, and an index kept in that order
+/// answers `claim_next` with one lookup.
+pub fn claimable_from_ms(run: &Run) -> Option<u64> {
+    match (run.state, &run.lease) {
+        (RunState::Pending | RunState::Running, None) => Some(run.updated_ms),
+        (
+            RunState::Pending | RunState::Running | RunState::WaitingTool | RunState::WaitingHuman,
+            Some(lease),
+        ) => Some(lease.expires_ms),
+        _ => None,
     }
+}
+
+/// True if a worker may claim `run` at `now_ms` (see [`claimable_from_ms`]).
+pub fn claimable(run: &Run, now_ms: u64) -> bool {
+    claimable_from_ms(run).is_some_and(|from_ms| from_ms <= now_ms)
+}
+
+/// The claim order of a claimable run: when it became claimable, then id.
+pub fn claim_order(run: &Run) -> Option<(u64, &RunId)> {
+    claimable_from_ms(run).map(|from_ms| (from_ms, &run.id))
 }
 
 /// The op and answer granting `run` to `worker` until `expires_ms`.
@@ -190,21 +207,16 @@ pub(crate) fn decide_acquire(
     Ok(grant(&run, &cmd.worker, expires_ms, now_ms))
 }
 
-/// Decides `ClaimNext`: the claimable run least recently updated (ties by
-/// id) is granted; none is answered with `NothingToClaim`.
-///
-/// The scan visits every run (O(runs)); the order of the visit does not
-/// matter, because the choice is the minimum of a total order.
+/// Decides `ClaimNext`: the run claimable longest (ties by id) is granted;
+/// none is answered with `NothingToClaim`. The books visit their claimable
+/// runs in that order, so this takes the first.
 pub(crate) fn decide_claim(state: &dyn BooksRead, cmd: &ClaimNext, now_ms: u64) -> Result<Decided> {
     let expires_ms = expiry_ms(cmd.ttl_ms, now_ms)?;
     let mut best: Option<Run> = None;
-    state.scan_runs(&mut |run: &Run| {
-        let better = best
-            .as_ref()
-            .is_none_or(|b| (run.updated_ms, &run.id) < (b.updated_ms, &b.id));
-        if claimable(run, now_ms) && better {
-            best = Some(run.clone());
-        }
+    state.visit_claimable(now_ms, &mut |run: &Run| {
+        assert!(claimable(run, now_ms), "only claimable runs are visited");
+        best = Some(run.clone());
+        false
     });
     match best {
         None => Ok(Decided {
@@ -434,16 +446,51 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_of_claims_takes_runs_in_claim_order_each_once() {
+        let mut b = Books {
+            now_ms: 100,
+            ..Books::default()
+        };
+        for run in ["c", "a", "b"] {
+            b.ok(create(run, b"1"));
+        }
+        b.now_ms = 200;
+        let d = b.ok(Command::Batch(vec![
+            claim("w1", 1_000),
+            claim("w2", 1_000),
+            claim("w3", 1_000),
+            claim("w4", 1_000),
+        ]));
+        let Answer::Batch(answers) = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        let claimed: Vec<String> = answers
+            .iter()
+            .map(|a| match a {
+                Answer::Leased { run, .. } => run.to_string(),
+                Answer::NothingToClaim => "-".to_string(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            claimed,
+            ["a", "b", "c", "-"],
+            "same instant: by id, each once"
+        );
+    }
+
+    #[test]
     fn claimable_rules_per_state() {
         let (b, _g) = books_with_leased_run("r");
         let mut run = b.mem.run(&rid("r")).unwrap();
+        let now = run.updated_ms + 10;
         let expired = run.lease.clone().map(|l| Lease { expires_ms: 0, ..l });
         for state in RunState::ALL {
             run.state = state;
             run.lease = None;
-            let free = claimable(&run, 10);
+            let free = claimable(&run, now);
             run.lease = expired.clone();
-            let dead = claimable(&run, 10);
+            let dead = claimable(&run, now);
             let expect = match state {
                 RunState::Pending | RunState::Running => (true, true),
                 RunState::WaitingTool | RunState::WaitingHuman => (false, true),
@@ -451,5 +498,12 @@ mod tests {
             };
             assert_eq!((free, dead), expect, "{state}");
         }
+        // A free run is claimable from its last change, a leased one from
+        // its lease's expiry.
+        run.state = RunState::Pending;
+        run.lease = None;
+        assert_eq!(claimable_from_ms(&run), Some(run.updated_ms));
+        run.lease = expired;
+        assert_eq!(claimable_from_ms(&run), Some(0));
     }
 }

@@ -13,6 +13,7 @@ use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, RunId, StepId};
+use super::lease::{claim_order, claimable};
 use super::ledger::EffectEntry;
 use super::run::Run;
 use super::state::{BooksRead, BooksWrite};
@@ -85,8 +86,19 @@ impl BooksRead for MemBooks {
         self.runs.get(id).cloned()
     }
 
-    fn scan_runs(&self, visit: &mut dyn FnMut(&Run)) {
-        self.runs.values().for_each(visit);
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+        // The model scans every run; the engine's hot books keep an index.
+        let mut claimable: Vec<&Run> = self
+            .runs
+            .values()
+            .filter(|run| claimable(run, now_ms))
+            .collect();
+        claimable.sort_by(|a, b| claim_order(a).cmp(&claim_order(b)));
+        for run in claimable {
+            if !visit(run) {
+                return;
+            }
+        }
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {

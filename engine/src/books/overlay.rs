@@ -14,6 +14,7 @@ use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, RunId, StepId};
+use super::lease::{claim_order, claimable};
 use super::ledger::EffectEntry;
 use super::run::Run;
 use super::state::{BooksRead, BooksWrite};
@@ -49,17 +50,34 @@ impl BooksRead for Overlay<'_> {
         self.runs.get(id).cloned().or_else(|| self.base.run(id))
     }
 
-    fn scan_runs(&self, visit: &mut dyn FnMut(&Run)) {
-        // Base runs first (shadowed by overlay copies), then runs that exist
-        // only in the overlay: deterministic, though not globally by id.
-        self.base
-            .scan_runs(&mut |run: &Run| match self.runs.get(&run.id) {
-                Some(newer) => visit(newer),
-                None => visit(run),
-            });
-        for run in self.runs.values() {
-            if self.base.run(&run.id).is_none() {
-                visit(run);
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+        // Merge, in claim order, the overlay's own claimable runs with the
+        // base's, skipping base runs the overlay has rewritten.
+        let mut mine: Vec<&Run> = self
+            .runs
+            .values()
+            .filter(|run| claimable(run, now_ms))
+            .collect();
+        mine.sort_by(|a, b| claim_order(a).cmp(&claim_order(b)));
+        let mut mine = mine.into_iter().peekable();
+        let mut going = true;
+        self.base.visit_claimable(now_ms, &mut |run: &Run| {
+            while let Some(next) = mine.next_if(|m| claim_order(m) < claim_order(run)) {
+                going = visit(next);
+                if !going {
+                    return false;
+                }
+            }
+            if !self.runs.contains_key(&run.id) {
+                going = visit(run);
+            }
+            going
+        });
+        if going {
+            for run in mine {
+                if !visit(run) {
+                    return;
+                }
             }
         }
     }

@@ -21,10 +21,10 @@ pub trait BooksRead {
     /// The run named `id`.
     fn run(&self, id: &RunId) -> Option<Run>;
 
-    /// Calls `visit` once for every run, in a deterministic order (the
-    /// reference model: by id). Callers must not depend on the order beyond
-    /// determinism.
-    fn scan_runs(&self, visit: &mut dyn FnMut(&Run));
+    /// Calls `visit` with each run claimable at `now_ms`, in claim order
+    /// ([`claim_order`](super::lease::claim_order): claimable since, then
+    /// id), until it returns `false`.
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool);
 
     /// The ledger entry with `key`.
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry>;

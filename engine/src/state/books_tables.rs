@@ -204,7 +204,9 @@ impl BooksRead for RedbBooks<'_> {
         Some(run)
     }
 
-    fn scan_runs(&self, visit: &mut dyn FnMut(&Run)) {
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+        // A scan of every run: the engine decides on its hot books, which
+        // keep an index; this serves tools reading a closed database.
         let all = with_table!(self, RUNS_TABLE, "scan runs", |t| {
             t.iter().and_then(|iter| {
                 iter.map(|item| item.map(|(_, v)| v.value().to_vec()))
@@ -212,9 +214,15 @@ impl BooksRead for RedbBooks<'_> {
             })
         })
         .unwrap_or_default();
-        for bytes in &all {
-            if let Some(run) = self.decode::<Run>(bytes, "run (scan)") {
-                visit(&run);
+        let mut claimable: Vec<Run> = all
+            .iter()
+            .filter_map(|bytes| self.decode::<Run>(bytes, "run (scan)"))
+            .filter(|run| crate::books::claimable(run, now_ms))
+            .collect();
+        claimable.sort_by(|a, b| crate::books::claim_order(a).cmp(&crate::books::claim_order(b)));
+        for run in &claimable {
+            if !visit(run) {
+                return;
             }
         }
     }
