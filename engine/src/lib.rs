@@ -21,6 +21,7 @@ pub mod clock;
 pub mod db;
 pub mod engine;
 pub mod error;
+mod hot;
 pub mod ids;
 pub mod manifest;
 pub mod planted;

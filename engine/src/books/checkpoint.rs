@@ -174,7 +174,7 @@ pub fn check_schema(meta: &CheckpointMeta, expected_schema: u32) -> Result<()> {
 /// Loads the newest checkpoint of `run` (`None` if it has none), checking
 /// its schema and every part's digest.
 pub fn load_latest(
-    state: &impl BooksRead,
+    state: &(impl BooksRead + ?Sized),
     run: &RunId,
     expected_schema: u32,
 ) -> Result<Option<LoadedCheckpoint>> {

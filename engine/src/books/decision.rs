@@ -55,7 +55,7 @@ pub struct DecisionRecord {
 /// `input_digest`; `None` if nothing is recorded there yet; `Divergence` if
 /// something else is.
 pub fn replay_at(
-    state: &impl BooksRead,
+    state: &(impl BooksRead + ?Sized),
     run: &RunId,
     position: u64,
     input_digest: &Digest,

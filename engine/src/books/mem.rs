@@ -129,6 +129,10 @@ impl BooksRead for MemBooks {
             .map(|(_, m)| m.clone())
     }
 
+    fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
+        self.checkpoints.get(&(run.clone(), version)).cloned()
+    }
+
     fn blob_exists(&self, digest: &Digest) -> bool {
         self.blobs.contains_key(digest)
     }

@@ -157,6 +157,22 @@ impl Op {
         }
     }
 
+    /// The run the op changes; `None` for a blob, which belongs to no run.
+    pub fn run(&self) -> Option<&RunId> {
+        match self {
+            Op::RunCreated { run } => Some(&run.id),
+            Op::RunTransitioned { run, .. }
+            | Op::LeaseAcquired { run, .. }
+            | Op::LeaseRenewed { run, .. }
+            | Op::LeaseReleased { run, .. } => Some(run),
+            Op::EffectIntended { entry } => Some(entry.key.run()),
+            Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
+            Op::BlobPut { .. } => None,
+            Op::CheckpointSaved { meta } => Some(&meta.run),
+            Op::DecisionRecorded { record } => Some(&record.run),
+        }
+    }
+
     /// The op's bytes (postcard).
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_stdvec(self).expect("encoding an op into a Vec cannot fail")

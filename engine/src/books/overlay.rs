@@ -111,6 +111,16 @@ impl BooksRead for Overlay<'_> {
             .or_else(|| self.base.checkpoint_latest(run))
     }
 
+    fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
+        // The overlay holds each run's newest checkpoint; older ones are in
+        // the base.
+        self.checkpoints
+            .get(run)
+            .filter(|m| m.version == version)
+            .cloned()
+            .or_else(|| self.base.checkpoint_at(run, version))
+    }
+
     fn blob_exists(&self, digest: &Digest) -> bool {
         self.blobs.contains_key(digest) || self.base.blob_exists(digest)
     }

@@ -36,6 +36,9 @@ pub trait BooksRead {
     /// The newest checkpoint's metadata of `run`.
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta>;
 
+    /// The metadata of checkpoint `version` of `run`.
+    fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta>;
+
     /// True if the blob table holds `digest`.
     fn blob_exists(&self, digest: &Digest) -> bool;
 

@@ -15,4 +15,4 @@ mod open;
 mod pipeline;
 
 pub use open::{Db, DbOptions, OpenReport};
-pub use pipeline::{Materialized, Pipeline, PipelineOptions, RecordAt, Recovering, Recovery};
+pub use pipeline::{Pipeline, PipelineOptions, RecordAt, Recovering, Recovery};

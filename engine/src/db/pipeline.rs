@@ -9,17 +9,21 @@
 //!    caller's own lock fixes the LSN order;
 //! 2. [`Pipeline::wait_durable`]: one leader writes and `fdatasync`s the
 //!    group for every waiter;
-//! 3. [`Pipeline::materialize`]: durable records are applied to the state
-//!    store in LSN order, in one `Durability::None` transaction per group;
-//! 4. [`Pipeline::checkpoint`]: a `Durability::Immediate` redb commit
-//!    recording `applied_lsn`, then the manifest naming it, then the WAL
+//! 3. the state store catches up with durable records, either as they come
+//!    ([`Pipeline::materialize`], one `Durability::None` transaction per
+//!    group, then [`Pipeline::checkpoint`]), or many at once
+//!    ([`Pipeline::materialize_durably`]: one `Durability::Immediate`
+//!    transaction per checkpoint, which is how the engine does it);
+//! 4. the manifest names the state store's new `applied_lsn`, then the WAL
 //!    segments it covers are removed.
 //!
-//! Recovery ([`Pipeline::open`] then [`Recovering::replay`]): the directory
-//! is locked, the manifest chosen, the WAL recovered; the state store is
-//! opened and checked against the manifest; every durable record after the
-//! state's `applied_lsn` is replayed through the caller's apply function,
-//! the same one its live path uses.
+//! Recovery ([`Pipeline::open`] then [`Recovering::replay`] or
+//! [`Recovering::replay_into_state`]): the directory is locked, the manifest
+//! chosen, the WAL recovered; the state store is opened and checked against
+//! the manifest; every durable record after the state's `applied_lsn` is
+//! handed to the caller (the engine rebuilds its books in memory) or
+//! applied to the state store, through the same function the live path
+//! uses.
 //!
 //! **Invariant:** the state store holds only durable records, each once, in
 //! LSN order (`applied_lsn <= durable_lsn`); a manifest names a checkpoint
@@ -40,7 +44,7 @@ use crate::storage::Storage;
 
 use super::open::{Db, DbOptions, OpenReport};
 
-/// How a pipeline is opened and when it checkpoints on its own.
+/// How a pipeline is opened and when its owner should checkpoint.
 #[derive(Clone, Debug, Default)]
 pub struct PipelineOptions {
     /// Database directory options (WAL segment size, record limit, id).
@@ -72,7 +76,7 @@ pub struct Recovery {
     pub created: bool,
     /// The LSN the state store's durable commit covered when opened.
     pub state_lsn_at_open: Lsn,
-    /// How many WAL records were replayed into the state store.
+    /// How many WAL records were replayed.
     pub replayed_records: u64,
     /// The WAL's durable LSN after recovery.
     pub durable_lsn: Lsn,
@@ -89,26 +93,18 @@ pub struct RecordAt<'a> {
     pub offset: u64,
 }
 
-/// The shared half of an open pipeline: the directory, manifest and WAL.
-/// Its methods take `&self`, so callers wait for their group commit
-/// without holding the lock that guards the [`Materialized`] half.
+/// An open pipeline: the directory, manifest and WAL, and the state store.
+/// Every method takes `&self`: callers wait for their group commit, and one
+/// of them writes the state store, without holding each other's locks.
 #[derive(Debug)]
 pub struct Pipeline {
     db: Db,
+    state: StateStore,
     options: PipelineOptions,
 }
 
-/// The exclusive half: the state store and what was applied to it since the
-/// last checkpoint. Its owner keeps it under the lock that orders commits.
-#[derive(Debug)]
-pub struct Materialized {
-    state: StateStore,
-    records_since_checkpoint: u64,
-    bytes_since_checkpoint: u64,
-}
-
-/// A pipeline whose directory is open and whose state store is not yet
-/// caught up with the log: look at the state as it was found, then replay.
+/// A pipeline whose directory is open and whose records after the state
+/// store's `applied_lsn` have not been replayed yet.
 #[derive(Debug)]
 pub struct Recovering {
     db: Db,
@@ -119,7 +115,7 @@ pub struct Recovering {
 
 impl Pipeline {
     /// Opens (creating if needed) the database in `dir` and its state store;
-    /// call [`Recovering::replay`] to catch the state up with the log.
+    /// call [`Recovering::replay`] (or `replay_into_state`) next.
     pub fn open(
         storage: Arc<dyn Storage>,
         clock: &dyn Clock,
@@ -129,6 +125,7 @@ impl Pipeline {
         let (db, report) = Db::open(Arc::clone(&storage), clock, dir, options.db.clone())?;
         let state_path: PathBuf = dir.join(db.manifest().state_file);
         let state = StateStore::open(&storage, &state_path, options.verify_state_on_open)?;
+        check_state_against_log(&db, &state)?;
         Ok(Recovering {
             db,
             report,
@@ -142,9 +139,25 @@ impl Pipeline {
         &self.db
     }
 
+    /// The state store.
+    pub fn state(&self) -> &StateStore {
+        &self.state
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &PipelineOptions {
+        &self.options
+    }
+
     /// The highest LSN known durable.
     pub fn durable_lsn(&self) -> Lsn {
         self.db.wal().durable_lsn()
+    }
+
+    /// The LSN the next enqueued record will get (stable under the lock the
+    /// caller enqueues under).
+    pub fn next_lsn(&self) -> Lsn {
+        self.db.wal().next_lsn()
     }
 
     /// Queues `batch` as consecutive records of the next group commit;
@@ -161,71 +174,67 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Applies the durable records `first..=last` (`bytes` long in the log)
-    /// to the state store in one transaction, through `apply`.
+    /// Applies the durable records `first..=last` to the state store in one
+    /// `Durability::None` transaction, through `apply`.
     pub fn materialize(
         &self,
-        mat: &mut Materialized,
         (first, last): (Lsn, Lsn),
-        bytes: u64,
         apply: impl FnOnce(&WriteTransaction) -> Result<()>,
     ) -> Result<()> {
         assert!(
             last <= self.durable_lsn(),
             "only durable records reach the state store"
         );
-        mat.state.apply_group(first, last, apply)?;
-        mat.records_since_checkpoint += last.0 - first.0 + 1;
-        mat.bytes_since_checkpoint += bytes;
-        assert_eq!(mat.state.applied_lsn(), last);
-        Ok(())
+        self.state.apply_group(first, last, apply)
     }
 
-    /// True if the records applied since the last checkpoint call for one.
-    pub fn checkpoint_due(&self, mat: &Materialized) -> bool {
-        self.options
-            .checkpoint_due(mat.records_since_checkpoint, mat.bytes_since_checkpoint)
-    }
-
-    /// Makes everything applied durable in the state store, records it in
-    /// the manifest, then removes the WAL segments it covers; returns the
+    /// Makes everything materialized durable in the state store, records it
+    /// in the manifest, then removes the WAL segments it covers; returns the
     /// LSN covered.
-    pub fn checkpoint(&self, mat: &mut Materialized) -> Result<Lsn> {
-        let lsn = mat.state.checkpoint()?;
+    pub fn checkpoint(&self) -> Result<Lsn> {
+        let lsn = self.state.checkpoint()?;
+        self.install_checkpoint(lsn)
+    }
+
+    /// Applies the durable records `first..=last` to the state store and
+    /// makes them durable, in one `Durability::Immediate` transaction, then
+    /// records it in the manifest and removes the WAL segments it covers:
+    /// a whole checkpoint's worth of records for one redb commit.
+    pub fn materialize_durably(
+        &self,
+        (first, last): (Lsn, Lsn),
+        apply: impl FnOnce(&WriteTransaction) -> Result<()>,
+    ) -> Result<Lsn> {
+        assert!(
+            last <= self.durable_lsn(),
+            "only durable records reach the state store"
+        );
+        let lsn = self.state.apply_durably(first, last, apply)?;
+        self.install_checkpoint(lsn)
+    }
+
+    fn install_checkpoint(&self, lsn: Lsn) -> Result<Lsn> {
         assert!(
             lsn <= self.durable_lsn(),
             "the state holds only durable records"
         );
         self.db.checkpoint(lsn)?;
-        mat.records_since_checkpoint = 0;
-        mat.bytes_since_checkpoint = 0;
         Ok(lsn)
     }
 
-    /// Closes cleanly: a final checkpoint, then the manifest records the
-    /// clean-shutdown LSN.
-    pub fn close(self, mut mat: Materialized) -> Result<()> {
-        self.checkpoint(&mut mat)?;
+    /// True if `records` of `bytes` since the last checkpoint call for one.
+    pub fn checkpoint_due(&self, records: u64, bytes: u64) -> bool {
+        self.options.checkpoint_due(records, bytes)
+    }
+
+    /// Closes cleanly: a final checkpoint of what is materialized, then the
+    /// manifest records the clean-shutdown LSN.
+    pub fn close(self) -> Result<()> {
+        self.checkpoint()?;
+        let Pipeline { db, state, .. } = self;
         // The state store closes before the directory lock is released.
-        drop(mat);
-        self.db.close()
-    }
-}
-
-impl Materialized {
-    /// The state store.
-    pub fn state(&self) -> &StateStore {
-        &self.state
-    }
-
-    /// A read transaction over everything materialized so far.
-    pub fn read(&self) -> Result<redb::ReadTransaction> {
-        self.state.read()
-    }
-
-    /// The LSN of the last record materialized.
-    pub fn applied_lsn(&self) -> Lsn {
-        self.state.applied_lsn()
+        drop(state);
+        db.close()
     }
 }
 
@@ -240,46 +249,76 @@ impl Recovering {
         &self.db
     }
 
-    /// Checks the state store against the manifest, then replays every
-    /// durable record after its `applied_lsn`, each in its own transaction,
-    /// through `apply` (the function the live path materializes with).
+    /// Hands every durable record after the state store's `applied_lsn` to
+    /// `each`, in LSN order, and leaves the state store as it is: the
+    /// engine rebuilds its books in memory and materialises them at its
+    /// next checkpoint.
     pub fn replay(
         self,
+        mut each: impl FnMut(&StateStore, &RecordAt<'_>, &[u8]) -> Result<()>,
+    ) -> Result<(Pipeline, Recovery)> {
+        let twice = planted(&self.options.db.wal, PlantedBug::ReplayRecordTwice);
+        let mut first = true;
+        self.replay_records(|state, at, payload| {
+            if twice && first {
+                each(state, at, payload)?;
+            }
+            first = false;
+            assert!(at.lsn > state.applied_lsn());
+            each(state, at, payload)
+        })
+    }
+
+    /// Applies every durable record after the state store's `applied_lsn`
+    /// to it, each in its own transaction, through `apply` (the function the
+    /// live path materializes with).
+    pub fn replay_into_state(
+        self,
         mut apply: impl FnMut(&WriteTransaction, &RecordAt<'_>, &[u8]) -> Result<()>,
-    ) -> Result<(Pipeline, Materialized, Recovery)> {
+    ) -> Result<(Pipeline, Recovery)> {
+        let twice = planted(&self.options.db.wal, PlantedBug::ReplayRecordTwice);
+        let mut first = true;
+        self.replay_records(|state, at, payload| {
+            let double = twice && first;
+            first = false;
+            state.apply(at.lsn, |txn| {
+                if double {
+                    apply(txn, at, payload)?;
+                }
+                apply(txn, at, payload)
+            })
+        })
+    }
+
+    fn replay_records(
+        self,
+        mut each: impl FnMut(&StateStore, &RecordAt<'_>, &[u8]) -> Result<()>,
+    ) -> Result<(Pipeline, Recovery)> {
         let Recovering {
             db,
             report,
-            mut state,
+            state,
             options,
         } = self;
         let state_lsn_at_open = state.applied_lsn();
-        check_state_against_log(&db, &state)?;
         let durable = db.wal().durable_lsn();
         let mut replayed = 0u64;
-        let twice = planted(&options.db.wal, PlantedBug::ReplayRecordTwice);
         if state_lsn_at_open < durable {
             let mut records = db.wal().read_from(state_lsn_at_open.next())?;
             while let Some(record) = records.next() {
                 let (lsn, payload) = record?;
                 let (file, offset) = records.position().expect("a record was just read");
-                let at = RecordAt { lsn, file, offset };
-                state.apply(lsn, |txn| {
-                    if twice && replayed == 0 {
-                        apply(txn, &at, &payload)?;
-                    }
-                    apply(txn, &at, &payload)
-                })?;
+                each(&state, &RecordAt { lsn, file, offset }, &payload)?;
                 replayed += 1;
             }
         }
-        if state.applied_lsn() != durable {
+        if Lsn(state_lsn_at_open.0 + replayed) != durable {
             return Err(Error::corrupt(
                 db.dir().join("wal"),
                 0,
                 format!(
                     "replay reached {} but the log is durable to {durable}",
-                    state.applied_lsn()
+                    Lsn(state_lsn_at_open.0 + replayed)
                 ),
             ));
         }
@@ -289,12 +328,7 @@ impl Recovering {
             replayed_records: replayed,
             durable_lsn: durable,
         };
-        let mat = Materialized {
-            state,
-            records_since_checkpoint: replayed,
-            bytes_since_checkpoint: 0,
-        };
-        Ok((Pipeline { db, options }, mat, recovery))
+        Ok((Pipeline { db, state, options }, recovery))
     }
 }
 

@@ -1,43 +1,35 @@
-//! The commit path, pipelined so concurrent commands share one fsync:
+//! The commit path, pipelined so concurrent commands share one fsync and
+//! touch no redb:
 //!
-//! 1. under the engine lock: decide against the *pending view* (the state
-//!    store plus the ops of commands already logged but not yet applied),
-//!    then apply the decided ops to that same view; if `apply` refuses one
-//!    (a `decide`/`apply` disagreement, a bug), the command is refused and
-//!    nothing is logged. Otherwise enqueue the ops as one WAL record (the
-//!    lock fixes their LSN order);
-//! 2. without the lock: wait for the group commit that makes the record
-//!    durable (one leader writes and fsyncs every queued record);
-//! 3. under the lock again: apply every durable pending record to the state
-//!    store, in LSN order, through the durable pipeline, then answer.
+//! 1. under the engine lock: decide against the hot books (memory; the
+//!    state store only for what left memory); apply the decided ops to an
+//!    overlay of that view, so that an op `apply` refuses (a
+//!    `decide`/`apply` disagreement, a bug) refuses the command before
+//!    anything changes; refuse a record larger than the log takes;
+//! 2. still under the lock: bring the runs the ops touch into memory, apply
+//!    the ops to the hot books tagged with the LSN the record will get, and
+//!    enqueue the record (the lock fixes the LSN order, so the tag is
+//!    exact);
+//! 3. without the lock: wait for the group commit that makes the record
+//!    durable (one leader writes and fsyncs every queued record), then
+//!    answer; if a checkpoint is due and no one is writing one, write it.
 //!
-//! **Invariant:** the state store only ever holds durable records (a record
-//! is applied after its fsync, never before), so a failed fsync can never
-//! leave redb ahead of the log; every logged op applied cleanly to the
-//! view it was decided on; a command is acknowledged (`Ok`) only once its
-//! record is durable and applied; a refused command logs nothing; a
-//! failure after enqueueing halts the engine.
+//! **Invariant:** every logged op applied cleanly to the view it was
+//! decided on; a command is acknowledged (`Ok`) only once its record is
+//! durable; an answer that rests on records still in flight (a command
+//! that changed nothing, a read) is given only once they are durable; a
+//! refused command logs nothing and changes nothing; a failure after the
+//! hot books changed halts the engine.
 
 use crate::books::{
-    Answer, Begun, BooksRead, Command, Decided, Op, Overlay, apply, decide, encode_ops,
+    Answer, Begun, BooksRead, Command, Decided, Overlay, apply, decide, encode_ops,
 };
 use crate::error::{Error, Result};
+use crate::hot::{ColdReader, HotView};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
-use crate::state::RedbBooks;
 
-use super::core::{Engine, Inner, apply_ops};
-
-/// A command's record, logged (enqueued) but not yet applied.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    /// The record's LSN.
-    pub(crate) lsn: Lsn,
-    /// Its ops.
-    pub(crate) ops: Vec<Op>,
-    /// Its encoded size.
-    pub(crate) bytes: u64,
-}
+use super::core::{ApplyFailure, Engine, Inner, Unmaterialized};
 
 /// A hook between deciding and logging; the identity outside tests.
 pub(crate) type Tamper<'a> = &'a dyn Fn(&mut Decided);
@@ -53,60 +45,107 @@ impl Engine {
 
     /// [`Engine::execute`], also returning the LSN the answer rests on: the
     /// command's own record, or (for an answer without ops) the last record
-    /// in flight when it was decided, or `Lsn::ZERO` if none was.
+    /// applied when it was decided, or `Lsn::ZERO` if there was none.
     pub(crate) fn execute_logged(
         &self,
         cmd: &Command,
         tamper: Tamper<'_>,
     ) -> Result<(Answer, Lsn)> {
-        let (rests_on, answer, logged) = {
+        let (answer, rests_on, logged) = {
             let mut inner = self.lock();
             inner.check_running()?;
             let now_ms = self.clock.now_ms();
-            let mut decided = self.decide_on_view(&inner, cmd, now_ms, tamper)?;
+            let decided = self.decide_on_hot(&inner, cmd, now_ms, tamper)?;
             if decided.ops.is_empty() {
-                // The answer may rest on commands still in flight: it is
-                // given only once they are durable.
-                let last = inner.pending.last().map(|p| p.lsn);
-                (last, decided.answer, false)
+                (decided.answer, inner.last_applied, false)
             } else {
-                let ops = std::mem::take(&mut decided.ops);
-                let lsn = self.log(&mut inner, ops)?;
-                (Some(lsn), decided.answer, true)
+                let lsn = self.log(&mut inner, decided.ops)?;
+                (decided.answer, lsn, true)
             }
-        };
-        let Some(lsn) = rests_on else {
-            return Ok((answer, Lsn::ZERO));
         };
         let proceed = matches!(answer, Answer::Begun(Begun::Proceed { .. }));
         if logged && proceed && self.planted(PlantedBug::ProceedBeforeDurable) {
-            return Ok((answer, lsn));
+            return Ok((answer, rests_on));
         }
-        if let Err(e) = self.pipeline.wait_durable(lsn) {
-            self.lock().halt(format!("a failed log append ({e})"));
-            return Err(e);
+        self.wait_durable(rests_on)?;
+        if logged {
+            self.maybe_checkpoint();
         }
-        let mut inner = self.lock();
-        self.apply_durable(&mut inner)?;
-        assert!(inner.pending.first().is_none_or(|p| p.lsn > lsn));
-        Ok((answer, lsn))
+        Ok((answer, rests_on))
     }
 
-    /// Enqueues `ops` as one record; returns its LSN.
-    fn log(&self, inner: &mut Inner, ops: Vec<Op>) -> Result<Lsn> {
+    /// Waits until `lsn` is durable (nothing to wait for if it already is).
+    pub(crate) fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        if lsn <= self.pipeline.durable_lsn() {
+            return Ok(());
+        }
+        self.pipeline.wait_durable(lsn).inspect_err(|e| {
+            self.lock().halt(format!("a failed log append ({e})"));
+        })
+    }
+
+    /// Decides `cmd` on the hot books and checks the decided ops apply to
+    /// them: ops that do not refuse the command here, before anything
+    /// changes.
+    fn decide_on_hot(
+        &self,
+        inner: &Inner,
+        cmd: &Command,
+        now_ms: u64,
+        tamper: Tamper<'_>,
+    ) -> Result<Decided> {
+        let cold = ColdReader::new(self.pipeline.state());
+        let view = HotView {
+            hot: &inner.hot,
+            cold: &cold,
+        };
+        let refreshed = self.planted_refresh_guard(&view, cmd, now_ms);
+        let decided =
+            decide(&view, refreshed.as_ref().unwrap_or(cmd), now_ms).and_then(|mut decided| {
+                tamper(&mut decided);
+                let mut overlay = Overlay::new(&view);
+                for op in &decided.ops {
+                    apply(&mut overlay, op)?;
+                }
+                Ok(decided)
+            });
+        // A failed read must not pass for an absent row.
+        cold.finish()?;
+        decided
+    }
+
+    /// Applies `ops` to the hot books and enqueues them as one record;
+    /// returns its LSN.
+    fn log(&self, inner: &mut Inner, ops: Vec<crate::books::Op>) -> Result<Lsn> {
         assert!(!ops.is_empty(), "a record holds at least one op");
         let record = encode_ops(&ops);
-        let lsn = match self.pipeline.enqueue(&[record.as_slice()]) {
-            Ok(lsn) => lsn,
-            // Refused before anything was queued: the engine is intact.
-            Err(e @ Error::RecordTooLarge { .. }) => return Err(e),
+        let max_bytes = self.options.db.wal.max_record_bytes;
+        if record.len() as u64 > max_bytes {
+            // Refused before anything changed: the engine is intact.
+            return Err(Error::RecordTooLarge {
+                size_bytes: record.len() as u64,
+                max_bytes,
+            });
+        }
+        let lsn = self.pipeline.next_lsn();
+        if let Err(failure) = inner.apply_record(self.pipeline.state(), lsn, &ops) {
+            let cause = match failure {
+                ApplyFailure::Apply(e) => Error::from(e),
+                ApplyFailure::Read(e) => e,
+            };
+            inner.halt(format!(
+                "an op that applied to a view did not apply ({cause})"
+            ));
+            return Err(cause);
+        }
+        match self.pipeline.enqueue(&[record.as_slice()]) {
+            Ok(enqueued) => assert_eq!(enqueued, lsn, "the lock fixes the LSN order"),
             Err(e) => {
                 inner.halt(format!("a failed log append ({e})"));
                 return Err(e);
             }
-        };
-        assert!(inner.pending.last().is_none_or(|p| p.lsn < lsn));
-        inner.pending.push(Pending {
+        }
+        inner.push_unmaterialized(Unmaterialized {
             lsn,
             ops,
             bytes: record.len() as u64,
@@ -114,81 +153,27 @@ impl Engine {
         Ok(lsn)
     }
 
-    /// Decides `cmd` against the pending view, then applies the decided ops
-    /// to that view: ops that do not apply refuse the command here, before
-    /// anything reaches the log.
-    fn decide_on_view(
-        &self,
-        inner: &Inner,
-        cmd: &Command,
-        now_ms: u64,
-        tamper: Tamper<'_>,
-    ) -> Result<Decided> {
-        let txn = inner.mat.read()?;
-        let view = RedbBooks::reader(&txn, &self.state_path);
-        let mut overlay = Overlay::new(&view);
-        let decided = pending_view(&mut overlay, inner)
-            .and_then(|()| {
-                let refreshed = self.planted_refresh_guard(&overlay, cmd, now_ms);
-                decide(&overlay, refreshed.as_ref().unwrap_or(cmd), now_ms)
-            })
-            .and_then(|mut decided| {
-                tamper(&mut decided);
-                for op in &decided.ops {
-                    apply(&mut overlay, op)?;
-                }
-                Ok(decided)
-            });
-        drop(overlay);
-        // A failed read must not pass for an absent row.
-        view.finish()?;
-        decided
-    }
-
-    /// Applies every pending record that is durable, in LSN order, then
-    /// runs the automatic checkpoint if it is due.
-    pub(crate) fn apply_durable(&self, inner: &mut Inner) -> Result<()> {
-        inner.check_running()?;
-        let durable = self.pipeline.durable_lsn();
-        let ready = inner.pending.partition_point(|p| p.lsn <= durable);
-        if ready > 0 {
-            // Every durable record in one state transaction: a group commit's
-            // records cost one redb commit.
-            let group: Vec<Pending> = inner.pending.drain(..ready).collect();
-            let first = group[0].lsn;
-            let last = group[group.len() - 1].lsn;
-            assert!(
-                group.windows(2).all(|w| w[1].lsn == w[0].lsn.next()),
-                "a group's records are consecutive"
-            );
-            let bytes = group.iter().map(|p| p.bytes).sum();
-            let path = &self.state_path;
-            let result = self
-                .pipeline
-                .materialize(&mut inner.mat, (first, last), bytes, |txn| {
-                    apply_ops(txn, path, group.iter().flat_map(|p| &p.ops))
-                });
-            if let Err(e) = result {
-                inner.halt(format!("a failed state apply ({e})"));
-                return Err(e);
-            }
-        }
-        assert!(inner.mat.applied_lsn() <= durable);
-        self.maybe_checkpoint(inner);
-        Ok(())
-    }
-
-    /// Runs the automatic checkpoint if it is due. The commands that
-    /// triggered it are already durable, so a failure here does not fail
-    /// them; it halts the engine (the next command reports why).
-    fn maybe_checkpoint(&self, inner: &mut Inner) {
-        if !self.pipeline.checkpoint_due(&inner.mat) {
+    /// Writes a checkpoint if one is due and no one else is writing one.
+    /// The commands that triggered it are already durable, so a failure
+    /// here does not fail them; it halts the engine (the next command
+    /// reports why).
+    fn maybe_checkpoint(&self) {
+        let due = {
+            let inner = self.lock();
+            let records = inner.unmaterialized.len() as u64;
+            inner.halted.is_none()
+                && self
+                    .pipeline
+                    .checkpoint_due(records, inner.unmaterialized_bytes)
+        };
+        if !due {
             return;
         }
-        if let Err(e) = self.pipeline.checkpoint(&mut inner.mat) {
-            inner.halt(format!("a failed automatic checkpoint ({e})"));
-        }
-        assert!(inner.halted.is_some() || !self.pipeline.checkpoint_due(&inner.mat));
+        let Ok(_turn) = self.checkpointing.try_lock() else {
+            return;
+        };
+        // A failure halts the engine inside; the caller's command stands.
+        let _ = self.checkpoint_locked();
     }
 
     /// True if `bug` is planted (test-only `planted-bugs` feature).
@@ -218,22 +203,11 @@ impl Engine {
     }
 }
 
-/// Applies every pending record's ops to `overlay`, making it the view the
-/// next command is decided on.
-fn pending_view(overlay: &mut Overlay<'_>, inner: &Inner) -> Result<()> {
-    for op in inner.pending.iter().flat_map(|p| &p.ops) {
-        apply(overlay, op).map_err(|e| Error::Inconsistent {
-            what: format!("a logged op no longer applies to the pending view ({e})"),
-        })?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
-    use crate::books::{CreateRun, EffectKey, EffectStatus, RunId, StepId, digest_of};
+    use crate::books::{CreateRun, EffectKey, EffectStatus, Op, RunId, StepId, digest_of};
     use crate::engine::EngineOptions;
 
     fn create(run: &str) -> Command {
@@ -269,6 +243,10 @@ mod tests {
         let err = engine.execute_logged(&create("r2"), &tamper).unwrap_err();
         assert!(matches!(err, Error::Inconsistent { .. }), "{err}");
         assert_eq!(engine.durable_lsn(), durable, "nothing reached the log");
+        assert!(
+            engine.run(&RunId::new("r2").unwrap()).unwrap().is_none(),
+            "nothing changed"
+        );
         // The engine is intact: the same command without the bad op lands.
         engine.execute(&create("r2")).unwrap();
         engine.close().unwrap();

@@ -9,9 +9,7 @@
 //! tool and arguments the books registered, never ones the caller supplies
 //! after the fact.
 
-use crate::books::{
-    BeginCompensation, BooksRead, Command, Compensation, EffectKind, Guard, RunId, StepId,
-};
+use crate::books::{BeginCompensation, Command, Compensation, EffectKind, Guard, RunId, StepId};
 use crate::error::{Error, Result};
 
 use super::core::Engine;

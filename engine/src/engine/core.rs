@@ -1,37 +1,55 @@
-//! The [`Engine`] handle: a database directory (lock, manifest, WAL) and its
-//! redb state store (behind a mutex, with the commands in flight), plus the
-//! clock. Opening it recovers: the state store is checked against the
-//! manifest and the WAL after its `applied_lsn` is replayed through the
-//! same `apply` as the live path.
+//! The [`Engine`] handle: the durable pipeline (directory lock, manifest,
+//! WAL, redb state store) and the hot books in memory, behind a mutex, plus
+//! the clock. Opening it recovers: the runs the state store lists as live
+//! are loaded into memory whole, then every WAL record after the state's
+//! `applied_lsn` is replayed into memory through the same `apply` as the
+//! live path. A checkpoint writes the durable records since the last one to
+//! redb in one transaction, off the engine lock, and lets terminal runs
+//! leave memory.
 //!
-//! **Invariant:** while an `Engine` is open and not halted, the state store
-//! has applied only durable WAL records, in LSN order, each once
-//! (`state.applied_lsn() <= wal.durable_lsn()`, equal whenever no command
-//! is in flight).
+//! **Invariant:** the hot books hold exactly the effects of every logged
+//! record (durable or about to be), in LSN order, each once; the state
+//! store holds exactly those up to its `applied_lsn`, which never passes the
+//! WAL's durable LSN; `unmaterialized` lists, in order, every record in
+//! between.
 
-use std::path::{Path, PathBuf};
+use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::WriteTransaction;
 
 use crate::books::{Op, apply, decode_ops};
 use crate::clock::{Clock, SystemClock};
-use crate::db::{Materialized, Pipeline, RecordAt, Recovery};
+use crate::db::{Pipeline, RecordAt, Recovery};
 use crate::error::{Error, Result};
+use crate::hot::{ColdReader, HotState, HotWriter};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
-use crate::state::RedbBooks;
+use crate::state::{RedbBooks, StateStore};
 use crate::storage::{FsStorage, Storage};
 
-use super::commit::Pending;
 use super::options::EngineOptions;
+
+/// A logged record whose effects are in the hot books but not yet in the
+/// state store.
+#[derive(Debug)]
+pub(crate) struct Unmaterialized {
+    pub(crate) lsn: Lsn,
+    pub(crate) ops: Vec<Op>,
+    pub(crate) bytes: u64,
+}
 
 /// The mutable heart of the engine, behind [`Engine`]'s mutex.
 pub(crate) struct Inner {
-    /// The state store and what was applied since the last checkpoint.
-    pub(crate) mat: Materialized,
-    /// Records logged but not yet applied, in LSN order (see `commit.rs`).
-    pub(crate) pending: Vec<Pending>,
+    /// The decision state: every logged record's effects.
+    pub(crate) hot: HotState,
+    /// The records in the hot books and not yet in the state store.
+    pub(crate) unmaterialized: VecDeque<Unmaterialized>,
+    /// Their encoded size, summed.
+    pub(crate) unmaterialized_bytes: u64,
+    /// The LSN of the last record applied to the hot books.
+    pub(crate) last_applied: Lsn,
     /// Set when a failure left the in-memory state uncertain.
     pub(crate) halted: Option<String>,
 }
@@ -51,18 +69,19 @@ pub(crate) struct Inner {
 pub struct Engine {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) options: EngineOptions,
-    pub(crate) state_path: PathBuf,
     pub(crate) recovery: Recovery,
-    /// Lock, manifest and WAL; shared, so commands wait for their group
-    /// commit without holding `inner`.
+    /// Lock, manifest, WAL and state store; shared, so commands wait for
+    /// their group commit, and a checkpoint writes redb, without `inner`.
     pub(crate) pipeline: Pipeline,
     pub(crate) inner: Mutex<Inner>,
+    /// Held by the one checkpoint writing the state store at a time.
+    pub(crate) checkpointing: Mutex<()>,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("state_path", &self.state_path)
+            .field("state", &self.pipeline.state().path())
             .field("recovery", &self.recovery)
             .finish_non_exhaustive()
     }
@@ -91,27 +110,30 @@ impl Engine {
     ) -> Result<Engine> {
         options.validate()?;
         let recovering = Pipeline::open(storage, clock.as_ref(), dir.as_ref(), options.pipeline())?;
-        let state_path = recovering.state().path().to_path_buf();
-        let strip = planted(&options.db.wal, PlantedBug::LoseCompensationOnCrash);
-        let (pipeline, mat, recovery) = recovering
-            .replay(|txn, at, payload| replay_record(txn, &state_path, at, payload, strip))?;
-        assert_eq!(
-            mat.applied_lsn(),
-            recovery.durable_lsn,
-            "replay reached the log's end"
-        );
-        let inner = Inner {
-            mat,
-            pending: Vec::new(),
+        let cold = ColdReader::new(recovering.state());
+        let hot = HotState::load(&cold);
+        cold.finish()?;
+        let mut inner = Inner {
+            hot,
+            unmaterialized: VecDeque::new(),
+            unmaterialized_bytes: 0,
+            last_applied: recovering.state().applied_lsn(),
             halted: None,
         };
+        let strip = planted(&options.db.wal, PlantedBug::LoseCompensationOnCrash);
+        let (pipeline, recovery) = recovering
+            .replay(|state, at, payload| replay_record(&mut inner, state, at, payload, strip))?;
+        assert_eq!(
+            inner.last_applied, recovery.durable_lsn,
+            "replay reached the log's end"
+        );
         Ok(Engine {
             clock,
             options,
-            state_path,
             recovery,
             pipeline,
             inner: Mutex::new(inner),
+            checkpointing: Mutex::new(()),
         })
     }
 
@@ -133,39 +155,76 @@ impl Engine {
         self.pipeline.durable_lsn()
     }
 
+    /// How many runs the hot books hold in memory (every run that is not
+    /// terminal, and terminal ones no checkpoint has written yet).
+    pub fn runs_in_memory(&self) -> usize {
+        self.lock().hot.run_count()
+    }
+
     /// The clock the engine reads time from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
 
-    /// Makes everything committed so far durable in the state store, records
-    /// it in the manifest and removes the WAL segments it covers; returns
-    /// the LSN covered. Commits also trigger this automatically (see
-    /// [`EngineOptions`]); no background thread ever runs it.
+    /// Writes every durable record since the last checkpoint to the state
+    /// store in one durable redb transaction, records it in the manifest,
+    /// removes the WAL segments it covers, and lets terminal runs it wrote
+    /// leave memory; returns the LSN the state store now covers. Commits
+    /// also trigger this automatically (see [`EngineOptions`]); no
+    /// background thread ever runs it, and commands go on while it writes.
     pub fn checkpoint(&self) -> Result<Lsn> {
-        let mut inner = self.lock();
-        self.apply_durable(&mut inner)?;
-        let result = self.pipeline.checkpoint(&mut inner.mat);
-        if let Err(e) = &result {
-            inner.halt(format!("a failed checkpoint ({e})"));
-        }
-        result
+        let _turn = self
+            .checkpointing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.checkpoint_locked()
     }
 
-    /// Closes cleanly: a final checkpoint, then the manifest records the
-    /// clean-shutdown LSN. Dropping an engine without closing it is safe
-    /// (it is what a crash looks like); the next open replays the log.
-    pub fn close(self) -> Result<()> {
-        {
-            // Every command returned before `close` could take `self`; a
-            // record still pending is durable once its group commits.
+    /// The checkpoint, with the `checkpointing` turn held by the caller.
+    pub(crate) fn checkpoint_locked(&self) -> Result<Lsn> {
+        let batch: Vec<Unmaterialized> = {
             let mut inner = self.lock();
-            if let Some(last) = inner.pending.last().map(|p| p.lsn) {
-                self.pipeline.wait_durable(last)?;
+            inner.check_running()?;
+            let durable = self.pipeline.durable_lsn();
+            let ready = inner.unmaterialized.partition_point(|u| u.lsn <= durable);
+            let batch: Vec<Unmaterialized> = inner.unmaterialized.drain(..ready).collect();
+            inner.unmaterialized_bytes -= batch.iter().map(|u| u.bytes).sum::<u64>();
+            batch
+        };
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+            return Ok(self.pipeline.state().applied_lsn());
+        };
+        let (first, last) = (first.lsn, last.lsn);
+        let path = self.pipeline.state().path().to_path_buf();
+        let written = self.pipeline.materialize_durably((first, last), |txn| {
+            apply_ops(txn, &path, batch.iter().flat_map(|u| &u.ops))
+        });
+        let mut inner = self.lock();
+        match written {
+            Ok(lsn) => {
+                assert_eq!(lsn, last);
+                inner.hot.evict_through(lsn);
+                Ok(lsn)
             }
-            self.apply_durable(&mut inner)?;
-            assert!(inner.pending.is_empty(), "no command is in flight at close");
+            Err(e) => {
+                inner.halt(format!("a failed checkpoint ({e})"));
+                Err(e)
+            }
         }
+    }
+
+    /// Closes cleanly: every record is written to the state store, then the
+    /// manifest records the clean-shutdown LSN. Dropping an engine without
+    /// closing it is safe (it is what a crash looks like); the next open
+    /// replays the log.
+    pub fn close(self) -> Result<()> {
+        // Every command returned before `close` could take `self`; a record
+        // still in flight is durable once its group commits.
+        let last = self.lock().last_applied;
+        if last > self.pipeline.durable_lsn() {
+            self.pipeline.wait_durable(last)?;
+        }
+        self.checkpoint()?;
         let Engine {
             pipeline, inner, ..
         } = self;
@@ -173,12 +232,16 @@ impl Engine {
         if let Some(cause) = inner.halted {
             return Err(Error::Halted { cause });
         }
-        pipeline.close(inner.mat)
+        assert!(
+            inner.unmaterialized.is_empty(),
+            "every record is written at close"
+        );
+        pipeline.close()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic inside decide or apply is a bug that leaves redb's open
-        // transaction uncommitted; the state is unchanged, but halt anyway.
+        // A panic inside decide or apply is a bug that leaves the hot books
+        // uncertain: halt.
         self.inner.lock().unwrap_or_else(|poisoned| {
             let mut inner = poisoned.into_inner();
             inner.halt("a panic while holding the engine lock".to_string());
@@ -205,11 +268,60 @@ impl Inner {
         }
         assert!(self.halted.is_some());
     }
+
+    /// Lists a record applied to the hot books as not yet in the state store.
+    pub(crate) fn push_unmaterialized(&mut self, record: Unmaterialized) {
+        assert!(
+            self.unmaterialized
+                .back()
+                .is_none_or(|u| u.lsn <= record.lsn)
+        );
+        self.unmaterialized_bytes += record.bytes;
+        self.unmaterialized.push_back(record);
+    }
+
+    /// Applies the record at `lsn` to the hot books: brings the runs it
+    /// touches into memory, then applies its ops through `HotWriter`.
+    pub(crate) fn apply_record(
+        &mut self,
+        state: &StateStore,
+        lsn: Lsn,
+        ops: &[Op],
+    ) -> std::result::Result<(), ApplyFailure> {
+        // (`>=`: the planted bug `ReplayRecordTwice` applies one record
+        // twice, and the books, not this assertion, must catch it.)
+        assert!(lsn >= self.last_applied, "records are applied in LSN order");
+        let cold = ColdReader::new(state);
+        for run in ops.iter().filter_map(Op::run) {
+            self.hot.fault_in(run, &cold);
+        }
+        let mut writer = HotWriter {
+            hot: &mut self.hot,
+            cold: &cold,
+            lsn,
+        };
+        let applied = ops
+            .iter()
+            .try_for_each(|op| apply(&mut writer, op).map_err(ApplyFailure::Apply));
+        cold.finish().map_err(ApplyFailure::Read)?;
+        applied?;
+        self.last_applied = lsn;
+        Ok(())
+    }
 }
 
-/// Applies `ops` to the books in `txn` (a group of durable records on the
-/// live path). Every op was already applied to the pending view before it
-/// was logged, so an `Err` here means the state store diverged from it.
+/// Why a record did not apply to the hot books.
+#[derive(Debug)]
+pub(crate) enum ApplyFailure {
+    /// An op does not fit the books.
+    Apply(crate::books::ApplyError),
+    /// The state store could not be read.
+    Read(Error),
+}
+
+/// Applies `ops` to the books in `txn` (a checkpoint's records). Every op
+/// was applied to the hot books before it was logged, so an `Err` here
+/// means the state store diverged from them.
 pub(crate) fn apply_ops<'a>(
     txn: &WriteTransaction,
     path: &Path,
@@ -228,12 +340,13 @@ pub(crate) fn apply_ops<'a>(
     books.finish()
 }
 
-/// Replays the record `payload` found at `at` into `txn`: the same `apply`
-/// as the live path. A record that does not decode, or whose ops do not
-/// apply, is `Corrupt` naming its segment file and offset, never a panic.
+/// Replays the record `payload` found at `at` into the hot books: the same
+/// `apply` as the live path. A record that does not decode, or whose ops do
+/// not apply, is `Corrupt` naming its segment file and offset, never a
+/// panic.
 fn replay_record(
-    txn: &WriteTransaction,
-    path: &Path,
+    inner: &mut Inner,
+    state: &StateStore,
     at: &RecordAt<'_>,
     payload: &[u8],
     strip_compensations: bool,
@@ -255,15 +368,20 @@ fn replay_record(
             }
         }
     }
-    let mut books = RedbBooks::writer(txn, path);
-    for op in &ops {
-        if let Err(e) = apply(&mut books, op) {
-            books.finish()?;
+    match inner.apply_record(state, at.lsn, &ops) {
+        Ok(()) => {}
+        Err(ApplyFailure::Read(e)) => return Err(e),
+        Err(ApplyFailure::Apply(e)) => {
             return Err(corrupt(format!(
                 "the record at {} does not apply to the books: {e}",
                 at.lsn
             )));
         }
     }
-    books.finish()
+    inner.push_unmaterialized(Unmaterialized {
+        lsn: at.lsn,
+        bytes: payload.len() as u64,
+        ops,
+    });
+    Ok(())
 }

@@ -1,27 +1,38 @@
 //! Reads: a run, an effect, a run's audit journal, checkpoints and recorded
-//! decisions, and a whole-books snapshot. A read takes the engine lock only
-//! to open a redb read transaction, then reads that snapshot unlocked.
+//! decisions, and a whole-books snapshot, all from the hot books (and the
+//! state store for what left memory), under the engine lock.
 //!
-//! **Invariant:** a read sees every acknowledged command and nothing of a
-//! command still in flight (redb snapshot isolation: an apply commits as
-//! one transaction); a failed read is an `Err`, never an empty answer.
+//! **Invariant:** a read sees every acknowledged command, and returns only
+//! once everything it saw is durable (it waits for the records in flight
+//! when it read, as a command without ops does), so it never reports what
+//! a crash could undo; a failed read is an `Err`, never an empty answer.
 
 use crate::books::{
     AuditEntry, BooksRead, DecisionRecord, Digest, EffectEntry, EffectKey, LoadedCheckpoint,
     MemBooks, Part, Run, RunId, check_schema, load_parts, replay_at,
 };
 use crate::error::{Error, Result};
-use crate::state::{RedbBooks, read_books};
+use crate::hot::{ColdReader, HotView};
 
 use super::core::Engine;
 
 impl Engine {
-    /// Runs `read` over a consistent snapshot of the books.
-    pub fn read<T>(&self, read: impl FnOnce(&RedbBooks<'_>) -> Result<T>) -> Result<T> {
-        let txn = self.lock().mat.read()?;
-        let view = RedbBooks::reader(&txn, &self.state_path);
-        let value = read(&view);
-        view.finish()?;
+    /// Runs `read` over a consistent view of the books: every acknowledged
+    /// command, and, once this returns, nothing a crash could undo.
+    pub fn read<T>(&self, read: impl FnOnce(&dyn BooksRead) -> Result<T>) -> Result<T> {
+        let (value, rests_on) = {
+            let inner = self.lock();
+            inner.check_running()?;
+            let cold = ColdReader::new(self.pipeline.state());
+            let view = HotView {
+                hot: &inner.hot,
+                cold: &cold,
+            };
+            let value = read(&view);
+            cold.finish()?;
+            (value, inner.last_applied)
+        };
+        self.wait_durable(rests_on)?;
         value
     }
 
@@ -119,7 +130,15 @@ impl Engine {
     /// Every table of the books as a [`MemBooks`], to compare with the
     /// reference model.
     pub fn snapshot(&self) -> Result<MemBooks> {
-        let txn = self.lock().mat.read()?;
-        read_books(&txn, &self.state_path)
+        let (books, rests_on) = {
+            let inner = self.lock();
+            inner.check_running()?;
+            let cold = ColdReader::new(self.pipeline.state());
+            let books = inner.hot.snapshot(&cold);
+            cold.finish()?;
+            (books, inner.last_applied)
+        };
+        self.wait_durable(rests_on)?;
+        books
     }
 }

@@ -11,8 +11,9 @@ use std::path::Path;
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 
-use super::books_tables::{
+use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RUNS_TABLE,
+    RowTable, decode_row,
 };
 use super::store::state_error;
 use crate::books::{
@@ -43,19 +44,29 @@ fn values<K: redb::Key + 'static>(
     .collect()
 }
 
-fn decode<T: DeserializeOwned>(path: &Path, bytes: &[u8], what: &str) -> Result<T> {
-    postcard::from_bytes(bytes)
-        .map_err(|e| Error::corrupt(path, 0, format!("a stored {what} does not decode: {e}")))
+fn decode<T: DeserializeOwned>(
+    path: &Path,
+    table: RowTable,
+    bytes: &[u8],
+    what: &str,
+) -> Result<T> {
+    decode_row(table, bytes)
+        .map_err(|e| Error::corrupt(path, 0, format!("a stored {what} is damaged: {e}")))
 }
 
 /// Reads every books table of `txn` into a [`MemBooks`].
 pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
     let mut books = MemBooks::new();
     for bytes in values(txn, path, RUNS_TABLE)? {
-        books.put_run(decode::<Run>(path, &bytes, "run")?);
+        books.put_run(decode::<Run>(path, RowTable::Run, &bytes, "run")?);
     }
     for bytes in values(txn, path, EFFECTS_TABLE)? {
-        books.put_effect(decode::<EffectEntry>(path, &bytes, "effect")?);
+        books.put_effect(decode::<EffectEntry>(
+            path,
+            RowTable::Effect,
+            &bytes,
+            "effect",
+        )?);
     }
     let blobs = values(txn, path, BLOBS_TABLE)?;
     let blob_count = blobs.len();
@@ -66,10 +77,20 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
     // with its twin above; the count catches it.
     assert_blob_keys(txn, path, blob_count)?;
     for bytes in values(txn, path, CHECKPOINTS_TABLE)? {
-        books.put_checkpoint(decode::<CheckpointMeta>(path, &bytes, "checkpoint")?);
+        books.put_checkpoint(decode::<CheckpointMeta>(
+            path,
+            RowTable::Checkpoint,
+            &bytes,
+            "checkpoint",
+        )?);
     }
     for bytes in values(txn, path, DECISIONS_TABLE)? {
-        books.put_decision(decode::<DecisionRecord>(path, &bytes, "decision")?);
+        books.put_decision(decode::<DecisionRecord>(
+            path,
+            RowTable::Decision,
+            &bytes,
+            "decision",
+        )?);
     }
     push_audit(txn, path, &mut books)?;
     assert_eq!(books.blob_count(), blob_count, "blobs are keyed by digest");
@@ -119,7 +140,7 @@ fn push_audit(txn: &ReadTransaction, path: &Path, books: &mut MemBooks) -> Resul
         let (k, v) = item.map_err(|e| state_error(path, "read audit entry", e))?;
         let (run, seq) = k.value();
         let run = RunId::new(run)?;
-        let entry: AuditEntry = decode(path, v.value(), "audit entry")?;
+        let entry: AuditEntry = decode(path, RowTable::Audit, v.value(), "audit entry")?;
         if entry.seq != seq {
             return Err(Error::corrupt(
                 path,

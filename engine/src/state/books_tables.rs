@@ -3,11 +3,11 @@
 //! `BooksWrite`), so the engine runs the very same `decide` and `apply` over
 //! redb that the unit tests run over `MemBooks`.
 //!
-//! Layout: every value is the postcard encoding of the books type named by
-//! its table; keys are the values' own ids, as tuples, so redb's key order
-//! equals `MemBooks`' `BTreeMap` order (`&str` orders bytewise, like
-//! `String`). A step's latest attempt and a run's newest checkpoint are the
-//! last key of a range.
+//! Layout (`rows.rs`): every value is a checksummed row holding the postcard
+//! encoding of the books type named by its table; keys are the values' own
+//! ids, as tuples, so redb's key order equals `MemBooks`' `BTreeMap` order
+//! (`&str` orders bytewise, like `String`). A step's latest attempt and a
+//! run's newest checkpoint are the last key of a range.
 //!
 //! **Invariant:** the books traits cannot return errors, so a failed redb
 //! read or an undecodable value is recorded in the view (the read answers
@@ -19,51 +19,18 @@ use std::cell::RefCell;
 use std::path::Path;
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::rows::{
+    AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, LIVE_RUNS_TABLE,
+    RUNS_TABLE, RowTable, decode_row, effect_kind_code, effect_row_key,
+};
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
     EffectKind, Run, RunId, StepId,
 };
 use crate::error::{Error, Result};
-
-/// Runs, by run id.
-pub const RUNS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_runs");
-/// Ledger entries, by (run, step, kind code, attempt); see [`effect_row_key`].
-pub const EFFECTS_TABLE: TableDefinition<(&str, &str, u8, u32), &[u8]> =
-    TableDefinition::new("books_effects");
-
-/// The byte an [`EffectKind`] is stored as in an effects row key: acts
-/// before compensations, as [`EffectKey`]'s own order has them.
-pub fn effect_kind_code(kind: EffectKind) -> u8 {
-    match kind {
-        EffectKind::Act => 0,
-        EffectKind::Undo => 1,
-    }
-}
-
-/// The effects row key of `key`: (run, step, kind code, attempt), ordered
-/// exactly as [`EffectKey`] orders.
-pub fn effect_row_key(key: &EffectKey) -> (&str, &str, u8, u32) {
-    (
-        key.run().as_str(),
-        key.step().as_str(),
-        effect_kind_code(key.kind()),
-        key.attempt(),
-    )
-}
-/// Content-addressed blobs, by digest.
-pub const BLOBS_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("books_blobs");
-/// Checkpoint metadata, by (run, version).
-pub const CHECKPOINTS_TABLE: TableDefinition<(&str, u64), &[u8]> =
-    TableDefinition::new("books_checkpoints");
-/// The decision journal, by (run, position).
-pub const DECISIONS_TABLE: TableDefinition<(&str, u64), &[u8]> =
-    TableDefinition::new("books_decisions");
-/// The audit journal, by (run, seq).
-pub const AUDIT_TABLE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("books_audit");
 
 /// The transaction a view reads (and maybe writes) through.
 pub(crate) enum Txn<'a> {
@@ -146,28 +113,88 @@ impl<'a> RedbBooks<'a> {
         })
     }
 
-    /// Decodes a stored value, recording a `Corrupt` error if it is not one.
-    pub(crate) fn decode<T: DeserializeOwned>(&self, bytes: &[u8], what: &str) -> Option<T> {
-        match postcard::from_bytes(bytes) {
+    /// Decodes a stored row of `table`, recording a `Corrupt` error if it
+    /// is not one.
+    pub(crate) fn decode<T: DeserializeOwned>(
+        &self,
+        table: RowTable,
+        bytes: &[u8],
+        what: &str,
+    ) -> Option<T> {
+        match decode_row(table, bytes) {
             Ok(value) => Some(value),
             Err(e) => {
                 self.fail(Error::corrupt(
                     self.path,
                     0,
-                    format!("the stored {what} does not decode: {e}"),
+                    format!("the stored {what} is damaged: {e}"),
                 ));
                 None
             }
         }
     }
 
-    /// The metadata of checkpoint `version` of `run`, if it exists.
-    pub fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
-        let bytes = with_table!(self, CHECKPOINTS_TABLE, "read checkpoint", |t| t
-            .get((run.as_str(), version))
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        self.decode(&bytes, &format!("checkpoint {version} of run {run}"))
+    /// Every ledger entry of `run`, in key order (act attempts of each step,
+    /// then its compensation's).
+    pub fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
+        let r = run.as_str();
+        let rows = with_table!(self, EFFECTS_TABLE, "read a run's effects", |t| {
+            t.range((r, "", 0u8, 0u32)..).and_then(|iter| {
+                iter.map(|item| item.map(|(k, v)| (k.value().0 == r, v.value().to_vec())))
+                    .take_while(|row| row.as_ref().map_or(true, |(same, _)| *same))
+                    .map(|row| row.map(|(_, v)| v))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+        })
+        .unwrap_or_default();
+        rows.iter()
+            .filter_map(|bytes| {
+                self.decode(RowTable::Effect, bytes, &format!("effect of run {run}"))
+            })
+            .collect()
+    }
+
+    /// The ids of the runs that are not terminal, as the live-runs table
+    /// lists them.
+    pub fn live_run_ids(&self) -> Vec<RunId> {
+        let names = with_table!(self, LIVE_RUNS_TABLE, "list live runs", |t| {
+            t.iter().and_then(|iter| {
+                iter.map(|item| item.map(|(k, _)| k.value().to_string()))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+        })
+        .unwrap_or_default();
+        names
+            .into_iter()
+            .filter_map(|name| match RunId::new(name) {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    self.fail(Error::corrupt(
+                        self.path,
+                        0,
+                        format!("the live-runs table lists an invalid run id: {e}"),
+                    ));
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Every journaled decision of `run`, by position.
+    pub fn decisions_of(&self, run: &RunId) -> Vec<DecisionRecord> {
+        let r = run.as_str();
+        let rows = with_table!(self, DECISIONS_TABLE, "read a run's decisions", |t| {
+            t.range((r, 0u64)..=(r, u64::MAX)).and_then(|iter| {
+                iter.map(|item| item.map(|(_, v)| v.value().to_vec()))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+        })
+        .unwrap_or_default();
+        rows.iter()
+            .filter_map(|bytes| {
+                self.decode(RowTable::Decision, bytes, &format!("decision of run {run}"))
+            })
+            .collect()
     }
 
     /// The last (key's second half, value) of `run`'s range in `def`.
@@ -188,18 +215,13 @@ impl<'a> RedbBooks<'a> {
     }
 }
 
-/// The postcard bytes of a books value.
-pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    postcard::to_stdvec(value).expect("encoding a books value into a Vec cannot fail")
-}
-
 impl BooksRead for RedbBooks<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
         let bytes = with_table!(self, RUNS_TABLE, "read run", |t| t
             .get(id.as_str())
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
-        let run: Run = self.decode(&bytes, &format!("run {id}"))?;
+        let run: Run = self.decode(RowTable::Run, &bytes, &format!("run {id}"))?;
         assert_eq!(&run.id, id, "run stored under another id");
         Some(run)
     }
@@ -216,7 +238,7 @@ impl BooksRead for RedbBooks<'_> {
         .unwrap_or_default();
         let mut claimable: Vec<Run> = all
             .iter()
-            .filter_map(|bytes| self.decode::<Run>(bytes, "run (scan)"))
+            .filter_map(|bytes| self.decode::<Run>(RowTable::Run, bytes, "run (scan)"))
             .filter(|run| crate::books::claimable(run, now_ms))
             .collect();
         claimable.sort_by(|a, b| crate::books::claim_order(a).cmp(&crate::books::claim_order(b)));
@@ -233,7 +255,9 @@ impl BooksRead for RedbBooks<'_> {
             .get(k)
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
-        self.decode(&bytes, &format!("effect {key}"))
+        let entry: EffectEntry = self.decode(RowTable::Effect, &bytes, &format!("effect {key}"))?;
+        assert_eq!(&entry.key, key, "effect stored under another key");
+        Some(entry)
     }
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
@@ -246,14 +270,34 @@ impl BooksRead for RedbBooks<'_> {
                 })
         })
         .flatten()?;
-        let entry: EffectEntry = self.decode(&bytes, &format!("latest effect of {run}/{step}"))?;
+        let entry: EffectEntry = self.decode(
+            RowTable::Effect,
+            &bytes,
+            &format!("latest effect of {run}/{step}"),
+        )?;
         assert!(entry.key.run() == run && entry.key.step() == step && entry.key.kind() == kind);
         Some(entry)
     }
 
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
         let (_, bytes) = self.last_in(CHECKPOINTS_TABLE, run, "read latest checkpoint")?;
-        self.decode(&bytes, &format!("latest checkpoint of run {run}"))
+        self.decode(
+            RowTable::Checkpoint,
+            &bytes,
+            &format!("latest checkpoint of run {run}"),
+        )
+    }
+
+    fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
+        let bytes = with_table!(self, CHECKPOINTS_TABLE, "read checkpoint", |t| t
+            .get((run.as_str(), version))
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        self.decode(
+            RowTable::Checkpoint,
+            &bytes,
+            &format!("checkpoint {version} of run {run}"),
+        )
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
@@ -275,7 +319,11 @@ impl BooksRead for RedbBooks<'_> {
             .get((run.as_str(), position))
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
-        self.decode(&bytes, &format!("decision {position} of run {run}"))
+        self.decode(
+            RowTable::Decision,
+            &bytes,
+            &format!("decision {position} of run {run}"),
+        )
     }
 
     fn decision_count(&self, run: &RunId) -> u64 {
@@ -298,7 +346,9 @@ impl BooksRead for RedbBooks<'_> {
         })
         .unwrap_or_default();
         all.iter()
-            .filter_map(|bytes| self.decode(bytes, &format!("audit entry of run {run}")))
+            .filter_map(|bytes| {
+                self.decode(RowTable::Audit, bytes, &format!("audit entry of run {run}"))
+            })
             .collect()
     }
 }

@@ -8,9 +8,10 @@
 
 use redb::TableDefinition;
 
-use super::books_tables::{
-    AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RUNS_TABLE,
-    RedbBooks, Txn, effect_row_key, encode,
+use super::books_tables::{RedbBooks, Txn};
+use super::rows::{
+    AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, LIVE_RUNS_TABLE,
+    RUNS_TABLE, RowTable, effect_row_key, encode_row,
 };
 use crate::books::{
     AuditEntry, BooksRead, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, Run,
@@ -49,16 +50,40 @@ impl RedbBooks<'_> {
     }
 }
 
+impl RedbBooks<'_> {
+    /// Keeps [`LIVE_RUNS_TABLE`] in step with `run`: listed while it is not
+    /// terminal, removed when it is.
+    fn mark_live(&self, run: &Run) {
+        let Txn::Write(txn) = self.txn else {
+            panic!("mark_live through a read-only view of the books");
+        };
+        let outcome = txn
+            .open_table(LIVE_RUNS_TABLE)
+            .map_err(|e| e.to_string())
+            .and_then(|mut table| {
+                let id = run.id.as_str();
+                let done = if run.state.is_terminal() {
+                    table.remove(id).map(|_| ())
+                } else {
+                    table.insert(id, ()).map(|_| ())
+                };
+                done.map(Some).map_err(|e| e.to_string())
+            });
+        self.settle(outcome, "index live run");
+    }
+}
+
 impl BooksWrite for RedbBooks<'_> {
     fn put_run(&mut self, run: Run) {
         self.assert_writable("put_run");
-        let bytes = encode(&run);
+        let bytes = encode_row(RowTable::Run, &run);
         self.insert(RUNS_TABLE, run.id.as_str(), &bytes, "write run");
+        self.mark_live(&run);
     }
 
     fn put_effect(&mut self, entry: EffectEntry) {
         self.assert_writable("put_effect");
-        let bytes = encode(&entry);
+        let bytes = encode_row(RowTable::Effect, &entry);
         self.insert(
             EFFECTS_TABLE,
             effect_row_key(&entry.key),
@@ -78,14 +103,14 @@ impl BooksWrite for RedbBooks<'_> {
 
     fn put_checkpoint(&mut self, meta: CheckpointMeta) {
         self.assert_writable("put_checkpoint");
-        let bytes = encode(&meta);
+        let bytes = encode_row(RowTable::Checkpoint, &meta);
         let key = (meta.run.as_str(), meta.version);
         self.insert(CHECKPOINTS_TABLE, key, &bytes, "write checkpoint");
     }
 
     fn put_decision(&mut self, record: DecisionRecord) {
         self.assert_writable("put_decision");
-        let bytes = encode(&record);
+        let bytes = encode_row(RowTable::Decision, &record);
         let key = (record.run.as_str(), record.position);
         self.insert(DECISIONS_TABLE, key, &bytes, "write decision");
     }
@@ -97,7 +122,7 @@ impl BooksWrite for RedbBooks<'_> {
             self.audit_len(run) + 1,
             "audit of run {run} out of sequence"
         );
-        let bytes = encode(&entry);
+        let bytes = encode_row(RowTable::Audit, &entry);
         let key = (run.as_str(), entry.seq);
         self.insert(AUDIT_TABLE, key, &bytes, "write audit entry");
     }

@@ -16,6 +16,7 @@
 mod books_snapshot;
 pub mod books_tables;
 mod books_write;
+pub mod rows;
 mod store;
 
 pub use books_snapshot::read_books;

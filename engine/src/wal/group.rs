@@ -65,6 +65,11 @@ impl<T, W> GroupCommit<T, W> {
         self.queue.lock().expect("wal queue lock").durable_lsn
     }
 
+    /// The LSN the next enqueued record will get.
+    pub fn next_lsn(&self) -> Lsn {
+        self.queue.lock().expect("wal queue lock").next_lsn
+    }
+
     /// The poison cause, if a flush has failed.
     pub fn poison(&self) -> Option<String> {
         self.queue.lock().expect("wal queue lock").poison.clone()

@@ -181,6 +181,7 @@ impl Wal {
             .enqueue(batch, count)
             .map_err(|cause| Error::Poisoned { cause })?;
         assert!(last.0 >= count);
+        Counters::bump(&self.ctx.counters.appends);
         Ok(last)
     }
 
@@ -194,7 +195,6 @@ impl Wal {
                 writer.flush(ctx, group, ack).map_err(|e| e.to_string())
             })
             .map_err(|cause| Error::Poisoned { cause })?;
-        Counters::bump(&self.ctx.counters.appends);
         assert!(last == lsn && self.durable_lsn() >= last);
         Ok(last)
     }
@@ -231,6 +231,12 @@ impl Wal {
             from,
             end,
         ))
+    }
+
+    /// The LSN the next enqueued record will get. Under a lock that every
+    /// enqueuer takes, it is the LSN the caller's next record will have.
+    pub fn next_lsn(&self) -> Lsn {
+        self.group.next_lsn()
     }
 
     /// The highest LSN known durable.

@@ -87,7 +87,7 @@ pub struct RecoveryReport {
 /// Counters since the log was opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WalStats {
-    /// Append calls that wrote records.
+    /// Batches appended (enqueued); each is durable once its group commits.
     pub appends: u64,
     /// Records written.
     pub records: u64,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use actum::db::{DbOptions, Materialized, Pipeline, PipelineOptions};
+use actum::db::{DbOptions, Pipeline, PipelineOptions};
 use actum::wal::WalOptions;
 use actum::{Clock, DatabaseId, Lsn, Result, Storage};
 
@@ -38,7 +38,6 @@ pub struct Observed {
 #[derive(Debug)]
 pub struct Node {
     pipeline: Pipeline,
-    mat: Materialized,
 }
 
 impl Node {
@@ -70,15 +69,15 @@ impl Node {
         let redb_state_at_open = kv::read_all(&recovering.state().read()?)?;
         // The engine's own recovery: manifest check, then replay through the
         // same apply as the live path.
-        let (pipeline, mat, recovery) =
-            recovering.replay(|txn, _at, payload| kv::apply(txn, payload))?;
+        let (pipeline, recovery) =
+            recovering.replay_into_state(|txn, _at, payload| kv::apply(txn, payload))?;
         let observed = Observed {
             durable_lsn: recovery.durable_lsn,
             redb_applied_at_open,
             redb_state_at_open,
-            state: kv::read_all(&mat.read()?)?,
+            state: kv::read_all(&pipeline.state().read()?)?,
         };
-        Ok((Node { pipeline, mat }, observed))
+        Ok((Node { pipeline }, observed))
     }
 
     /// Appends `batch` durably and applies it; returns its last LSN.
@@ -88,22 +87,20 @@ impl Node {
         let last = self.pipeline.enqueue(&refs)?;
         self.pipeline.wait_durable(last)?;
         let first = Lsn(last.0 + 1 - records.len() as u64);
-        let bytes = records.iter().map(|r| r.len() as u64).sum();
-        self.pipeline
-            .materialize(&mut self.mat, (first, last), bytes, |txn| {
-                records.iter().try_for_each(|record| kv::apply(txn, record))
-            })?;
+        self.pipeline.materialize((first, last), |txn| {
+            records.iter().try_for_each(|record| kv::apply(txn, record))
+        })?;
         Ok(last)
     }
 
     /// Makes the state durable, records it in the manifest and lets the WAL
     /// drop covered segments; returns the LSN covered.
     pub fn checkpoint(&mut self) -> Result<Lsn> {
-        self.pipeline.checkpoint(&mut self.mat)
+        self.pipeline.checkpoint()
     }
 
     /// Closes cleanly (the manifest records the clean-shutdown LSN).
     pub fn close(self) -> Result<()> {
-        self.pipeline.close(self.mat)
+        self.pipeline.close()
     }
 }

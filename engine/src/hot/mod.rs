@@ -1,0 +1,24 @@
+//! The hot books: the engine's decision state, in memory. Every run that is
+//! not terminal is held whole (its record, every ledger entry, every
+//! decision, its newest checkpoint's metadata, its audit length), with an
+//! index of claimable runs in claim order; what changed since the last
+//! checkpoint but is not needed to decide (blob bytes, older checkpoint
+//! metadata, audit entries) is held until the checkpoint writes it to the
+//! state store. Terminal runs leave memory once a checkpoint has written
+//! them, and are read from the state store when asked.
+//!
+//! `state` holds the data, `cold` reads the state store for what memory
+//! does not hold, `view` joins the two behind the books traits, so
+//! `decide` and `apply` run unchanged over them.
+//!
+//! **Invariant:** a run is either in memory, whole, or in the state store
+//! and unchanged since the checkpoint that wrote it; nothing that is not in
+//! the state store has left memory.
+
+mod cold;
+mod state;
+mod view;
+
+pub(crate) use cold::ColdReader;
+pub(crate) use state::HotState;
+pub(crate) use view::{HotView, HotWriter};

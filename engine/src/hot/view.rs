@@ -1,0 +1,238 @@
+//! The books traits over the hot books: [`HotView`] reads memory, and the
+//! state store for what memory does not hold (a run that left it, a blob
+//! already checkpointed); [`HotWriter`] is what `apply` writes through, each
+//! write tagged with the LSN of the record it comes from.
+//!
+//! **Invariant:** a run held in memory is answered from memory alone (it is
+//! whole there); anything else from the state store, where it is unchanged
+//! since the checkpoint that wrote it. `HotWriter` writes only runs the
+//! caller brought into memory first.
+
+use crate::books::{
+    AuditEntry, BooksRead, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
+    EffectKey, EffectKind, Run, RunId, StepId,
+};
+use crate::ids::Lsn;
+
+use super::cold::ColdReader;
+use super::state::{HotRun, HotState};
+
+/// Reads of the hot books, falling back to the state store.
+pub(crate) struct HotView<'a> {
+    pub(crate) hot: &'a HotState,
+    pub(crate) cold: &'a ColdReader<'a>,
+}
+
+impl HotView<'_> {
+    fn hot_run(&self, id: &RunId) -> Option<&HotRun> {
+        self.hot.runs.get(id)
+    }
+}
+
+impl BooksRead for HotView<'_> {
+    fn run(&self, id: &RunId) -> Option<Run> {
+        match self.hot_run(id) {
+            Some(hot) => Some(hot.run.clone()),
+            None => self.cold.with(|b| b.run(id)),
+        }
+    }
+
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+        // Only runs in memory are ever claimable: a run leaves memory only
+        // once it is terminal.
+        for (from_ms, id) in &self.hot.claims {
+            if *from_ms > now_ms {
+                return;
+            }
+            let hot = self
+                .hot
+                .runs
+                .get(id)
+                .expect("the claim index names runs in memory");
+            if !visit(&hot.run) {
+                return;
+            }
+        }
+    }
+
+    fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
+        match self.hot_run(key.run()) {
+            Some(hot) => hot.effects.get(key).cloned(),
+            None => self.cold.with(|b| b.effect(key)),
+        }
+    }
+
+    fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
+        let Some(hot) = self.hot_run(run) else {
+            return self.cold.with(|b| b.latest_effect(run, step, kind));
+        };
+        let first = EffectKey::of_kind(run.clone(), step.clone(), kind, 1).ok()?;
+        let last = EffectKey::of_kind(run.clone(), step.clone(), kind, u32::MAX).ok()?;
+        hot.effects
+            .range(first..=last)
+            .next_back()
+            .map(|(_, e)| e.clone())
+    }
+
+    fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
+        match self.hot_run(run) {
+            Some(hot) => hot.checkpoint_latest.clone(),
+            None => self.cold.with(|b| b.checkpoint_latest(run)),
+        }
+    }
+
+    fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
+        let unwritten = self
+            .hot_run(run)
+            .and_then(|hot| hot.checkpoints.get(&version))
+            .map(|(meta, _)| meta.clone());
+        unwritten.or_else(|| self.cold.with(|b| b.checkpoint_at(run, version)))
+    }
+
+    fn blob_exists(&self, digest: &Digest) -> bool {
+        self.hot.blobs.contains_key(digest) || self.cold.with(|b| b.blob_exists(digest))
+    }
+
+    fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
+        match self.hot.blobs.get(digest) {
+            Some((bytes, _)) => Some(bytes.clone()),
+            None => self.cold.with(|b| b.blob(digest)),
+        }
+    }
+
+    fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
+        match self.hot_run(run) {
+            Some(hot) => hot.decisions.get(&position).cloned(),
+            None => self.cold.with(|b| b.decision_at(run, position)),
+        }
+    }
+
+    fn decision_count(&self, run: &RunId) -> u64 {
+        match self.hot_run(run) {
+            Some(hot) => hot.decisions.keys().next_back().map_or(0, |p| p + 1),
+            None => self.cold.with(|b| b.decision_count(run)),
+        }
+    }
+
+    fn audit_len(&self, run: &RunId) -> u64 {
+        match self.hot_run(run) {
+            Some(hot) => hot.audit_len,
+            None => self.cold.with(|b| b.audit_len(run)),
+        }
+    }
+
+    fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
+        let Some(hot) = self.hot_run(run) else {
+            return self.cold.with(|b| b.audit(run, from_seq));
+        };
+        // The state store holds the entries before the first one in memory
+        // (and, if a checkpoint ran beside this read, some of those too).
+        let first_unwritten = hot.audit.first().map_or(hot.audit_len + 1, |(e, _)| e.seq);
+        let mut entries: Vec<AuditEntry> = self
+            .cold
+            .with(|b| b.audit(run, from_seq))
+            .into_iter()
+            .filter(|e| e.seq < first_unwritten)
+            .collect();
+        entries.extend(
+            hot.audit
+                .iter()
+                .filter(|(e, _)| e.seq >= from_seq)
+                .map(|(e, _)| e.clone()),
+        );
+        entries
+    }
+}
+
+/// The hot books as `apply` writes them: every write is tagged with `lsn`,
+/// the record it comes from.
+pub(crate) struct HotWriter<'a> {
+    pub(crate) hot: &'a mut HotState,
+    pub(crate) cold: &'a ColdReader<'a>,
+    pub(crate) lsn: Lsn,
+}
+
+impl HotWriter<'_> {
+    fn view(&self) -> HotView<'_> {
+        HotView {
+            hot: self.hot,
+            cold: self.cold,
+        }
+    }
+}
+
+/// Every read goes through the same view the decision read.
+macro_rules! read_through_view {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(fn $name(&self, $($arg: $ty),*) -> $ret {
+            self.view().$name($($arg),*)
+        })*
+    };
+}
+
+impl BooksRead for HotWriter<'_> {
+    read_through_view! {
+        run(id: &RunId) -> Option<Run>;
+        effect(key: &EffectKey) -> Option<EffectEntry>;
+        latest_effect(run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry>;
+        checkpoint_latest(run: &RunId) -> Option<CheckpointMeta>;
+        checkpoint_at(run: &RunId, version: u64) -> Option<CheckpointMeta>;
+        blob_exists(digest: &Digest) -> bool;
+        blob(digest: &Digest) -> Option<Vec<u8>>;
+        decision_at(run: &RunId, position: u64) -> Option<DecisionRecord>;
+        decision_count(run: &RunId) -> u64;
+        audit_len(run: &RunId) -> u64;
+        audit(run: &RunId, from_seq: u64) -> Vec<AuditEntry>;
+    }
+
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+        self.view().visit_claimable(now_ms, visit);
+    }
+}
+
+impl BooksWrite for HotWriter<'_> {
+    fn put_run(&mut self, run: Run) {
+        self.hot.set_run(run, self.lsn);
+    }
+
+    fn put_effect(&mut self, entry: EffectEntry) {
+        let hot = self.hot.run_mut(entry.key.run(), self.lsn);
+        hot.effects.insert(entry.key.clone(), entry);
+    }
+
+    fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
+        let lsn = self.lsn;
+        self.hot.blobs.entry(digest).or_insert((bytes, lsn));
+    }
+
+    fn put_checkpoint(&mut self, meta: CheckpointMeta) {
+        let hot = self.hot.run_mut(&meta.run, self.lsn);
+        assert!(
+            hot.checkpoint_latest
+                .as_ref()
+                .is_none_or(|m| m.version < meta.version),
+            "checkpoint versions of run {} grow",
+            meta.run
+        );
+        hot.checkpoints
+            .insert(meta.version, (meta.clone(), self.lsn));
+        hot.checkpoint_latest = Some(meta);
+    }
+
+    fn put_decision(&mut self, record: DecisionRecord) {
+        let hot = self.hot.run_mut(&record.run, self.lsn);
+        hot.decisions.insert(record.position, record);
+    }
+
+    fn push_audit(&mut self, run: &RunId, entry: AuditEntry) {
+        let lsn = self.lsn;
+        let hot = self.hot.run_mut(run, lsn);
+        assert_eq!(
+            entry.seq,
+            hot.audit_len + 1,
+            "audit of run {run} out of sequence"
+        );
+        hot.audit_len = entry.seq;
+        hot.audit.push((entry, lsn));
+    }
+}

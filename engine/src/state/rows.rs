@@ -1,0 +1,144 @@
+//! The books' redb layout: one table per kind of record, keyed by the
+//! record's own id, and the byte format of a row (docs/FORMAT.md, "State
+//! store tables", pins both).
+//!
+//! A row is a CRC-32 (IEEE, `crc32fast`) of the postcard encoding, seeded
+//! by the row's table, little-endian, then the encoding:
+//!
+//! ```text
+//! [ crc: u32 LE ][ postcard(value) ]
+//! ```
+//!
+//! redb checks its page checksums only when it repairs a file or is asked
+//! to (`check_integrity`), so the engine checks every row it reads: a
+//! flipped bit in a value, or a value of another table, is `Corrupt`, never
+//! a wrong answer. Every value also carries its own key fields (a run its
+//! id, an entry its key), which readers compare with the key they asked
+//! for. Blobs are stored raw: their key is the digest of their bytes, which
+//! every load checks.
+//!
+//! **Invariant:** `decode_row(t, &encode_row(t, v)) == Ok(v)`, and any other
+//! bytes, or a row of another table, is an `Err`.
+
+use redb::TableDefinition;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::books::{EffectKey, EffectKind};
+
+/// Runs, by run id.
+pub const RUNS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_runs");
+/// The ids of the runs that are not terminal: what an open loads into
+/// memory. The value is empty.
+pub const LIVE_RUNS_TABLE: TableDefinition<&str, ()> = TableDefinition::new("books_live_runs");
+/// Ledger entries, by (run, step, kind code, attempt); see [`effect_row_key`].
+pub const EFFECTS_TABLE: TableDefinition<(&str, &str, u8, u32), &[u8]> =
+    TableDefinition::new("books_effects");
+/// Content-addressed blobs, by digest (raw bytes, no row header).
+pub const BLOBS_TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("books_blobs");
+/// Checkpoint metadata, by (run, version).
+pub const CHECKPOINTS_TABLE: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("books_checkpoints");
+/// The decision journal, by (run, position).
+pub const DECISIONS_TABLE: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("books_decisions");
+/// The audit journal, by (run, seq).
+pub const AUDIT_TABLE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("books_audit");
+
+/// The byte an [`EffectKind`] is stored as in an effects row key: acts
+/// before compensations, as [`EffectKey`]'s own order has them.
+pub fn effect_kind_code(kind: EffectKind) -> u8 {
+    match kind {
+        EffectKind::Act => 0,
+        EffectKind::Undo => 1,
+    }
+}
+
+/// The effects row key of `key`: (run, step, kind code, attempt), ordered
+/// exactly as [`EffectKey`] orders.
+pub fn effect_row_key(key: &EffectKey) -> (&str, &str, u8, u32) {
+    (
+        key.run().as_str(),
+        key.step().as_str(),
+        effect_kind_code(key.kind()),
+        key.attempt(),
+    )
+}
+
+/// The table a row belongs to; its number seeds the row's checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowTable {
+    /// [`RUNS_TABLE`].
+    Run = 1,
+    /// [`EFFECTS_TABLE`].
+    Effect = 2,
+    /// [`CHECKPOINTS_TABLE`].
+    Checkpoint = 3,
+    /// [`DECISIONS_TABLE`].
+    Decision = 4,
+    /// [`AUDIT_TABLE`].
+    Audit = 5,
+}
+
+/// Bytes of a row's checksum.
+pub const ROW_CRC_BYTES: usize = 4;
+
+fn row_crc(table: RowTable, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new_with_initial(table as u32);
+    hasher.update(body);
+    hasher.finalize()
+}
+
+/// The bytes of `value` as a row of `table`.
+pub fn encode_row<T: Serialize>(table: RowTable, value: &T) -> Vec<u8> {
+    let body = postcard::to_stdvec(value).expect("encoding a books value into a Vec cannot fail");
+    let mut row = Vec::with_capacity(ROW_CRC_BYTES + body.len());
+    row.extend_from_slice(&row_crc(table, &body).to_le_bytes());
+    row.extend_from_slice(&body);
+    assert_eq!(row.len(), ROW_CRC_BYTES + body.len());
+    row
+}
+
+/// The value a row of `table` holds; `Err` says what is wrong with it.
+pub fn decode_row<T: DeserializeOwned>(table: RowTable, row: &[u8]) -> Result<T, String> {
+    let Some((crc, body)) = row.split_first_chunk::<ROW_CRC_BYTES>() else {
+        return Err(format!(
+            "the row is {} bytes, shorter than its checksum",
+            row.len()
+        ));
+    };
+    let expected = row_crc(table, body);
+    if u32::from_le_bytes(*crc) != expected {
+        return Err(format!(
+            "the row's checksum {:08x} does not match its bytes ({expected:08x})",
+            u32::from_le_bytes(*crc)
+        ));
+    }
+    let (value, rest) = postcard::take_from_bytes(body).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!("{} bytes follow the value", rest.len()));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_and_any_flipped_bit_or_other_table_is_refused() {
+        let value = (String::from("run-17"), 42u64);
+        let row = encode_row(RowTable::Run, &value);
+        assert_eq!(decode_row::<(String, u64)>(RowTable::Run, &row), Ok(value));
+        assert!(decode_row::<(String, u64)>(RowTable::Effect, &row).is_err());
+        for bit in 0..row.len() * 8 {
+            let mut bad = row.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                decode_row::<(String, u64)>(RowTable::Run, &bad).is_err(),
+                "bit {bit}"
+            );
+        }
+        assert!(decode_row::<(String, u64)>(RowTable::Run, &row[..3]).is_err());
+    }
+}
