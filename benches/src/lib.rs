@@ -12,6 +12,7 @@ pub mod actum_wal;
 pub mod group_commit;
 pub mod harness;
 pub mod peers;
+pub mod protocol;
 pub mod raw;
 
 /// Size of one record, in bytes, for every system.

@@ -46,6 +46,6 @@ pub use ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 pub use limits::*;
 pub use mem::MemBooks;
 pub use op::{Op, decode_ops, encode_ops};
-pub use overlay::Overlay;
+pub use overlay::{Overlay, Writes};
 pub use run::{Run, RunState, transition_allowed};
 pub use state::{BooksRead, BooksWrite};

@@ -25,7 +25,7 @@ pub struct Overlay<'a> {
     runs: BTreeMap<RunId, Run>,
     effects: BTreeMap<EffectKey, EffectEntry>,
     blobs: BTreeMap<Digest, Vec<u8>>,
-    checkpoints: BTreeMap<RunId, CheckpointMeta>,
+    checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
     decisions: BTreeMap<(RunId, u64), DecisionRecord>,
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
 }
@@ -41,6 +41,39 @@ impl<'a> Overlay<'a> {
             checkpoints: BTreeMap::new(),
             decisions: BTreeMap::new(),
             audit: BTreeMap::new(),
+        }
+    }
+}
+
+/// Everything an overlay wrote, in key order: what applying its ops to the
+/// base would write.
+#[derive(Debug, Default)]
+pub struct Writes {
+    /// Runs, by id.
+    pub runs: BTreeMap<RunId, Run>,
+    /// Ledger entries, by key.
+    pub effects: BTreeMap<EffectKey, EffectEntry>,
+    /// Blobs, by digest.
+    pub blobs: BTreeMap<Digest, Vec<u8>>,
+    /// Checkpoint metadata, by (run, version).
+    pub checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
+    /// Decisions, by (run, position).
+    pub decisions: BTreeMap<(RunId, u64), DecisionRecord>,
+    /// Audit entries appended, by run, in order.
+    pub audit: BTreeMap<RunId, Vec<AuditEntry>>,
+}
+
+impl Overlay<'_> {
+    /// What the overlay wrote, to be written to the base's owner as is:
+    /// applying the same ops again would only recompute it.
+    pub fn into_writes(self) -> Writes {
+        Writes {
+            runs: self.runs,
+            effects: self.effects,
+            blobs: self.blobs,
+            checkpoints: self.checkpoints,
+            decisions: self.decisions,
+            audit: self.audit,
         }
     }
 }
@@ -105,18 +138,17 @@ impl BooksRead for Overlay<'_> {
     }
 
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
+        let range = (run.clone(), 0)..=(run.clone(), u64::MAX);
         self.checkpoints
-            .get(run)
-            .cloned()
+            .range(range)
+            .next_back()
+            .map(|(_, meta)| meta.clone())
             .or_else(|| self.base.checkpoint_latest(run))
     }
 
     fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
-        // The overlay holds each run's newest checkpoint; older ones are in
-        // the base.
         self.checkpoints
-            .get(run)
-            .filter(|m| m.version == version)
+            .get(&(run.clone(), version))
             .cloned()
             .or_else(|| self.base.checkpoint_at(run, version))
     }
@@ -180,7 +212,8 @@ impl BooksWrite for Overlay<'_> {
             .checkpoint_latest(&meta.run)
             .is_none_or(|m| m.version < meta.version);
         assert!(newer, "checkpoint versions of run {} must grow", meta.run);
-        self.checkpoints.insert(meta.run.clone(), meta);
+        self.checkpoints
+            .insert((meta.run.clone(), meta.version), meta);
     }
 
     fn put_decision(&mut self, record: DecisionRecord) {

@@ -22,7 +22,7 @@
 //! hot books changed halts the engine.
 
 use crate::books::{
-    Answer, Begun, BooksRead, Command, Decided, Overlay, apply, decide, encode_ops,
+    Answer, Begun, BooksRead, Command, Decided, Op, Overlay, Writes, apply, decide, encode_ops,
 };
 use crate::error::{Error, Result};
 use crate::hot::{ColdReader, HotView};
@@ -55,11 +55,11 @@ impl Engine {
             let mut inner = self.lock();
             inner.check_running()?;
             let now_ms = self.clock.now_ms();
-            let decided = self.decide_on_hot(&inner, cmd, now_ms, tamper)?;
+            let (decided, writes) = self.decide_on_hot(&inner, cmd, now_ms, tamper)?;
             if decided.ops.is_empty() {
                 (decided.answer, inner.last_applied, false)
             } else {
-                let lsn = self.log(&mut inner, decided.ops)?;
+                let lsn = self.log(&mut inner, decided.ops, writes)?;
                 (decided.answer, lsn, true)
             }
         };
@@ -84,16 +84,17 @@ impl Engine {
         })
     }
 
-    /// Decides `cmd` on the hot books and checks the decided ops apply to
-    /// them: ops that do not refuse the command here, before anything
-    /// changes.
+    /// Decides `cmd` on the hot books and applies the decided ops to an
+    /// overlay of them: ops that do not apply refuse the command here,
+    /// before anything changes; the overlay's writes are what the record
+    /// will write into memory.
     fn decide_on_hot(
         &self,
         inner: &Inner,
         cmd: &Command,
         now_ms: u64,
         tamper: Tamper<'_>,
-    ) -> Result<Decided> {
+    ) -> Result<(Decided, Writes)> {
         let cold = ColdReader::new(self.pipeline.state());
         let view = HotView {
             hot: &inner.hot,
@@ -107,16 +108,16 @@ impl Engine {
                 for op in &decided.ops {
                     apply(&mut overlay, op)?;
                 }
-                Ok(decided)
+                Ok((decided, overlay.into_writes()))
             });
         // A failed read must not pass for an absent row.
         cold.finish()?;
         decided
     }
 
-    /// Applies `ops` to the hot books and enqueues them as one record;
-    /// returns its LSN.
-    fn log(&self, inner: &mut Inner, ops: Vec<crate::books::Op>) -> Result<Lsn> {
+    /// Writes a command's staged `writes` into the hot books and enqueues
+    /// its `ops` as one record; returns its LSN.
+    fn log(&self, inner: &mut Inner, ops: Vec<Op>, writes: Writes) -> Result<Lsn> {
         assert!(!ops.is_empty(), "a record holds at least one op");
         let record = encode_ops(&ops);
         let max_bytes = self.options.db.wal.max_record_bytes;
@@ -128,7 +129,7 @@ impl Engine {
             });
         }
         let lsn = self.pipeline.next_lsn();
-        if let Err(failure) = inner.apply_record(self.pipeline.state(), lsn, &ops) {
+        if let Err(failure) = inner.write(self.pipeline.state(), lsn, writes) {
             let cause = match failure {
                 ApplyFailure::Apply(e) => Error::from(e),
                 ApplyFailure::Read(e) => e,
@@ -207,7 +208,7 @@ impl Engine {
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
-    use crate::books::{CreateRun, EffectKey, EffectStatus, Op, RunId, StepId, digest_of};
+    use crate::books::{CreateRun, EffectKey, EffectStatus, RunId, StepId, digest_of};
     use crate::engine::EngineOptions;
 
     fn create(run: &str) -> Command {

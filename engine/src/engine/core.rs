@@ -19,11 +19,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::WriteTransaction;
 
-use crate::books::{Op, apply, decode_ops};
+use crate::books::{Op, Overlay, Writes, apply, decode_ops};
 use crate::clock::{Clock, SystemClock};
 use crate::db::{Pipeline, RecordAt, Recovery};
 use crate::error::{Error, Result};
-use crate::hot::{ColdReader, HotState, HotWriter};
+use crate::hot::{ColdReader, HotState, HotView};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
 use crate::state::{RedbBooks, StateStore};
@@ -280,34 +280,63 @@ impl Inner {
         self.unmaterialized.push_back(record);
     }
 
-    /// Applies the record at `lsn` to the hot books: brings the runs it
-    /// touches into memory, then applies its ops through `HotWriter`.
+    /// Applies the record at `lsn` to the hot books: stages it on an
+    /// overlay, then writes the result in.
     pub(crate) fn apply_record(
         &mut self,
         state: &StateStore,
         lsn: Lsn,
         ops: &[Op],
     ) -> std::result::Result<(), ApplyFailure> {
+        let writes = stage(&self.hot, state, ops)?;
+        self.write(state, lsn, writes)
+    }
+
+    /// Writes what the record at `lsn` wrote (staged on an overlay) into the
+    /// hot books, bringing the runs it touches into memory first.
+    pub(crate) fn write(
+        &mut self,
+        state: &StateStore,
+        lsn: Lsn,
+        writes: Writes,
+    ) -> std::result::Result<(), ApplyFailure> {
         // (`>=`: the planted bug `ReplayRecordTwice` applies one record
         // twice, and the books, not this assertion, must catch it.)
         assert!(lsn >= self.last_applied, "records are applied in LSN order");
         let cold = ColdReader::new(state);
-        for run in ops.iter().filter_map(Op::run) {
+        let touched = writes
+            .runs
+            .keys()
+            .chain(writes.effects.keys().map(|k| k.run()))
+            .chain(writes.checkpoints.keys().map(|(r, _)| r))
+            .chain(writes.decisions.keys().map(|(r, _)| r))
+            .chain(writes.audit.keys());
+        for run in touched {
             self.hot.fault_in(run, &cold);
         }
-        let mut writer = HotWriter {
-            hot: &mut self.hot,
-            cold: &cold,
-            lsn,
-        };
-        let applied = ops
-            .iter()
-            .try_for_each(|op| apply(&mut writer, op).map_err(ApplyFailure::Apply));
         cold.finish().map_err(ApplyFailure::Read)?;
-        applied?;
+        self.hot.merge(writes, lsn);
         self.last_applied = lsn;
         Ok(())
     }
+}
+
+/// Applies `ops` to an overlay of the hot books (and the state store for
+/// what left memory); returns what they wrote, or why they do not apply.
+pub(crate) fn stage(
+    hot: &HotState,
+    state: &StateStore,
+    ops: &[Op],
+) -> std::result::Result<Writes, ApplyFailure> {
+    let cold = ColdReader::new(state);
+    let view = HotView { hot, cold: &cold };
+    let mut overlay = Overlay::new(&view);
+    let applied = ops
+        .iter()
+        .try_for_each(|op| apply(&mut overlay, op).map_err(ApplyFailure::Apply));
+    let writes = overlay.into_writes();
+    cold.finish().map_err(ApplyFailure::Read)?;
+    applied.map(|()| writes)
 }
 
 /// Why a record did not apply to the hot books.

@@ -9,7 +9,8 @@
 //!
 //! `state` holds the data, `cold` reads the state store for what memory
 //! does not hold, `view` joins the two behind the books traits, so
-//! `decide` and `apply` run unchanged over them.
+//! `decide` and `apply` run unchanged over them: a record's ops are applied
+//! once, to an overlay of the view, and the overlay's writes merged in.
 //!
 //! **Invariant:** a run is either in memory, whole, or in the state store
 //! and unchanged since the checkpoint that wrote it; nothing that is not in
@@ -21,4 +22,4 @@ mod view;
 
 pub(crate) use cold::ColdReader;
 pub(crate) use state::HotState;
-pub(crate) use view::{HotView, HotWriter};
+pub(crate) use view::HotView;

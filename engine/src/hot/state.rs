@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    MemBooks, Run, RunId, claimable_from_ms,
+    MemBooks, Run, RunId, Writes, claimable_from_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;
@@ -138,6 +138,55 @@ impl HotState {
             .unwrap_or_else(|| panic!("run {id} is brought into memory before it changes"));
         hot.last_lsn = lsn;
         hot
+    }
+
+    /// Writes what applying the record at `lsn` wrote (an overlay's
+    /// [`Writes`]) into memory. Every run it touches is in memory (the
+    /// caller brought it in) or new.
+    pub(crate) fn merge(&mut self, writes: Writes, lsn: Lsn) {
+        let Writes {
+            runs,
+            effects,
+            blobs,
+            checkpoints,
+            decisions,
+            audit,
+        } = writes;
+        for run in runs.into_values() {
+            self.set_run(run, lsn);
+        }
+        for (key, entry) in effects {
+            self.run_mut(key.run(), lsn).effects.insert(key, entry);
+        }
+        for (digest, bytes) in blobs {
+            self.blobs.entry(digest).or_insert((bytes, lsn));
+        }
+        for ((run, version), meta) in checkpoints {
+            let hot = self.run_mut(&run, lsn);
+            assert!(
+                hot.checkpoint_latest
+                    .as_ref()
+                    .is_none_or(|m| m.version < version),
+                "checkpoint versions of run {run} grow"
+            );
+            hot.checkpoints.insert(version, (meta.clone(), lsn));
+            hot.checkpoint_latest = Some(meta);
+        }
+        for ((run, position), record) in decisions {
+            self.run_mut(&run, lsn).decisions.insert(position, record);
+        }
+        for (run, entries) in audit {
+            let hot = self.run_mut(&run, lsn);
+            for entry in entries {
+                assert_eq!(
+                    entry.seq,
+                    hot.audit_len + 1,
+                    "audit of run {run} out of sequence"
+                );
+                hot.audit_len = entry.seq;
+                hot.audit.push((entry, lsn));
+            }
+        }
     }
 
     /// A checkpoint wrote every record up to `lsn` to the state store: what

@@ -1,18 +1,16 @@
-//! The books traits over the hot books: [`HotView`] reads memory, and the
+//! [`HotView`]: the books traits over the hot books. It reads memory, and the
 //! state store for what memory does not hold (a run that left it, a blob
-//! already checkpointed); [`HotWriter`] is what `apply` writes through, each
-//! write tagged with the LSN of the record it comes from.
+//! already checkpointed). A record is applied to an overlay of this view,
+//! and the overlay's writes are merged into memory (`HotState::merge`).
 //!
 //! **Invariant:** a run held in memory is answered from memory alone (it is
 //! whole there); anything else from the state store, where it is unchanged
-//! since the checkpoint that wrote it. `HotWriter` writes only runs the
-//! caller brought into memory first.
+//! since the checkpoint that wrote it.
 
 use crate::books::{
-    AuditEntry, BooksRead, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, Run, RunId, StepId,
+    AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
+    EffectKind, Run, RunId, StepId,
 };
-use crate::ids::Lsn;
 
 use super::cold::ColdReader;
 use super::state::{HotRun, HotState};
@@ -141,98 +139,5 @@ impl BooksRead for HotView<'_> {
                 .map(|(e, _)| e.clone()),
         );
         entries
-    }
-}
-
-/// The hot books as `apply` writes them: every write is tagged with `lsn`,
-/// the record it comes from.
-pub(crate) struct HotWriter<'a> {
-    pub(crate) hot: &'a mut HotState,
-    pub(crate) cold: &'a ColdReader<'a>,
-    pub(crate) lsn: Lsn,
-}
-
-impl HotWriter<'_> {
-    fn view(&self) -> HotView<'_> {
-        HotView {
-            hot: self.hot,
-            cold: self.cold,
-        }
-    }
-}
-
-/// Every read goes through the same view the decision read.
-macro_rules! read_through_view {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        $(fn $name(&self, $($arg: $ty),*) -> $ret {
-            self.view().$name($($arg),*)
-        })*
-    };
-}
-
-impl BooksRead for HotWriter<'_> {
-    read_through_view! {
-        run(id: &RunId) -> Option<Run>;
-        effect(key: &EffectKey) -> Option<EffectEntry>;
-        latest_effect(run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry>;
-        checkpoint_latest(run: &RunId) -> Option<CheckpointMeta>;
-        checkpoint_at(run: &RunId, version: u64) -> Option<CheckpointMeta>;
-        blob_exists(digest: &Digest) -> bool;
-        blob(digest: &Digest) -> Option<Vec<u8>>;
-        decision_at(run: &RunId, position: u64) -> Option<DecisionRecord>;
-        decision_count(run: &RunId) -> u64;
-        audit_len(run: &RunId) -> u64;
-        audit(run: &RunId, from_seq: u64) -> Vec<AuditEntry>;
-    }
-
-    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
-        self.view().visit_claimable(now_ms, visit);
-    }
-}
-
-impl BooksWrite for HotWriter<'_> {
-    fn put_run(&mut self, run: Run) {
-        self.hot.set_run(run, self.lsn);
-    }
-
-    fn put_effect(&mut self, entry: EffectEntry) {
-        let hot = self.hot.run_mut(entry.key.run(), self.lsn);
-        hot.effects.insert(entry.key.clone(), entry);
-    }
-
-    fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
-        let lsn = self.lsn;
-        self.hot.blobs.entry(digest).or_insert((bytes, lsn));
-    }
-
-    fn put_checkpoint(&mut self, meta: CheckpointMeta) {
-        let hot = self.hot.run_mut(&meta.run, self.lsn);
-        assert!(
-            hot.checkpoint_latest
-                .as_ref()
-                .is_none_or(|m| m.version < meta.version),
-            "checkpoint versions of run {} grow",
-            meta.run
-        );
-        hot.checkpoints
-            .insert(meta.version, (meta.clone(), self.lsn));
-        hot.checkpoint_latest = Some(meta);
-    }
-
-    fn put_decision(&mut self, record: DecisionRecord) {
-        let hot = self.hot.run_mut(&record.run, self.lsn);
-        hot.decisions.insert(record.position, record);
-    }
-
-    fn push_audit(&mut self, run: &RunId, entry: AuditEntry) {
-        let lsn = self.lsn;
-        let hot = self.hot.run_mut(run, lsn);
-        assert_eq!(
-            entry.seq,
-            hot.audit_len + 1,
-            "audit of run {run} out of sequence"
-        );
-        hot.audit_len = entry.seq;
-        hot.audit.push((entry, lsn));
     }
 }
