@@ -18,6 +18,7 @@
 
 pub mod books;
 pub mod clock;
+mod combine;
 pub mod db;
 pub mod engine;
 pub mod error;

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use actum::ManualClock;
-use actum::books::{BeginEffect, FinishEffect, Outcome, digest_of};
+use actum::books::{BeginEffect, EffectKey, FinishEffect, Outcome, digest_of};
 use actum::engine::{Begun, LeaseGrant};
 use support::*;
 
@@ -120,4 +120,60 @@ fn concurrent_claims_never_hand_one_run_to_two_workers() {
     let distinct: BTreeSet<&String> = all.iter().copied().collect();
     assert_eq!(all.len(), runs, "each run claimed once: {claimed:?}");
     assert_eq!(distinct.len(), runs, "no run claimed twice: {claimed:?}");
+}
+
+/// Concurrent commands are decided in batches by whichever caller holds the
+/// combining role: each caller must get its own answer, refusals included,
+/// and a refusal in a batch must not touch its neighbours.
+#[test]
+fn refusals_and_acceptances_decided_together_each_reach_their_own_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open_fs(dir.path(), &clock);
+    // Each run is leased twice: the first grant's token is stale.
+    let pairs: Vec<(LeaseGrant, LeaseGrant)> = (0..THREADS)
+        .map(|t| {
+            let stale = create_and_lease(&engine, &format!("run-{t}"), &format!("w{t}"));
+            engine
+                .release_lease(&stale.run, &stale.guard)
+                .expect("release");
+            let live = engine
+                .acquire_lease(&stale.run, &wid(&format!("v{t}")), LEASE_MS)
+                .unwrap();
+            (stale, live)
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for (t, (stale, live)) in pairs.iter().enumerate() {
+            let engine = &engine;
+            scope.spawn(move || {
+                for n in 0..PROTOCOLS_PER_THREAD {
+                    // Odd threads present the stale token, even ones the live.
+                    let grant = if t % 2 == 1 { stale } else { live };
+                    let result = engine.begin_effect(charge(grant, n));
+                    if t % 2 == 1 {
+                        let err = result.unwrap_err();
+                        assert!(
+                            matches!(&err, actum::Error::Fenced { run, .. } if run == &grant.run),
+                            "thread {t} step {n}: {err}"
+                        );
+                    } else {
+                        let begun = result.unwrap();
+                        let Begun::Proceed { key, .. } = begun else {
+                            panic!("thread {t} step {n}: {begun:?}")
+                        };
+                        assert_eq!(key.run(), &grant.run, "thread {t} got its own answer");
+                        assert_eq!(key.step(), &sid(&format!("s{n}")));
+                    }
+                }
+            });
+        }
+    });
+    for (t, (_, live)) in pairs.iter().enumerate() {
+        for n in 0..PROTOCOLS_PER_THREAD {
+            let key = EffectKey::new(live.run.clone(), sid(&format!("s{n}")), 1).unwrap();
+            let intent = engine.effect(&key).unwrap();
+            assert_eq!(intent.is_some(), t % 2 == 0, "{key}: {intent:?}");
+        }
+    }
 }

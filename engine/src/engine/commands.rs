@@ -21,7 +21,7 @@ impl Engine {
     /// Creates a run in `pending`; creating it again with the same input is
     /// a no-op that reports `existed`, with another input an error.
     pub fn create_run(&self, cmd: CreateRun) -> Result<Created> {
-        match self.execute(&Command::CreateRun(cmd))? {
+        match self.answer(Command::CreateRun(cmd))? {
             Answer::RunCreated { run, version } => Ok(Created {
                 run,
                 version,
@@ -45,7 +45,7 @@ impl Engine {
     /// Moves a run to another state under a live lease; returns its new
     /// version. Illegal moves are `IllegalTransition`.
     pub fn transition(&self, cmd: Transition) -> Result<u64> {
-        match self.execute(&Command::Transition(cmd))? {
+        match self.answer(Command::Transition(cmd))? {
             Answer::Transitioned { version, .. } => Ok(version),
             other => unexpected(&other, "transition"),
         }
@@ -58,7 +58,7 @@ impl Engine {
             worker: worker.clone(),
             ttl_ms,
         });
-        let answer = self.execute(&cmd)?;
+        let answer = self.answer(cmd)?;
         Ok(LeaseGrant::from_answer(answer, worker, "acquire_lease"))
     }
 
@@ -69,7 +69,7 @@ impl Engine {
             worker: worker.clone(),
             ttl_ms,
         });
-        match self.execute(&cmd)? {
+        match self.answer(cmd)? {
             Answer::NothingToClaim => Ok(None),
             answer => Ok(Some(LeaseGrant::from_answer(answer, worker, "claim_next"))),
         }
@@ -82,7 +82,7 @@ impl Engine {
             guard: guard.clone(),
             ttl_ms,
         });
-        let answer = self.execute(&cmd)?;
+        let answer = self.answer(cmd)?;
         Ok(LeaseGrant::from_answer(answer, &guard.worker, "renew_lease").expires_ms)
     }
 
@@ -92,7 +92,7 @@ impl Engine {
             run: run.clone(),
             guard: guard.clone(),
         });
-        match self.execute(&cmd)? {
+        match self.answer(cmd)? {
             Answer::Released { version, .. } => Ok(version),
             other => unexpected(&other, "release_lease"),
         }
@@ -101,7 +101,7 @@ impl Engine {
     /// Ceremony points 1 to 3, 6 and 7: derives the key, checks the ledger
     /// and writes the intent (with compensation and rationale) durably.
     pub fn begin_effect(&self, cmd: BeginEffect) -> Result<Begun> {
-        let answer = self.execute(&Command::BeginEffect(cmd))?;
+        let answer = self.answer(Command::BeginEffect(cmd))?;
         match answer {
             Answer::Begun(begun) => Ok(begun),
             other => unexpected(&other, "begin_effect"),
@@ -111,18 +111,18 @@ impl Engine {
     /// Ceremony point 5: records an act's outcome durably; returns the
     /// entry's status name.
     pub fn finish_effect(&self, cmd: FinishEffect) -> Result<&'static str> {
-        settled(self.execute(&Command::FinishEffect(cmd))?, "finish_effect")
+        settled(self.answer(Command::FinishEffect(cmd))?, "finish_effect")
     }
 
     /// Resolves an ambiguous effect from what a query or an operator found.
     pub fn reconcile(&self, cmd: Reconcile) -> Result<&'static str> {
-        settled(self.execute(&Command::Reconcile(cmd))?, "reconcile")
+        settled(self.answer(Command::Reconcile(cmd))?, "reconcile")
     }
 
     /// Saves a checkpoint; parts already stored (same digest) are not
     /// written again.
     pub fn save_checkpoint(&self, cmd: SaveCheckpoint) -> Result<SavedCheckpoint> {
-        match self.execute(&Command::SaveCheckpoint(cmd))? {
+        match self.answer(Command::SaveCheckpoint(cmd))? {
             Answer::CheckpointSaved {
                 run,
                 version,
@@ -143,7 +143,7 @@ impl Engine {
     /// Journals a model call at its position, or returns the recorded one
     /// (same input) or `Divergence` (another input).
     pub fn record_decision(&self, cmd: RecordDecision) -> Result<Recorded> {
-        match self.execute(&Command::RecordDecision(cmd))? {
+        match self.answer(Command::RecordDecision(cmd))? {
             Answer::DecisionRecorded { position, .. } => Ok(Recorded::New { position }),
             Answer::DecisionReplay { record } => Ok(Recorded::Replay(record)),
             other => unexpected(&other, "record_decision"),
@@ -154,7 +154,7 @@ impl Engine {
     /// does (`BatchRefused` names the refused one). Returns their answers.
     pub fn commit_batch(&self, commands: Vec<Command>) -> Result<Vec<Answer>> {
         let count = commands.len();
-        match self.execute(&Command::Batch(commands))? {
+        match self.answer(Command::Batch(commands))? {
             Answer::Batch(answers) => {
                 assert_eq!(answers.len(), count, "one answer per command");
                 Ok(answers)

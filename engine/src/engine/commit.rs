@@ -1,18 +1,22 @@
 //! The commit path, pipelined so concurrent commands share one fsync and
-//! touch no redb:
+//! one pass through the engine lock, and touch no redb:
 //!
-//! 1. under the engine lock: decide against the hot books (memory; the
-//!    state store only for what left memory); apply the decided ops to an
-//!    overlay of that view, so that an op `apply` refuses (a
-//!    `decide`/`apply` disagreement, a bug) refuses the command before
-//!    anything changes; refuse a record larger than the log takes;
-//! 2. still under the lock: bring the runs the ops touch into memory, apply
-//!    the ops to the hot books tagged with the LSN the record will get, and
-//!    enqueue the record (the lock fixes the LSN order, so the tag is
-//!    exact);
-//! 3. without the lock: wait for the group commit that makes the record
-//!    durable (one leader writes and fsyncs every queued record), then
-//!    answer; if a checkpoint is due and no one is writing one, write it.
+//! 1. a caller submits its command to the combiner (`crate::combine`); the
+//!    caller holding the combining role takes every command waiting and,
+//!    under the engine lock, for each: decides it against the hot books
+//!    (memory; the state store only for what left memory); applies the
+//!    decided ops to an overlay of that view, so that an op `apply` refuses
+//!    (a `decide`/`apply` disagreement, a bug) refuses the command before
+//!    anything changes; refuses a record larger than the log takes; writes
+//!    the overlay's changes into the hot books tagged with the LSN the
+//!    record will get, and enqueues the record (the lock fixes the LSN
+//!    order, so the tag is exact);
+//! 2. without the lock (and the role, so the next batch is decided
+//!    meanwhile): it waits for the group commit that makes every record it
+//!    enqueued durable (one leader writes and fsyncs every queued record),
+//!    then wakes each caller with its answer;
+//! 3. a caller whose command was logged writes a checkpoint if one is due
+//!    and no one is writing one.
 //!
 //! **Invariant:** every logged op applied cleanly to the view it was
 //! decided on; a command is acknowledged (`Ok`) only once its record is
@@ -21,9 +25,12 @@
 //! refused command logs nothing and changes nothing; a failure after the
 //! hot books changed halts the engine.
 
+use std::sync::atomic::Ordering;
+
 use crate::books::{
     Answer, Begun, BooksRead, Command, Decided, Op, Overlay, Writes, apply, decide, encode_ops,
 };
+use crate::combine::Decision;
 use crate::error::{Error, Result};
 use crate::hot::{ColdReader, HotView};
 use crate::ids::Lsn;
@@ -31,8 +38,21 @@ use crate::planted::{PlantedBug, planted};
 
 use super::core::{ApplyFailure, Engine, Inner, Unmaterialized};
 
-/// A hook between deciding and logging; the identity outside tests.
+/// A hook between deciding and logging; the identity outside tests. It
+/// applies to every command the caller decides while it holds the
+/// combining role (tests use it single-threaded).
 pub(crate) type Tamper<'a> = &'a dyn Fn(&mut Decided);
+
+/// A command's result: its answer and the LSN the answer rests on.
+pub(crate) type Committed = Result<(Answer, Lsn)>;
+
+/// A decided command waiting for its record (or the records its answer
+/// rests on) to become durable.
+#[derive(Debug)]
+pub(crate) struct Undurable {
+    answer: Answer,
+    rests_on: Lsn,
+}
 
 impl Engine {
     /// Decides, logs and applies `cmd`; returns its answer once durable.
@@ -40,38 +60,107 @@ impl Engine {
     /// This is the one door every mutation goes through; the typed methods
     /// (`create_run`, `begin_effect`, ...) build a [`Command`] and call it.
     pub fn execute(&self, cmd: &Command) -> Result<Answer> {
-        self.execute_logged(cmd, &|_| {}).map(|(answer, _)| answer)
+        self.commit(cmd.clone()).map(|(answer, _)| answer)
     }
 
-    /// [`Engine::execute`], also returning the LSN the answer rests on: the
-    /// command's own record, or (for an answer without ops) the last record
-    /// applied when it was decided, or `Lsn::ZERO` if there was none.
-    pub(crate) fn execute_logged(
-        &self,
-        cmd: &Command,
-        tamper: Tamper<'_>,
-    ) -> Result<(Answer, Lsn)> {
-        let (answer, rests_on, logged) = {
-            let mut inner = self.lock();
-            inner.check_running()?;
-            let now_ms = self.clock.now_ms();
-            let (decided, writes) = self.decide_on_hot(&inner, cmd, now_ms, tamper)?;
-            if decided.ops.is_empty() {
-                (decided.answer, inner.last_applied, false)
-            } else {
-                let lsn = self.log(&mut inner, decided.ops, writes)?;
-                (decided.answer, lsn, true)
-            }
-        };
-        let proceed = matches!(answer, Answer::Begun(Begun::Proceed { .. }));
-        if logged && proceed && self.planted(PlantedBug::ProceedBeforeDurable) {
-            return Ok((answer, rests_on));
-        }
-        self.wait_durable(rests_on)?;
-        if logged {
+    /// [`Engine::execute`] taking the command by value (the typed methods).
+    pub(crate) fn answer(&self, cmd: Command) -> Result<Answer> {
+        self.commit(cmd).map(|(answer, _)| answer)
+    }
+
+    /// [`Engine::execute`] taking the command by value, also returning the
+    /// LSN the answer rests on: the command's own record, or (for an
+    /// answer without ops) the last record applied when it was decided, or
+    /// `Lsn::ZERO` if there was none.
+    pub(crate) fn commit(&self, cmd: Command) -> Committed {
+        self.commit_tampered(cmd, &|_| {})
+    }
+
+    /// [`Engine::commit`] with a hook between deciding and logging.
+    pub(crate) fn commit_tampered(&self, cmd: Command, tamper: Tamper<'_>) -> Committed {
+        let committed = self.combiner.submit(
+            cmd,
+            &mut |cmds| self.decide_batch(cmds, tamper),
+            &mut |undurable| self.settle(undurable),
+            &|| {
+                Err(Error::Halted {
+                    cause: "a panic while deciding a batch of commands".to_string(),
+                })
+            },
+        );
+        if committed.is_ok() && self.checkpoint_wanted.load(Ordering::Relaxed) {
             self.maybe_checkpoint();
         }
-        Ok((answer, rests_on))
+        committed
+    }
+
+    /// Decides and logs a batch of commands under one hold of the engine
+    /// lock; a refused command is final at once, a logged one (or one
+    /// whose answer rests on records in flight) waits for durability.
+    fn decide_batch(
+        &self,
+        cmds: Vec<Command>,
+        tamper: Tamper<'_>,
+    ) -> Vec<Decision<Committed, Undurable>> {
+        let mut inner = self.lock();
+        let decisions = cmds
+            .into_iter()
+            .map(|cmd| match self.decide_and_log(&mut inner, &cmd, tamper) {
+                Err(e) => Decision::Done(Err(e)),
+                Ok((answer, rests_on, logged)) => {
+                    let proceed = matches!(answer, Answer::Begun(Begun::Proceed { .. }));
+                    if logged && proceed && self.planted(PlantedBug::ProceedBeforeDurable) {
+                        Decision::Done(Ok((answer, rests_on)))
+                    } else {
+                        Decision::Pending(Undurable { answer, rests_on })
+                    }
+                }
+            })
+            .collect();
+        let due = inner.halted.is_none()
+            && self.pipeline.checkpoint_due(
+                inner.unmaterialized.len() as u64,
+                inner.unmaterialized_bytes,
+            );
+        self.checkpoint_wanted.store(due, Ordering::Relaxed);
+        decisions
+    }
+
+    /// Decides `cmd` and, if it changed anything, logs it; returns its
+    /// answer, the LSN the answer rests on and whether it was logged.
+    fn decide_and_log(
+        &self,
+        inner: &mut Inner,
+        cmd: &Command,
+        tamper: Tamper<'_>,
+    ) -> Result<(Answer, Lsn, bool)> {
+        inner.check_running()?;
+        let now_ms = self.clock.now_ms();
+        let (decided, writes) = self.decide_on_hot(inner, cmd, now_ms, tamper)?;
+        if decided.ops.is_empty() {
+            Ok((decided.answer, inner.last_applied, false))
+        } else {
+            let lsn = self.log(inner, decided.ops, writes)?;
+            Ok((decided.answer, lsn, true))
+        }
+    }
+
+    /// Waits once for everything `undurable` rests on, then answers each.
+    fn settle(&self, undurable: Vec<Undurable>) -> Vec<Committed> {
+        let last = undurable.iter().map(|u| u.rests_on).max();
+        let all = last.map_or(Ok(()), |lsn| self.wait_durable(lsn));
+        undurable
+            .into_iter()
+            .map(|u| {
+                // After a failure, an earlier group may still have landed:
+                // each answer stands or falls with its own LSN.
+                let durable = match &all {
+                    Ok(()) => Ok(()),
+                    Err(_) => self.wait_durable(u.rests_on),
+                };
+                durable.map(|()| (u.answer, u.rests_on))
+            })
+            .collect()
     }
 
     /// Waits until `lsn` is durable (nothing to wait for if it already is).
@@ -159,20 +248,12 @@ impl Engine {
     /// here does not fail them; it halts the engine (the next command
     /// reports why).
     fn maybe_checkpoint(&self) {
-        let due = {
-            let inner = self.lock();
-            let records = inner.unmaterialized.len() as u64;
-            inner.halted.is_none()
-                && self
-                    .pipeline
-                    .checkpoint_due(records, inner.unmaterialized_bytes)
-        };
-        if !due {
-            return;
-        }
         let Ok(_turn) = self.checkpointing.try_lock() else {
             return;
         };
+        if !self.checkpoint_wanted.load(Ordering::Relaxed) {
+            return;
+        }
         // A failure halts the engine inside; the caller's command stands.
         let _ = self.checkpoint_locked();
     }
@@ -241,7 +322,7 @@ mod tests {
             note: String::new(),
         };
         let tamper = |d: &mut Decided| d.ops.push(bad.clone());
-        let err = engine.execute_logged(&create("r2"), &tamper).unwrap_err();
+        let err = engine.commit_tampered(create("r2"), &tamper).unwrap_err();
         assert!(matches!(err, Error::Inconsistent { .. }), "{err}");
         assert_eq!(engine.durable_lsn(), durable, "nothing reached the log");
         assert!(

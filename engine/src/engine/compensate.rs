@@ -50,7 +50,7 @@ impl Engine {
         &self,
         request: &CompensationRequest<'_>,
     ) -> Result<(StepPlan, Compensation)> {
-        let plan = self.plan(&request.command(), request.guard)?;
+        let plan = self.plan(request.command(), request.guard)?;
         let registered = self.read(|books| {
             Ok(books
                 .latest_effect(request.run, request.step, EffectKind::Act)

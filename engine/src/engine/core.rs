@@ -15,12 +15,14 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::WriteTransaction;
 
-use crate::books::{Op, Overlay, Writes, apply, decode_ops};
+use crate::books::{Command, Op, Overlay, Writes, apply, decode_ops};
 use crate::clock::{Clock, SystemClock};
+use crate::combine::Combiner;
 use crate::db::{Pipeline, RecordAt, Recovery};
 use crate::error::{Error, Result};
 use crate::hot::{ColdReader, HotState, HotView};
@@ -29,6 +31,7 @@ use crate::planted::{PlantedBug, planted};
 use crate::state::{RedbBooks, StateStore};
 use crate::storage::{FsStorage, Storage};
 
+use super::commit::Committed;
 use super::options::EngineOptions;
 
 /// A logged record whose effects are in the hot books but not yet in the
@@ -76,6 +79,11 @@ pub struct Engine {
     pub(crate) inner: Mutex<Inner>,
     /// Held by the one checkpoint writing the state store at a time.
     pub(crate) checkpointing: Mutex<()>,
+    /// Hands batches of concurrent commands to one caller to decide.
+    pub(crate) combiner: Combiner<Command, Committed>,
+    /// Set when the last batch left enough unmaterialized records that a
+    /// checkpoint is due; read without the engine lock.
+    pub(crate) checkpoint_wanted: AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -134,6 +142,8 @@ impl Engine {
             pipeline,
             inner: Mutex::new(inner),
             checkpointing: Mutex::new(()),
+            combiner: Combiner::default(),
+            checkpoint_wanted: AtomicBool::new(false),
         })
     }
 
@@ -189,6 +199,7 @@ impl Engine {
             let ready = inner.unmaterialized.partition_point(|u| u.lsn <= durable);
             let batch: Vec<Unmaterialized> = inner.unmaterialized.drain(..ready).collect();
             inner.unmaterialized_bytes -= batch.iter().map(|u| u.bytes).sum::<u64>();
+            self.checkpoint_wanted.store(false, Ordering::Relaxed);
             batch
         };
         let (Some(first), Some(last)) = (batch.first(), batch.last()) else {

@@ -257,7 +257,7 @@ impl Engine {
     /// Ceremony points 1 to 3, 6 and 7 for `request`: derives the key,
     /// checks the ledger and writes the intent durably; says what to do.
     pub fn begin_step(&self, request: &StepRequest<'_>) -> Result<StepPlan> {
-        let plan = self.plan(&request.command(), request.guard)?;
+        let plan = self.plan(request.command(), request.guard)?;
         if let StepPlan::Act(ctx) | StepPlan::Query(ctx) = &plan {
             assert_eq!(ctx.key.run(), request.run);
             assert_eq!(ctx.key.step(), request.step);
@@ -272,7 +272,7 @@ impl Engine {
         ctx: &EffectCtx,
         outcome: ToolOutcome,
     ) -> Result<StepResult> {
-        self.execute(&ctx.finish_command(guard, outcome.clone()))?;
+        self.answer(ctx.finish_command(guard, outcome.clone()))?;
         Ok(result_of(ctx.key.clone(), outcome, false))
     }
 
@@ -287,14 +287,14 @@ impl Engine {
         let Some(cmd) = ctx.reconcile_command(guard, found.clone()) else {
             return Ok(result_of(ctx.key.clone(), found, false));
         };
-        self.execute(&cmd)?;
+        self.answer(cmd)?;
         Ok(result_of(ctx.key.clone(), found, true))
     }
 
     /// Executes a begin command (act or compensation) and turns its answer
     /// into a plan.
-    pub(crate) fn plan(&self, cmd: &Command, guard: &Guard) -> Result<StepPlan> {
-        let (answer, rests_on) = self.execute_logged(cmd, &|_| {})?;
+    pub(crate) fn plan(&self, cmd: Command, guard: &Guard) -> Result<StepPlan> {
+        let (answer, rests_on) = self.commit(cmd)?;
         let crate::books::Answer::Begun(begun) = answer else {
             unexpected(&answer, "begin")
         };
