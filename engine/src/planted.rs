@@ -32,6 +32,9 @@ pub enum PlantedBug {
     ReplayRecordTwice,
     /// Recovery drops the compensation an intent registered.
     LoseCompensationOnCrash,
+    /// The hot books let a settled ledger entry leave memory without
+    /// remembering its step, so the step looks never begun.
+    ForgetEvictedSteps,
 }
 
 impl PlantedBug {
@@ -44,17 +47,18 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 6] = [
+    pub const ENGINE: [PlantedBug; 7] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
         PlantedBug::SkipLedgerOnResume,
         PlantedBug::ReplayRecordTwice,
         PlantedBug::LoseCompensationOnCrash,
+        PlantedBug::ForgetEvictedSteps,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 10] = [
+    pub const ALL: [PlantedBug; 11] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -65,6 +69,7 @@ impl PlantedBug {
         PlantedBug::SkipLedgerOnResume,
         PlantedBug::ReplayRecordTwice,
         PlantedBug::LoseCompensationOnCrash,
+        PlantedBug::ForgetEvictedSteps,
     ];
 
     /// The bug's command-line name.
@@ -80,6 +85,7 @@ impl PlantedBug {
             PlantedBug::SkipLedgerOnResume => "skip-ledger-on-resume",
             PlantedBug::ReplayRecordTwice => "replay-record-twice",
             PlantedBug::LoseCompensationOnCrash => "lose-compensation-on-crash",
+            PlantedBug::ForgetEvictedSteps => "forget-evicted-steps",
         }
     }
 

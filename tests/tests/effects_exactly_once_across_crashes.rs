@@ -281,7 +281,9 @@ fn intent_without_outcome_on_a_queryable_tool_is_reconciled_by_a_query() {
     assert_eq!(bank.charges.len(), 1);
     let audit = engine.audit(&rid("r")).unwrap();
     assert!(
-        audit.iter().any(|e| e.what.contains("confirmed")),
+        audit
+            .iter()
+            .any(|e| e.what.to_string().contains("confirmed")),
         "{audit:?}"
     );
 }

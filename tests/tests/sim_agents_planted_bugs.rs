@@ -62,3 +62,9 @@ fn losing_a_registered_compensation_in_a_crash_is_caught_by_the_model() {
     let (_, invariant) = caught(PlantedBug::LoseCompensationOnCrash);
     assert_eq!(invariant, "after every recovery the books equal the model");
 }
+
+#[test]
+fn forgetting_a_step_whose_entry_left_memory_is_caught_by_at_most_once() {
+    let (_, invariant) = caught(PlantedBug::ForgetEvictedSteps);
+    assert_eq!(invariant, "no side effect fires twice");
+}

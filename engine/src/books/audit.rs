@@ -1,13 +1,20 @@
 //! The audit journal of a run: what happened, why, when and under which
 //! lease token, one entry per applied op that concerns the run. It is
 //! derived from the ops alone, so replaying the log rebuilds it exactly.
+//! What happened is kept as data ([`AuditWhat`]) and put in words only when
+//! shown, so the commit path formats nothing.
 //!
 //! Invariant: a run's entries carry `seq` 1, 2, 3, ... in apply order.
 
+use std::borrow::Cow;
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
-use super::ids::{FencingToken, RunId};
+use super::digest::Digest;
+use super::ids::{EffectKey, FencingToken, RunId, WorkerId};
 use super::op::Op;
+use super::run::RunState;
 
 /// One line of a run's journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,16 +25,127 @@ pub struct AuditEntry {
     pub at_ms: u64,
     /// The lease token the change was made under (`None` for creation).
     pub token: Option<FencingToken>,
-    /// What happened, in words.
-    pub what: String,
+    /// What happened; its `Display` says it in words.
+    pub what: AuditWhat,
     /// Why, as the agent or caller said (may be empty).
     pub why: String,
+}
+
+/// What one journal line records.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuditWhat {
+    /// The run was created.
+    Created {
+        /// The agent version that created it.
+        agent_version: String,
+        /// The digest of its input.
+        input: Digest,
+    },
+    /// The run moved between states.
+    Transitioned {
+        /// The state it left.
+        from: RunState,
+        /// The state it entered.
+        to: RunState,
+    },
+    /// A worker took the lease.
+    LeaseAcquired {
+        /// The worker.
+        worker: WorkerId,
+        /// When the lease expires, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// The holder renewed the lease.
+    LeaseRenewed {
+        /// The new expiry, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// The holder released the lease.
+    LeaseReleased,
+    /// An effect's intent was recorded.
+    Intended {
+        /// The effect.
+        key: EffectKey,
+        /// The tool it calls.
+        tool: String,
+        /// The digest of its arguments.
+        args: Digest,
+    },
+    /// An effect was sent again under the same key.
+    Resent {
+        /// The effect.
+        key: EffectKey,
+    },
+    /// An effect's outcome was recorded.
+    Settled {
+        /// The effect.
+        key: EffectKey,
+        /// The status it settled in, by name (`confirmed`, ...).
+        status: Cow<'static, str>,
+    },
+    /// A checkpoint was saved.
+    CheckpointSaved {
+        /// Its version.
+        version: u64,
+        /// The state's schema version.
+        schema_version: u32,
+        /// How many parts it has.
+        parts: u64,
+    },
+    /// A model call was journaled.
+    DecisionRecorded {
+        /// Its position in the run's decisions.
+        position: u64,
+        /// The digest of the model input.
+        input: Digest,
+    },
+}
+
+impl fmt::Display for AuditWhat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuditWhat::Created {
+                agent_version,
+                input,
+            } => write!(
+                f,
+                "created (agent {agent_version}, input {})",
+                input.short()
+            ),
+            AuditWhat::Transitioned { from, to } => write!(f, "{from} -> {to}"),
+            AuditWhat::LeaseAcquired { worker, expires_ms } => {
+                write!(f, "lease acquired by {worker} until {expires_ms} ms")
+            }
+            AuditWhat::LeaseRenewed { expires_ms } => {
+                write!(f, "lease renewed until {expires_ms} ms")
+            }
+            AuditWhat::LeaseReleased => f.write_str("lease released"),
+            AuditWhat::Intended { key, tool, args } => {
+                write!(f, "intent {key} via {tool} (args {})", args.short())
+            }
+            AuditWhat::Resent { key } => write!(f, "resent {key} with the same key"),
+            AuditWhat::Settled { key, status } => write!(f, "{key} {status}"),
+            AuditWhat::CheckpointSaved {
+                version,
+                schema_version,
+                parts,
+            } => write!(
+                f,
+                "checkpoint v{version} saved (schema {schema_version}, {parts} parts)"
+            ),
+            AuditWhat::DecisionRecorded { position, input } => write!(
+                f,
+                "model call {position} recorded (input {})",
+                input.short()
+            ),
+        }
+    }
 }
 
 /// The journal line `op` contributes, and the run it belongs to; `None` for
 /// ops that concern no single run (blob puts).
 pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
-    let entry = |at_ms, token, what: String, why: &str| AuditEntry {
+    let entry = |at_ms, token, what: AuditWhat, why: &str| AuditEntry {
         seq: 0,
         at_ms,
         token,
@@ -40,11 +158,10 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             entry(
                 run.created_ms,
                 None,
-                format!(
-                    "created (agent {}, input {})",
-                    run.agent_version,
-                    run.input_digest.short()
-                ),
+                AuditWhat::Created {
+                    agent_version: run.agent_version.clone(),
+                    input: run.input_digest,
+                },
                 "",
             ),
         ),
@@ -58,7 +175,15 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             ..
         } => (
             run.clone(),
-            entry(*at_ms, Some(*token), format!("{from} -> {to}"), reason),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::Transitioned {
+                    from: *from,
+                    to: *to,
+                },
+                reason,
+            ),
         ),
         Op::LeaseAcquired {
             run, lease, at_ms, ..
@@ -67,10 +192,10 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             entry(
                 *at_ms,
                 Some(lease.token),
-                format!(
-                    "lease acquired by {} until {} ms",
-                    lease.worker, lease.expires_ms
-                ),
+                AuditWhat::LeaseAcquired {
+                    worker: lease.worker.clone(),
+                    expires_ms: lease.expires_ms,
+                },
                 "",
             ),
         ),
@@ -85,7 +210,9 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             entry(
                 *at_ms,
                 Some(*token),
-                format!("lease renewed until {expires_ms} ms"),
+                AuditWhat::LeaseRenewed {
+                    expires_ms: *expires_ms,
+                },
                 "",
             ),
         ),
@@ -93,19 +220,18 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             run, token, at_ms, ..
         } => (
             run.clone(),
-            entry(*at_ms, Some(*token), "lease released".to_string(), ""),
+            entry(*at_ms, Some(*token), AuditWhat::LeaseReleased, ""),
         ),
         Op::EffectIntended { entry: e } => (
             e.key.run().clone(),
             entry(
                 e.intended_ms,
                 Some(e.token),
-                format!(
-                    "intent {} via {} (args {})",
-                    e.key,
-                    e.tool,
-                    e.args_digest.short()
-                ),
+                AuditWhat::Intended {
+                    key: e.key.clone(),
+                    tool: e.tool.clone(),
+                    args: e.args_digest,
+                },
                 &e.rationale,
             ),
         ),
@@ -114,7 +240,7 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             entry(
                 *at_ms,
                 Some(*token),
-                format!("resent {key} with the same key"),
+                AuditWhat::Resent { key: key.clone() },
                 "",
             ),
         ),
@@ -129,7 +255,10 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             entry(
                 *at_ms,
                 Some(*token),
-                format!("{key} {}", status.name()),
+                AuditWhat::Settled {
+                    key: key.clone(),
+                    status: Cow::Borrowed(status.name()),
+                },
                 note,
             ),
         ),
@@ -139,12 +268,11 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             entry(
                 meta.saved_ms,
                 Some(meta.token),
-                format!(
-                    "checkpoint v{} saved (schema {}, {} parts)",
-                    meta.version,
-                    meta.schema_version,
-                    meta.parts.len()
-                ),
+                AuditWhat::CheckpointSaved {
+                    version: meta.version,
+                    schema_version: meta.schema_version,
+                    parts: meta.parts.len() as u64,
+                },
                 "",
             ),
         ),
@@ -153,11 +281,10 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
             entry(
                 record.recorded_ms,
                 Some(record.token),
-                format!(
-                    "model call {} recorded (input {})",
-                    record.position,
-                    record.input_digest.short()
-                ),
+                AuditWhat::DecisionRecorded {
+                    position: record.position,
+                    input: record.input_digest,
+                },
                 &record.rationale,
             ),
         ),
@@ -187,8 +314,8 @@ mod tests {
         let seqs: Vec<u64> = journal.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![1, 2, 3, 4]);
         assert_eq!(journal[0].token, None);
-        assert!(journal[1].what.contains("lease acquired"));
-        assert_eq!(journal[2].what, "pending -> running");
+        assert!(journal[1].what.to_string().contains("lease acquired"));
+        assert_eq!(journal[2].what.to_string(), "pending -> running");
         assert_eq!(journal[2].at_ms, b.now_ms);
         assert_eq!(journal[3].token, Some(g.token));
         assert_eq!(journal[3].why, "excess cash above policy threshold");

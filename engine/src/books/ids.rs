@@ -8,7 +8,9 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::limits::NAME_LEN_BYTES_MAX;
 use crate::error::{Error, Result};
@@ -46,16 +48,47 @@ pub(crate) fn validate_name(what: &'static str, name: &str) -> Result<()> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $ty:ident, $what:literal) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
-        pub struct $ty(String);
+        ///
+        /// Cloning is cheap (a shared, immutable string), and so is
+        /// comparing two clones; it encodes as the plain string and is
+        /// validated again when decoded.
+        #[derive(Clone, Debug, Eq)]
+        pub struct $ty(Arc<str>);
+
+        impl std::hash::Hash for $ty {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.0.hash(state);
+            }
+        }
+
+        impl PartialEq for $ty {
+            fn eq(&self, other: &Self) -> bool {
+                Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+            }
+        }
+
+        impl Ord for $ty {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                if Arc::ptr_eq(&self.0, &other.0) {
+                    std::cmp::Ordering::Equal
+                } else {
+                    self.0.cmp(&other.0)
+                }
+            }
+        }
+
+        impl PartialOrd for $ty {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
 
         impl $ty {
             /// Validates `name` (see the module docs for the rules).
             pub fn new(name: impl Into<String>) -> Result<Self> {
                 let name = name.into();
                 validate_name($what, &name)?;
-                Ok($ty(name))
+                Ok($ty(Arc::from(name)))
             }
 
             /// The name as text.
@@ -73,7 +106,20 @@ macro_rules! name_type {
 
         impl From<$ty> for String {
             fn from(id: $ty) -> String {
-                id.0
+                id.0.to_string()
+            }
+        }
+
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+                let name = String::deserialize(deserializer)?;
+                $ty::new(name).map_err(serde::de::Error::custom)
             }
         }
 

@@ -77,6 +77,12 @@ pub enum EffectStatus {
 }
 
 impl EffectStatus {
+    /// True while the effect awaits an outcome: intended (the act may be
+    /// under way) or unknown (a reconcile must decide).
+    pub fn is_open(&self) -> bool {
+        matches!(self, EffectStatus::Intended | EffectStatus::Unknown { .. })
+    }
+
     /// A short name for messages (`confirmed`, `unknown`, ...).
     pub fn name(&self) -> &'static str {
         match self {

@@ -29,7 +29,7 @@ mod state;
 mod test_support;
 
 pub use apply::{ApplyError, apply};
-pub use audit::{AuditEntry, describe as audit_line_of};
+pub use audit::{AuditEntry, AuditWhat, describe as audit_line_of};
 pub use checkpoint::{
     CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,
 };

@@ -214,7 +214,8 @@ impl Engine {
         match written {
             Ok(lsn) => {
                 assert_eq!(lsn, last);
-                inner.hot.evict_through(lsn);
+                let forget = self.planted(PlantedBug::ForgetEvictedSteps);
+                inner.hot.evict_through(lsn, forget);
                 Ok(lsn)
             }
             Err(e) => {

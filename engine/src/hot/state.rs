@@ -1,41 +1,56 @@
-//! [`HotState`]: the hot books' data. Runs in memory are whole; a claim
-//! index orders the claimable ones; deltas hold what changed since the last
-//! checkpoint and is not needed to decide (blob bytes, checkpoint metadata
-//! of older versions, audit entries), each tagged with the LSN that wrote
-//! it, so a checkpoint that wrote up to LSN `L` lets everything tagged
-//! `<= L` go.
+//! [`HotState`]: the hot books' data. A run in memory has its record, its
+//! open ledger entries (intended or unknown), its latest checkpoint's
+//! metadata and its counters in memory; a claim index orders the claimable
+//! runs. What changed since the last checkpoint (settled ledger entries,
+//! decisions, audit entries, blob bytes, older checkpoint metadata) stays
+//! too, each tagged with the LSN that wrote it, so a checkpoint that wrote
+//! up to LSN `L` lets everything settled and tagged `<= L` go. What left
+//! memory is read from the state store; a run keeps a fingerprint of each
+//! step whose entries left, so a step never begun is answered "absent"
+//! without a read.
 //!
 //! **Invariant:** the claim index holds exactly `(claimable_from_ms, id)`
 //! of every run in memory that has a claimable instant; a run's `last_lsn`
 //! is the LSN of the last record that changed anything of it (`ZERO` if
-//! loaded from the state store unchanged).
+//! loaded from the state store unchanged); every ledger entry of a run in
+//! memory is either in `effects` or in the state store with its step's
+//! fingerprint in `cold_steps`; every decision at a position below
+//! `decision_count` is in `decisions` or in the state store.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    MemBooks, Run, RunId, Writes, claimable_from_ms,
+    EffectKind, MemBooks, Run, RunId, StepId, Writes, claimable_from_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;
 
 use super::cold::ColdReader;
 
-/// One run held whole in memory.
+/// One run held in memory.
 #[derive(Clone, Debug)]
 pub(crate) struct HotRun {
     pub(crate) run: Run,
-    /// Every ledger entry of the run, by key.
-    pub(crate) effects: BTreeMap<EffectKey, EffectEntry>,
+    /// Ledger entries in memory: every open one, and settled ones no
+    /// checkpoint has written yet, each with the LSN that last wrote it.
+    pub(crate) effects: BTreeMap<EffectKey, (EffectEntry, Lsn)>,
+    /// Sorted fingerprints ([`step_fingerprint`]) of the steps with ledger
+    /// entries only in the state store.
+    pub(crate) cold_steps: Vec<u32>,
     pub(crate) checkpoint_latest: Option<CheckpointMeta>,
     /// Checkpoint metadata not yet in the state store, by version.
     pub(crate) checkpoints: BTreeMap<u64, (CheckpointMeta, Lsn)>,
-    /// Every journaled decision of the run, by position.
-    pub(crate) decisions: BTreeMap<u64, DecisionRecord>,
+    /// Journaled decisions not yet in the state store, by position.
+    pub(crate) decisions: BTreeMap<u64, (DecisionRecord, Lsn)>,
+    /// How many decisions the run has journaled (the next position).
+    pub(crate) decision_count: u64,
     pub(crate) audit_len: u64,
     /// Audit entries not yet in the state store, in order.
     pub(crate) audit: Vec<(AuditEntry, Lsn)>,
     pub(crate) last_lsn: Lsn,
+    /// True while the run is on the list a checkpoint looks at to evict.
+    listed: bool,
 }
 
 impl HotRun {
@@ -43,14 +58,66 @@ impl HotRun {
         HotRun {
             run,
             effects: BTreeMap::new(),
+            cold_steps: Vec::new(),
             checkpoint_latest: None,
             checkpoints: BTreeMap::new(),
             decisions: BTreeMap::new(),
+            decision_count: 0,
             audit_len: 0,
             audit: Vec::new(),
             last_lsn: Lsn::ZERO,
+            listed: false,
         }
     }
+
+    /// True if entries of `kind` of `step` may be in the state store only.
+    pub(crate) fn may_be_cold(&self, step: &StepId, kind: EffectKind) -> bool {
+        self.cold_steps
+            .binary_search(&step_fingerprint(step, kind))
+            .is_ok()
+    }
+
+    /// Lets go of what the state store holds up to `lsn` and no decision
+    /// needs in memory; true if something newer is still held. (`forget`:
+    /// the planted bug `ForgetEvictedSteps`.)
+    fn evict_through(&mut self, lsn: Lsn, forget: bool) -> bool {
+        let mut gone = Vec::new();
+        self.effects.retain(|key, held| {
+            let (entry, at) = &*held;
+            let keep = *at > lsn || entry.status.is_open();
+            if !keep && !forget {
+                gone.push(step_fingerprint(key.step(), key.kind()));
+            }
+            keep
+        });
+        if !gone.is_empty() {
+            self.cold_steps.extend(gone);
+            self.cold_steps.sort_unstable();
+            self.cold_steps.dedup();
+        }
+        self.decisions.retain(|_, (_, at)| *at > lsn);
+        self.checkpoints.retain(|_, (_, at)| *at > lsn);
+        self.audit.retain(|(_, at)| *at > lsn);
+        self.effects
+            .values()
+            .any(|held| !held.0.status.is_open() || held.1 > lsn)
+            || !self.decisions.is_empty()
+            || !self.checkpoints.is_empty()
+            || !self.audit.is_empty()
+    }
+}
+
+/// The fingerprint of one side of a step: a CRC-32 of its name and kind.
+/// Two steps may share one; that costs a state-store read, never a wrong
+/// answer.
+pub(crate) fn step_fingerprint(step: &StepId, kind: EffectKind) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(step.as_str().as_bytes());
+    hasher.update(&[match kind {
+        EffectKind::Act => 0,
+        EffectKind::Undo => 1,
+    }]);
+    hasher.finalize()
 }
 
 /// The hot books' data (see the module docs).
@@ -60,10 +127,12 @@ pub(crate) struct HotState {
     pub(crate) claims: BTreeSet<(u64, RunId)>,
     /// Blobs not yet in the state store.
     pub(crate) blobs: BTreeMap<Digest, (Vec<u8>, Lsn)>,
+    /// The runs holding something a checkpoint may let go of (each once).
+    listed: Vec<RunId>,
 }
 
 impl HotState {
-    /// The hot books of a state store: every run it lists as live, whole.
+    /// The hot books of a state store: every run it lists as live.
     pub(crate) fn load(cold: &ColdReader<'_>) -> HotState {
         let mut hot = HotState::default();
         for run in cold.live_runs() {
@@ -72,8 +141,10 @@ impl HotState {
         hot
     }
 
-    /// Brings `run` into memory, whole, from the state store, if it is not
-    /// in memory yet; a run the state store does not hold stays absent.
+    /// Brings `run` into memory from the state store, if it is not in
+    /// memory yet: its open ledger entries, the fingerprints of its other
+    /// steps, its latest checkpoint and its counters. A run the state store
+    /// does not hold stays absent.
     pub(crate) fn fault_in(&mut self, id: &RunId, cold: &ColdReader<'_>) {
         if self.runs.contains_key(id) {
             return;
@@ -82,17 +153,26 @@ impl HotState {
             return;
         };
         let mut hot = HotRun::new(run);
-        let (effects, decisions, latest, audit_len) = cold.with(|books| {
+        let (effects, decision_count, latest, audit_len) = cold.with(|books| {
             use crate::books::BooksRead;
             (
                 books.effects_of(id),
-                books.decisions_of(id),
+                books.decision_count(id),
                 books.checkpoint_latest(id),
                 books.audit_len(id),
             )
         });
-        hot.effects = effects.into_iter().map(|e| (e.key.clone(), e)).collect();
-        hot.decisions = decisions.into_iter().map(|d| (d.position, d)).collect();
+        for entry in effects {
+            if entry.status.is_open() {
+                hot.effects.insert(entry.key.clone(), (entry, Lsn::ZERO));
+            } else {
+                hot.cold_steps
+                    .push(step_fingerprint(entry.key.step(), entry.key.kind()));
+            }
+        }
+        hot.cold_steps.sort_unstable();
+        hot.cold_steps.dedup();
+        hot.decision_count = decision_count;
         hot.checkpoint_latest = latest;
         hot.audit_len = audit_len;
         self.insert_run(hot);
@@ -109,34 +189,38 @@ impl HotState {
     /// Replaces the record of a run in memory (or adds a new run), keeping
     /// the claim index in step.
     pub(crate) fn set_run(&mut self, run: Run, lsn: Lsn) {
-        let new_key = claimable_from_ms(&run).map(|from_ms| (from_ms, run.id.clone()));
-        match self.runs.get_mut(&run.id) {
+        let id = run.id.clone();
+        let new_key = claimable_from_ms(&run).map(|from_ms| (from_ms, id.clone()));
+        match self.runs.get_mut(&id) {
             Some(hot) => {
                 if let Some(from_ms) = claimable_from_ms(&hot.run) {
-                    let removed = self.claims.remove(&(from_ms, run.id.clone()));
-                    assert!(removed, "the claim index held run {}", run.id);
+                    let removed = self.claims.remove(&(from_ms, id.clone()));
+                    assert!(removed, "the claim index held run {id}");
                 }
                 hot.run = run;
-                hot.last_lsn = lsn;
             }
             None => {
-                let mut hot = HotRun::new(run);
-                hot.last_lsn = lsn;
-                self.runs.insert(hot.run.id.clone(), hot);
+                self.runs.insert(id.clone(), HotRun::new(run));
             }
         }
         if let Some(key) = new_key {
             self.claims.insert(key);
         }
+        self.run_mut(&id, lsn);
     }
 
-    /// The run `id` in memory, which the caller must have brought in.
+    /// The run `id` in memory, which the caller must have brought in,
+    /// listed for the next checkpoint to look at.
     pub(crate) fn run_mut(&mut self, id: &RunId, lsn: Lsn) -> &mut HotRun {
         let hot = self
             .runs
             .get_mut(id)
             .unwrap_or_else(|| panic!("run {id} is brought into memory before it changes"));
         hot.last_lsn = lsn;
+        if !hot.listed {
+            hot.listed = true;
+            self.listed.push(id.clone());
+        }
         hot
     }
 
@@ -156,7 +240,9 @@ impl HotState {
             self.set_run(run, lsn);
         }
         for (key, entry) in effects {
-            self.run_mut(key.run(), lsn).effects.insert(key, entry);
+            self.run_mut(key.run(), lsn)
+                .effects
+                .insert(key, (entry, lsn));
         }
         for (digest, bytes) in blobs {
             self.blobs.entry(digest).or_insert((bytes, lsn));
@@ -173,7 +259,13 @@ impl HotState {
             hot.checkpoint_latest = Some(meta);
         }
         for ((run, position), record) in decisions {
-            self.run_mut(&run, lsn).decisions.insert(position, record);
+            let hot = self.run_mut(&run, lsn);
+            assert_eq!(
+                position, hot.decision_count,
+                "decisions of run {run} are journaled in order"
+            );
+            hot.decision_count = position + 1;
+            hot.decisions.insert(position, (record, lsn));
         }
         for (run, entries) in audit {
             let hot = self.run_mut(&run, lsn);
@@ -190,27 +282,35 @@ impl HotState {
     }
 
     /// A checkpoint wrote every record up to `lsn` to the state store: what
-    /// those records changed may leave memory, and so may terminal runs
-    /// nothing changed since. Returns how many runs left.
-    pub(crate) fn evict_through(&mut self, lsn: Lsn) -> usize {
+    /// those records changed may leave memory if no decision needs it, and
+    /// so may terminal runs nothing changed since. Only the runs changed
+    /// since the last eviction are looked at. Returns how many runs left.
+    /// (`forget`: the planted bug `ForgetEvictedSteps`.)
+    pub(crate) fn evict_through(&mut self, lsn: Lsn, forget: bool) -> usize {
         self.blobs.retain(|_, (_, at)| *at > lsn);
-        let mut gone = Vec::new();
-        for (id, hot) in &mut self.runs {
-            hot.checkpoints.retain(|_, (_, at)| *at > lsn);
-            hot.audit.retain(|(_, at)| *at > lsn);
+        let mut gone = 0;
+        let listed = std::mem::take(&mut self.listed);
+        for id in listed {
+            let hot = self.runs.get_mut(&id).expect("a listed run is in memory");
+            let still_held = hot.evict_through(lsn, forget);
             if hot.run.state.is_terminal() && hot.last_lsn <= lsn {
-                assert!(hot.checkpoints.is_empty() && hot.audit.is_empty());
-                gone.push(id.clone());
+                assert!(
+                    !still_held,
+                    "a terminal run written whole holds nothing newer"
+                );
+                let hot = self.runs.remove(&id).expect("looked up above");
+                assert!(
+                    claimable_from_ms(&hot.run).is_none(),
+                    "a terminal run is never claimable"
+                );
+                gone += 1;
+            } else if still_held {
+                self.listed.push(id);
+            } else {
+                hot.listed = false;
             }
         }
-        for id in &gone {
-            let hot = self.runs.remove(id).expect("listed above");
-            assert!(
-                claimable_from_ms(&hot.run).is_none(),
-                "a terminal run is never claimable"
-            );
-        }
-        gone.len()
+        gone
     }
 
     /// Every table of the books: the state store's, overlaid with memory.
@@ -219,13 +319,13 @@ impl HotState {
         for hot in self.runs.values() {
             let id = &hot.run.id;
             books.put_run(hot.run.clone());
-            for entry in hot.effects.values() {
-                books.put_effect(entry.clone());
+            for held in hot.effects.values() {
+                books.put_effect(held.0.clone());
             }
             for (meta, _) in hot.checkpoints.values() {
                 books.put_checkpoint(meta.clone());
             }
-            for record in hot.decisions.values() {
+            for (record, _) in hot.decisions.values() {
                 books.put_decision(record.clone());
             }
             // A checkpoint may have written some of these since the state

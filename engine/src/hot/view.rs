@@ -3,9 +3,11 @@
 //! already checkpointed). A record is applied to an overlay of this view,
 //! and the overlay's writes are merged into memory (`HotState::merge`).
 //!
-//! **Invariant:** a run held in memory is answered from memory alone (it is
-//! whole there); anything else from the state store, where it is unchanged
-//! since the checkpoint that wrote it.
+//! **Invariant:** a run held in memory is answered from memory, and from
+//! the state store only for what it let go of (settled ledger entries of a
+//! fingerprinted step, decisions below its count); a run not in memory
+//! from the state store, where it is unchanged since the checkpoint that
+//! wrote it.
 
 use crate::books::{
     AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
@@ -54,9 +56,13 @@ impl BooksRead for HotView<'_> {
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
-        match self.hot_run(key.run()) {
-            Some(hot) => hot.effects.get(key).cloned(),
-            None => self.cold.with(|b| b.effect(key)),
+        let Some(hot) = self.hot_run(key.run()) else {
+            return self.cold.with(|b| b.effect(key));
+        };
+        match hot.effects.get(key) {
+            Some(held) => Some(held.0.clone()),
+            None if hot.may_be_cold(key.step(), key.kind()) => self.cold.with(|b| b.effect(key)),
+            None => None,
         }
     }
 
@@ -66,10 +72,22 @@ impl BooksRead for HotView<'_> {
         };
         let first = EffectKey::of_kind(run.clone(), step.clone(), kind, 1).ok()?;
         let last = EffectKey::of_kind(run.clone(), step.clone(), kind, u32::MAX).ok()?;
-        hot.effects
+        let warm = hot
+            .effects
             .range(first..=last)
             .next_back()
-            .map(|(_, e)| e.clone())
+            .map(|(_, held)| held.0.clone());
+        if !hot.may_be_cold(step, kind) {
+            return warm;
+        }
+        // Memory holds the newest write of every entry it holds; the state
+        // store may hold later attempts memory let go of.
+        let cold = self.cold.with(|b| b.latest_effect(run, step, kind));
+        match (warm, cold) {
+            (Some(w), Some(c)) if c.key.attempt() > w.key.attempt() => Some(c),
+            (Some(w), _) => Some(w),
+            (None, c) => c,
+        }
     }
 
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
@@ -99,15 +117,21 @@ impl BooksRead for HotView<'_> {
     }
 
     fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
-        match self.hot_run(run) {
-            Some(hot) => hot.decisions.get(&position).cloned(),
-            None => self.cold.with(|b| b.decision_at(run, position)),
+        let Some(hot) = self.hot_run(run) else {
+            return self.cold.with(|b| b.decision_at(run, position));
+        };
+        match hot.decisions.get(&position) {
+            Some((record, _)) => Some(record.clone()),
+            None if position < hot.decision_count => {
+                self.cold.with(|b| b.decision_at(run, position))
+            }
+            None => None,
         }
     }
 
     fn decision_count(&self, run: &RunId) -> u64 {
         match self.hot_run(run) {
-            Some(hot) => hot.decisions.keys().next_back().map_or(0, |p| p + 1),
+            Some(hot) => hot.decision_count,
             None => self.cold.with(|b| b.decision_count(run)),
         }
     }
