@@ -108,7 +108,7 @@ fn a_failing_schedule_shrinks_to_a_few_steps() {
     };
     println!("shrunk to: {minimal:?}");
     assert!(
-        minimal.steps.len() <= 8,
+        minimal.steps.len() <= 12,
         "shrinking left {} steps: {minimal:?}",
         minimal.steps.len()
     );

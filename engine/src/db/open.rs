@@ -86,7 +86,13 @@ impl Db {
             };
             return Ok((db, report));
         }
-        let (store, manifest, manifest_report) = ManifestStore::open(Arc::clone(&storage), dir)?;
+        let (mut store, manifest, manifest_report) =
+            ManifestStore::open(Arc::clone(&storage), dir)?;
+        // This open's log epoch is the sequence of the manifest update below,
+        // higher than every earlier open's (each made one) and every
+        // checkpoint's: records it writes never pass for the dropped tail
+        // of an earlier one (docs/DURABILITY.md, "Recovery").
+        let epoch = manifest.sequence + 1;
         let (wal, recovery) = Wal::open(
             Arc::clone(&storage),
             &dir.join(WAL_DIR),
@@ -94,6 +100,7 @@ impl Db {
             options.wal,
             manifest.first_live_segment,
             manifest.applied_lsn,
+            epoch,
         )?;
         if let Some(clean_lsn) = manifest.clean_shutdown_lsn
             && wal.durable_lsn() < clean_lsn
@@ -120,6 +127,13 @@ impl Db {
                 ),
             ));
         }
+        // Durable before the first append of this epoch; the database is
+        // open, so no clean shutdown stands until the next close.
+        store.update(Manifest {
+            sequence: epoch,
+            clean_shutdown_lsn: None,
+            ..manifest
+        })?;
         let db = Db::assemble(storage, dir, store, wal, lock);
         let report = OpenReport {
             created: false,

@@ -15,8 +15,9 @@ use crate::ids::{DatabaseId, Lsn, SegmentId};
 
 /// First bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"ACTUMWAL";
-/// The segment format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The segment format version this build reads and writes (2: groups
+/// start at [`GROUP_ALIGN_BYTES`] and records carry the writer's epoch).
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes reserved for the segment header at the start of every segment.
 pub const SEGMENT_HEADER_BYTES: u64 = 4096;
 
@@ -35,18 +36,33 @@ const LEN_AT: usize = 0;
 const FLAGS_AT: usize = LEN_AT + 4;
 const LSN_AT: usize = FLAGS_AT + 4;
 const ACK_AT: usize = LSN_AT + 8;
-const PAYLOAD_CRC_AT: usize = ACK_AT + 8;
+const EPOCH_AT: usize = ACK_AT + 8;
+const PAYLOAD_CRC_AT: usize = EPOCH_AT + 8;
 const RECORD_CRC_AT: usize = PAYLOAD_CRC_AT + 4;
 /// Bytes of a record header; the payload follows immediately (no padding).
 pub const RECORD_HEADER_BYTES: usize = RECORD_CRC_AT + 4;
 
 /// Record flag: more records of the same batch follow this one.
 pub const FLAG_MORE: u32 = 1;
-const FLAGS_KNOWN: u32 = FLAG_MORE;
+/// Record flag: the last record of a group-commit write; the next record
+/// starts at the next multiple of [`GROUP_ALIGN_BYTES`].
+pub const FLAG_GROUP_END: u32 = 2;
+const FLAGS_KNOWN: u32 = FLAG_MORE | FLAG_GROUP_END;
+
+/// Every group-commit write starts at a multiple of this many bytes of its
+/// segment (a disk sector): a write never shares a sector with an earlier
+/// one, and recovery looks for later writes only at these offsets.
+pub const GROUP_ALIGN_BYTES: u64 = 512;
 
 const _: () = assert!(SEGMENT_HEADER_USED_BYTES == 52);
-const _: () = assert!(RECORD_HEADER_BYTES == 32);
+const _: () = assert!(RECORD_HEADER_BYTES == 40);
 const _: () = assert!((SEGMENT_HEADER_USED_BYTES as u64) < SEGMENT_HEADER_BYTES);
+const _: () = assert!(SEGMENT_HEADER_BYTES.is_multiple_of(GROUP_ALIGN_BYTES));
+
+/// `offset` rounded up to the next multiple of [`GROUP_ALIGN_BYTES`].
+pub fn align_up(offset: u64) -> u64 {
+    offset.div_ceil(GROUP_ALIGN_BYTES) * GROUP_ALIGN_BYTES
+}
 
 /// The decoded segment header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,12 +156,15 @@ pub fn record_seed(database: DatabaseId, segment: SegmentId) -> u32 {
 pub struct RecordHeader {
     /// Payload length in bytes.
     pub len: u32,
-    /// Flag bits ([`FLAG_MORE`]).
+    /// Flag bits ([`FLAG_MORE`], [`FLAG_GROUP_END`]).
     pub flags: u32,
     /// The record's LSN.
     pub lsn: Lsn,
     /// The highest LSN known durable when the record was written.
     pub ack: Lsn,
+    /// The epoch of the log writer that wrote it: grows with every open of
+    /// the database, so the log's epochs never decrease along the LSNs.
+    pub epoch: u64,
     /// Checksum of the payload, seeded.
     pub payload_crc: u32,
 }
@@ -156,26 +175,57 @@ impl RecordHeader {
         self.flags & FLAG_MORE != 0
     }
 
+    /// Whether this record ends a group-commit write.
+    pub fn group_end(&self) -> bool {
+        self.flags & FLAG_GROUP_END != 0
+    }
+
     /// Total encoded size of the record, header plus payload.
     pub fn total_bytes(&self) -> u64 {
         RECORD_HEADER_BYTES as u64 + u64::from(self.len)
     }
+
+    /// Where the record after this one (at `offset`) starts: right after
+    /// it, or at the next group boundary if it ends a write.
+    pub fn next_offset(&self, offset: u64) -> u64 {
+        let end = offset + self.total_bytes();
+        if self.group_end() { align_up(end) } else { end }
+    }
+}
+
+/// What a record header says about its record, besides its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// The record's LSN.
+    pub lsn: Lsn,
+    /// The durable LSN when it is written (the ack watermark).
+    pub ack: Lsn,
+    /// The writer's epoch.
+    pub epoch: u64,
+    /// More records of its batch follow.
+    pub more: bool,
+    /// It ends its group-commit write.
+    pub group_end: bool,
 }
 
 /// Appends one encoded record (header and payload) to `out`.
-pub fn encode_record(out: &mut Vec<u8>, seed: u32, lsn: Lsn, ack: Lsn, more: bool, payload: &[u8]) {
+pub fn encode_record(out: &mut Vec<u8>, seed: u32, meta: RecordMeta, payload: &[u8]) {
     assert!(
-        lsn.0 >= 1 && ack < lsn,
+        meta.lsn.0 >= 1 && meta.ack < meta.lsn,
         "a record's ack watermark is below its LSN"
     );
+    assert!(meta.epoch >= 1, "epochs start at 1");
     let len = u32::try_from(payload.len()).expect("payload length checked against the max");
+    let flags =
+        if meta.more { FLAG_MORE } else { 0 } | if meta.group_end { FLAG_GROUP_END } else { 0 };
     let start = out.len();
     let mut payload_hasher = crc32fast::Hasher::new_with_initial(seed);
     payload_hasher.update(payload);
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&(if more { FLAG_MORE } else { 0 }).to_le_bytes());
-    out.extend_from_slice(&lsn.0.to_le_bytes());
-    out.extend_from_slice(&ack.0.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&meta.lsn.0.to_le_bytes());
+    out.extend_from_slice(&meta.ack.0.to_le_bytes());
+    out.extend_from_slice(&meta.epoch.to_le_bytes());
     out.extend_from_slice(&payload_hasher.finalize().to_le_bytes());
     let mut header_hasher = crc32fast::Hasher::new_with_initial(seed);
     header_hasher.update(&out[start..start + RECORD_CRC_AT]);
@@ -183,7 +233,7 @@ pub fn encode_record(out: &mut Vec<u8>, seed: u32, lsn: Lsn, ack: Lsn, more: boo
     out.extend_from_slice(payload);
     debug_assert_eq!(
         decode_record_header(&out[start..], seed).map(|h| h.lsn),
-        Some(lsn)
+        Some(meta.lsn)
     );
 }
 
@@ -205,9 +255,10 @@ pub fn decode_record_header(bytes: &[u8], seed: u32) -> Option<RecordHeader> {
         flags: u32_at(raw, FLAGS_AT),
         lsn,
         ack: Lsn(u64_at(raw, ACK_AT)),
+        epoch: u64_at(raw, EPOCH_AT),
         payload_crc: u32_at(raw, PAYLOAD_CRC_AT),
     };
-    if header.flags & !FLAGS_KNOWN != 0 || header.ack >= header.lsn {
+    if header.flags & !FLAGS_KNOWN != 0 || header.ack >= header.lsn || header.epoch == 0 {
         return None;
     }
     Some(header)
@@ -264,8 +315,8 @@ mod tests {
             SegmentHeader::decode(&bytes),
             Err(HeaderError::Damaged(_))
         ));
-        bytes[VERSION_AT] = 2;
-        assert_eq!(SegmentHeader::decode(&bytes), Err(HeaderError::Version(2)));
+        bytes[VERSION_AT] = 3;
+        assert_eq!(SegmentHeader::decode(&bytes), Err(HeaderError::Version(3)));
         assert!(SegmentHeader::decode(&[0u8; 4096]).is_err());
     }
 
@@ -273,10 +324,21 @@ mod tests {
     fn records_round_trip_and_zeros_or_foreign_seeds_never_validate() {
         let seed = record_seed(DatabaseId(1), SegmentId(1));
         let mut out = Vec::new();
-        encode_record(&mut out, seed, Lsn(5), Lsn(3), true, b"hello");
+        let meta = RecordMeta {
+            lsn: Lsn(5),
+            ack: Lsn(3),
+            epoch: 7,
+            more: true,
+            group_end: false,
+        };
+        encode_record(&mut out, seed, meta, b"hello");
         let header = decode_record_header(&out, seed).expect("valid");
-        assert_eq!((header.lsn, header.ack, header.len), (Lsn(5), Lsn(3), 5));
-        assert!(header.more());
+        assert_eq!(
+            (header.lsn, header.ack, header.epoch, header.len),
+            (Lsn(5), Lsn(3), 7, 5)
+        );
+        assert!(header.more() && !header.group_end());
+        assert_eq!(header.next_offset(4096), 4096 + 40 + 5);
         assert!(payload_matches(&header, seed, &out[RECORD_HEADER_BYTES..]));
         let other = record_seed(DatabaseId(1), SegmentId(2));
         assert_eq!(decode_record_header(&out, other), None);
@@ -290,6 +352,26 @@ mod tests {
                 None
             );
         }
+    }
+
+    #[test]
+    fn a_group_end_moves_the_next_record_to_the_next_boundary() {
+        let seed = record_seed(DatabaseId(1), SegmentId(1));
+        let mut out = Vec::new();
+        let meta = RecordMeta {
+            lsn: Lsn(1),
+            ack: Lsn(0),
+            epoch: 1,
+            more: false,
+            group_end: true,
+        };
+        encode_record(&mut out, seed, meta, b"x");
+        let header = decode_record_header(&out, seed).expect("valid");
+        assert!(header.group_end());
+        assert_eq!(header.next_offset(4096), 4096 + GROUP_ALIGN_BYTES);
+        assert_eq!(header.next_offset(4096 + 472), 4096 + 1024);
+        assert_eq!(align_up(4096), 4096);
+        assert_eq!(align_up(4097), 4608);
     }
 
     #[test]

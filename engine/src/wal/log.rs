@@ -23,6 +23,10 @@ use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
 use crate::storage::Storage;
 
+/// The epoch of the records a new log is created with; every later open
+/// writes in a higher one.
+pub const FIRST_EPOCH: u64 = 1;
+
 /// The segmented, checksummed write-ahead log with group commit.
 #[derive(Debug)]
 pub struct Wal {
@@ -32,8 +36,9 @@ pub struct Wal {
 
 impl Wal {
     /// Creates a new empty log in `dir` (created if missing, directory
-    /// synced): first segment `SegmentId(1)`, first LSN `Lsn(1)`. Fails with
-    /// `InvalidConfig` if `dir` already holds segments.
+    /// synced): first segment `SegmentId(1)`, first LSN `Lsn(1)`, written in
+    /// epoch [`FIRST_EPOCH`]. Fails with `InvalidConfig` if `dir` already
+    /// holds segments.
     pub fn create(
         storage: Arc<dyn Storage>,
         dir: &Path,
@@ -65,7 +70,7 @@ impl Wal {
             id: SegmentId(1),
             first_lsn: Lsn(1),
         }];
-        let writer = Writer::new(first, SEGMENT_HEADER_BYTES);
+        let writer = Writer::new(first, SEGMENT_HEADER_BYTES, FIRST_EPOCH);
         Ok(Wal::assemble(
             storage,
             dir,
@@ -82,7 +87,10 @@ impl Wal {
     /// `first_segment` is the oldest live segment and `covered` the LSN a
     /// state checkpoint already covers, both from the manifest; segments
     /// numbered below `first_segment` are deleted as leftovers of an
-    /// interrupted garbage collection.
+    /// interrupted garbage collection. Records appended from now on carry
+    /// `epoch`, which must be higher than the epoch of every earlier open
+    /// (and of [`Wal::create`]): the caller keeps it durable (the database
+    /// uses its manifest's sequence number) before the first append.
     pub fn open(
         storage: Arc<dyn Storage>,
         dir: &Path,
@@ -90,11 +98,16 @@ impl Wal {
         options: WalOptions,
         first_segment: SegmentId,
         covered: Lsn,
+        epoch: u64,
     ) -> Result<(Wal, RecoveryReport)> {
         options.validate()?;
+        assert!(
+            epoch > FIRST_EPOCH,
+            "an open's epoch is above the creation's"
+        );
         let found = recovery::recover(&storage, dir, db, &options, first_segment, covered)?;
         let last = found.report.last_lsn;
-        let writer = Writer::new(found.active, found.offset);
+        let writer = Writer::new(found.active, found.offset, epoch);
         let wal = Wal::assemble(
             storage,
             dir,

@@ -22,6 +22,6 @@ mod writer;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub use log::Wal;
+pub use log::{FIRST_EPOCH, Wal};
 pub use options::{RecoveryReport, WalOptions, WalStats};
 pub use reader::WalIter;

@@ -75,7 +75,10 @@ pub struct RecoveryReport {
     pub last_lsn: Lsn,
     /// Segment files examined.
     pub segments_scanned: u64,
-    /// Non-zero bytes discarded as a torn tail (or, with repair, as damage).
+    /// Bytes of records discarded as a torn tail (or, with repair, as
+    /// damage) that recovery could read: an unfinished batch's records, a
+    /// record whose header survived, and writes found after the cut. A
+    /// torn write of which nothing is readable counts 0.
     pub truncated_bytes: u64,
     /// Where the log was cut: segment file and byte offset.
     pub truncated_at: Option<(PathBuf, u64)>,

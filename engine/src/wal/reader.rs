@@ -1,16 +1,19 @@
 //! `WalIter`: reads durable records in LSN order, segment by segment,
-//! through a bounded read buffer.
+//! through a bounded read buffer, following the chain recovery follows: a
+//! record right after its predecessor, or at the next group boundary if the
+//! predecessor ended a write (or a later writer started there).
 //!
 //! **Invariant:** the iterator yields exactly the LSNs `from ..= end`, where
 //! `end` was the durable LSN when it was created, each validated (both
-//! checksums, LSN exactly the previous plus one); anything else is an `Err`,
-//! after which the iterator ends.
+//! checksums, LSN exactly the previous plus one, epoch not below the
+//! previous one's); anything else is an `Err`, after which the iterator
+//! ends.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::format::{self, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use super::format::{self, RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES};
 use super::segment::{self, SegmentFile};
 use super::table::LiveSegment;
 use crate::error::{Error, Result};
@@ -35,12 +38,16 @@ pub struct WalIter {
     failed: bool,
     /// Offset of the last record returned, in the cursor's segment.
     last_offset: Option<u64>,
+    /// The epoch of the last record read.
+    epoch: u64,
 }
 
 #[derive(Debug)]
 struct Cursor {
     file: SegmentFile,
-    offset: u64,
+    /// Where the last record read from this segment starts, and its header
+    /// (`None` before the first).
+    last: Option<(u64, RecordHeader)>,
     chunk: Vec<u8>,
     chunk_at: u64,
 }
@@ -98,6 +105,7 @@ impl WalIter {
             end,
             failed: false,
             last_offset: None,
+            epoch: 0,
         }
     }
 
@@ -130,37 +138,84 @@ impl WalIter {
             assert!(live.first_lsn <= self.next_lsn, "segments are contiguous");
             self.cursor = Some(Cursor {
                 file,
-                offset: SEGMENT_HEADER_BYTES,
+                last: None,
                 chunk: Vec::new(),
                 chunk_at: 0,
             });
         }
         let cursor = self.cursor.as_mut().expect("cursor set above");
-        let offset = cursor.offset;
+        // Where the next record may start, and whether a record there must
+        // come from a later writer (a higher epoch) than the last one.
+        let candidates: [Option<(u64, bool)>; 2] = match cursor.last {
+            None => [Some((SEGMENT_HEADER_BYTES, false)), None],
+            Some((at, last)) => {
+                let end = at + last.total_bytes();
+                let boundary = format::align_up(end);
+                if last.group_end() {
+                    [Some((boundary, false)), None]
+                } else {
+                    [
+                        Some((end, false)),
+                        (boundary != end).then_some((boundary, true)),
+                    ]
+                }
+            }
+        };
+        let mut problem = None;
+        for (offset, later_writer) in candidates.into_iter().flatten() {
+            match Self::record_at(cursor, offset)? {
+                Some((header, Some(payload)))
+                    if header.lsn == self.next_lsn
+                        && (header.epoch > self.epoch
+                            || (!later_writer && header.epoch == self.epoch)) =>
+                {
+                    cursor.last = Some((offset, header));
+                    self.last_offset = Some(offset);
+                    self.epoch = header.epoch;
+                    self.next_lsn = header.lsn.next();
+                    return Ok(Some((header.lsn, payload)));
+                }
+                found => {
+                    problem.get_or_insert((offset, found.map(|(h, p)| (h, p.map(|_| ())))));
+                }
+            }
+        }
+        let (offset, found) = problem.expect("at least one candidate");
+        let reason = match found {
+            None => "invalid record header".to_string(),
+            Some((_, None)) => "payload checksum mismatch".to_string(),
+            Some((h, _)) if h.lsn != self.next_lsn => {
+                format!("found {} where {} was expected", h.lsn, self.next_lsn)
+            }
+            Some((h, _)) => format!(
+                "{} was written in epoch {}, below the {} before it",
+                h.lsn, h.epoch, self.epoch
+            ),
+        };
+        Err(Error::corrupt(&cursor.file.path, offset, reason))
+    }
+
+    /// The record at `offset` of the cursor's segment: `None` if its header
+    /// is not valid; its payload, `None` if that is damaged.
+    fn record_at(
+        cursor: &mut Cursor,
+        offset: u64,
+    ) -> Result<Option<(RecordHeader, Option<Vec<u8>>)>> {
         let seed = cursor.file.seed;
+        if offset + RECORD_HEADER_BYTES as u64 > cursor.file.size_bytes {
+            return Ok(None);
+        }
         let raw = cursor.bytes(offset, RECORD_HEADER_BYTES as u64)?;
-        let header = format::decode_record_header(raw, seed)
-            .ok_or_else(|| Error::corrupt(&cursor.file.path, offset, "invalid record header"))?;
-        if header.lsn != self.next_lsn {
-            return Err(Error::corrupt(
-                &cursor.file.path,
-                offset,
-                format!("found {} where {} was expected", header.lsn, self.next_lsn),
-            ));
-        }
+        let Some(header) = format::decode_record_header(raw, seed) else {
+            return Ok(None);
+        };
         let payload_at = offset + RECORD_HEADER_BYTES as u64;
-        let payload = cursor.bytes(payload_at, u64::from(header.len))?.to_vec();
-        if !format::payload_matches(&header, seed, &payload) {
-            return Err(Error::corrupt(
-                &cursor.file.path,
-                offset,
-                "payload checksum mismatch",
-            ));
+        if payload_at + u64::from(header.len) > cursor.file.size_bytes {
+            return Ok(Some((header, None)));
         }
-        cursor.offset = payload_at + u64::from(header.len);
-        self.last_offset = Some(offset);
-        self.next_lsn = header.lsn.next();
-        Ok(Some((header.lsn, payload)))
+        let payload = cursor.bytes(payload_at, u64::from(header.len))?.to_vec();
+        let intact = format::payload_matches(&header, seed, &payload);
+        Ok(Some((header, intact.then_some(payload))))
     }
 }
 

@@ -1,16 +1,29 @@
 //! Recovery: make every segment durable, validate headers, scan records,
 //! and tell a torn tail (truncate) from damaged acknowledged data (refuse).
 //!
-//! **Invariant:** recovery never accepts a record out of LSN order, and
-//! never truncates a record that was acknowledged as far as the log can
-//! tell: a damaged record is acknowledged if its LSN is covered by the
-//! checkpoint or if any later valid record carries an ack watermark at or
-//! above it. Such damage is `Error::Corrupt` unless `repair` is set.
+//! The scan follows the log's chain: a record is followed by the next one
+//! right after it, or at the next group boundary if it ended a write (or,
+//! after a torn write, where a later writer, with a higher epoch, started
+//! its first write). Segments are read in bounded chunks, from the first
+//! live segment to where the chain stops, then every group boundary after
+//! the stop is checked for a later write whose ack watermark proves the
+//! damage acknowledged: the work is the records since the oldest live
+//! segment plus one pass over the rest of the segments, never the history.
+//!
+//! **Invariant:** recovery never accepts a record out of LSN order or with
+//! an epoch below its predecessor's, and never truncates a record that was
+//! acknowledged as far as the log can tell: a damaged record is
+//! acknowledged if its LSN is covered by the checkpoint or if any later
+//! write carries an ack watermark at or above it. Such damage is
+//! `Error::Corrupt` unless `repair` is set. After recovery no record of the
+//! dropped tail can be read as part of the log: the next writer's epoch is
+//! higher, and a torn write's first record, where the next write will not
+//! overwrite it, is zeroed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::format::{self, SEGMENT_HEADER_BYTES, SegmentHeader};
+use super::format::{self, RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader};
 use super::segment::{self, SegmentFile};
 use super::table::LiveSegment;
 use super::{RecoveryReport, WalOptions};
@@ -18,6 +31,9 @@ use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
 use crate::planted::{PlantedBug, planted};
 use crate::storage::Storage;
+
+/// How much of a segment recovery reads at a time.
+const READ_CHUNK_BYTES: u64 = 1 << 20;
 
 /// What recovery hands to the log.
 #[derive(Debug)]
@@ -28,7 +44,8 @@ pub struct Recovered {
     pub live: Vec<LiveSegment>,
     /// The active segment.
     pub active: SegmentFile,
-    /// Where the next record goes in `active`.
+    /// Where the last record of the log ends in `active` (the next write
+    /// starts at the group boundary at or after it).
     pub offset: u64,
     /// An empty, valid segment after the active one, kept for reuse.
     pub prepared: Option<SegmentFile>,
@@ -43,9 +60,68 @@ struct Seg {
 /// Where scanning stopped: the first byte not accepted.
 struct Stop {
     index: usize,
-    offset: usize,
-    truncate_at: usize,
+    offset: u64,
+    truncate_at: u64,
     damaged_lsn: Lsn,
+}
+
+/// A segment's bytes, read on demand in bounded chunks.
+struct Window<'a> {
+    file: &'a SegmentFile,
+    chunk: Vec<u8>,
+    chunk_at: u64,
+}
+
+impl<'a> Window<'a> {
+    fn new(file: &'a SegmentFile) -> Window<'a> {
+        Window {
+            file,
+            chunk: Vec::new(),
+            chunk_at: 0,
+        }
+    }
+
+    /// The `len` bytes at `offset`; `None` if they run past the segment.
+    fn bytes(&mut self, offset: u64, len: u64) -> Result<Option<&[u8]>> {
+        let Some(end) = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.file.size_bytes)
+        else {
+            return Ok(None);
+        };
+        let chunk_end = self.chunk_at + self.chunk.len() as u64;
+        if offset < self.chunk_at || end > chunk_end {
+            let want = len.max(READ_CHUNK_BYTES).min(self.file.size_bytes - offset);
+            self.chunk
+                .resize(usize::try_from(want).expect("a chunk fits in memory"), 0);
+            self.file
+                .file
+                .read_at(offset, &mut self.chunk)
+                .map_err(|e| Error::io("read segment", &self.file.path, e))?;
+            self.chunk_at = offset;
+        }
+        let from = usize::try_from(offset - self.chunk_at).expect("in chunk");
+        let to = from + usize::try_from(len).expect("in chunk");
+        Ok(Some(&self.chunk[from..to]))
+    }
+
+    /// The header of the valid record at `offset` (both checksums, unless
+    /// `verify_payload` is off), if there is one.
+    fn record(&mut self, offset: u64, verify_payload: bool) -> Result<Option<RecordHeader>> {
+        let seed = self.file.seed;
+        let Some(raw) = self.bytes(offset, RECORD_HEADER_BYTES as u64)? else {
+            return Ok(None);
+        };
+        let Some(header) = format::decode_record_header(raw, seed) else {
+            return Ok(None);
+        };
+        let at = offset + RECORD_HEADER_BYTES as u64;
+        let Some(payload) = self.bytes(at, u64::from(header.len))? else {
+            return Ok(None);
+        };
+        let valid = !verify_payload || format::payload_matches(&header, seed, payload);
+        Ok(valid.then_some(header))
+    }
 }
 
 /// Lists, cleans up, syncs and opens the segments from `first_segment` on.
@@ -105,63 +181,119 @@ fn open_segments(
     Ok(segs)
 }
 
-/// Scans forward from the first segment; returns where valid data stops.
+/// The record that follows `header` (at `offset`) in the chain, if any:
+/// right after it, or at the next group boundary if it ended a write or
+/// if a later writer (a higher epoch) started there after a torn write.
+fn successor(
+    window: &mut Window<'_>,
+    header: &RecordHeader,
+    offset: u64,
+    verify_payload: bool,
+) -> Result<Option<(u64, RecordHeader)>> {
+    let end = offset + header.total_bytes();
+    let boundary = format::align_up(end);
+    let follows = |h: &RecordHeader, later_writer: bool| {
+        h.lsn == header.lsn.next()
+            && if later_writer {
+                h.epoch > header.epoch
+            } else {
+                h.epoch >= header.epoch
+            }
+    };
+    if !header.group_end()
+        && let Some(next) = window.record(end, verify_payload)?
+        && follows(&next, false)
+    {
+        return Ok(Some((end, next)));
+    }
+    if header.group_end() || boundary != end {
+        let later_writer = !header.group_end();
+        if let Some(next) = window.record(boundary, verify_payload)?
+            && follows(&next, later_writer)
+        {
+            return Ok(Some((boundary, next)));
+        }
+    }
+    Ok(None)
+}
+
+/// Scans forward from the first segment; returns where valid data stops,
+/// the last complete batch's LSN and the epoch of the last record read.
 fn scan(segs: &mut [Seg], covered: Lsn, options: &WalOptions) -> Result<(Stop, Option<Lsn>)> {
-    let verify_payload = !planted(options, PlantedBug::AcceptBadChecksum);
-    let mut expected: Option<Lsn> = None;
     let mut last_complete: Option<Lsn> = None;
-    let mut batch_start: Option<(usize, usize, Lsn)> = None;
-    let mut bytes = segs[0].file.read_all()?;
+    let verify = !planted(options, PlantedBug::AcceptBadChecksum);
+    let mut last: Option<RecordHeader> = None;
+    // The last record that ended a batch.
+    let mut complete: Option<RecordHeader> = None;
+    let mut batch_start: Option<(usize, u64, Lsn)> = None;
     for index in 0..segs.len() {
         let seg = &segs[index];
+        let expected = last.map(|h| h.lsn.next());
         if let Some(next) = expected
             && seg.header.first_lsn > next
         {
             let reason = format!("header first LSN {} is past {next}", seg.header.first_lsn);
             return Err(Error::corrupt(&seg.file.path, 0, reason));
         }
-        let seed = seg.file.seed;
-        let mut offset = SEGMENT_HEADER_BYTES as usize;
+        let mut window = Window::new(&seg.file);
+        let mut offset = SEGMENT_HEADER_BYTES;
+        let mut current = match window.record(offset, verify)? {
+            Some(h) if continues(&h, last.as_ref(), seg.header.first_lsn) => Some(h),
+            _ => None,
+        };
         let mut first_record = None;
         // Bounded by the segment size: each step advances by a record.
-        while let Some((header, _)) = segment::record_checked(&bytes, seed, offset, verify_payload)
-        {
-            let in_order = match expected {
-                Some(next) => header.lsn == next,
-                None => header.lsn >= seg.header.first_lsn,
-            };
-            if !in_order {
-                break;
-            }
+        while let Some(header) = current {
             first_record.get_or_insert(header.lsn);
             batch_start.get_or_insert((index, offset, header.lsn));
-            offset += usize::try_from(header.total_bytes()).expect("record fits a segment");
-            expected = Some(header.lsn.next());
             if !header.more() {
                 last_complete = Some(header.lsn);
+                complete = Some(header);
                 batch_start = None;
+            }
+            last = Some(header);
+            match successor(&mut window, &header, offset, verify)? {
+                Some((at, next)) => {
+                    offset = at;
+                    current = Some(next);
+                }
+                None => {
+                    // Where the next record was due: right after this
+                    // one, or at the boundary if it ended its write.
+                    offset = header.next_offset(offset);
+                    current = None;
+                }
             }
         }
         segs[index].first_record = first_record;
-        let next_bytes = match segs.get(index + 1) {
-            Some(next) if batch_start.is_none() => Some(next.file.read_all()?),
-            _ => None,
+        let next_first = match segs.get(index + 1) {
+            Some(next) => Window::new(&next.file).record(SEGMENT_HEADER_BYTES, verify)?,
+            None => None,
         };
-        let continues = next_bytes.as_ref().is_some_and(|next_bytes| {
-            let next = &segs[index + 1];
-            let at = SEGMENT_HEADER_BYTES as usize;
-            segment::record_at(next_bytes, next.file.seed, at).is_some_and(|(h, _)| {
-                expected.map_or(h.lsn >= next.header.first_lsn, |e| h.lsn == e)
-            })
-        });
-        if !continues {
+        let next_continues = match (next_first, batch_start) {
+            (Some(first), None) => {
+                continues(&first, last.as_ref(), segs[index + 1].header.first_lsn)
+            }
+            // An unfinished batch that a later writer (after a recovery
+            // dropped it) wrote again at the start of the next segment.
+            (Some(first), Some((_, _, batch_lsn))) => {
+                first.lsn == batch_lsn && last.is_some_and(|l| first.epoch > l.epoch)
+            }
+            (None, _) => false,
+        };
+        if next_continues && batch_start.is_some() {
+            batch_start = None;
+            last = complete;
+        }
+        if !next_continues {
+            let expected = last.map(|h| h.lsn.next());
             let (truncate_index, truncate_at, damaged_lsn) = match batch_start {
                 Some(start) => start,
                 None => (index, offset, expected.unwrap_or(covered.next())),
             };
-            assert!(truncate_index <= index);
             // A batch never spans segments, so an open batch is in `index`.
             assert_eq!(truncate_index, index, "an open batch lies in one segment");
+            assert!(truncate_at <= offset);
             let stop = Stop {
                 index,
                 offset,
@@ -170,7 +302,6 @@ fn scan(segs: &mut [Seg], covered: Lsn, options: &WalOptions) -> Result<(Stop, O
             };
             return Ok((stop, last_complete));
         }
-        bytes = next_bytes.expect("a continuing segment was read");
     }
     // The last segment has no successor, so the loop always returns.
     Err(Error::corrupt(
@@ -180,24 +311,72 @@ fn scan(segs: &mut [Seg], covered: Lsn, options: &WalOptions) -> Result<(Stop, O
     ))
 }
 
-/// The highest (LSN, ack) among valid records with LSN >= `min_lsn` after
-/// the stop point, in its segment and every later one.
-fn later_evidence(segs: &[Seg], stop: &Stop) -> Result<Option<(Lsn, Lsn)>> {
-    let mut best: Option<(Lsn, Lsn)> = None;
+/// Whether `first`, the first record of a segment whose header promises
+/// LSNs from `first_lsn`, continues the log after `last`.
+fn continues(first: &RecordHeader, last: Option<&RecordHeader>, first_lsn: Lsn) -> bool {
+    match last {
+        Some(last) => first.lsn == last.lsn.next() && first.epoch >= last.epoch,
+        None => first.lsn >= first_lsn,
+    }
+}
+
+/// What the group boundaries after the stop hold.
+#[derive(Default)]
+struct After {
+    /// The highest (LSN, ack) among valid records with LSN >= the damaged
+    /// one.
+    evidence: Option<(Lsn, Lsn)>,
+    /// In the stop segment: the end of the furthest valid record found.
+    stop_segment_end: Option<u64>,
+    /// For each later segment: the end of its furthest valid record found.
+    later_ends: Vec<Option<u64>>,
+}
+
+/// Looks at every group boundary after the stop, in its segment and every
+/// later one, for valid records: a later write that acknowledges the
+/// damaged LSN, and what a torn tail left.
+fn look_after(segs: &[Seg], stop: &Stop, options: &WalOptions) -> Result<After> {
+    let verify = !planted(options, PlantedBug::AcceptBadChecksum);
+    let mut after = After::default();
     for (index, seg) in segs.iter().enumerate().skip(stop.index) {
-        let bytes = seg.file.read_all()?;
-        let from = if index == stop.index {
-            // Skip by the damaged record's length when its header is intact.
-            format::decode_record_header(&bytes[stop.offset..], seg.file.seed)
-                .map_or(stop.offset + 1, |h| stop.offset + h.total_bytes() as usize)
+        let mut window = Window::new(&seg.file);
+        let mut at = if index == stop.index {
+            format::align_up(stop.offset + 1)
         } else {
-            SEGMENT_HEADER_BYTES as usize
+            SEGMENT_HEADER_BYTES
         };
-        if let Some(found) = segment::max_ack_after(&bytes, seg.file.seed, from, stop.damaged_lsn) {
-            best = Some(best.map_or(found, |b| (b.0.max(found.0), b.1.max(found.1))));
+        let mut furthest = None;
+        // Bounded by the segment size, one group boundary at a time; a
+        // write found there is followed to its last readable record.
+        while at + RECORD_HEADER_BYTES as u64 <= seg.file.size_bytes {
+            let mut found = window.record(at, verify)?.map(|h| (at, h));
+            while let Some((offset, h)) = found {
+                furthest = Some(offset + h.total_bytes());
+                if h.lsn >= stop.damaged_lsn {
+                    after.evidence = Some(after.evidence.map_or((h.lsn, h.ack), |(lsn, ack)| {
+                        (lsn.max(h.lsn), ack.max(h.ack))
+                    }));
+                }
+                let next = offset + h.total_bytes();
+                found = match window.record(next, verify)? {
+                    Some(n) if !h.group_end() && n.lsn == h.lsn.next() => Some((next, n)),
+                    _ => None,
+                };
+            }
+            at = format::align_up(furthest.unwrap_or(at).max(at + 1));
+        }
+        if index == stop.index {
+            // A record at the stop whose header survived counts as dropped.
+            let torn = window
+                .bytes(stop.offset, RECORD_HEADER_BYTES as u64)?
+                .and_then(|raw| format::decode_record_header(raw, seg.file.seed))
+                .map(|h| (stop.offset + h.total_bytes()).min(seg.file.size_bytes));
+            after.stop_segment_end = furthest.max(torn);
+        } else {
+            after.later_ends.push(furthest);
         }
     }
-    Ok(best)
+    Ok(after)
 }
 
 /// Runs recovery over the log in `dir`.
@@ -212,7 +391,8 @@ pub fn recover(
     let mut segs = open_segments(storage, dir, database, first_segment)?;
     let segments_scanned = segs.len() as u64;
     let (stop, last_complete) = scan(&mut segs, covered, options)?;
-    let evidence = later_evidence(&segs, &stop)?;
+    let after = look_after(&segs, &stop, options)?;
+    let evidence = after.evidence;
     let acked_by_later = evidence.is_some_and(|(_, ack)| ack >= stop.damaged_lsn);
     let stop_path = segs[stop.index].file.path.clone();
     let damage_is_corruption = (stop.damaged_lsn <= covered || acked_by_later)
@@ -227,7 +407,7 @@ pub fn recover(
                 _ => format!("the checkpoint covers up to {}", covered.0),
             }
         );
-        return Err(Error::corrupt(stop_path, stop.offset as u64, reason));
+        return Err(Error::corrupt(stop_path, stop.offset, reason));
     }
     let first_found = segs.iter().find_map(|s| s.first_record);
     if let Some(first) = first_found
@@ -240,7 +420,7 @@ pub fn recover(
     let last_lsn = last_complete.unwrap_or(covered);
     if last_lsn < covered {
         let reason = format!("the log ends at {last_lsn}, before the checkpoint's {covered}");
-        return Err(Error::corrupt(stop_path, stop.offset as u64, reason));
+        return Err(Error::corrupt(stop_path, stop.offset, reason));
     }
     let mut report = RecoveryReport {
         last_lsn,
@@ -249,7 +429,15 @@ pub fn recover(
         truncated_at: None,
         repair_dropped: None,
     };
-    cut_tail(storage, dir, &mut segs, &stop, last_lsn, &mut report)?;
+    cut_tail(
+        storage,
+        dir,
+        &mut segs,
+        &stop,
+        &after,
+        last_lsn,
+        &mut report,
+    )?;
     if stop.damaged_lsn <= covered || acked_by_later {
         let highest = evidence.map_or(stop.damaged_lsn, |(lsn, _)| lsn.max(stop.damaged_lsn));
         report.repair_dropped = Some(format!(
@@ -263,44 +451,65 @@ pub fn recover(
     finish(segs, &stop, last_lsn, report)
 }
 
-/// Zeroes the tail of the stop segment and removes later segments holding
-/// data; keeps an empty next segment as prepared.
+/// Makes the dropped tail unreadable as part of the log and removes later
+/// segments holding records; keeps an empty next segment as prepared.
+///
+/// The next write starts at the group boundary at or after the truncation
+/// point; a record of the dropped tail between the two would still follow
+/// the last kept record, so those bytes are zeroed (at most one group
+/// boundary's worth). Dropped records at or past the boundary carry an
+/// older epoch than anything the next writer writes, so they never follow
+/// its records.
 fn cut_tail(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     segs: &mut Vec<Seg>,
     stop: &Stop,
+    after: &After,
     last_lsn: Lsn,
     report: &mut RecoveryReport,
 ) -> Result<()> {
     let seg = &segs[stop.index];
-    let bytes = seg.file.read_all()?;
-    let end = segment::written_end(&bytes);
-    if end > stop.truncate_at {
-        let zeros = vec![0u8; end - stop.truncate_at];
+    let boundary = format::align_up(stop.truncate_at).min(seg.file.size_bytes);
+    if stop.truncate_at < boundary {
+        let len = usize::try_from(boundary - stop.truncate_at).expect("under one boundary");
+        let mut gap = vec![0u8; len];
         seg.file
             .file
-            .write_at(stop.truncate_at as u64, &zeros)
-            .map_err(|e| Error::io("truncate torn wal tail", &seg.file.path, e))?;
-        seg.file
-            .file
-            .sync_data()
-            .map_err(|e| Error::io("sync truncated segment", &seg.file.path, e))?;
-        report.truncated_bytes += zeros.len() as u64;
+            .read_at(stop.truncate_at, &mut gap)
+            .map_err(|e| Error::io("read torn wal tail", &seg.file.path, e))?;
+        if gap.iter().any(|&b| b != 0) {
+            gap.fill(0);
+            seg.file
+                .file
+                .write_at(stop.truncate_at, &gap)
+                .map_err(|e| Error::io("zero torn wal tail", &seg.file.path, e))?;
+            seg.file
+                .file
+                .sync_data()
+                .map_err(|e| Error::io("sync truncated segment", &seg.file.path, e))?;
+        }
     }
+    // What recovery drops that it could see: the valid records of an
+    // unfinished batch, and valid records found after the stop.
+    let seen_end = after.stop_segment_end.unwrap_or(0).max(stop.offset);
+    report.truncated_bytes = seen_end - stop.truncate_at;
     let mut removed = false;
     // Newest first, so a crash mid-way never leaves a gap.
     while segs.len() > stop.index + 1 {
+        let later = segs.len() - stop.index - 2;
+        let holds = after.later_ends.get(later).copied().flatten();
         let last = segs.last().expect("non-empty");
-        let bytes = last.file.read_all()?;
-        let data = segment::written_end(&bytes[SEGMENT_HEADER_BYTES as usize..]) as u64;
-        if data == 0 && segs.len() == stop.index + 2 && last.header.first_lsn <= last_lsn.next() {
+        if holds.is_none()
+            && segs.len() == stop.index + 2
+            && last.header.first_lsn <= last_lsn.next()
+        {
             break; // An empty prepared segment: keep it.
         }
         storage
             .remove_file(&last.file.path)
             .map_err(|e| Error::io("remove segment after torn tail", &last.file.path, e))?;
-        report.truncated_bytes += data;
+        report.truncated_bytes += holds.map_or(0, |end| end - SEGMENT_HEADER_BYTES);
         removed = true;
         segs.pop();
     }
@@ -311,7 +520,7 @@ fn cut_tail(
     }
     if report.truncated_bytes > 0 {
         let path: PathBuf = segs[stop.index].file.path.clone();
-        report.truncated_at = Some((path, stop.truncate_at as u64));
+        report.truncated_at = Some((path, stop.truncate_at));
     }
     assert!(segs.len() <= stop.index + 2);
     Ok(())
@@ -354,7 +563,7 @@ fn finish(
         report,
         live,
         active,
-        offset: stop.truncate_at as u64,
+        offset: stop.truncate_at,
         prepared,
     })
 }

@@ -9,9 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::format::{
-    self, HeaderError, RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader,
-};
+use super::format::{self, HeaderError, SEGMENT_HEADER_BYTES, SegmentHeader};
 use super::options::WalOptions;
 use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
@@ -159,72 +157,6 @@ pub fn open(
         },
         header,
     ))
-}
-
-impl SegmentFile {
-    /// Reads the whole segment into memory (bounded by the segment size).
-    pub fn read_all(&self) -> Result<Vec<u8>> {
-        let len = usize::try_from(self.size_bytes).expect("segment fits in memory");
-        let mut buf = vec![0u8; len];
-        self.file
-            .read_at(0, &mut buf)
-            .map_err(|e| Error::io("read segment", &self.path, e))?;
-        assert_eq!(buf.len() as u64, self.size_bytes);
-        Ok(buf)
-    }
-}
-
-/// Decodes and fully validates (header and payload checksums) the record at
-/// `offset` of a segment's bytes; `None` if it is not a valid record.
-pub fn record_at(bytes: &[u8], seed: u32, offset: usize) -> Option<(RecordHeader, &[u8])> {
-    record_checked(bytes, seed, offset, true)
-}
-
-/// [`record_at`], optionally skipping the payload checksum (only ever
-/// skipped by the planted bug `AcceptBadChecksum`).
-pub fn record_checked(
-    bytes: &[u8],
-    seed: u32,
-    offset: usize,
-    verify_payload: bool,
-) -> Option<(RecordHeader, &[u8])> {
-    let header = format::decode_record_header(bytes.get(offset..)?, seed)?;
-    let start = offset.checked_add(RECORD_HEADER_BYTES)?;
-    let end = start.checked_add(usize::try_from(header.len).ok()?)?;
-    let payload = bytes.get(start..end)?;
-    if verify_payload && !format::payload_matches(&header, seed, payload) {
-        return None;
-    }
-    Some((header, payload))
-}
-
-/// The offset one past the last non-zero byte of `bytes` (0 if all zero).
-pub fn written_end(bytes: &[u8]) -> usize {
-    bytes.iter().rposition(|&b| b != 0).map_or(0, |at| at + 1)
-}
-
-/// Scans `bytes[from..]` byte by byte for any valid record with an LSN of
-/// at least `min_lsn`; returns the highest LSN and the highest ack
-/// watermark found among them.
-pub fn max_ack_after(bytes: &[u8], seed: u32, from: usize, min_lsn: Lsn) -> Option<(Lsn, Lsn)> {
-    let end = written_end(bytes);
-    let mut best: Option<(Lsn, Lsn)> = None;
-    let mut offset = from;
-    // Bounded by the written part of the segment.
-    while offset + RECORD_HEADER_BYTES <= end {
-        let lsn_field = &bytes[offset + 8..offset + 16];
-        let plausible = lsn_field.iter().any(|&b| b != 0);
-        if plausible
-            && let Some((header, _)) = record_at(bytes, seed, offset)
-            && header.lsn >= min_lsn
-        {
-            let (lsn, ack) = best.unwrap_or((header.lsn, header.ack));
-            best = Some((lsn.max(header.lsn), ack.max(header.ack)));
-        }
-        offset += 1;
-    }
-    assert!(offset >= from);
-    best
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use proptest::prelude::*;
 
@@ -27,6 +27,21 @@ fn small(segment_size_bytes: u64, max_record_bytes: u64) -> WalOptions {
         max_record_bytes,
         ..WalOptions::default()
     }
+}
+
+/// `Wal::open` with an epoch above every earlier open's, as the database
+/// keeps it (each call takes the next one; tests share the counter).
+fn reopen(
+    storage: Arc<dyn Storage>,
+    dir: &Path,
+    db: DatabaseId,
+    options: WalOptions,
+    first_segment: SegmentId,
+    covered: Lsn,
+) -> crate::error::Result<(Wal, super::RecoveryReport)> {
+    static EPOCH: AtomicU64 = AtomicU64::new(super::FIRST_EPOCH);
+    let epoch = EPOCH.fetch_add(1, Ordering::Relaxed) + 1;
+    Wal::open(storage, dir, db, options, first_segment, covered, epoch)
 }
 
 fn read_all(wal: &Wal) -> Vec<(Lsn, Vec<u8>)> {
@@ -92,7 +107,7 @@ proptest! {
             prop_assert_eq!(read_all(&wal), expected.clone());
         }
         let (wal, report) =
-            Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+            reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
         prop_assert_eq!(report.last_lsn, Lsn(expected.len() as u64));
         prop_assert_eq!(report.truncated_bytes, 0);
         prop_assert_eq!(read_all(&wal), expected.clone());
@@ -110,8 +125,11 @@ fn three_batches(dir: &Path) -> (u64, u64) {
         .expect("append");
     wal.append(&[b"fourth".as_slice(), b"the last record"])
         .expect("append");
+    // Each append is its own group, so each starts at a group boundary.
     let header = RECORD_HEADER_BYTES as u64;
-    let start = SEGMENT_HEADER_BYTES + 4 * header + (5 + 6 + 5 + 6) as u64;
+    let second = format::align_up(SEGMENT_HEADER_BYTES + header + 5);
+    let third = format::align_up(second + 2 * header + 6 + 5);
+    let start = third + header + 6;
     (start, start + header + 15)
 }
 
@@ -132,7 +150,7 @@ fn torn_last_record_drops_its_whole_batch_and_nothing_else() {
                 bytes[at..usize::try_from(end).expect("usize")].fill(0);
             }
             write_file(&path, &bytes);
-            let opened = Wal::open(
+            let opened = reopen(
                 fs(),
                 dir.path(),
                 DB,
@@ -160,7 +178,7 @@ fn torn_last_record_drops_its_whole_batch_and_nothing_else() {
         }
     }
     // After truncation the log continues right after the prefix.
-    let (wal, _) = Wal::open(
+    let (wal, _) = reopen(
         fs(),
         dir.path(),
         DB,
@@ -181,7 +199,7 @@ fn damaged_acknowledged_record_is_corrupt_and_repair_drops_it_with_a_report() {
     let damaged_at = SEGMENT_HEADER_BYTES as usize + RECORD_HEADER_BYTES + 2;
     bytes[damaged_at] ^= 0x01; // Inside the payload of LSN 1.
     write_file(&path, &bytes);
-    let opened = Wal::open(
+    let opened = reopen(
         fs(),
         dir.path(),
         DB,
@@ -204,7 +222,7 @@ fn damaged_acknowledged_record_is_corrupt_and_repair_drops_it_with_a_report() {
     let mut repair = small(64 * 1024, 1024);
     repair.repair = true;
     let (wal, report) =
-        Wal::open(fs(), dir.path(), DB, repair, SegmentId(1), Lsn::ZERO).expect("repair");
+        reopen(fs(), dir.path(), DB, repair, SegmentId(1), Lsn::ZERO).expect("repair");
     assert_eq!(report.last_lsn, Lsn::ZERO);
     let dropped = report.repair_dropped.expect("repair says what it dropped");
     assert!(
@@ -218,7 +236,7 @@ fn damaged_acknowledged_record_is_corrupt_and_repair_drops_it_with_a_report() {
 fn a_checkpoint_past_the_end_of_the_log_is_corrupt() {
     let dir = tempfile::tempdir().expect("tempdir");
     three_batches(dir.path());
-    let opened = Wal::open(
+    let opened = reopen(
         fs(),
         dir.path(),
         DB,
@@ -270,7 +288,7 @@ fn concurrent_appenders_share_fsyncs_and_every_ack_survives() {
     assert!(wal.first_segment() == SegmentId(1));
     drop(wal);
     let (wal, report) =
-        Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+        reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
     assert!(report.segments_scanned > 1, "the test must rotate");
     let all = read_all(&wal);
     assert_eq!(
@@ -372,7 +390,7 @@ fn fsync_failure_poisons_until_reopen_which_keeps_the_acknowledged_prefix() {
     assert!(matches!(wal.append(&[]), Err(Error::Poisoned { .. })));
     assert_eq!(wal.durable_lsn(), Lsn(2));
     drop(wal);
-    let (wal, report) = Wal::open(
+    let (wal, report) = reopen(
         fs(),
         dir.path(),
         DB,
@@ -405,7 +423,7 @@ fn three_segments(dir: &Path) -> WalOptions {
 fn foreign_version_and_gap_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = three_segments(dir.path());
-    let opened = Wal::open(
+    let opened = reopen(
         fs(),
         dir.path(),
         DatabaseId(1),
@@ -418,9 +436,9 @@ fn foreign_version_and_gap_are_refused() {
     let path = seg_path(dir.path(), 2);
     let pristine = read_file(&path);
     let mut bytes = pristine.clone();
-    bytes[8] = 2; // The format version field.
+    bytes[8] = 3; // The format version field.
     write_file(&path, &bytes);
-    let opened = Wal::open(
+    let opened = reopen(
         fs(),
         dir.path(),
         DB,
@@ -432,8 +450,8 @@ fn foreign_version_and_gap_are_refused() {
         matches!(
             opened,
             Err(Error::UnsupportedFormat {
-                found: 2,
-                supported: 1,
+                found: 3,
+                supported: 2,
                 ..
             })
         ),
@@ -442,7 +460,7 @@ fn foreign_version_and_gap_are_refused() {
     write_file(&path, &pristine);
 
     FsStorage::new().remove_file(&path).expect("remove");
-    match Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO) {
+    match reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO) {
         Err(Error::Corrupt { file, .. }) => assert_eq!(file, path),
         other => panic!("expected Corrupt for the gap, got {other:?}"),
     }
@@ -465,7 +483,7 @@ fn oversized_records_and_batches_are_refused_with_both_sizes() {
     assert!(matches!(
         wal.append(&five),
         Err(Error::RecordTooLarge {
-            size_bytes: 5280,
+            size_bytes: 5320,
             max_bytes: 4096
         })
     ));
@@ -502,7 +520,7 @@ fn stale_records_of_a_recycled_segment_file_are_not_accepted() {
     recycled[..SEGMENT_HEADER_BYTES as usize].copy_from_slice(&header.encode());
     write_file(&seg_path(dir.path(), 2), &recycled);
     let (wal, report) =
-        Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+        reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
     assert_eq!(report.last_lsn, Lsn(5));
     let payloads: Vec<Vec<u8>> = read_all(&wal).into_iter().map(|(_, p)| p).collect();
     assert_eq!(payloads, (101..=105u8).map(|i| vec![i]).collect::<Vec<_>>());
@@ -513,14 +531,15 @@ fn covered_segments_are_removed_and_reopen_deletes_gc_leftovers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = small(8 * 1024, 1024);
     let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
-    let payload = [3u8; 1000];
+    // A record of 1024 bytes fills its group's space exactly: segments hold
+    // four, 12 fill segments 1..=3, and the next three go to the prepared
+    // segment 4.
+    let payload = [3u8; 1024 - RECORD_HEADER_BYTES];
     for _ in 0..12 {
         wal.append(&[&payload]).expect("append");
     }
     wal.prepare_next_segment().expect("prepare");
     let before = wal.stats().inline_prepares;
-    // Segments hold three such records: 12 filled segments 1..=4 exactly,
-    // so the next three go to the prepared segment 5.
     for _ in 0..3 {
         wal.append(&[&payload]).expect("append");
     }
@@ -553,7 +572,7 @@ fn covered_segments_are_removed_and_reopen_deletes_gc_leftovers() {
     drop(wal);
     // A leftover of an interrupted GC below the manifest's first segment.
     write_file(&seg_path(dir.path(), 1), &[0u8; 10]);
-    let (wal, report) = Wal::open(fs(), dir.path(), DB, options, first, Lsn(9)).expect("open");
+    let (wal, report) = reopen(fs(), dir.path(), DB, options, first, Lsn(9)).expect("open");
     assert_eq!(report.last_lsn, Lsn(15));
     assert!(
         !FsStorage::new()
@@ -570,7 +589,7 @@ fn wal_is_send_and_sync_and_reads_from_the_middle_of_a_segment() {
     shareable::<Wal>();
     let dir = tempfile::tempdir().expect("tempdir");
     let options = three_segments(dir.path());
-    let (wal, _) = Wal::open(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
+    let (wal, _) = reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("open");
     let from_five: Vec<Lsn> = wal
         .read_from(Lsn(5))
         .expect("read")
@@ -582,4 +601,125 @@ fn wal_is_send_and_sync_and_reads_from_the_middle_of_a_segment() {
         wal.read_from(Lsn(12)),
         Err(Error::LsnOutOfRange { .. })
     ));
+}
+
+/// Found by the storage campaign (seed 83): a batch torn at the end of a
+/// segment is dropped by recovery; the next writer, in a higher epoch,
+/// writes the next batch at the start of the next segment because it does
+/// not fit the rest of this one. The torn batch's surviving records stay in
+/// the old segment; the next recovery must continue in the new segment, not
+/// stop at the old batch and call the newer records damage.
+#[test]
+fn a_torn_batch_rewritten_in_the_next_segment_continues_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = small(8 * 1024, 2048);
+    {
+        let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+        wal.append(&[&[1u8; 1500]]).expect("append");
+        // A two-record batch: the second record will be torn.
+        wal.append(&[&[2u8; 500], &[3u8; 500]]).expect("append");
+    }
+    let path = seg_path(dir.path(), 1);
+    let mut bytes = read_file(&path);
+    let second_group = format::align_up(SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES as u64 + 1500);
+    let torn = second_group + RECORD_HEADER_BYTES as u64 + 500 + 100;
+    bytes[usize::try_from(torn).expect("usize")] ^= 0xff;
+    write_file(&path, &bytes);
+    {
+        let (wal, report) = reopen(
+            fs(),
+            dir.path(),
+            DB,
+            options.clone(),
+            SegmentId(1),
+            Lsn::ZERO,
+        )
+        .expect("open");
+        assert_eq!(report.last_lsn, Lsn(1));
+        assert!(report.truncated_bytes > 0, "{report:?}");
+        // Too big for the rest of segment 1: it goes to segment 2.
+        assert_eq!(wal.append(&[&[4u8; 2048]]).expect("append"), Lsn(2));
+        assert_eq!(wal.append(&[&[5u8; 10]]).expect("append"), Lsn(3));
+    }
+    let (wal, report) =
+        reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("reopen");
+    assert_eq!(report.last_lsn, Lsn(3));
+    let payloads: Vec<Vec<u8>> = read_all(&wal).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        payloads,
+        vec![vec![1u8; 1500], vec![4u8; 2048], vec![5u8; 10]]
+    );
+}
+
+/// A write holding two batches is torn in its second batch: recovery keeps
+/// the first, drops the second from its start (mid-write, not on a group
+/// boundary), and zeroes the bytes up to the boundary, where the next
+/// writer starts. Without the zeroing, the dropped batch's first record
+/// would still follow the kept one (same epoch) on the next open.
+#[test]
+fn a_write_torn_in_its_second_batch_keeps_the_first_and_the_next_writer_follows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = small(16 * 1024, 1024);
+    {
+        let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+        wal.append(&[b"one".as_slice()]).expect("append");
+    }
+    // Craft the next write by hand: batch [2], batch [3, 4], 4 torn.
+    let path = seg_path(dir.path(), 1);
+    let mut bytes = read_file(&path);
+    let seed = format::record_seed(DB, SegmentId(1));
+    let at = format::align_up(SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES as u64 + 3);
+    let mut write = Vec::new();
+    for (lsn, more, group_end, payload) in [
+        (2, false, false, b"two".as_slice()),
+        (3, true, false, b"three".as_slice()),
+        (4, false, true, b"four".as_slice()),
+    ] {
+        let meta = format::RecordMeta {
+            lsn: Lsn(lsn),
+            ack: Lsn(1),
+            epoch: super::FIRST_EPOCH,
+            more,
+            group_end,
+        };
+        format::encode_record(&mut write, seed, meta, payload);
+    }
+    let start = usize::try_from(at).expect("usize");
+    bytes[start..start + write.len()].copy_from_slice(&write);
+    let last = bytes.len().min(start + write.len()) - 1;
+    bytes[last] ^= 0xff; // The payload of LSN 4.
+    write_file(&path, &bytes);
+    let third_at = at + RECORD_HEADER_BYTES as u64 + 3;
+    {
+        let (wal, report) = reopen(
+            fs(),
+            dir.path(),
+            DB,
+            options.clone(),
+            SegmentId(1),
+            Lsn::ZERO,
+        )
+        .expect("open");
+        assert_eq!(report.last_lsn, Lsn(2));
+        assert_eq!(report.truncated_at, Some((path.clone(), third_at)));
+        assert_eq!(
+            wal.append(&[b"three again".as_slice()]).expect("append"),
+            Lsn(3)
+        );
+    }
+    let after = read_file(&path);
+    let gap = usize::try_from(third_at).expect("usize")
+        ..usize::try_from(format::align_up(third_at)).expect("usize");
+    assert!(
+        after[gap].iter().all(|&b| b == 0),
+        "the gap up to the boundary is zeroed"
+    );
+    let (wal, report) =
+        reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("reopen");
+    assert_eq!(report.last_lsn, Lsn(3));
+    let payloads: Vec<Vec<u8>> = read_all(&wal).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        payloads,
+        vec![b"one".to_vec(), b"two".to_vec(), b"three again".to_vec()]
+    );
 }

@@ -1,17 +1,20 @@
 //! The writer: what a group-commit leader does with a group of batches.
 //!
-//! It encodes every record with the group's ack watermark, writes the bytes
-//! into the preallocated active segment (rotating to the next segment when a
-//! batch does not fit the rest of it), and `fdatasync`s every segment it
-//! touched once. It never changes a file's size.
+//! It encodes every record with the group's ack watermark and the writer's
+//! epoch, writes the bytes into the preallocated active segment starting at
+//! a group boundary (rotating to the next segment when a batch does not fit
+//! the rest of it), marks the last record written to each segment as the
+//! end of the write, and `fdatasync`s every segment it touched once. It
+//! never changes a file's size.
 //!
 //! **Invariant:** a batch never spans segments (a batch is at most one
 //! segment's capacity, checked before it is queued), so the "more records
-//! follow" flag of a batch is always resolved within one segment.
+//! follow" flag of a batch is always resolved within one segment; every
+//! write starts at a multiple of `GROUP_ALIGN_BYTES`.
 
 use std::sync::atomic::Ordering;
 
-use super::format::{self, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use super::format::{self, RECORD_HEADER_BYTES, RecordMeta, SEGMENT_HEADER_BYTES};
 use super::group::Entry;
 use super::segment::SegmentFile;
 use super::table::{Context, Counters};
@@ -67,19 +70,24 @@ impl Batch {
 pub struct Writer {
     /// The segment being written.
     pub active: SegmentFile,
-    /// Offset of the next record in `active`.
+    /// Offset just past the last record written to `active` (the next
+    /// write starts at the group boundary at or after it).
     pub offset: u64,
+    /// The epoch every record this writer encodes carries.
+    epoch: u64,
     buf: Vec<u8>,
     dirty: bool,
 }
 
 impl Writer {
-    /// A writer appending to `active` at `offset`.
-    pub fn new(active: SegmentFile, offset: u64) -> Writer {
+    /// A writer appending to `active` after `offset`, in `epoch`.
+    pub fn new(active: SegmentFile, offset: u64, epoch: u64) -> Writer {
         assert!(offset >= SEGMENT_HEADER_BYTES && offset <= active.size_bytes);
+        assert!(epoch >= 1, "epochs start at 1");
         Writer {
             active,
             offset,
+            epoch,
             buf: Vec::new(),
             dirty: false,
         }
@@ -94,21 +102,30 @@ impl Writer {
             "records are written after their ack watermark"
         );
         self.buf.clear();
-        for entry in group {
-            let size = entry.item.encoded_bytes();
-            let end = self.offset + self.buf.len() as u64 + size;
-            if end > self.active.size_bytes {
+        self.offset = format::align_up(self.offset).min(self.active.size_bytes);
+        let rotations = self.plan_rotations(ctx, group);
+        for (index, entry) in group.iter().enumerate() {
+            if rotations[index] {
                 self.write_buf()?;
                 self.sync_active(ctx)?;
                 let next = ctx.install_next(self.active.id.next(), entry.first)?;
                 self.active = next;
                 self.offset = SEGMENT_HEADER_BYTES;
             }
+            // The last record of a write to a segment ends the write.
+            let ends_write = index + 1 == group.len() || rotations[index + 1];
             let mut lsn = entry.first;
             let count = entry.item.count();
-            for (index, payload) in entry.item.payloads().enumerate() {
-                let more = (index as u64) + 1 < count;
-                format::encode_record(&mut self.buf, self.active.seed, lsn, ack, more, payload);
+            for (at, payload) in entry.item.payloads().enumerate() {
+                let last_of_batch = (at as u64) + 1 == count;
+                let meta = RecordMeta {
+                    lsn,
+                    ack,
+                    epoch: self.epoch,
+                    more: !last_of_batch,
+                    group_end: last_of_batch && ends_write,
+                };
+                format::encode_record(&mut self.buf, self.active.seed, meta, payload);
                 lsn = lsn.next();
             }
             assert_eq!(lsn, entry.last.next(), "a batch's LSNs are contiguous");
@@ -118,6 +135,31 @@ impl Writer {
         self.sync_active(ctx)?;
         Counters::bump(&ctx.counters.groups);
         Ok(())
+    }
+
+    /// For each batch of `group`, whether it starts the next segment
+    /// because it does not fit the rest of the current one.
+    fn plan_rotations(&self, ctx: &Context, group: &[Entry<Batch>]) -> Vec<bool> {
+        let mut end = self.offset;
+        let mut size = self.active.size_bytes;
+        group
+            .iter()
+            .map(|entry| {
+                let bytes = entry.item.encoded_bytes();
+                if end + bytes > size {
+                    size = ctx.options.segment_size_bytes;
+                    end = SEGMENT_HEADER_BYTES + bytes;
+                    assert!(
+                        end <= size,
+                        "a batch fits an empty segment (checked when queued)"
+                    );
+                    true
+                } else {
+                    end += bytes;
+                    false
+                }
+            })
+            .collect()
     }
 
     fn write_buf(&mut self) -> Result<()> {

@@ -68,7 +68,14 @@ fn wal_record_inputs() -> Vec<(&'static str, Vec<u8>)> {
     let seed = format::record_seed(DatabaseId(1), SegmentId(1));
     let record = |lsn: u64, ack: u64, more: bool, payload: &[u8]| {
         let mut out = Vec::new();
-        format::encode_record(&mut out, seed, Lsn(lsn), Lsn(ack), more, payload);
+        let meta = format::RecordMeta {
+            lsn: Lsn(lsn),
+            ack: Lsn(ack),
+            epoch: 1,
+            more,
+            group_end: !more,
+        };
+        format::encode_record(&mut out, seed, meta, payload);
         out
     };
     let long: Vec<u8> = (0..=255u8).collect();
@@ -80,6 +87,7 @@ fn wal_record_inputs() -> Vec<(&'static str, Vec<u8>)> {
     let mut built = Vec::new();
     built.extend_from_slice(&9u64.to_le_bytes());
     built.extend_from_slice(&4u64.to_le_bytes());
+    built.extend_from_slice(&2u64.to_le_bytes());
     built.push(1);
     built.extend_from_slice(b"built payload");
     vec![

@@ -3,17 +3,19 @@
 //!
 //! Input: a 4-byte little-endian seed, a mode byte, then the body. An even
 //! mode decodes the body as a record (and as a segment header); an odd mode
-//! reads `lsn`, `ack` and a flags byte from the body and encodes a record
-//! with the rest as payload. Either way a valid record must re-encode to the
+//! reads `lsn`, `ack`, `epoch` and a flags byte (bit 0 more, bit 1 group
+//! end) from the body and encodes a record with the rest as payload. Either way a valid record must re-encode to the
 //! same bytes (pair check), and every single-byte change of its encoding
 //! must make it invalid.
 //!
 //! **Invariant:** decoding never panics; what decodes obeys the header's
-//! rules (LSN at least 1, ack below the LSN, only known flags).
+//! rules (LSN at least 1, ack below the LSN, epoch at least 1, only known
+//! flags).
 
 use actum::Lsn;
 use actum::wal::format::{
-    self, FLAG_MORE, RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_USED_BYTES, SegmentHeader,
+    self, FLAG_GROUP_END, FLAG_MORE, RECORD_HEADER_BYTES, RecordHeader, RecordMeta,
+    SEGMENT_HEADER_USED_BYTES, SegmentHeader,
 };
 
 use super::bytes::Bytes;
@@ -34,18 +36,33 @@ pub fn wal_record(data: &[u8]) {
     } else {
         let lsn = Lsn(input.u64());
         let ack = Lsn(input.u64());
-        let more = input.u8() & 1 == 1;
-        if lsn.0 == 0 || ack >= lsn {
+        let epoch = input.u64();
+        let flags = input.u8();
+        if lsn.0 == 0 || ack >= lsn || epoch == 0 {
             return; // Not a record the writer could produce.
         }
+        let meta = RecordMeta {
+            lsn,
+            ack,
+            epoch,
+            more: flags & 1 == 1,
+            group_end: flags & 2 == 2,
+        };
         let payload = input.rest();
         let mut encoded = Vec::new();
-        format::encode_record(&mut encoded, seed, lsn, ack, more, payload);
+        format::encode_record(&mut encoded, seed, meta, payload);
         let (header, decoded_payload) =
             full_record(&encoded, seed).expect("a freshly encoded record decodes");
         assert_eq!(
-            (header.lsn, header.ack, header.more(), decoded_payload),
-            (lsn, ack, more, payload),
+            (
+                header.lsn,
+                header.ack,
+                header.epoch,
+                header.more(),
+                header.group_end(),
+                decoded_payload
+            ),
+            (lsn, ack, epoch, meta.more, meta.group_end, payload),
             "decode(encode(record)) differs from the record"
         );
         assert_flips_rejected(seed, &encoded, flip);
@@ -68,19 +85,24 @@ fn check_decoded(seed: u32, body: &[u8], flip: u8) {
     };
     assert!(header.lsn.0 >= 1, "decoded a record with LSN 0: {header:?}");
     assert!(header.ack < header.lsn, "decoded ack >= lsn: {header:?}");
-    assert_eq!(header.flags & !FLAG_MORE, 0, "unknown flags: {header:?}");
+    assert!(header.epoch >= 1, "decoded epoch 0: {header:?}");
+    assert_eq!(
+        header.flags & !(FLAG_MORE | FLAG_GROUP_END),
+        0,
+        "unknown flags: {header:?}"
+    );
     let Some((header, payload)) = full_record(body, seed) else {
         return; // Payload missing or damaged: a torn record, not an error.
     };
     let mut encoded = Vec::new();
-    format::encode_record(
-        &mut encoded,
-        seed,
-        header.lsn,
-        header.ack,
-        header.more(),
-        payload,
-    );
+    let meta = RecordMeta {
+        lsn: header.lsn,
+        ack: header.ack,
+        epoch: header.epoch,
+        more: header.more(),
+        group_end: header.group_end(),
+    };
+    format::encode_record(&mut encoded, seed, meta, payload);
     assert_eq!(
         encoded.as_slice(),
         &body[..encoded.len()],
