@@ -152,3 +152,33 @@ fn without_a_clean_close_damage_to_the_last_batch_is_truncated_as_a_torn_tail() 
     let recovery = report.recovery.expect("recovered");
     assert!(recovery.truncated_bytes > 0, "{recovery:?}");
 }
+
+/// A new database's first manifest copy damaged before any reopen: the
+/// placeholder copy (sequence 0) is current, and the open steps its log
+/// epoch past the creation's instead of reusing it, storing a sequence the
+/// next open steps past in turn. Found by the `recover_image` fuzz target.
+#[test]
+fn losing_the_first_manifest_copy_before_any_reopen_still_opens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let last = three_batches_then(dir.path(), false);
+    let copy = dir.path().join("MANIFEST-0");
+    let mut bytes = std::fs::read(&copy).expect("read copy 0");
+    bytes[24] ^= 0x10;
+    std::fs::write(&copy, &bytes).expect("damage copy 0");
+
+    let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+    let clock = ManualClock::new(1);
+    let (db, report) = Db::open(Arc::clone(&storage), &clock, dir.path(), options())
+        .expect("the placeholder copy opens the database");
+    let manifest = report.manifest.expect("an existing database");
+    assert!(manifest.chosen.ends_with("MANIFEST-1"), "{manifest:?}");
+    assert_eq!(manifest.rejected.len(), 1, "copy 0 was rejected");
+    assert_eq!(db.wal().durable_lsn(), last, "no record was lost");
+    let sequence = db.manifest().sequence;
+    assert_eq!(sequence, 2, "two updates: past the creation's epoch");
+    let appended = db.wal().append(&[b"after"]).expect("append");
+    drop(db);
+    let (db, _) = Db::open(storage, &clock, dir.path(), options()).expect("reopen");
+    assert_eq!(db.wal().durable_lsn(), appended);
+    assert!(db.manifest().sequence > sequence, "every open a new epoch");
+}

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
 use crate::manifest::{Manifest, ManifestReport, ManifestStore};
 use crate::storage::{DirLock, Storage};
-use crate::wal::{RecoveryReport, Wal, WalOptions};
+use crate::wal::{FIRST_EPOCH, RecoveryReport, Wal, WalOptions};
 
 use super::create::{WAL_DIR, create_database, creation_interrupted, has_no_manifest, sync_dir};
 
@@ -92,7 +92,11 @@ impl Db {
         // higher than every earlier open's (each made one) and every
         // checkpoint's: records it writes never pass for the dropped tail
         // of an earlier one (docs/DURABILITY.md, "Recovery").
-        let epoch = manifest.sequence + 1;
+        // A new database writes sequence 1 beside a placeholder of sequence
+        // 0; the placeholder is current only when copy 0 was damaged before
+        // any reopen, and the creation's records already carry epoch
+        // `FIRST_EPOCH`, so the epoch steps past it either way.
+        let epoch = manifest.sequence.max(FIRST_EPOCH) + 1;
         let (wal, recovery) = Wal::open(
             Arc::clone(&storage),
             &dir.join(WAL_DIR),
@@ -129,11 +133,15 @@ impl Db {
         }
         // Durable before the first append of this epoch; the database is
         // open, so no clean shutdown stands until the next close.
-        store.update(Manifest {
-            sequence: epoch,
-            clean_shutdown_lsn: None,
-            ..manifest
-        })?;
+        // The stored sequence reaches the epoch (two updates when the
+        // placeholder was current), so the next open's epoch is higher.
+        while store.current().sequence < epoch {
+            store.update(Manifest {
+                sequence: store.current().sequence + 1,
+                clean_shutdown_lsn: None,
+                ..manifest.clone()
+            })?;
+        }
         let db = Db::assemble(storage, dir, store, wal, lock);
         let report = OpenReport {
             created: false,
