@@ -70,6 +70,21 @@ pub enum Error {
         /// The version this build reads and writes.
         supported: u32,
     },
+    /// A WAL record, intact by its checksums, holds a payload version this
+    /// build does not read: another build wrote it. Nothing is skipped and
+    /// nothing is changed; the database is not opened.
+    UnsupportedPayload {
+        /// The segment file holding the record.
+        file: PathBuf,
+        /// The record's byte offset within `file`.
+        offset: u64,
+        /// The record's LSN.
+        lsn: Lsn,
+        /// The payload version found (the payload's first byte).
+        found: u8,
+        /// The payload versions this build reads, oldest first.
+        supported: &'static [u8],
+    },
     /// No copy of the manifest is valid, so the database root is unknown.
     NoValidManifest {
         /// The database directory.
@@ -333,6 +348,13 @@ impl fmt::Display for Error {
                 "{} has format version {found}; this build reads version {supported}",
                 file.display()
             ),
+            Error::UnsupportedPayload {
+                file,
+                offset,
+                lsn,
+                found,
+                supported,
+            } => unsupported_payload(f, file, (*offset, *lsn), *found, supported),
             Error::NoValidManifest { dir, reasons } => write!(
                 f,
                 "no valid manifest copy in {}: {}",
@@ -478,6 +500,31 @@ impl fmt::Display for Error {
             Error::OpDecode { reason } => write!(f, "bytes are not a valid books op: {reason}"),
         }
     }
+}
+
+/// The message of [`Error::UnsupportedPayload`]: what was found, and which
+/// build can read it.
+fn unsupported_payload(
+    f: &mut fmt::Formatter<'_>,
+    file: &std::path::Path,
+    (offset, lsn): (u64, Lsn),
+    found: u8,
+    supported: &[u8],
+) -> fmt::Result {
+    let newest = supported.iter().copied().max().unwrap_or(0);
+    let remedy = if found > newest {
+        "a newer build of actum wrote this record, so open the database with that build"
+    } else {
+        "an older build wrote this record and this build no longer reads its version, so open \
+         the database with a build that does and checkpoint it"
+    };
+    write!(
+        f,
+        "{} at byte offset {offset}: the record at {lsn} has record payload version {found}; \
+         this build reads {}. The database was not opened and nothing was changed: {remedy}",
+        file.display(),
+        crate::books::versions_text(supported)
+    )
 }
 
 /// An op that does not apply to the books `decide` read: `decide` and

@@ -2,15 +2,19 @@
 //! books (what a `decide`/`apply` disagreement would have logged, or bytes
 //! from another version) must make `Engine::open` fail with `Corrupt`
 //! naming the segment file and the record's offset: never a panic, and
-//! never an engine that cannot be opened without saying where.
+//! never an engine that cannot be opened without saying where. A record in
+//! a payload version this build does not read is not damage but another
+//! build's: `UnsupportedPayload`, naming the version, file and offset.
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
 use std::sync::Arc;
 
-use actum::books::{EffectKey, EffectStatus, FencingToken, Op, RunId, StepId, encode_ops};
+use actum::books::{
+    EffectKey, EffectStatus, FencingToken, Op, PAYLOAD_VERSION, RunId, StepId, encode_ops,
+};
 use actum::db::Db;
-use actum::{Engine, EngineOptions, Error, FsStorage, ManualClock, Storage};
+use actum::{Engine, EngineOptions, Error, FsStorage, Lsn, ManualClock, Storage};
 
 mod support;
 use support::*;
@@ -71,8 +75,51 @@ fn a_record_whose_ops_do_not_apply_is_corrupt_at_its_file_and_offset() {
 
 #[test]
 fn a_record_that_is_not_a_list_of_ops_is_corrupt_at_its_file_and_offset() {
-    let err = logged_then_reopened(&[0xff; 9]);
+    let mut garbage = vec![PAYLOAD_VERSION];
+    garbage.extend_from_slice(&[0xff; 8]);
+    let err = logged_then_reopened(&garbage);
     assert_names_the_record(&err, "is not a list of books ops");
+    let err = logged_then_reopened(&[]);
+    assert_names_the_record(&err, "lacks its version byte");
     let err = logged_then_reopened(&encode_ops(&[]));
     assert_names_the_record(&err, "holds no ops");
+}
+
+#[test]
+fn a_record_in_an_unknown_payload_version_is_refused_naming_version_file_and_offset() {
+    let mut payload = encode_ops(&[Op::LeaseReleased {
+        run: RunId::new("r1").unwrap(),
+        token: FencingToken(1),
+        version: 2,
+        at_ms: START_MS,
+    }]);
+    payload[0] = 7;
+    let err = logged_then_reopened(&payload);
+    let Error::UnsupportedPayload {
+        file,
+        offset,
+        lsn,
+        found,
+        supported,
+    } = &err
+    else {
+        panic!("expected UnsupportedPayload, got {err}")
+    };
+    assert_eq!(
+        file.extension().and_then(|e| e.to_str()),
+        Some("wal"),
+        "{err}"
+    );
+    assert!(*offset > 0, "the record's offset: {err}");
+    assert_eq!((*lsn, *found, *supported), (Lsn(2), 7, &[1u8][..]));
+    let message = err.to_string();
+    assert!(
+        message.contains("record payload version 7; this build reads version 1"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("byte offset {offset}")),
+        "{message}"
+    );
+    assert!(message.contains("a newer build"), "{message}");
 }

@@ -45,7 +45,10 @@ pub use lease::{Lease, claim_order, claimable, claimable_from_ms};
 pub use ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 pub use limits::*;
 pub use mem::MemBooks;
-pub use op::{Op, decode_ops, encode_ops};
+pub(crate) use op::versions_text;
+pub use op::{
+    Op, PAYLOAD_VERSION, PAYLOAD_VERSIONS_READ, decode_ops, encode_ops, unsupported_payload_version,
+};
 pub use overlay::{Overlay, Writes};
 pub use run::{Run, RunState, transition_allowed};
 pub use state::{BooksRead, BooksWrite};

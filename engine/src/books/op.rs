@@ -2,8 +2,16 @@
 //! replay never re-validates; an op carries every value apply needs
 //! (timestamps, tokens, versions), so apply reads no clock.
 //!
+//! A WAL record's payload is one commit's ops behind a version byte,
+//! `[PAYLOAD_VERSION][postcard(Vec<Op>)]` (docs/FORMAT.md, "Record payload"
+//! pins every byte, and `tests/tests/golden_bytes_pin_the_formats.rs` holds
+//! the bytes of every variant).
+//!
 //! Invariant: `decode(encode(op)) == op`, and decoding any bytes returns an
 //! `Err` rather than panicking (names and keys are re-validated on decode).
+//! Postcard encodes an enum by its variant's index, so variants are only
+//! ever appended, never reordered or removed, and no field changes within a
+//! payload version.
 
 use serde::{Deserialize, Serialize};
 
@@ -184,14 +192,64 @@ impl Op {
     }
 }
 
-/// The bytes of one commit's ops, in order (postcard).
+/// The record payload version this build writes: the first byte of every
+/// payload [`encode_ops`] makes.
+pub const PAYLOAD_VERSION: u8 = 1;
+
+/// Every record payload version this build reads, oldest first. A build
+/// that introduces a version keeps reading the ones before it
+/// (docs/FORMAT.md, "Versioning of the payload").
+pub const PAYLOAD_VERSIONS_READ: [u8; 1] = [PAYLOAD_VERSION];
+
+const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
+
+/// The bytes of one commit's ops, in order: [`PAYLOAD_VERSION`], then the
+/// postcard encoding of the list.
 pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
-    postcard::to_stdvec(ops).expect("encoding ops into a Vec cannot fail")
+    // Postcard writes a `u8` as one raw byte and a tuple as its fields in
+    // order, so this is the version byte followed by the list's encoding.
+    let payload =
+        postcard::to_stdvec(&(PAYLOAD_VERSION, ops)).expect("encoding ops into a Vec cannot fail");
+    assert_eq!(payload[0], PAYLOAD_VERSION);
+    payload
 }
 
-/// Inverts [`encode_ops`]; bytes that are not exactly one op list are an `Err`.
+/// The version byte of `payload` if it names a version this build does not
+/// read; `None` if this build reads it, or if the payload is empty (which
+/// [`decode_ops`] refuses as damage, not as another version).
+pub fn unsupported_payload_version(payload: &[u8]) -> Option<u8> {
+    let version = *payload.first()?;
+    (!PAYLOAD_VERSIONS_READ.contains(&version)).then_some(version)
+}
+
+/// Payload versions in words, for messages: `version 1`, `versions 1, 2`.
+pub(crate) fn versions_text(versions: &[u8]) -> String {
+    let list: Vec<String> = versions.iter().map(u8::to_string).collect();
+    match list.as_slice() {
+        [one] => format!("version {one}"),
+        many => format!("versions {}", many.join(", ")),
+    }
+}
+
+/// Inverts [`encode_ops`]. An empty payload, a version this build does not
+/// read (the error names it and the versions this build reads), or bytes
+/// that are not exactly one op list are an `Err`.
 pub fn decode_ops(bytes: &[u8]) -> Result<Vec<Op>> {
-    decode_exact(bytes)
+    let Some((&version, list)) = bytes.split_first() else {
+        return Err(Error::OpDecode {
+            reason: "the record payload is empty: it lacks its version byte".to_string(),
+        });
+    };
+    if let Some(found) = unsupported_payload_version(bytes) {
+        assert_eq!(found, version);
+        return Err(Error::OpDecode {
+            reason: format!(
+                "record payload version {found}; this build reads {}",
+                versions_text(&PAYLOAD_VERSIONS_READ)
+            ),
+        });
+    }
+    decode_exact(list)
 }
 
 #[cfg(test)]
@@ -492,8 +550,12 @@ mod tests {
             if let Ok(op) = Op::decode(&bytes) {
                 prop_assert_eq!(Op::decode(&op.encode()).unwrap(), op);
             }
-            if let Ok(ops) = decode_ops(&bytes) {
-                prop_assert_eq!(decode_ops(&encode_ops(&ops)).unwrap(), ops);
+            // Behind a known version byte, so the list decoder sees them too.
+            let payload = [&[PAYLOAD_VERSION][..], &bytes].concat();
+            for bytes in [&bytes, &payload] {
+                if let Ok(ops) = decode_ops(bytes) {
+                    prop_assert_eq!(decode_ops(&encode_ops(&ops)).unwrap(), ops);
+                }
             }
         }
 
@@ -505,6 +567,47 @@ mod tests {
             let _ = Op::decode(&bytes);
             prop_assert!(Op::decode(&op.encode()).is_ok());
         }
+    }
+
+    #[test]
+    fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() {
+        let ops = vec![Op::LeaseReleased {
+            run: RunId::new("ab").unwrap(),
+            token: FencingToken(1),
+            version: 2,
+            at_ms: 3,
+        }];
+        let payload = encode_ops(&ops);
+        assert_eq!(payload[0], PAYLOAD_VERSION);
+        assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
+        assert_eq!(decode_ops(&payload).unwrap(), ops);
+        assert_eq!(unsupported_payload_version(&payload), None);
+        for version in [0u8, 2, 7, 255] {
+            let mut other = payload.clone();
+            other[0] = version;
+            assert_eq!(unsupported_payload_version(&other), Some(version));
+            let err = decode_ops(&other).unwrap_err();
+            let expected = format!("record payload version {version}; this build reads version 1");
+            assert!(err.to_string().contains(&expected), "{err}");
+        }
+    }
+
+    #[test]
+    fn empty_and_truncated_payloads_are_errors() {
+        assert_eq!(unsupported_payload_version(&[]), None);
+        let err = decode_ops(&[]).unwrap_err();
+        assert!(err.to_string().contains("lacks its version byte"), "{err}");
+        let payload = encode_ops(&[Op::BlobPut {
+            digest: Digest([7; 32]),
+            bytes: vec![1, 2, 3],
+        }]);
+        for len in 0..payload.len() {
+            assert!(
+                decode_ops(&payload[..len]).is_err(),
+                "prefix of {len} bytes"
+            );
+        }
+        assert_eq!(decode_ops(&[PAYLOAD_VERSION, 0]).unwrap(), Vec::new());
     }
 
     #[test]

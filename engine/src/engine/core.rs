@@ -20,7 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::WriteTransaction;
 
-use crate::books::{Command, Op, Overlay, Writes, apply, decode_ops};
+use crate::books::{
+    Command, Op, Overlay, PAYLOAD_VERSIONS_READ, Writes, apply, decode_ops,
+    unsupported_payload_version,
+};
 use crate::clock::{Clock, SystemClock};
 use crate::combine::Combiner;
 use crate::db::{Pipeline, RecordAt, Recovery};
@@ -384,7 +387,10 @@ pub(crate) fn apply_ops<'a>(
 /// Replays the record `payload` found at `at` into the hot books: the same
 /// `apply` as the live path. A record that does not decode, or whose ops do
 /// not apply, is `Corrupt` naming its segment file and offset, never a
-/// panic.
+/// panic. A payload version this build does not read is
+/// `UnsupportedPayload` instead: the record passed its checksums, so its
+/// bytes are what another build wrote, not damage (docs/FORMAT.md,
+/// "Versioning of the payload").
 fn replay_record(
     inner: &mut Inner,
     state: &StateStore,
@@ -392,6 +398,15 @@ fn replay_record(
     payload: &[u8],
     strip_compensations: bool,
 ) -> Result<()> {
+    if let Some(found) = unsupported_payload_version(payload) {
+        return Err(Error::UnsupportedPayload {
+            file: at.file.to_path_buf(),
+            offset: at.offset,
+            lsn: at.lsn,
+            found,
+            supported: &PAYLOAD_VERSIONS_READ,
+        });
+    }
     let corrupt = |reason: String| Error::corrupt(at.file, at.offset, reason);
     let mut ops = decode_ops(payload).map_err(|e| {
         corrupt(format!(
