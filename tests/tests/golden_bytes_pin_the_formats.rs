@@ -1,0 +1,816 @@
+//! Golden bytes: the encoding of every books op variant (and of every
+//! variant of the enums inside ops), of a WAL record payload, and of a row
+//! of every state-store table that holds rows, checked in below as hex. Each fixture is
+//! encoded and compared with its hex, and its hex is decoded and compared
+//! with the value, so a change to any encoding, in either direction, fails
+//! here and prints the new bytes. docs/FORMAT.md ("Record payload", "State
+//! store tables") describes these bytes and the policy for changing them:
+//! a change is a new payload version, never an edit of this table alone.
+//!
+//! A deliberate change is blessed with one command, which rewrites the
+//! table in this file in place (then review the diff; the committed table
+//! is the reference):
+//!
+//! ```text
+//! ACTUM_BLESS_GOLDEN=1 cargo test -p actum-tests --test golden_bytes_pin_the_formats
+//! ```
+//!
+//! Fixture values need not be states the books can reach: every field
+//! differs from its default and from its neighbours, so two swapped fields
+//! change the bytes. Digests are fixed, ascending bytes, not real hashes.
+
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::Path;
+
+use actum::books::{
+    AuditEntry, AuditWhat, CheckpointMeta, Compensation, DecisionRecord, Digest, EffectEntry,
+    EffectKey, EffectKind, EffectStatus, FencingToken, Lease, Op, PAYLOAD_VERSION, PartRef, Run,
+    RunId, RunState, StepId, ToolClass, Usage, WorkerId, decode_ops, encode_ops,
+};
+use actum::state::rows::{RowTable, decode_row, encode_row};
+
+/// The committed bytes: one fixture a line, its name then its hex.
+/// Rewritten in place by `ACTUM_BLESS_GOLDEN=1` (see the module docs).
+const GOLDEN: &str = "
+op.run_created                 000272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
+op.run_created.bare            000272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
+op.run_transitioned            01027231010308a01f0303776879
+op.run_transitioned.failed     010272310206098420030178
+op.run_transitioned.cancelled  0102723104070ae820030179
+op.lease_acquired              0202723102773103b81708c413
+op.lease_renewed               0302723103f02e098827
+op.lease_released              04027231030ad836
+op.effect_intended.act         050272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
+op.effect_intended.undo        05027231027331010106726566756e6402404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f04756e646f0000904e030000
+op.effect_resent               06027231027331000203f855
+op.effect_settled.confirmed    0702723102733100020102aabbe05d03016e
+op.effect_settled.failed       0702723102733100020201026e6fe05d03016e
+op.effect_settled.unknown      07027231027331000203046c6f7374e05d03016e
+op.effect_settled.compensated  0702723102733100020401aa01cce05d03016e
+op.blob_put                    08606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f02dead
+op.checkpoint_saved            0902723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f02046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02c86503
+op.decision_recorded           0a02723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
+payload.two_ops                01020302723103f02e09882704027231030ad836
+payload.no_ops                 0100
+row.run                        931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
+row.run.bare                   a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
+row.effect                     f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
+row.checkpoint                 1ce9ce6202723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f02046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02c86503
+row.decision                   a394c08102723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
+row.audit.created              5cc219fc0198750000026131101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f0179
+row.audit.transitioned         20019d0702987501030101050179
+row.audit.lease_acquired       b555c932039875010302027731b8170179
+row.audit.lease_renewed        c4fa817a049875010303f02e0179
+row.audit.lease_released       1badf4fa0598750103040179
+row.audit.intended             09aadf33069875010305027231027331000203706179303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f0179
+row.audit.resent               2db3151e07987501030602723102733101010179
+row.audit.settled              7c5091bb089875010307027231027331000209636f6e6669726d65640179
+row.audit.checkpoint_saved     c9d529740998750103080206020179
+row.audit.decision_recorded    16f4f9350a987501030905909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf0179
+";
+
+// ---------------------------------------------------------------- values
+
+fn digest(first: u8) -> Digest {
+    Digest(std::array::from_fn(|i| first + i as u8))
+}
+
+fn run_id() -> RunId {
+    RunId::new("r1").unwrap()
+}
+
+fn token() -> FencingToken {
+    FencingToken(3)
+}
+
+fn act_key() -> EffectKey {
+    EffectKey::of_kind(run_id(), StepId::new("s1").unwrap(), EffectKind::Act, 2).unwrap()
+}
+
+fn undo_key() -> EffectKey {
+    EffectKey::of_kind(run_id(), StepId::new("s1").unwrap(), EffectKind::Undo, 1).unwrap()
+}
+
+fn lease() -> Lease {
+    Lease {
+        worker: WorkerId::new("w1").unwrap(),
+        token: token(),
+        expires_ms: 3_000,
+    }
+}
+
+/// A run with every optional field present.
+fn run() -> Run {
+    Run {
+        id: run_id(),
+        state: RunState::Paused,
+        version: 7,
+        input_digest: digest(0x10),
+        agent_version: "a1".into(),
+        trace_id: "t1".into(),
+        parent: Some(RunId::new("p1").unwrap()),
+        created_ms: 1_000,
+        updated_ms: 2_000,
+        lease: Some(lease()),
+        next_token: FencingToken(4),
+    }
+}
+
+/// A run with every optional field absent.
+fn bare_run() -> Run {
+    Run {
+        id: RunId::new("r2").unwrap(),
+        state: RunState::Pending,
+        version: 1,
+        input_digest: digest(0x20),
+        agent_version: "a2".into(),
+        trace_id: "t2".into(),
+        parent: None,
+        created_ms: 1_500,
+        updated_ms: 1_500,
+        lease: None,
+        next_token: FencingToken::FIRST,
+    }
+}
+
+/// An act's entry with a registered compensation (two tool classes).
+fn act_entry() -> EffectEntry {
+    EffectEntry {
+        key: act_key(),
+        tool: "pay".into(),
+        tool_class: ToolClass::Idempotent {
+            dedup_window_ms: 86_400_000,
+        },
+        args_digest: digest(0x30),
+        rationale: "why".into(),
+        compensation: Some(Compensation {
+            tool: "refund".into(),
+            args: vec![0x01, 0x02],
+            class: ToolClass::Queryable,
+        }),
+        status: EffectStatus::Intended,
+        intended_ms: 8_000,
+        token: token(),
+        resends: 5,
+        settled_ms: Some(9_000),
+    }
+}
+
+/// A compensation's own entry: no compensation, never settled.
+fn undo_entry() -> EffectEntry {
+    EffectEntry {
+        key: undo_key(),
+        tool: "refund".into(),
+        tool_class: ToolClass::NotIdempotent,
+        args_digest: digest(0x40),
+        rationale: "undo".into(),
+        compensation: None,
+        status: EffectStatus::Intended,
+        intended_ms: 10_000,
+        token: token(),
+        resends: 0,
+        settled_ms: None,
+    }
+}
+
+fn checkpoint_meta() -> CheckpointMeta {
+    CheckpointMeta {
+        run: run_id(),
+        version: 2,
+        schema_version: 6,
+        parts: vec![
+            PartRef {
+                name: "plan".into(),
+                digest: digest(0x50),
+                size_bytes: 2,
+            },
+            PartRef {
+                name: "msgs".into(),
+                digest: digest(0x70),
+                size_bytes: 300,
+            },
+        ],
+        saved_ms: 13_000,
+        token: token(),
+    }
+}
+
+fn decision_record() -> DecisionRecord {
+    DecisionRecord {
+        run: run_id(),
+        position: 5,
+        input_digest: digest(0x90),
+        output: b"ok".to_vec(),
+        rationale: "r".into(),
+        usage: Usage {
+            tokens_in: 100,
+            tokens_out: 200,
+            cost_micro_usd: 300,
+        },
+        recorded_ms: 14_000,
+        token: token(),
+    }
+}
+
+fn settled(status: EffectStatus) -> Op {
+    Op::EffectSettled {
+        key: act_key(),
+        status,
+        at_ms: 12_000,
+        token: token(),
+        note: "n".into(),
+    }
+}
+
+fn lease_renewed() -> Op {
+    Op::LeaseRenewed {
+        run: run_id(),
+        token: token(),
+        expires_ms: 6_000,
+        version: 9,
+        at_ms: 5_000,
+    }
+}
+
+fn lease_released() -> Op {
+    Op::LeaseReleased {
+        run: run_id(),
+        token: token(),
+        version: 10,
+        at_ms: 7_000,
+    }
+}
+
+/// One op per variant, and one per variant of the enums inside them.
+fn ops() -> Vec<(&'static str, Op)> {
+    vec![
+        ("op.run_created", Op::RunCreated { run: run() }),
+        ("op.run_created.bare", Op::RunCreated { run: bare_run() }),
+        (
+            "op.run_transitioned",
+            Op::RunTransitioned {
+                run: run_id(),
+                from: RunState::Running,
+                to: RunState::WaitingHuman,
+                version: 8,
+                at_ms: 4_000,
+                token: token(),
+                reason: "why".into(),
+            },
+        ),
+        (
+            "op.run_transitioned.failed",
+            Op::RunTransitioned {
+                run: run_id(),
+                from: RunState::WaitingTool,
+                to: RunState::Failed,
+                version: 9,
+                at_ms: 4_100,
+                token: token(),
+                reason: "x".into(),
+            },
+        ),
+        (
+            "op.run_transitioned.cancelled",
+            Op::RunTransitioned {
+                run: run_id(),
+                from: RunState::Paused,
+                to: RunState::Cancelled,
+                version: 10,
+                at_ms: 4_200,
+                token: token(),
+                reason: "y".into(),
+            },
+        ),
+        (
+            "op.lease_acquired",
+            Op::LeaseAcquired {
+                run: run_id(),
+                lease: lease(),
+                version: 8,
+                at_ms: 2_500,
+            },
+        ),
+        ("op.lease_renewed", lease_renewed()),
+        ("op.lease_released", lease_released()),
+        (
+            "op.effect_intended.act",
+            Op::EffectIntended { entry: act_entry() },
+        ),
+        (
+            "op.effect_intended.undo",
+            Op::EffectIntended {
+                entry: undo_entry(),
+            },
+        ),
+        (
+            "op.effect_resent",
+            Op::EffectResent {
+                key: act_key(),
+                token: token(),
+                at_ms: 11_000,
+            },
+        ),
+        (
+            "op.effect_settled.confirmed",
+            settled(EffectStatus::Confirmed {
+                receipt: vec![0xaa, 0xbb],
+            }),
+        ),
+        (
+            "op.effect_settled.failed",
+            settled(EffectStatus::Failed {
+                retryable: true,
+                reason: "no".into(),
+            }),
+        ),
+        (
+            "op.effect_settled.unknown",
+            settled(EffectStatus::Unknown {
+                reason: "lost".into(),
+            }),
+        ),
+        (
+            "op.effect_settled.compensated",
+            settled(EffectStatus::Compensated {
+                receipt: vec![0xaa],
+                compensation_receipt: vec![0xcc],
+            }),
+        ),
+        (
+            "op.blob_put",
+            Op::BlobPut {
+                digest: digest(0x60),
+                bytes: vec![0xde, 0xad],
+            },
+        ),
+        (
+            "op.checkpoint_saved",
+            Op::CheckpointSaved {
+                meta: checkpoint_meta(),
+            },
+        ),
+        (
+            "op.decision_recorded",
+            Op::DecisionRecorded {
+                record: decision_record(),
+            },
+        ),
+    ]
+}
+
+fn audit(seq: u64, token: Option<FencingToken>, what: AuditWhat) -> AuditEntry {
+    AuditEntry {
+        seq,
+        at_ms: 15_000,
+        token,
+        what,
+        why: "y".into(),
+    }
+}
+
+/// One audit row per variant of what it records.
+fn audit_entries() -> Vec<(&'static str, AuditEntry)> {
+    let tok = Some(token());
+    vec![
+        (
+            "row.audit.created",
+            audit(
+                1,
+                None,
+                AuditWhat::Created {
+                    agent_version: "a1".into(),
+                    input: digest(0x10),
+                },
+            ),
+        ),
+        (
+            "row.audit.transitioned",
+            audit(
+                2,
+                tok,
+                AuditWhat::Transitioned {
+                    from: RunState::Running,
+                    to: RunState::Completed,
+                },
+            ),
+        ),
+        (
+            "row.audit.lease_acquired",
+            audit(
+                3,
+                tok,
+                AuditWhat::LeaseAcquired {
+                    worker: WorkerId::new("w1").unwrap(),
+                    expires_ms: 3_000,
+                },
+            ),
+        ),
+        (
+            "row.audit.lease_renewed",
+            audit(4, tok, AuditWhat::LeaseRenewed { expires_ms: 6_000 }),
+        ),
+        (
+            "row.audit.lease_released",
+            audit(5, tok, AuditWhat::LeaseReleased),
+        ),
+        (
+            "row.audit.intended",
+            audit(
+                6,
+                tok,
+                AuditWhat::Intended {
+                    key: act_key(),
+                    tool: "pay".into(),
+                    args: digest(0x30),
+                },
+            ),
+        ),
+        (
+            "row.audit.resent",
+            audit(7, tok, AuditWhat::Resent { key: undo_key() }),
+        ),
+        (
+            "row.audit.settled",
+            audit(
+                8,
+                tok,
+                AuditWhat::Settled {
+                    key: act_key(),
+                    status: Cow::Borrowed("confirmed"),
+                },
+            ),
+        ),
+        (
+            "row.audit.checkpoint_saved",
+            audit(
+                9,
+                tok,
+                AuditWhat::CheckpointSaved {
+                    version: 2,
+                    schema_version: 6,
+                    parts: 2,
+                },
+            ),
+        ),
+        (
+            "row.audit.decision_recorded",
+            audit(
+                10,
+                tok,
+                AuditWhat::DecisionRecorded {
+                    position: 5,
+                    input: digest(0x90),
+                },
+            ),
+        ),
+    ]
+}
+
+// ---------------------------------------------------------------- cases
+
+/// Checks that bytes decode to a fixture's value; `Err` says what they
+/// gave instead.
+type DecodeCheck = Box<dyn Fn(&[u8]) -> Result<(), String>>;
+
+/// One fixture: its name, the bytes its value encodes to now, and a check
+/// that given bytes decode to its value.
+struct Case {
+    name: String,
+    bytes: Vec<u8>,
+    decodes_to_value: DecodeCheck,
+}
+
+fn case<T: PartialEq + Debug + 'static>(
+    name: &str,
+    value: T,
+    encode: impl Fn(&T) -> Vec<u8>,
+    decode: impl Fn(&[u8]) -> Result<T, String> + 'static,
+) -> Case {
+    let bytes = encode(&value);
+    Case {
+        name: name.to_string(),
+        bytes,
+        decodes_to_value: Box::new(move |bytes| match decode(bytes) {
+            Ok(decoded) if decoded == value => Ok(()),
+            Ok(decoded) => Err(format!("give {decoded:?}, not {value:?}")),
+            Err(e) => Err(format!("do not decode: {e}")),
+        }),
+    }
+}
+
+/// A row fixture of `table`. The row codec is generic over serde's traits,
+/// which this crate does not depend on, so each call names its row type
+/// through its value instead of through a generic bound.
+macro_rules! row_case {
+    ($name:expr, $table:expr, $value:expr) => {
+        case(
+            $name,
+            $value,
+            |v| encode_row($table, v),
+            |bytes| decode_row($table, bytes),
+        )
+    };
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = ops()
+        .into_iter()
+        .map(|(name, op)| {
+            case(name, op, Op::encode, |bytes| {
+                Op::decode(bytes).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let payload = |name: &str, ops: Vec<Op>| {
+        case(
+            name,
+            ops,
+            |ops| encode_ops(ops),
+            |bytes| decode_ops(bytes).map_err(|e| e.to_string()),
+        )
+    };
+    cases.push(payload(
+        "payload.two_ops",
+        vec![lease_renewed(), lease_released()],
+    ));
+    cases.push(payload("payload.no_ops", Vec::new()));
+    cases.push(row_case!("row.run", RowTable::Run, run()));
+    cases.push(row_case!("row.run.bare", RowTable::Run, bare_run()));
+    cases.push(row_case!("row.effect", RowTable::Effect, act_entry()));
+    cases.push(row_case!(
+        "row.checkpoint",
+        RowTable::Checkpoint,
+        checkpoint_meta()
+    ));
+    cases.push(row_case!(
+        "row.decision",
+        RowTable::Decision,
+        decision_record()
+    ));
+    for (name, entry) in audit_entries() {
+        cases.push(row_case!(name, RowTable::Audit, entry));
+    }
+    cases
+}
+
+// ---------------------------------------------------------------- checking
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The committed table, by name; a malformed line is a failure.
+fn committed() -> BTreeMap<&'static str, &'static str> {
+    let mut table = BTreeMap::new();
+    for line in GOLDEN.lines().filter(|l| !l.trim().is_empty()) {
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(hex), None) = (words.next(), words.next(), words.next()) else {
+            panic!("a golden line is `name hex`, not {line:?}");
+        };
+        assert!(
+            table.insert(name, hex).is_none(),
+            "fixture {name} is committed twice"
+        );
+    }
+    table
+}
+
+/// The table as it should read for `cases`.
+fn table_text(cases: &[Case]) -> String {
+    let width = cases.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    let mut text = String::from("\n");
+    for case in cases {
+        text.push_str(&format!("{:width$}  {}\n", case.name, hex(&case.bytes)));
+    }
+    text
+}
+
+/// What is wrong with `case` against its committed hex, if anything.
+fn problems_of(case: &Case, committed: Option<&str>) -> Vec<String> {
+    let Some(committed) = committed else {
+        return vec![format!(
+            "{}: no committed bytes\n    now:       {}",
+            case.name,
+            hex(&case.bytes)
+        )];
+    };
+    let mut problems = Vec::new();
+    if committed != hex(&case.bytes) {
+        problems.push(format!(
+            "{}: the encoding changed\n    committed: {committed}\n    now:       {}",
+            case.name,
+            hex(&case.bytes)
+        ));
+    }
+    match unhex(committed) {
+        None => problems.push(format!("{}: the committed hex is malformed", case.name)),
+        Some(bytes) => {
+            if let Err(e) = (case.decodes_to_value)(&bytes) {
+                problems.push(format!("{}: the committed bytes {e}", case.name));
+            }
+        }
+    }
+    problems
+}
+
+/// Rewrites the `GOLDEN` literal of this file with `text`.
+fn bless(text: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden_bytes_pin_the_formats.rs");
+    let source = std::fs::read_to_string(&path).unwrap();
+    let start_marker = "const GOLDEN: &str = \"";
+    let start = source.find(start_marker).unwrap() + start_marker.len();
+    let end = start + source[start..].find("\";").unwrap();
+    let blessed = format!("{}{text}{}", &source[..start], &source[end..]);
+    std::fs::write(&path, blessed).unwrap();
+    eprintln!("blessed {}: review the diff", path.display());
+}
+
+#[test]
+fn every_encoding_equals_its_committed_bytes_and_decodes_back() {
+    let cases = cases();
+    let committed = committed();
+    let mut problems = Vec::new();
+    for case in &cases {
+        problems.extend(problems_of(
+            case,
+            committed.get(case.name.as_str()).copied(),
+        ));
+    }
+    for name in committed.keys() {
+        if !cases.iter().any(|c| c.name == *name) {
+            problems.push(format!("{name}: committed, but no fixture has this name"));
+        }
+    }
+    if problems.is_empty() {
+        return;
+    }
+    if std::env::var("ACTUM_BLESS_GOLDEN").as_deref() == Ok("1") {
+        eprintln!("{}", problems.join("\n"));
+        bless(&table_text(&cases));
+        return;
+    }
+    panic!(
+        "{} golden fixture problem(s); an encoding on disk changed. If that is deliberate, \
+         introduce a new payload version (docs/FORMAT.md) and bless with \
+         ACTUM_BLESS_GOLDEN=1.\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------- coverage
+
+/// The variant index postcard writes for `op`. Exhaustive, so a new variant
+/// does not compile until it has a fixture here.
+fn op_index(op: &Op) -> u8 {
+    match op {
+        Op::RunCreated { .. } => 0,
+        Op::RunTransitioned { .. } => 1,
+        Op::LeaseAcquired { .. } => 2,
+        Op::LeaseRenewed { .. } => 3,
+        Op::LeaseReleased { .. } => 4,
+        Op::EffectIntended { .. } => 5,
+        Op::EffectResent { .. } => 6,
+        Op::EffectSettled { .. } => 7,
+        Op::BlobPut { .. } => 8,
+        Op::CheckpointSaved { .. } => 9,
+        Op::DecisionRecorded { .. } => 10,
+    }
+}
+
+fn status_index(status: &EffectStatus) -> u8 {
+    match status {
+        EffectStatus::Intended => 0,
+        EffectStatus::Confirmed { .. } => 1,
+        EffectStatus::Failed { .. } => 2,
+        EffectStatus::Unknown { .. } => 3,
+        EffectStatus::Compensated { .. } => 4,
+    }
+}
+
+fn class_index(class: &ToolClass) -> u8 {
+    match class {
+        ToolClass::Idempotent { .. } => 0,
+        ToolClass::Queryable => 1,
+        ToolClass::NotIdempotent => 2,
+    }
+}
+
+fn audit_index(what: &AuditWhat) -> u8 {
+    match what {
+        AuditWhat::Created { .. } => 0,
+        AuditWhat::Transitioned { .. } => 1,
+        AuditWhat::LeaseAcquired { .. } => 2,
+        AuditWhat::LeaseRenewed { .. } => 3,
+        AuditWhat::LeaseReleased => 4,
+        AuditWhat::Intended { .. } => 5,
+        AuditWhat::Resent { .. } => 6,
+        AuditWhat::Settled { .. } => 7,
+        AuditWhat::CheckpointSaved { .. } => 8,
+        AuditWhat::DecisionRecorded { .. } => 9,
+    }
+}
+
+fn state_index(state: RunState) -> u8 {
+    match state {
+        RunState::Pending => 0,
+        RunState::Running => 1,
+        RunState::WaitingTool => 2,
+        RunState::WaitingHuman => 3,
+        RunState::Paused => 4,
+        RunState::Completed => 5,
+        RunState::Failed => 6,
+        RunState::Cancelled => 7,
+    }
+}
+
+fn assert_all<T: Ord + Copy + Debug>(seen: impl IntoIterator<Item = T>, all: &[T], what: &str) {
+    let seen: std::collections::BTreeSet<T> = seen.into_iter().collect();
+    let all: std::collections::BTreeSet<T> = all.iter().copied().collect();
+    assert_eq!(seen, all, "the fixtures cover these {what} variants");
+}
+
+#[test]
+fn every_op_variant_starts_with_its_index_and_has_a_fixture() {
+    let ops = ops();
+    for (name, op) in &ops {
+        assert_eq!(op.encode()[0], op_index(op), "{name}");
+    }
+    assert_all(
+        ops.iter().map(|(_, op)| op_index(op)),
+        &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        "op",
+    );
+}
+
+#[test]
+fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
+    let ops = ops();
+    let entries: Vec<EffectEntry> = ops
+        .iter()
+        .filter_map(|(_, op)| match op {
+            Op::EffectIntended { entry } => Some(entry.clone()),
+            _ => None,
+        })
+        .collect();
+    let statuses = ops.iter().filter_map(|(_, op)| match op {
+        Op::EffectSettled { status, .. } => Some(status_index(status)),
+        Op::EffectIntended { entry } => Some(status_index(&entry.status)),
+        _ => None,
+    });
+    assert_all(statuses, &[0, 1, 2, 3, 4], "effect status");
+    let classes = entries.iter().flat_map(|entry| {
+        let compensation = entry.compensation.as_ref().map(|c| class_index(&c.class));
+        std::iter::once(class_index(&entry.tool_class)).chain(compensation)
+    });
+    assert_all(classes, &[0, 1, 2], "tool class");
+    let kinds = entries.iter().map(|entry| entry.key.kind());
+    assert_all(kinds, &[EffectKind::Act, EffectKind::Undo], "effect kind");
+    let audits = audit_entries();
+    let whats = audits.iter().map(|(_, entry)| audit_index(&entry.what));
+    assert_all(whats, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], "audit");
+    let mut states = Vec::new();
+    for (_, op) in &ops {
+        match op {
+            Op::RunCreated { run } => states.push(run.state),
+            Op::RunTransitioned { from, to, .. } => states.extend([*from, *to]),
+            _ => {}
+        }
+    }
+    for (_, entry) in &audits {
+        if let AuditWhat::Transitioned { from, to } = entry.what {
+            states.extend([from, to]);
+        }
+    }
+    let all: Vec<u8> = RunState::ALL.into_iter().map(state_index).collect();
+    assert_eq!(
+        all,
+        [0, 1, 2, 3, 4, 5, 6, 7],
+        "RunState::ALL is in index order"
+    );
+    assert_all(states.into_iter().map(state_index), &all, "run state");
+}
+
+#[test]
+fn a_payload_is_the_version_byte_then_the_op_list() {
+    let ops = vec![lease_renewed(), lease_released()];
+    let payload = encode_ops(&ops);
+    assert_eq!(payload[0], PAYLOAD_VERSION);
+    assert_eq!(payload[1], 2, "the list's length, a varint");
+    assert_eq!(payload[2..], [ops[0].encode(), ops[1].encode()].concat());
+}
