@@ -21,4 +21,4 @@ mod store;
 
 pub use books_snapshot::read_books;
 pub use books_tables::RedbBooks;
-pub use store::{META_TABLE, StateStore};
+pub use store::{META_TABLE, STATE_SCHEMA_VERSION, StateStore};

@@ -1,4 +1,7 @@
-//! `StateStore`: a redb database on the storage seam plus its `applied_lsn`.
+//! `StateStore`: a redb database on the storage seam plus its `applied_lsn`
+//! and its schema version (the layout of its tables, docs/FORMAT.md, "State
+//! store tables"), recorded by every commit and checked at every open, so a
+//! store in a layout this build does not know is refused, never misread.
 //!
 //! Every durable commit records redb's allocator state (quick repair), so a
 //! crash never costs a walk of the whole file on the next open; the store is
@@ -22,6 +25,12 @@ use crate::storage::{OpenMode, RedbBackend, Storage};
 pub const META_TABLE: TableDefinition<&str, u64> = TableDefinition::new("actum_meta");
 /// The key under which `applied_lsn` is stored in [`META_TABLE`].
 const APPLIED_LSN_KEY: &str = "applied_lsn";
+/// The key under which the schema version is stored in [`META_TABLE`].
+const SCHEMA_VERSION_KEY: &str = "schema_version";
+/// The layout of the state store's tables and rows this build writes and
+/// reads (docs/FORMAT.md, "State store tables"): recorded by every commit,
+/// checked whenever a store is opened.
+pub const STATE_SCHEMA_VERSION: u64 = 1;
 
 /// A redb database whose every transaction records the WAL position it
 /// reflects. Its methods take `&self`: redb serialises writers itself, and
@@ -88,6 +97,7 @@ impl StateStore {
                 ));
             }
         }
+        check_schema_version(&db, path)?;
         let applied_lsn = read_applied_lsn(&db, path)?;
         Ok(StateStore {
             path: path.to_path_buf(),
@@ -196,6 +206,11 @@ impl StateStore {
                 .map_err(|e| state_error(path, "open meta table", e))?;
             meta.insert(APPLIED_LSN_KEY, last.0)
                 .map_err(|e| state_error(path, "record applied lsn", e))?;
+            // In every commit rather than in one of its own at creation: the
+            // meta table is written here anyway, and every commit that makes
+            // a table records the version beside it.
+            meta.insert(SCHEMA_VERSION_KEY, STATE_SCHEMA_VERSION)
+                .map_err(|e| state_error(path, "record schema version", e))?;
         }
         txn.commit().map_err(|e| state_error(path, "commit", e))?;
         self.applied_lsn.store(last.0, Ordering::SeqCst);
@@ -242,6 +257,41 @@ fn create(storage: &Arc<dyn Storage>, path: &Path) -> Result<()> {
         .sync_dir(parent)
         .map_err(|e| Error::io("sync directory", parent, e))?;
     Ok(())
+}
+
+/// Refuses a store whose schema version this build does not know. A store
+/// without one has never been committed to (it holds no tables), or was
+/// written before the version was recorded, in the layout that became
+/// version 1.
+fn check_schema_version(db: &redb::Database, path: &Path) -> Result<()> {
+    let txn = db
+        .begin_read()
+        .map_err(|e| state_error(path, "begin read", e))?;
+    let meta = match txn.open_table(META_TABLE) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(state_error(path, "open meta table", e)),
+    };
+    let found = meta
+        .get(SCHEMA_VERSION_KEY)
+        .map_err(|e| state_error(path, "read schema version", e))?
+        .map_or(STATE_SCHEMA_VERSION, |v| v.value());
+    if found == STATE_SCHEMA_VERSION {
+        return Ok(());
+    }
+    let supported = u32::try_from(STATE_SCHEMA_VERSION).expect("a small version");
+    match u32::try_from(found) {
+        Ok(found) => Err(Error::UnsupportedFormat {
+            file: path.to_path_buf(),
+            found,
+            supported,
+        }),
+        Err(_) => Err(Error::corrupt(
+            path,
+            0,
+            format!("the state store's schema version {found} is not one any build writes"),
+        )),
+    }
 }
 
 fn read_applied_lsn(db: &redb::Database, path: &Path) -> Result<Lsn> {
@@ -327,6 +377,69 @@ mod tests {
         let txn = store.read().expect("read");
         let table = txn.open_table(KV).expect("kv");
         assert_eq!(table.get(4).expect("get").map(|v| v.value()), Some(40));
+    }
+
+    fn set_schema_version(storage: &Arc<dyn Storage>, path: &Path, version: Option<u64>) {
+        let file = storage.open(path, OpenMode::Existing).expect("open");
+        let db = redb::Database::builder()
+            .create_with_backend(RedbBackend::new(file))
+            .expect("redb");
+        let txn = db.begin_write().expect("begin write");
+        {
+            let mut meta = txn.open_table(META_TABLE).expect("meta");
+            match version {
+                Some(version) => meta.insert(SCHEMA_VERSION_KEY, version).map(|_| ()),
+                None => meta.remove(SCHEMA_VERSION_KEY).map(|_| ()),
+            }
+            .expect("edit schema version");
+        }
+        txn.commit().expect("commit");
+    }
+
+    #[test]
+    fn a_store_records_its_schema_version_and_another_one_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+        let path = dir.path().join("state.redb");
+        {
+            let store = StateStore::open(&storage, &path, true).expect("create");
+            store.apply(Lsn(1), |t| put(t, 1, 10)).expect("apply 1");
+            store.checkpoint().expect("checkpoint");
+        }
+        {
+            let file = storage.open(&path, OpenMode::Existing).expect("open");
+            let db = redb::Database::builder()
+                .create_with_backend(RedbBackend::new(file))
+                .expect("redb");
+            let txn = db.begin_read().expect("read");
+            let meta = txn.open_table(META_TABLE).expect("meta");
+            let version = meta
+                .get(SCHEMA_VERSION_KEY)
+                .expect("get")
+                .map(|v| v.value());
+            assert_eq!(version, Some(STATE_SCHEMA_VERSION));
+        }
+        set_schema_version(&storage, &path, Some(2));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 2");
+        assert!(
+            matches!(
+                &err,
+                Error::UnsupportedFormat { file, found: 2, supported: 1 } if file == &path
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("this build reads version 1"),
+            "{err}"
+        );
+        set_schema_version(&storage, &path, Some(u64::MAX));
+        let err = StateStore::open(&storage, &path, true).expect_err("garbage");
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        // A store from before the version was recorded is version 1.
+        set_schema_version(&storage, &path, None);
+        StateStore::open(&storage, &path, true).expect("no version recorded");
+        set_schema_version(&storage, &path, Some(STATE_SCHEMA_VERSION));
+        StateStore::open(&storage, &path, true).expect("version 1");
     }
 
     #[test]
