@@ -134,6 +134,27 @@ impl<'a> RedbBooks<'a> {
         }
     }
 
+    /// `value` if its own key fields equal the key it was read under
+    /// (`same`); otherwise records `Corrupt` naming both and answers
+    /// `None`. A row's CRC covers its value, not its key, so a row moved
+    /// under another key passes the CRC and only this catches it.
+    pub(crate) fn keyed<T>(
+        &self,
+        value: T,
+        same: bool,
+        what: impl FnOnce() -> String,
+    ) -> Option<T> {
+        if same {
+            return Some(value);
+        }
+        self.fail(Error::corrupt(
+            self.path,
+            0,
+            format!("{} is stored under another key", what()),
+        ));
+        None
+    }
+
     /// Every ledger entry of `run`, in key order (act attempts of each step,
     /// then its compensation's).
     pub fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
@@ -149,7 +170,10 @@ impl<'a> RedbBooks<'a> {
         .unwrap_or_default();
         rows.iter()
             .filter_map(|bytes| {
-                self.decode(RowTable::Effect, bytes, &format!("effect of run {run}"))
+                let entry: EffectEntry =
+                    self.decode(RowTable::Effect, bytes, &format!("effect of run {run}"))?;
+                let same = entry.key.run() == run;
+                self.keyed(entry, same, || format!("an effect read as run {run}'s"))
             })
             .collect()
     }
@@ -192,7 +216,10 @@ impl<'a> RedbBooks<'a> {
         .unwrap_or_default();
         rows.iter()
             .filter_map(|bytes| {
-                self.decode(RowTable::Decision, bytes, &format!("decision of run {run}"))
+                let record: DecisionRecord =
+                    self.decode(RowTable::Decision, bytes, &format!("decision of run {run}"))?;
+                let same = record.run == *run;
+                self.keyed(record, same, || format!("a decision read as run {run}'s"))
             })
             .collect()
     }
@@ -222,8 +249,8 @@ impl BooksRead for RedbBooks<'_> {
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
         let run: Run = self.decode(RowTable::Run, &bytes, &format!("run {id}"))?;
-        assert_eq!(&run.id, id, "run stored under another id");
-        Some(run)
+        let same = run.id == *id;
+        self.keyed(run, same, || format!("the row of run {id}"))
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
@@ -256,8 +283,8 @@ impl BooksRead for RedbBooks<'_> {
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
         let entry: EffectEntry = self.decode(RowTable::Effect, &bytes, &format!("effect {key}"))?;
-        assert_eq!(&entry.key, key, "effect stored under another key");
-        Some(entry)
+        let same = entry.key == *key;
+        self.keyed(entry, same, || format!("the row of effect {key}"))
     }
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
@@ -275,17 +302,23 @@ impl BooksRead for RedbBooks<'_> {
             &bytes,
             &format!("latest effect of {run}/{step}"),
         )?;
-        assert!(entry.key.run() == run && entry.key.step() == step && entry.key.kind() == kind);
-        Some(entry)
+        let same = entry.key.run() == run && entry.key.step() == step && entry.key.kind() == kind;
+        self.keyed(entry, same, || {
+            format!("the latest {} row of {run}/{step}", kind.name())
+        })
     }
 
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
-        let (_, bytes) = self.last_in(CHECKPOINTS_TABLE, run, "read latest checkpoint")?;
-        self.decode(
+        let (version, bytes) = self.last_in(CHECKPOINTS_TABLE, run, "read latest checkpoint")?;
+        let meta: CheckpointMeta = self.decode(
             RowTable::Checkpoint,
             &bytes,
             &format!("latest checkpoint of run {run}"),
-        )
+        )?;
+        let same = meta.run == *run && meta.version == version;
+        self.keyed(meta, same, || {
+            format!("the row of checkpoint {version} of run {run}")
+        })
     }
 
     fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
@@ -293,11 +326,15 @@ impl BooksRead for RedbBooks<'_> {
             .get((run.as_str(), version))
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
-        self.decode(
+        let meta: CheckpointMeta = self.decode(
             RowTable::Checkpoint,
             &bytes,
             &format!("checkpoint {version} of run {run}"),
-        )
+        )?;
+        let same = meta.run == *run && meta.version == version;
+        self.keyed(meta, same, || {
+            format!("the row of checkpoint {version} of run {run}")
+        })
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
@@ -319,11 +356,15 @@ impl BooksRead for RedbBooks<'_> {
             .get((run.as_str(), position))
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
-        self.decode(
+        let record: DecisionRecord = self.decode(
             RowTable::Decision,
             &bytes,
             &format!("decision {position} of run {run}"),
-        )
+        )?;
+        let same = record.run == *run && record.position == position;
+        self.keyed(record, same, || {
+            format!("the row of decision {position} of run {run}")
+        })
     }
 
     fn decision_count(&self, run: &RunId) -> u64 {
@@ -340,15 +381,96 @@ impl BooksRead for RedbBooks<'_> {
         let r = run.as_str();
         let all = with_table!(self, AUDIT_TABLE, "read audit", |t| {
             t.range((r, from_seq)..=(r, u64::MAX)).and_then(|iter| {
-                iter.map(|item| item.map(|(_, v)| v.value().to_vec()))
+                iter.map(|item| item.map(|(k, v)| (k.value().1, v.value().to_vec())))
                     .collect::<std::result::Result<Vec<_>, _>>()
             })
         })
         .unwrap_or_default();
         all.iter()
-            .filter_map(|bytes| {
-                self.decode(RowTable::Audit, bytes, &format!("audit entry of run {run}"))
+            .filter_map(|(seq, bytes)| {
+                let entry: AuditEntry =
+                    self.decode(RowTable::Audit, bytes, &format!("audit entry of run {run}"))?;
+                let same = entry.seq == *seq;
+                self.keyed(entry, same, || {
+                    format!("the row of audit entry {seq} of run {run}")
+                })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::{Digest, FencingToken, RunState};
+    use crate::state::rows::encode_row;
+    use redb::ReadableDatabase;
+
+    fn run(name: &str) -> Run {
+        Run {
+            id: RunId::new(name).unwrap(),
+            state: RunState::Pending,
+            version: 1,
+            input_digest: Digest([1; 32]),
+            agent_version: "a".into(),
+            trace_id: "t".into(),
+            parent: None,
+            created_ms: 1,
+            updated_ms: 1,
+            lease: None,
+            next_token: FencingToken::FIRST,
+        }
+    }
+
+    fn checkpoint(run: &str, version: u64) -> CheckpointMeta {
+        CheckpointMeta {
+            run: RunId::new(run).unwrap(),
+            version,
+            schema_version: 1,
+            parts: Vec::new(),
+            saved_ms: 1,
+            token: FencingToken::FIRST,
+        }
+    }
+
+    #[test]
+    fn a_row_under_another_key_is_corrupt_not_a_panic_or_an_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut runs = txn.open_table(RUNS_TABLE).unwrap();
+            runs.insert("r2", encode_row(RowTable::Run, &run("r1")).as_slice())
+                .unwrap();
+            runs.insert("r1", encode_row(RowTable::Run, &run("r1")).as_slice())
+                .unwrap();
+            let mut checkpoints = txn.open_table(CHECKPOINTS_TABLE).unwrap();
+            let row = encode_row(RowTable::Checkpoint, &checkpoint("r1", 1));
+            checkpoints.insert(("r1", 2), row.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+        let txn = db.begin_read().unwrap();
+
+        let view = RedbBooks::reader(&txn, &path);
+        assert_eq!(view.run(&RunId::new("r1").unwrap()), Some(run("r1")));
+        view.finish().unwrap();
+
+        let view = RedbBooks::reader(&txn, &path);
+        assert_eq!(view.run(&RunId::new("r2").unwrap()), None);
+        let err = view.finish().unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+        assert!(
+            err.to_string().contains("stored under another key"),
+            "{err}"
+        );
+
+        let view = RedbBooks::reader(&txn, &path);
+        assert_eq!(view.checkpoint_latest(&RunId::new("r1").unwrap()), None);
+        assert!(matches!(view.finish(), Err(Error::Corrupt { .. })));
     }
 }

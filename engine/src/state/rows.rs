@@ -13,8 +13,9 @@
 //! to (`check_integrity`), so the engine checks every row it reads: a
 //! flipped bit in a value, or a value of another table, is `Corrupt`, never
 //! a wrong answer. Every value also carries its own key fields (a run its
-//! id, an entry its key), which readers compare with the key they asked
-//! for. Blobs are stored raw: their key is the digest of their bytes, which
+//! id, an entry its key), which readers compare with the key they read it
+//! under: the CRC covers the value, not the key, so a row under another key
+//! is caught only there, and is `Corrupt` too. Blobs are stored raw: their key is the digest of their bytes, which
 //! every load checks.
 //!
 //! **Invariant:** `decode_row(t, &encode_row(t, v)) == Ok(v)`, and any other
