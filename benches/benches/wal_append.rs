@@ -7,37 +7,11 @@
 use std::time::Duration;
 
 use actum_benches::group_commit::GroupCommitFile;
-use actum_benches::harness::run_writers;
 use actum_benches::peers::{Redb, Sqlite};
 use actum_benches::raw::{AppendFile, PreallocatedFile};
-use actum_benches::{DurableLog, WRITER_COUNTS, actum_wal::ActumWal, settle_scratch};
-use criterion::measurement::WallTime;
-use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
-
-/// Benches one system at one writer count; the system is built once, outside any timing.
-/// It is built is built lazily, so one filtered out on the command line costs nothing.
-fn bench_log<L: DurableLog>(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    name: &str,
-    threads: usize,
-    make: fn() -> L,
-) {
-    let mut log = None;
-    let mut next_ticket = 0u64;
-    group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
-        let log = log.get_or_insert_with(make);
-        b.iter_custom(|records| {
-            let elapsed = run_writers(log, threads, next_ticket, records);
-            next_ticket += records;
-            elapsed
-        });
-    });
-    if let Some(summary) = log.as_ref().and_then(DurableLog::summary) {
-        eprintln!("{name}/{threads}: {summary}");
-    }
-    drop(log);
-    settle_scratch();
-}
+use actum_benches::runner::bench_system;
+use actum_benches::{WRITER_COUNTS, actum_wal::ActumWal};
+use criterion::{Criterion, SamplingMode, Throughput};
 
 fn wal_append(c: &mut Criterion) {
     let mut group = c.benchmark_group("wal_append");
@@ -49,22 +23,22 @@ fn wal_append(c: &mut Criterion) {
         .throughput(Throughput::Elements(1));
     // Systems interleave per writer count, so drift on a shared VM hits all of them alike.
     for threads in WRITER_COUNTS {
-        bench_log(&mut group, "raw_append", threads, AppendFile::new);
-        bench_log(
+        bench_system(&mut group, "raw_append", threads, AppendFile::new);
+        bench_system(
             &mut group,
             "raw_preallocated",
             threads,
             PreallocatedFile::new,
         );
-        bench_log(
+        bench_system(
             &mut group,
             "raw_group_commit",
             threads,
             GroupCommitFile::new,
         );
-        bench_log(&mut group, "actum_wal", threads, ActumWal::new);
-        bench_log(&mut group, "redb", threads, Redb::new);
-        bench_log(&mut group, "sqlite", threads, Sqlite::new);
+        bench_system(&mut group, "actum_wal", threads, ActumWal::new);
+        bench_system(&mut group, "redb", threads, Redb::new);
+        bench_system(&mut group, "sqlite", threads, Sqlite::new);
     }
     group.finish();
 }

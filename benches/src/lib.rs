@@ -1,12 +1,14 @@
 //! Shared code for actum's criterion benches: a writer harness and the systems it drives.
 //!
-//! Every system measured here turns one 256-byte record into one durable commit, so the benches
-//! compare like with like: raw file loops that show what the disk allows ([`raw`],
-//! [`group_commit`]), actum's WAL ([`actum_wal`]), and two peers ([`peers`]). The bench files under
-//! `benches/` stay thin: they pick a system and a writer count and hand both to [`harness`].
+//! Every system measured by `wal_append` turns one 256-byte record into one durable commit, so
+//! the bench compares like with like: raw file loops that show what the disk allows ([`raw`],
+//! [`group_commit`]), actum's WAL ([`actum_wal`]), and the peers ([`peers`]). `effect_protocol`
+//! runs the engine's two-commit effect protocol against the same systems doing two commits
+//! ([`protocol`]). The bench files under `benches/` stay thin: they pick a system and a writer
+//! count and hand both to [`runner`], which times them with [`harness`].
 //!
-//! **Invariant:** a system's `commit` returns only once its record is durable (the relevant
-//! `fsync`/`fdatasync` has returned), so records per second are durable commits per second.
+//! **Invariant:** a system's `commit` returns only once what it wrote is durable (the relevant
+//! `fsync`/`fdatasync` has returned), so commits per second are durable commits per second.
 
 pub mod actum_wal;
 pub mod group_commit;
@@ -14,6 +16,7 @@ pub mod harness;
 pub mod peers;
 pub mod protocol;
 pub mod raw;
+pub mod runner;
 
 /// Size of one record, in bytes, for every system.
 pub const RECORD_BYTES: usize = 256;

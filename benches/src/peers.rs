@@ -4,9 +4,12 @@
 //! inserting `u64 -> [u8; 256]`; redb serialises write transactions itself.
 //! [`Sqlite`]: WAL journal mode, `synchronous=FULL`, one autocommit `INSERT` per record; every
 //! writer thread opens its own connection to the same file and waits on the busy handler.
-//! Neither shares an fsync between writers, which is what group commit is measured against.
+//! [`SqliteShared`]: the same file and settings, but one connection behind a mutex shared by
+//! every writer thread, the usual way to use SQLite from many threads.
+//! None of them shares an fsync between writers, which is what group commit is measured against.
 
 use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use redb::{Database, Durability, ReadableDatabase, TableDefinition};
@@ -146,6 +149,51 @@ impl DurableLog for Sqlite {
     }
 }
 
+/// SQLite as [`Sqlite`] sets it up, with one connection behind a mutex for all writers: they
+/// queue on the mutex instead of SQLite's busy handler.
+pub struct SqliteShared {
+    conn: Mutex<Connection>,
+    sqlite: Sqlite,
+}
+
+impl SqliteShared {
+    /// Creates the database as [`Sqlite::new`] does and opens the one shared connection.
+    pub fn new() -> SqliteShared {
+        let sqlite = Sqlite::new();
+        let conn = Mutex::new(sqlite.connect());
+        SqliteShared { conn, sqlite }
+    }
+
+    /// Number of records in the table (for tests).
+    pub fn len(&self) -> u64 {
+        self.sqlite.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Default for SqliteShared {
+    fn default() -> Self {
+        SqliteShared::new()
+    }
+}
+
+impl DurableLog for SqliteShared {
+    type Writer<'a> = ();
+
+    fn writer(&self) {}
+
+    fn commit(&self, _: &mut (), ticket: u64) {
+        // A writer that panicked mid-insert left no open transaction behind (autocommit), so
+        // the connection is still usable.
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        self.sqlite.commit(&mut conn, ticket);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +209,13 @@ mod tests {
     #[test]
     fn sqlite_keeps_every_record() {
         let db = Sqlite::new();
+        run_writers(&db, 4, 0, 40);
+        assert_eq!(db.len(), 40);
+    }
+
+    #[test]
+    fn shared_sqlite_keeps_every_record() {
+        let db = SqliteShared::new();
         run_writers(&db, 4, 0, 40);
         assert_eq!(db.len(), 40);
     }

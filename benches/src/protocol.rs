@@ -1,114 +1,224 @@
-//! The effect protocol as the benches run it: one leased run per thread,
-//! and per protocol a fresh step's durable intent (`begin_effect`) then its
-//! durable outcome (`finish_effect`): two engine commits.
+//! The effect protocol as the benches run it: one leased run per writer thread, and per protocol
+//! a fresh step's durable intent (`begin_effect`) then its durable outcome (`finish_effect`):
+//! two engine commits. [`TwoCommits`] runs the same protocol on a peer as two durable commits of
+//! one record each, so every system in the `effect_protocol` bench does two durable writes per
+//! protocol and [`crate::harness::run_writers`] times them all alike.
 //!
-//! **Invariant:** every protocol is a fresh step, so every `begin_effect`
-//! answers `Proceed` and writes an intent (the bench asserts it).
+//! **Invariant:** every protocol is a fresh step, so every `begin_effect` answers `Proceed` and
+//! writes an intent (asserted); each writer thread of a sample uses its own run.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use actum::books::{
-    BeginEffect, CreateRun, FinishEffect, Guard, LEASE_TTL_MS_MAX, Outcome, RunId, StepId,
-    ToolClass, WorkerId, digest_of,
+    BeginEffect, CreateRun, EffectKey, FinishEffect, Guard, LEASE_TTL_MS_MAX, Outcome, RunId,
+    StepId, ToolClass, WorkerId, digest_of,
 };
 use actum::engine::{Begun, Engine, EngineOptions};
+use actum::wal::WalStats;
+use actum::{FsStorage, Storage, SystemClock};
 
-/// An engine with one leased run per thread.
+use crate::DurableLog;
+use crate::group_commit::per;
+use crate::harness::run_writers;
+
+/// The dedup window the protocol's tool declares (one day).
+pub const DEDUP_WINDOW_MS: u64 = 86_400_000;
+
+/// An engine in a scratch directory, with leased runs handed to writer threads in turn.
 pub struct ProtocolEngine {
-    _dir: tempfile::TempDir,
     /// The engine.
     pub engine: Engine,
     guards: Vec<(RunId, Guard)>,
-    next_step: AtomicU64,
+    next_writer: AtomicUsize,
+    stats_at_open: WalStats,
+    _dir: tempfile::TempDir,
+}
+
+/// Creates run `name` in `engine` and leases it to `worker` for the longest allowed time.
+pub fn leased_run(engine: &Engine, name: &str, worker: &str) -> (RunId, Guard) {
+    let run = RunId::new(name).expect("a bench run id is valid");
+    engine
+        .create_run(CreateRun {
+            run: run.clone(),
+            input_digest: digest_of(name.as_bytes()),
+            agent_version: "bench".into(),
+            trace_id: String::new(),
+            parent: None,
+        })
+        .expect("creating a bench run");
+    let worker = WorkerId::new(worker).expect("a bench worker id is valid");
+    let grant = engine
+        .acquire_lease(&run, &worker, LEASE_TTL_MS_MAX)
+        .expect("leasing a bench run");
+    (run, grant.guard)
+}
+
+/// Commits and fsyncs of `engine` since its WAL counters read `earlier`, and commits per fsync.
+pub fn wal_summary_since(engine: &Engine, earlier: WalStats) -> String {
+    let now = engine.wal_stats();
+    let commits = now.appends - earlier.appends;
+    let fsyncs = now.fsyncs - earlier.fsyncs;
+    format!(
+        "{commits} commits in {fsyncs} fsyncs ({:.1} commits per fsync)",
+        per(commits, fsyncs)
+    )
+}
+
+/// The step id of protocol (or agent step) number `ticket`: unique per ticket.
+pub fn step_id(ticket: u64) -> StepId {
+    StepId::new(format!("s{ticket}")).expect("a bench step id is valid")
 }
 
 impl ProtocolEngine {
-    /// A fresh engine in a scratch directory, with `threads` leased runs.
-    pub fn new(threads: usize) -> ProtocolEngine {
-        ProtocolEngine::with_options(threads, EngineOptions::default())
+    /// A fresh engine on the real file system, with `runs` leased runs.
+    pub fn new(runs: usize) -> ProtocolEngine {
+        ProtocolEngine::with_storage(runs, Arc::new(FsStorage::new()), EngineOptions::default())
     }
 
-    /// Like [`ProtocolEngine::new`], with `options`.
-    pub fn with_options(threads: usize, options: EngineOptions) -> ProtocolEngine {
+    /// Like [`ProtocolEngine::new`], on `storage` with `options`.
+    pub fn with_storage(
+        runs: usize,
+        storage: Arc<dyn Storage>,
+        options: EngineOptions,
+    ) -> ProtocolEngine {
+        assert!(runs > 0, "at least one run");
         let dir = crate::scratch_dir();
-        let engine = Engine::open(dir.path(), options).expect("open engine");
-        let guards = (0..threads)
-            .map(|t| {
-                let run = RunId::new(format!("bench-{t}")).expect("run id");
-                engine
-                    .create_run(CreateRun {
-                        run: run.clone(),
-                        input_digest: digest_of(b"bench"),
-                        agent_version: "bench".into(),
-                        trace_id: String::new(),
-                        parent: None,
-                    })
-                    .expect("create run");
-                let worker = WorkerId::new(format!("w{t}")).expect("worker id");
-                let grant = engine
-                    .acquire_lease(&run, &worker, LEASE_TTL_MS_MAX)
-                    .expect("lease");
-                (run, grant.guard)
-            })
+        let engine = Engine::open_with(storage, Arc::new(SystemClock), dir.path(), options)
+            .expect("opening the bench engine");
+        let guards = (0..runs)
+            .map(|t| leased_run(&engine, &format!("bench-{t}"), &format!("w{t}")))
             .collect();
+        let stats_at_open = engine.wal_stats();
         ProtocolEngine {
-            _dir: dir,
             engine,
             guards,
-            next_step: AtomicU64::new(0),
+            next_writer: AtomicUsize::new(0),
+            stats_at_open,
+            _dir: dir,
         }
     }
 
-    /// One protocol on thread `t`'s run: durable intent, durable outcome.
-    pub fn protocol(&self, t: usize) {
+    /// The leased runs, one per writer thread.
+    pub fn runs(&self) -> &[(RunId, Guard)] {
+        &self.guards
+    }
+
+    /// Commits and fsyncs since the runs were set up, and commits per fsync.
+    pub fn wal_summary(&self) -> String {
+        wal_summary_since(&self.engine, self.stats_at_open)
+    }
+
+    /// One protocol on run `t`: durable intent, durable outcome; returns the settled entry's key.
+    pub fn protocol(&self, t: usize, ticket: u64) -> EffectKey {
         let (run, guard) = &self.guards[t];
-        let n = self.next_step.fetch_add(1, Ordering::Relaxed);
-        let step = StepId::new(format!("s{n}")).expect("step id");
         let begun = self
             .engine
             .begin_effect(BeginEffect {
                 run: run.clone(),
-                step,
+                step: step_id(ticket),
                 guard: guard.clone(),
                 tool: "stripe.charge".into(),
                 tool_class: ToolClass::Idempotent {
-                    dedup_window_ms: 86_400_000,
+                    dedup_window_ms: DEDUP_WINDOW_MS,
                 },
-                args_digest: digest_of(&n.to_le_bytes()),
+                args_digest: digest_of(&ticket.to_le_bytes()),
                 rationale: "benchmark".into(),
                 compensation: None,
             })
-            .expect("begin");
+            .expect("begin_effect");
         let Begun::Proceed { key, .. } = begun else {
-            panic!("fresh step did not proceed: {begun:?}")
+            panic!("a fresh step did not proceed: {begun:?}")
         };
-        self.engine
+        let status = self
+            .engine
             .finish_effect(FinishEffect {
-                key,
+                key: key.clone(),
                 guard: guard.clone(),
                 outcome: Outcome::Confirmed {
                     receipt: b"ch_0123456789".to_vec(),
                 },
             })
-            .expect("finish");
+            .expect("finish_effect");
+        assert_eq!(status, "confirmed", "the outcome settled the entry");
+        key
     }
 }
 
-/// Runs `count` calls of `one(thread)` spread over `threads` threads;
-/// returns the time from the first start to the last finish.
-pub fn spread(threads: usize, count: u64, one: &(dyn Fn(usize) + Sync)) -> Duration {
-    let start = Instant::now();
-    std::thread::scope(|scope| {
-        for t in 0..threads {
-            let share = count / threads as u64 + u64::from((t as u64) < count % threads as u64);
-            scope.spawn(move || (0..share).for_each(|_| one(t)));
-        }
-    });
-    start.elapsed()
+impl DurableLog for ProtocolEngine {
+    /// The index of the run this writer thread uses.
+    type Writer<'a> = usize;
+
+    fn writer(&self) -> usize {
+        // One call per writer thread per sample, so consecutive calls of a sample get distinct
+        // runs as long as there are at least as many runs as threads.
+        self.next_writer.fetch_add(1, Ordering::Relaxed) % self.guards.len()
+    }
+
+    fn summary(&self) -> Option<String> {
+        Some(self.wal_summary())
+    }
+
+    fn commit(&self, t: &mut usize, ticket: u64) {
+        self.protocol(*t, ticket);
+    }
 }
 
-/// Runs `protocols` protocols over `threads` threads.
+/// The protocol on a peer: two durable commits of one record each (intent, outcome), the second
+/// with its own ticket so no record overwrites another.
+pub struct TwoCommits<L>(pub L);
+
+impl<L: DurableLog> DurableLog for TwoCommits<L> {
+    type Writer<'a>
+        = L::Writer<'a>
+    where
+        L: 'a;
+
+    fn before_sample(&self) {
+        self.0.before_sample();
+    }
+
+    fn writer(&self) -> Self::Writer<'_> {
+        self.0.writer()
+    }
+
+    fn summary(&self) -> Option<String> {
+        self.0.summary()
+    }
+
+    fn commit(&self, writer: &mut Self::Writer<'_>, ticket: u64) {
+        let first = ticket.checked_mul(2).expect("tickets stay far below 2^63");
+        self.0.commit(writer, first);
+        self.0.commit(writer, first + 1);
+    }
+}
+
+/// Runs `protocols` protocols over `threads` threads (at most one per run); returns the time.
 pub fn run_protocols(setup: &ProtocolEngine, threads: usize, protocols: u64) -> Duration {
-    spread(threads, protocols, &|t| setup.protocol(t))
+    assert!(threads <= setup.guards.len(), "one run per writer thread");
+    run_writers(setup, threads, 0, protocols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group_commit::GroupCommitFile;
+
+    #[test]
+    fn every_protocol_is_two_commits() {
+        let setup = ProtocolEngine::new(4);
+        let before = setup.engine.wal_stats();
+        run_protocols(&setup, 4, 20);
+        let after = setup.engine.wal_stats();
+        assert_eq!(after.appends - before.appends, 40);
+        assert!(setup.wal_summary().starts_with("40 commits"));
+    }
+
+    #[test]
+    fn a_peer_protocol_is_two_records() {
+        let peer = TwoCommits(GroupCommitFile::new());
+        run_writers(&peer, 4, 0, 25);
+        assert_eq!(peer.0.counts().0, 50);
+    }
 }
