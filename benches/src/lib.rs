@@ -4,13 +4,17 @@
 //! the bench compares like with like: raw file loops that show what the disk allows ([`raw`],
 //! [`group_commit`]), actum's WAL ([`actum_wal`]), and the peers ([`peers`]). `effect_protocol`
 //! runs the engine's two-commit effect protocol against the same systems doing two commits
-//! ([`protocol`]). The bench files under `benches/` stay thin: they pick a system and a writer
-//! count and hand both to [`runner`], which times them with [`harness`].
+//! ([`protocol`]); `agent_step` runs whole agent steps and checkpoint saves ([`agent`]), with
+//! bytes written counted under the engine ([`counting`]). The bench files under `benches/` stay
+//! thin: they pick a system and a writer count and hand both to [`runner`], which times them
+//! with [`harness`].
 //!
 //! **Invariant:** a system's `commit` returns only once what it wrote is durable (the relevant
 //! `fsync`/`fdatasync` has returned), so commits per second are durable commits per second.
 
 pub mod actum_wal;
+pub mod agent;
+pub mod counting;
 pub mod group_commit;
 pub mod harness;
 pub mod peers;
