@@ -1,0 +1,169 @@
+//! Resident memory after many completed runs: the engine's memory is bounded by its working set,
+//! because terminal runs (and settled ledger entries) leave memory at checkpoints.
+//!
+//! Creates RUNS runs (default 1,000,000), spread over THREADS threads (default 16); each run is
+//! created, leased, moved to running, has one effect begun and finished, and is completed (six
+//! durable commits). Automatic checkpoints run as commits accumulate, as in production. Prints
+//! `VmRSS` and `VmHWM` from `/proc/self/status` and `Engine::runs_in_memory` after 10%, 50% and
+//! 100% of the runs and after a final `Engine::checkpoint`, then the elapsed time and runs/s.
+//! Files go to `$ACTUM_BENCH_DIR` (default: the system temp dir).
+//!
+//! Run: `cargo run --release -p actum-benches --example memory_after_runs -- [RUNS] [THREADS]`
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use actum::books::{
+    BeginEffect, FinishEffect, Guard, Outcome, RunId, RunState, ToolClass, Transition, digest_of,
+};
+use actum::engine::{Begun, Engine, EngineOptions};
+use actum_benches::memory::Resident;
+use actum_benches::protocol::{DEDUP_WINDOW_MS, leased_run, step_id};
+
+/// Runs created when no count is given: the figure issue 8 asks about.
+const RUNS_DEFAULT: u64 = 1_000_000;
+/// Writer threads when no count is given: "a few".
+const THREADS_DEFAULT: usize = 16;
+/// Bytes in a MiB, for the report.
+const MIB: f64 = 1024.0 * 1024.0;
+/// Where memory is reported, as fractions of the runs: 10%, 50%, 100%.
+const REPORT_AT_PERCENT: [u64; 3] = [10, 50, 100];
+
+/// Moves `run` to `to` under `guard`.
+fn transition(engine: &Engine, run: &RunId, guard: &Guard, to: RunState) {
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: guard.clone(),
+            to,
+            expected_version: None,
+            reason: "memory bench".into(),
+        })
+        .expect("transition");
+}
+
+/// Run number `n`, from creation to completion, on worker `worker`.
+fn one_run(engine: &Engine, n: u64, worker: usize) {
+    let (run, guard) = leased_run(engine, &format!("run-{n}"), &format!("w{worker}"));
+    transition(engine, &run, &guard, RunState::Running);
+    let begun = engine
+        .begin_effect(BeginEffect {
+            run: run.clone(),
+            step: step_id(0),
+            guard: guard.clone(),
+            tool: "stripe.charge".into(),
+            tool_class: ToolClass::Idempotent {
+                dedup_window_ms: DEDUP_WINDOW_MS,
+            },
+            args_digest: digest_of(&n.to_le_bytes()),
+            rationale: "memory bench".into(),
+            compensation: None,
+        })
+        .expect("begin_effect");
+    let Begun::Proceed { key, .. } = begun else {
+        panic!("a fresh run's step did not proceed: {begun:?}")
+    };
+    engine
+        .finish_effect(FinishEffect {
+            key,
+            guard: guard.clone(),
+            outcome: Outcome::Confirmed {
+                receipt: b"ch_0123456789".to_vec(),
+            },
+        })
+        .expect("finish_effect");
+    transition(engine, &run, &guard, RunState::Completed);
+}
+
+/// Completes runs `from..to` over `threads` threads.
+fn complete_runs(engine: &Engine, threads: usize, from: u64, to: u64) {
+    let next = AtomicU64::new(from);
+    std::thread::scope(|scope| {
+        for worker in 0..threads {
+            let next = &next;
+            scope.spawn(move || {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= to {
+                        break;
+                    }
+                    one_run(engine, n, worker);
+                }
+            });
+        }
+    });
+}
+
+/// Bytes of the files under `dir`, recursively (0 for what cannot be read: this is a report).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => bytes_under(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Prints one report line: progress, resident memory, runs in memory, files on disk.
+fn report(label: &str, engine: &Engine, dir: &Path, runs_done: u64, start: Instant) {
+    let elapsed = start.elapsed().as_secs_f64();
+    let memory =
+        Resident::now().map_or_else(|| "no /proc/self/status".to_string(), |r| r.to_string());
+    println!(
+        "{label}: {runs_done} runs completed, {elapsed:.1} s, {memory}, runs in memory {}, \
+         database directory {:.1} MiB",
+        engine.runs_in_memory(),
+        bytes_under(dir) as f64 / MIB
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let runs: u64 = args.get(1).map_or(RUNS_DEFAULT, |s| {
+        s.parse().expect("RUNS must be a whole number")
+    });
+    let threads: usize = args.get(2).map_or(THREADS_DEFAULT, |s| {
+        s.parse().expect("THREADS must be a whole number")
+    });
+    assert!(runs > 0 && threads > 0, "at least one run and one thread");
+    println!("command: {}", args.join(" "));
+    println!("{runs} runs over {threads} threads, 6 durable commits per run");
+    let dir = actum_benches::scratch_dir();
+    let engine = Engine::open(dir.path(), EngineOptions::default()).expect("opening the engine");
+    report("opened", &engine, dir.path(), 0, Instant::now());
+    let stats_before = engine.wal_stats();
+    let start = Instant::now();
+    let mut done = 0;
+    for percent in REPORT_AT_PERCENT {
+        let upto = runs * percent / 100;
+        complete_runs(&engine, threads, done, upto);
+        done = upto;
+        report(
+            &format!("after {percent}%"),
+            &engine,
+            dir.path(),
+            done,
+            start,
+        );
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    engine.checkpoint().expect("final checkpoint");
+    report("after the checkpoint", &engine, dir.path(), done, start);
+    let stats = engine.wal_stats();
+    let commits = stats.appends - stats_before.appends;
+    let fsyncs = stats.fsyncs - stats_before.fsyncs;
+    println!(
+        "{done} runs in {elapsed:.1} s: {:.0} runs/s, {:.0} commits/s, {commits} commits in \
+         {fsyncs} fsyncs ({:.1} per fsync)",
+        done as f64 / elapsed,
+        commits as f64 / elapsed,
+        commits as f64 / fsyncs.max(1) as f64
+    );
+    engine.close().expect("closing the engine");
+}
