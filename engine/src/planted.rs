@@ -35,15 +35,19 @@ pub enum PlantedBug {
     /// The hot books let a settled ledger entry leave memory without
     /// remembering its step, so the step looks never begun.
     ForgetEvictedSteps,
+    /// Recycling an old segment file renames it without writing the new
+    /// segment's header, so the file still names its old number.
+    RecycleKeepsOldHeader,
 }
 
 impl PlantedBug {
     /// The bugs of the storage core, which the storage campaign catches.
-    pub const STORAGE: [PlantedBug; 4] = [
+    pub const STORAGE: [PlantedBug; 5] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
         PlantedBug::CorruptionAsTornTail,
+        PlantedBug::RecycleKeepsOldHeader,
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
@@ -58,7 +62,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 11] = [
+    pub const ALL: [PlantedBug; 12] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -70,6 +74,7 @@ impl PlantedBug {
         PlantedBug::ReplayRecordTwice,
         PlantedBug::LoseCompensationOnCrash,
         PlantedBug::ForgetEvictedSteps,
+        PlantedBug::RecycleKeepsOldHeader,
     ];
 
     /// The bug's command-line name.
@@ -86,6 +91,7 @@ impl PlantedBug {
             PlantedBug::ReplayRecordTwice => "replay-record-twice",
             PlantedBug::LoseCompensationOnCrash => "lose-compensation-on-crash",
             PlantedBug::ForgetEvictedSteps => "forget-evicted-steps",
+            PlantedBug::RecycleKeepsOldHeader => "recycle-keeps-old-header",
         }
     }
 

@@ -51,3 +51,8 @@ fn skipping_the_directory_sync_after_creating_a_segment_is_caught() {
 fn treating_mid_log_corruption_as_a_torn_tail_is_caught() {
     assert_caught(PlantedBug::CorruptionAsTornTail);
 }
+
+#[test]
+fn recycling_a_segment_file_without_its_new_header_is_caught() {
+    assert_caught(PlantedBug::RecycleKeepsOldHeader);
+}

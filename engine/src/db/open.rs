@@ -188,13 +188,14 @@ impl Db {
     }
 
     /// Records that a durable state checkpoint now covers every record up to
-    /// `applied_lsn`, then lets the WAL drop the segments it covers.
+    /// `applied_lsn`, then lets the WAL drop the segments it covers (kept
+    /// as spares for reuse, up to a few) and prepares the next segment.
     ///
     /// The caller must have made the state durable first. One manifest
     /// update names both the new `applied_lsn` and the new oldest live
     /// segment, and is synced before any segment is removed, so a crash
-    /// between the two leaves extra segments (removed by the next open),
-    /// never missing ones.
+    /// between the two leaves extra segments (spares or removed at the next
+    /// open), never missing ones.
     pub fn checkpoint(&self, applied_lsn: Lsn) -> Result<SegmentId> {
         assert!(
             applied_lsn <= self.wal.durable_lsn(),
@@ -218,6 +219,9 @@ impl Db {
         })?;
         let removed_to = self.wal.remove_covered_segments(applied_lsn)?;
         assert_eq!(removed_to, first_live, "GC removed what the manifest names");
+        // The next segment is made now (from a file GC just kept, when there
+        // is one), so the rotation on the commit path is a switch.
+        self.wal.prepare_next_segment()?;
         Ok(first_live)
     }
 

@@ -16,7 +16,7 @@ use super::group::GroupCommit;
 use super::reader::WalIter;
 use super::recovery;
 use super::segment;
-use super::table::{Context, Counters, LiveSegment, SegmentTable};
+use super::table::{Context, Counters, LiveSegment, SPARES_MAX, SegmentTable};
 use super::writer::{Batch, Writer};
 use super::{RecoveryReport, WalOptions, WalStats};
 use crate::error::{Error, Result};
@@ -76,8 +76,11 @@ impl Wal {
             dir,
             db,
             options,
-            live,
-            None,
+            SegmentTable {
+                live,
+                prepared: None,
+                spares: Vec::new(),
+            },
             writer,
             Lsn::ZERO,
         ))
@@ -113,33 +116,35 @@ impl Wal {
             dir,
             db,
             options,
-            found.live,
-            found.prepared,
+            SegmentTable {
+                live: found.live,
+                prepared: found.prepared,
+                spares: found.spares,
+            },
             writer,
             last,
         );
         Ok((wal, found.report))
     }
 
-    #[expect(clippy::too_many_arguments, reason = "private constructor used twice")]
     fn assemble(
         storage: Arc<dyn Storage>,
         dir: &Path,
         database: DatabaseId,
         options: WalOptions,
-        live: Vec<LiveSegment>,
-        prepared: Option<segment::SegmentFile>,
+        table: SegmentTable,
         writer: Writer,
         durable: Lsn,
     ) -> Wal {
-        assert!(!live.is_empty(), "a log always has an active segment");
-        assert_eq!(live.last().map(|s| s.id), Some(writer.active.id));
+        assert!(!table.live.is_empty(), "a log always has an active segment");
+        assert_eq!(table.live.last().map(|s| s.id), Some(writer.active.id));
+        assert!(table.spares.len() <= SPARES_MAX);
         let ctx = Context {
             storage,
             dir: dir.to_path_buf(),
             database,
             options,
-            table: Mutex::new(SegmentTable { live, prepared }),
+            table: Mutex::new(table),
             prepare_lock: Mutex::new(()),
             counters: Counters::default(),
         };
@@ -294,14 +299,19 @@ impl Wal {
             let doomed: Vec<SegmentId> = table.live.drain(..count).map(|s| s.id).collect();
             (doomed, table.live[0].id)
         };
+        let mut removed = false;
         for &id in &doomed {
             let path = format::segment_path(&self.ctx.dir, id);
+            if self.ctx.keep_spare(path.clone()) {
+                continue;
+            }
             self.ctx
                 .storage
                 .remove_file(&path)
                 .map_err(|e| Error::io("remove covered segment", &path, e))?;
+            removed = true;
         }
-        if !doomed.is_empty() {
+        if removed {
             let dir = &self.ctx.dir;
             self.ctx
                 .storage
@@ -327,6 +337,7 @@ impl Wal {
             groups: c.groups.load(Ordering::Relaxed),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             inline_prepares: c.inline_prepares.load(Ordering::Relaxed),
+            recycled: c.recycled.load(Ordering::Relaxed),
         }
     }
 }

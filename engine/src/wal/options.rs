@@ -100,4 +100,7 @@ pub struct WalStats {
     pub fsyncs: u64,
     /// Segments created on the commit path because none was prepared.
     pub inline_prepares: u64,
+    /// Segments made by renaming an old segment file and rewriting its
+    /// header, instead of zero-filling a new one.
+    pub recycled: u64,
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use super::format::{self, RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader};
 use super::segment::{self, SegmentFile};
-use super::table::LiveSegment;
+use super::table::{LiveSegment, SPARES_MAX};
 use super::{RecoveryReport, WalOptions};
 use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
@@ -49,6 +49,9 @@ pub struct Recovered {
     pub offset: u64,
     /// An empty, valid segment after the active one, kept for reuse.
     pub prepared: Option<SegmentFile>,
+    /// Old segment files below the first live one (at most `SPARES_MAX`,
+    /// the highest numbered), kept to be recycled; the others were removed.
+    pub spares: Vec<PathBuf>,
 }
 
 struct Seg {
@@ -124,24 +127,29 @@ impl<'a> Window<'a> {
     }
 }
 
-/// Lists, cleans up, syncs and opens the segments from `first_segment` on.
+/// Lists, cleans up, syncs and opens the segments from `first_segment` on;
+/// returns them and the old segment files kept as spares.
 fn open_segments(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     database: DatabaseId,
     first_segment: SegmentId,
-) -> Result<Vec<Seg>> {
+) -> Result<(Vec<Seg>, Vec<PathBuf>)> {
     let names = storage
         .list_dir(dir)
         .map_err(|e| Error::io("list wal directory", dir, e))?;
     let mut ids = Vec::new();
+    let mut old = Vec::new();
     for name in &names {
         let stale = match format::parse_segment_file_name(name) {
             Some(id) if id >= first_segment => {
                 ids.push(id);
                 false
             }
-            Some(_) => true,
+            Some(id) => {
+                old.push(id);
+                false
+            }
             None => name.ends_with(".wal.tmp"),
         };
         if stale {
@@ -151,6 +159,22 @@ fn open_segments(
                 .map_err(|e| Error::io("remove leftover segment", &path, e))?;
         }
     }
+    // Segments below the first live one are covered by the checkpoint:
+    // spares left by garbage collection (or an interrupted one). Keep the
+    // newest few for reuse, whatever they hold: their records' checksums
+    // are seeded with their own numbers, so they never read as live ones.
+    old.sort_unstable();
+    let keep_from = old.len().saturating_sub(SPARES_MAX);
+    for &id in &old[..keep_from] {
+        let path = format::segment_path(dir, id);
+        storage
+            .remove_file(&path)
+            .map_err(|e| Error::io("remove leftover segment", &path, e))?;
+    }
+    let spares = old[keep_from..]
+        .iter()
+        .map(|&id| format::segment_path(dir, id))
+        .collect();
     let Some(&lowest) = ids.first() else {
         let path = format::segment_path(dir, first_segment);
         return Err(Error::corrupt(path, 0, "the log has no live segment file"));
@@ -178,7 +202,7 @@ fn open_segments(
         .sync_dir(dir)
         .map_err(|e| Error::io("sync wal directory", dir, e))?;
     assert_eq!(segs.len(), ids.len());
-    Ok(segs)
+    Ok((segs, spares))
 }
 
 /// The record that follows `header` (at `offset`) in the chain, if any:
@@ -259,8 +283,9 @@ fn scan(segs: &mut [Seg], covered: Lsn, options: &WalOptions) -> Result<(Stop, O
                 }
                 None => {
                     // Where the next record was due: right after this
-                    // one, or at the boundary if it ended its write.
-                    offset = header.next_offset(offset);
+                    // one, or at the boundary if it ended its write (the
+                    // end of a segment cut short before the boundary).
+                    offset = header.next_offset(offset).min(segs[index].file.size_bytes);
                     current = None;
                 }
             }
@@ -388,7 +413,7 @@ pub fn recover(
     first_segment: SegmentId,
     covered: Lsn,
 ) -> Result<Recovered> {
-    let mut segs = open_segments(storage, dir, database, first_segment)?;
+    let (mut segs, spares) = open_segments(storage, dir, database, first_segment)?;
     let segments_scanned = segs.len() as u64;
     let (stop, last_complete) = scan(&mut segs, covered, options)?;
     let after = look_after(&segs, &stop, options)?;
@@ -448,7 +473,9 @@ pub fn recover(
             highest.0
         ));
     }
-    finish(segs, &stop, last_lsn, report)
+    let mut found = finish(segs, &stop, last_lsn, report)?;
+    found.spares = spares;
+    Ok(found)
 }
 
 /// Makes the dropped tail unreadable as part of the log and removes later
@@ -565,5 +592,6 @@ fn finish(
         active,
         offset: stop.truncate_at,
         prepared,
+        spares: Vec::new(),
     })
 }

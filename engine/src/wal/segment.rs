@@ -1,10 +1,13 @@
-//! One segment file: prepare (create, fill, sync, rename), open and validate
-//! its header, and walk the records in its bytes.
+//! One segment file: prepare (create, fill, sync, rename) or recycle (an
+//! old segment file renamed, its header rewritten), and open and validate
+//! its header.
 //!
 //! **Invariant:** a file under a final segment name always holds a durable,
 //! valid header and its full preallocated size: it is built under a
-//! temporary name, zero-filled, `fdatasync`ed, and only then renamed (and the
-//! directory synced), so the commit path never changes a file's size.
+//! temporary name, zero-filled (or recycled from a file of the same size),
+//! `fdatasync`ed, and only then renamed (and the directory synced), so the
+//! commit path never changes a file's size. A recycled file's old records
+//! never validate: their checksums are seeded with the old segment number.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,6 +99,67 @@ pub fn prepare(
         size_bytes,
         seed: format::record_seed(database, id),
     })
+}
+
+/// Turns the old segment file at `old` (no longer needed by the log) into
+/// segment `id`: rename to a temporary name, new header, `fdatasync`,
+/// rename, directory sync. Only the header block is written; the rest keeps
+/// the old bytes, whose checksums are seeded with the old segment number.
+/// `None` (the file removed) if it is not `options.segment_size_bytes` long,
+/// e.g. left by an open with other options.
+pub fn recycle(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    old: &Path,
+    database: DatabaseId,
+    id: SegmentId,
+    first_lsn: Lsn,
+    options: &WalOptions,
+) -> Result<Option<SegmentFile>> {
+    let temp = dir.join(format::temp_file_name(id));
+    let path = format::segment_path(dir, id);
+    storage
+        .rename(old, &temp)
+        .map_err(|e| Error::io("rename segment for reuse", old, e))?;
+    let file = storage
+        .open(&temp, OpenMode::Existing)
+        .map_err(|e| Error::io("open recycled segment", &temp, e))?;
+    let size_bytes = file
+        .len()
+        .map_err(|e| Error::io("stat recycled segment", &temp, e))?;
+    if size_bytes != options.segment_size_bytes {
+        drop(file);
+        storage
+            .remove_file(&temp)
+            .map_err(|e| Error::io("remove odd-sized old segment", &temp, e))?;
+        return Ok(None);
+    }
+    let header = SegmentHeader {
+        database,
+        segment: id,
+        first_lsn,
+    };
+    if !planted(options, PlantedBug::RecycleKeepsOldHeader) {
+        file.write_at(0, &header.encode())
+            .map_err(|e| Error::io("write recycled segment header", &temp, e))?;
+    }
+    file.sync_data()
+        .map_err(|e| Error::io("sync recycled segment", &temp, e))?;
+    storage
+        .rename(&temp, &path)
+        .map_err(|e| Error::io("rename recycled segment", &path, e))?;
+    if !planted(options, PlantedBug::SkipSegmentDirSync) {
+        storage
+            .sync_dir(dir)
+            .map_err(|e| Error::io("sync wal directory", dir, e))?;
+    }
+    Ok(Some(SegmentFile {
+        id,
+        path,
+        file,
+        size_bytes,
+        seed: format::record_seed(database, id),
+    }))
 }
 
 /// Opens segment `id` and validates its header against `database` and `id`.

@@ -25,13 +25,20 @@ pub struct LiveSegment {
     pub first_lsn: Lsn,
 }
 
-/// Which segments exist, plus the one prepared ahead of need.
+/// The most old segment files kept for reuse; more are deleted.
+pub const SPARES_MAX: usize = 2;
+
+/// Which segments exist, plus the one prepared ahead of need and old files
+/// kept for reuse.
 #[derive(Debug)]
 pub struct SegmentTable {
     /// Live segments, oldest first; the last one is being written.
     pub live: Vec<LiveSegment>,
     /// The next segment, already created and synced, if prepared.
     pub prepared: Option<SegmentFile>,
+    /// Paths of old segment files no longer needed, of the configured
+    /// size, to be renamed into the next segments (at most `SPARES_MAX`).
+    pub spares: Vec<PathBuf>,
 }
 
 /// Counters exposed through [`super::Wal::stats`].
@@ -47,6 +54,8 @@ pub struct Counters {
     pub fsyncs: AtomicU64,
     /// Segments created inline on the commit path (not prepared ahead).
     pub inline_prepares: AtomicU64,
+    /// Segments made from an old segment file rather than zero-filled.
+    pub recycled: AtomicU64,
 }
 
 impl Counters {
@@ -83,7 +92,7 @@ impl Context {
     }
 
     /// Makes segment `id` (starting at `first_lsn`) the newest live
-    /// segment: takes the prepared one or creates it now.
+    /// segment: takes the prepared one or makes it now.
     pub fn install_next(&self, id: SegmentId, first_lsn: Lsn) -> Result<SegmentFile> {
         let _preparing = self.prepare_lock.lock().expect("wal prepare lock");
         let prepared = self.table().prepared.take();
@@ -91,14 +100,7 @@ impl Context {
             Some(file) => file,
             None => {
                 Counters::bump(&self.counters.inline_prepares);
-                segment::prepare(
-                    &self.storage,
-                    &self.dir,
-                    self.database,
-                    id,
-                    first_lsn,
-                    &self.options,
-                )?
+                self.make(id, first_lsn)?
             }
         };
         assert_eq!(file.id, id, "the prepared segment follows the active one");
@@ -126,18 +128,55 @@ impl Context {
                 .id
                 .next()
         };
-        let file = segment::prepare(
-            &self.storage,
-            &self.dir,
-            self.database,
-            id,
-            lsn_floor,
-            &self.options,
-        )?;
+        let file = self.make(id, lsn_floor)?;
         let mut table = self.table();
         assert!(table.prepared.is_none(), "only one preparation at a time");
         assert_eq!(table.live.last().map(|s| s.id.next()), Some(id));
         table.prepared = Some(file);
         Ok(())
+    }
+
+    /// Makes segment `id` from a spare old file if there is one, else a new
+    /// zero-filled file. The caller holds `prepare_lock`.
+    fn make(&self, id: SegmentId, first_lsn: Lsn) -> Result<SegmentFile> {
+        // Bounded by SPARES_MAX: each turn takes one spare.
+        loop {
+            let Some(old) = self.table().spares.pop() else {
+                break;
+            };
+            let recycled = segment::recycle(
+                &self.storage,
+                &self.dir,
+                &old,
+                self.database,
+                id,
+                first_lsn,
+                &self.options,
+            )?;
+            if let Some(file) = recycled {
+                Counters::bump(&self.counters.recycled);
+                return Ok(file);
+            }
+        }
+        segment::prepare(
+            &self.storage,
+            &self.dir,
+            self.database,
+            id,
+            first_lsn,
+            &self.options,
+        )
+    }
+
+    /// Keeps the old segment file at `path` for reuse if fewer than
+    /// `SPARES_MAX` are kept; `false` if the caller must remove it.
+    pub fn keep_spare(&self, path: PathBuf) -> bool {
+        let mut table = self.table();
+        if table.spares.len() < SPARES_MAX {
+            table.spares.push(path);
+            true
+        } else {
+            false
+        }
     }
 }

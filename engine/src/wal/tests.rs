@@ -526,22 +526,31 @@ fn stale_records_of_a_recycled_segment_file_are_not_accepted() {
     assert_eq!(payloads, (101..=105u8).map(|i| vec![i]).collect::<Vec<_>>());
 }
 
+/// The records of `wal` from `from` on, their LSNs and first bytes.
+fn lsns_and_bytes(wal: &Wal, from: Lsn) -> Vec<(Lsn, u8)> {
+    wal.read_from(from)
+        .expect("read")
+        .map(|r| r.map(|(lsn, bytes)| (lsn, bytes[0])))
+        .collect::<Result<Vec<_>, _>>()
+        .expect("records read back")
+}
+
 #[test]
-fn covered_segments_are_removed_and_reopen_deletes_gc_leftovers() {
+fn covered_segments_become_spares_that_later_rotations_recycle() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = small(8 * 1024, 1024);
     let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
     // A record of 1024 bytes fills its group's space exactly: segments hold
     // four, 12 fill segments 1..=3, and the next three go to the prepared
     // segment 4.
-    let payload = [3u8; 1024 - RECORD_HEADER_BYTES];
-    for _ in 0..12 {
-        wal.append(&[&payload]).expect("append");
+    let payload = |byte: u8| [byte; 1024 - RECORD_HEADER_BYTES];
+    for k in 1..=12u8 {
+        wal.append(&[&payload(k)]).expect("append");
     }
     wal.prepare_next_segment().expect("prepare");
     let before = wal.stats().inline_prepares;
-    for _ in 0..3 {
-        wal.append(&[&payload]).expect("append");
+    for k in 13..=15u8 {
+        wal.append(&[&payload(k)]).expect("append");
     }
     assert_eq!(
         wal.stats().inline_prepares,
@@ -549,18 +558,16 @@ fn covered_segments_are_removed_and_reopen_deletes_gc_leftovers() {
         "rotation used the prepared segment"
     );
     let first = wal.remove_covered_segments(Lsn(9)).expect("gc");
-    assert!(first > SegmentId(1));
-    assert!(
-        !FsStorage::new()
-            .exists(&seg_path(dir.path(), 1))
+    assert_eq!(first, SegmentId(3));
+    let exists = |id| {
+        FsStorage::new()
+            .exists(&seg_path(dir.path(), id))
             .expect("exists")
+    };
+    assert!(
+        exists(1) && exists(2),
+        "covered segments are kept as spares"
     );
-    let records = wal
-        .read_from(Lsn(10))
-        .expect("read")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("ok");
-    assert_eq!(records.first().map(|r| r.0), Some(Lsn(10)));
     assert!(matches!(
         wal.read_from(Lsn(1)),
         Err(Error::LsnOutOfRange { .. })
@@ -569,18 +576,38 @@ fn covered_segments_are_removed_and_reopen_deletes_gc_leftovers() {
         wal.remove_covered_segments(Lsn(99)),
         Err(Error::InvalidConfig { .. })
     ));
+    // Records 16..=20 fill segment 4 and rotate into segment 5, made from
+    // the newest spare: renamed, its header rewritten, its old records
+    // left in place but seeded with segment 2's number.
+    for k in 16..=20u8 {
+        wal.append(&[&payload(k)]).expect("append");
+    }
+    let stats = wal.stats();
+    assert_eq!(stats.recycled, 1, "{stats:?}");
+    assert_eq!(stats.inline_prepares, before + 1, "made on the commit path");
+    assert!(exists(1) && !exists(2) && exists(5));
+    let expected: Vec<(Lsn, u8)> = (9..=20u8).map(|k| (Lsn(u64::from(k)), k)).collect();
+    assert_eq!(lsns_and_bytes(&wal, Lsn(9)), expected);
     drop(wal);
-    // A leftover of an interrupted GC below the manifest's first segment.
-    write_file(&seg_path(dir.path(), 1), &[0u8; 10]);
+    // Reopen: the old records in segment 5 are not read as the log's, and
+    // a leftover of the wrong size below the first segment is a spare
+    // that the next rotation removes instead of reusing.
+    write_file(&seg_path(dir.path(), 2), &[0u8; 10]);
+    let (wal, report) = reopen(fs(), dir.path(), DB, options.clone(), first, Lsn(9)).expect("open");
+    assert_eq!(report.last_lsn, Lsn(20));
+    assert_eq!(lsns_and_bytes(&wal, Lsn(9)), expected);
+    for k in 21..=28u8 {
+        wal.append(&[&payload(k)]).expect("append");
+    }
+    let stats = wal.stats();
+    assert_eq!(stats.recycled, 1, "segment 1 became segment 6: {stats:?}");
+    assert_eq!(stats.inline_prepares, 2, "segment 7 was zero-filled");
+    assert!(!exists(1) && !exists(2) && exists(6) && exists(7));
+    drop(wal);
     let (wal, report) = reopen(fs(), dir.path(), DB, options, first, Lsn(9)).expect("open");
-    assert_eq!(report.last_lsn, Lsn(15));
-    assert!(
-        !FsStorage::new()
-            .exists(&seg_path(dir.path(), 1))
-            .expect("exists")
-    );
-    assert_eq!(wal.first_segment(), first);
-    assert_eq!(wal.append(&[b"x"]).expect("append"), Lsn(16));
+    assert_eq!(report.last_lsn, Lsn(28));
+    let expected: Vec<(Lsn, u8)> = (9..=28u8).map(|k| (Lsn(u64::from(k)), k)).collect();
+    assert_eq!(lsns_and_bytes(&wal, Lsn(9)), expected);
 }
 
 #[test]
@@ -721,5 +748,47 @@ fn a_write_torn_in_its_second_batch_keeps_the_first_and_the_next_writer_follows(
     assert_eq!(
         payloads,
         vec![b"one".to_vec(), b"two".to_vec(), b"three again".to_vec()]
+    );
+}
+
+/// A segment file cut short a few bytes after its last record, before the
+/// next group boundary: recovery keeps both records and the writer goes on
+/// in the next segment instead of writing past the file's end. Found by
+/// the `recover_image` fuzz target.
+#[test]
+fn a_segment_cut_short_between_boundaries_reopens_and_takes_appends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = small(8 * 1024, 1024);
+    let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+    let payload = [7u8; 100];
+    assert_eq!(wal.append(&[&payload]).expect("append"), Lsn(1));
+    assert_eq!(wal.append(&[&payload]).expect("append"), Lsn(2));
+    drop(wal);
+    // Record 2 starts at the first boundary after record 1.
+    let end = SEGMENT_HEADER_BYTES + 512 + (RECORD_HEADER_BYTES + payload.len()) as u64;
+    let path = seg_path(dir.path(), 1);
+    let file = FsStorage::new()
+        .open(&path, OpenMode::Existing)
+        .expect("open");
+    file.set_len(end + 10).expect("cut");
+    drop(file);
+    let (wal, report) = reopen(
+        fs(),
+        dir.path(),
+        DB,
+        options.clone(),
+        SegmentId(1),
+        Lsn::ZERO,
+    )
+    .expect("open");
+    assert_eq!(report.last_lsn, Lsn(2));
+    assert_eq!(wal.append(&[&payload]).expect("append"), Lsn(3));
+    drop(wal);
+    let (wal, report) =
+        reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("reopen");
+    assert_eq!(report.last_lsn, Lsn(3));
+    assert_eq!(
+        lsns_and_bytes(&wal, Lsn(1)),
+        vec![(Lsn(1), 7), (Lsn(2), 7), (Lsn(3), 7)]
     );
 }
