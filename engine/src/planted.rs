@@ -35,6 +35,9 @@ pub enum PlantedBug {
     /// The hot books let a settled ledger entry leave memory without
     /// remembering its step, so the step looks never begun.
     ForgetEvictedSteps,
+    /// `finish_step_with` whose follow-ups are refused drops the outcome
+    /// instead of recording it alone.
+    LoseOutcomeWithRefusedFollowUps,
     /// Recycling an old segment file renames it without writing the new
     /// segment's header, so the file still names its old number.
     RecycleKeepsOldHeader,
@@ -51,7 +54,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 7] = [
+    pub const ENGINE: [PlantedBug; 8] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -59,10 +62,11 @@ impl PlantedBug {
         PlantedBug::ReplayRecordTwice,
         PlantedBug::LoseCompensationOnCrash,
         PlantedBug::ForgetEvictedSteps,
+        PlantedBug::LoseOutcomeWithRefusedFollowUps,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 12] = [
+    pub const ALL: [PlantedBug; 13] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -74,6 +78,7 @@ impl PlantedBug {
         PlantedBug::ReplayRecordTwice,
         PlantedBug::LoseCompensationOnCrash,
         PlantedBug::ForgetEvictedSteps,
+        PlantedBug::LoseOutcomeWithRefusedFollowUps,
         PlantedBug::RecycleKeepsOldHeader,
     ];
 
@@ -91,6 +96,7 @@ impl PlantedBug {
             PlantedBug::ReplayRecordTwice => "replay-record-twice",
             PlantedBug::LoseCompensationOnCrash => "lose-compensation-on-crash",
             PlantedBug::ForgetEvictedSteps => "forget-evicted-steps",
+            PlantedBug::LoseOutcomeWithRefusedFollowUps => "lose-outcome-with-refused-follow-ups",
             PlantedBug::RecycleKeepsOldHeader => "recycle-keeps-old-header",
         }
     }

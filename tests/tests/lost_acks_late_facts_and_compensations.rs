@@ -12,9 +12,12 @@ mod support;
 
 use std::sync::Arc;
 
-use actum::books::{Compensation, EffectKey, EffectStatus, Outcome, ToolClass};
+use actum::books::{
+    Answer, Command, Compensation, EffectKey, EffectStatus, Outcome, Part, SaveCheckpoint,
+    ToolClass,
+};
 use actum::engine::{CompensationRequest, StepPlan, StepResult};
-use actum::{Engine, ManualClock};
+use actum::{Engine, Error, ManualClock};
 use support::*;
 
 fn lost_ack() -> Outcome {
@@ -153,6 +156,92 @@ fn an_outcome_reported_after_the_lease_expired_is_recorded_under_the_current_tok
         EffectStatus::Confirmed {
             receipt: b"wire-1".to_vec()
         }
+    );
+}
+
+/// One commit per step: the outcome and its follow-up checkpoint land in
+/// one record; when the follow-up is refused (the lease expired while the
+/// act ran), the outcome, a fact, is still recorded, alone.
+#[test]
+fn a_late_fact_is_recorded_even_when_its_follow_up_checkpoint_is_refused() {
+    let (_dir, clock, engine, lease) = setup();
+    let (run, step) = (rid("order-17"), sid("charge"));
+    let req = request(
+        &lease.guard,
+        &run,
+        &step,
+        "bank.wire",
+        ToolClass::Queryable,
+        b"42",
+    );
+    let save = |receipt: Vec<u8>| {
+        vec![Command::SaveCheckpoint(SaveCheckpoint {
+            run: run.clone(),
+            guard: lease.guard.clone(),
+            schema_version: 1,
+            parts: vec![Part {
+                name: "receipt".into(),
+                bytes: receipt,
+            }],
+        })]
+    };
+    // In time: outcome and checkpoint in one record, one fsync.
+    let StepPlan::Act(ctx) = engine.begin_step(&req).unwrap() else {
+        panic!("a fresh step acts")
+    };
+    let outcome = Outcome::Confirmed {
+        receipt: b"wire-1".to_vec(),
+    };
+    let fsyncs = engine.wal_stats().fsyncs;
+    let finished = engine
+        .finish_step_with(&lease.guard, &ctx, outcome, save(b"wire-1".to_vec()))
+        .unwrap();
+    assert!(matches!(finished.result, StepResult::Done { .. }));
+    assert!(matches!(
+        finished.then.unwrap().as_slice(),
+        [Answer::CheckpointSaved { .. }]
+    ));
+    assert_eq!(engine.wal_stats().fsyncs, fsyncs + 1);
+    let saved = engine.load_latest(&run, 1).unwrap().unwrap();
+    assert_eq!(saved.parts[0].bytes, b"wire-1");
+
+    // Late: the lease ran out during the act; the checkpoint is refused,
+    // the outcome is not lost.
+    let step2 = sid("ship");
+    let req2 = request(
+        &lease.guard,
+        &run,
+        &step2,
+        "bank.wire",
+        ToolClass::Queryable,
+        b"43",
+    );
+    let StepPlan::Act(ctx) = engine.begin_step(&req2).unwrap() else {
+        panic!("a fresh step acts")
+    };
+    clock.advance_ms(LEASE_MS + 5);
+    let outcome = Outcome::Confirmed {
+        receipt: b"wire-2".to_vec(),
+    };
+    let finished = engine
+        .finish_step_with(&lease.guard, &ctx, outcome, save(b"wire-2".to_vec()))
+        .unwrap();
+    assert!(matches!(finished.result, StepResult::Done { .. }));
+    match finished.then {
+        Err(Error::BatchRefused { index: 0, .. }) => {}
+        other => panic!("the checkpoint is refused: {other:?}"),
+    }
+    let key = EffectKey::new(run.clone(), step2, 1).unwrap();
+    assert_eq!(
+        engine.effect(&key).unwrap().unwrap().status,
+        EffectStatus::Confirmed {
+            receipt: b"wire-2".to_vec()
+        }
+    );
+    let latest = engine.load_latest(&run, 1).unwrap().unwrap();
+    assert_eq!(
+        latest.parts[0].bytes, b"wire-1",
+        "the refused save left no trace"
     );
 }
 

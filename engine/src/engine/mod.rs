@@ -28,4 +28,4 @@ pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
     MAX_RECORD_BYTES_DEFAULT,
 };
-pub use step::{EffectCtx, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};
+pub use step::{EffectCtx, FinishedStep, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};

@@ -16,11 +16,12 @@
 //! [`EffectCtx::intent_lsn`]) or `Resend` (the same key, inside the tool's
 //! dedup window); on every other answer it is not called.
 
+use crate::books::Answer;
 use crate::books::{
     BeginEffect, Begun, Command, Compensation, EffectKey, FencingToken, FinishEffect, Guard,
     Outcome, Reconcile, RunId, StepId, ToolClass, digest_of,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::planted::PlantedBug;
 
@@ -141,6 +142,13 @@ impl StepRequest<'_> {
 }
 
 impl EffectCtx {
+    /// The result [`Engine::finish_step`] (and
+    /// [`Engine::finish_step_with`]) returns for `outcome`: what a caller
+    /// builds the step's follow-up commands from.
+    pub fn result(&self, outcome: &Outcome) -> StepResult {
+        result_of(self.key.clone(), outcome.clone(), false)
+    }
+
     /// The command [`Engine::finish_step`] executes to record `outcome`.
     pub fn finish_command(&self, guard: &Guard, outcome: Outcome) -> Command {
         Command::FinishEffect(FinishEffect {
@@ -276,6 +284,122 @@ impl Engine {
         Ok(result_of(ctx.key.clone(), outcome, false))
     }
 
+    /// Ceremony point 5 and what follows it in **one** WAL record: the
+    /// outcome of the act `ctx` planned, then `then` (typically the
+    /// checkpoint of the agent's new state, and the run's transition when
+    /// the step was its last), committed atomically, so a step costs two
+    /// fsyncs (intent; outcome with checkpoint) instead of three or four.
+    /// Build `then` from [`EffectCtx::result`], the result this call
+    /// returns.
+    ///
+    /// The outcome is a fact and is always recorded: if a command of
+    /// `then` is refused (say a checkpoint under a lease that expired
+    /// while the act ran), the outcome is recorded alone, in its own
+    /// record, and [`FinishedStep::then`] holds the refusal
+    /// ([`Error::BatchRefused`], indexed within `then`). A refusal of the
+    /// outcome itself is returned as [`Engine::finish_step`] returns it.
+    ///
+    /// ```
+    /// use actum::books::{
+    ///     Answer, Command, CreateRun, Outcome, Part, RunId, RunState, SaveCheckpoint, StepId,
+    ///     ToolClass, Transition, WorkerId, digest_of,
+    /// };
+    /// use actum::engine::{Engine, EngineOptions, StepPlan, StepRequest, StepResult, ToolSpec};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("refund-9")?;
+    /// engine.create_run(CreateRun {
+    ///     run: run.clone(),
+    ///     input_digest: digest_of(b"refund order 9"),
+    ///     agent_version: "refund-agent 2.1".into(),
+    ///     trace_id: "t-9".into(),
+    ///     parent: None,
+    /// })?;
+    /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
+    /// let guard = lease.guard.clone();
+    /// engine.transition(Transition {
+    ///     run: run.clone(), guard: guard.clone(), to: RunState::Running,
+    ///     expected_version: None, reason: "claimed".into(),
+    /// })?;
+    /// let step = StepId::new("refund")?;
+    /// let request = StepRequest {
+    ///     guard: &guard,
+    ///     run: &run,
+    ///     step: &step,
+    ///     tool: ToolSpec { name: "psp.refund".into(), class: ToolClass::Queryable },
+    ///     args: b"order 9, 25 EUR",
+    ///     rationale: "the item came back",
+    ///     compensation: None,
+    /// };
+    /// let StepPlan::Act(ctx) = engine.begin_step(&request)? else { unreachable!() };
+    /// let outcome = Outcome::Confirmed { receipt: b"re_1".to_vec() };
+    /// let fsyncs = engine.wal_stats().fsyncs;
+    /// // The outcome, the agent's new state and the run's end: one record.
+    /// let then = match ctx.result(&outcome) {
+    ///     StepResult::Done { receipt, .. } => vec![
+    ///         Command::SaveCheckpoint(SaveCheckpoint {
+    ///             run: run.clone(), guard: guard.clone(), schema_version: 1,
+    ///             parts: vec![Part { name: "refund".into(), bytes: receipt }],
+    ///         }),
+    ///         Command::Transition(Transition {
+    ///             run: run.clone(), guard: guard.clone(), to: RunState::Completed,
+    ///             expected_version: None, reason: "refunded".into(),
+    ///         }),
+    ///     ],
+    ///     _ => Vec::new(),
+    /// };
+    /// let finished = engine.finish_step_with(&guard, &ctx, outcome, then)?;
+    /// assert!(matches!(finished.result, StepResult::Done { .. }));
+    /// assert!(matches!(finished.then?.as_slice(), [Answer::CheckpointSaved { .. }, Answer::Transitioned { .. }]));
+    /// assert_eq!(engine.wal_stats().fsyncs, fsyncs + 1, "one record, one fsync");
+    /// assert_eq!(engine.run(&run)?.map(|r| r.state), Some(RunState::Completed));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn finish_step_with(
+        &self,
+        guard: &Guard,
+        ctx: &EffectCtx,
+        outcome: ToolOutcome,
+        then: Vec<Command>,
+    ) -> Result<FinishedStep> {
+        let result = ctx.result(&outcome);
+        let finish = ctx.finish_command(guard, outcome);
+        if then.is_empty() {
+            self.answer(finish)?;
+            return Ok(FinishedStep {
+                result,
+                then: Ok(Vec::new()),
+            });
+        }
+        let mut batch = Vec::with_capacity(1 + then.len());
+        batch.push(finish.clone());
+        batch.extend(then);
+        match self.commit_batch(batch) {
+            Ok(mut answers) => {
+                answers.remove(0);
+                Ok(FinishedStep {
+                    result,
+                    then: Ok(answers),
+                })
+            }
+            Err(Error::BatchRefused { index: 0, cause }) => Err(*cause),
+            Err(Error::BatchRefused { index, cause }) => {
+                if !self.planted(PlantedBug::LoseOutcomeWithRefusedFollowUps) {
+                    self.answer(finish)?;
+                }
+                Ok(FinishedStep {
+                    result,
+                    then: Err(Error::BatchRefused {
+                        index: index - 1,
+                        cause,
+                    }),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Records what the query `ctx` planned found: confirmed or failed is
     /// a reconcile; unknown leaves the intent open (`Unknown`).
     pub fn resolve_step(
@@ -328,6 +452,17 @@ impl Engine {
             Begun::Compensated { key } => StepPlan::Done(StepResult::Compensated { key }),
         })
     }
+}
+
+/// What [`Engine::finish_step_with`] recorded.
+#[derive(Debug)]
+pub struct FinishedStep {
+    /// The step's result, as [`Engine::finish_step`] returns it.
+    pub result: StepResult,
+    /// The answers to the follow-up commands, committed in the outcome's
+    /// record; or why one was refused, in which case the outcome was
+    /// recorded alone and none of them was.
+    pub then: Result<Vec<Answer>>,
 }
 
 /// The result of a step whose act (or query) reported `outcome`.

@@ -41,6 +41,11 @@ pub struct AgentReport {
     pub decisions_replayed: u64,
     /// Acts that happened in the world.
     pub applications: u64,
+    /// Outcomes recorded in one record with their checkpoint (and the
+    /// run's end, when it was the last step).
+    pub one_record_steps: u64,
+    /// Outcomes recorded alone because their follow-ups were refused.
+    pub follow_ups_refused: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -71,6 +76,8 @@ impl AgentReport {
         self.model_calls += other.model_calls;
         self.decisions_replayed += other.decisions_replayed;
         self.applications += other.applications;
+        self.one_record_steps += other.one_record_steps;
+        self.follow_ups_refused += other.follow_ups_refused;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -83,7 +90,7 @@ impl AgentReport {
             "{} runs ({} completed, {} failed), {} crashes, {} checked recoveries, {} \
              commands, {} zombie commands fenced, {} leases lost, {} acks dropped, {} resends, \
              {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
-             journal), {} acts in the world",
+             journal), {} acts in the world, {} steps in one record ({} follow-ups refused)",
             self.runs,
             self.completed,
             self.failed,
@@ -99,7 +106,9 @@ impl AgentReport {
             self.compensations,
             self.model_calls,
             self.decisions_replayed,
-            self.applications
+            self.applications,
+            self.one_record_steps,
+            self.follow_ups_refused
         )
     }
 }

@@ -17,6 +17,7 @@ use actum::books::{
     Answer, BooksRead, BooksWrite, Command, CreateRun, MemBooks, RunId, apply, decide, digest_of,
 };
 use actum::db::DbOptions;
+use actum::engine::FinishedStep;
 use actum::wal::WalOptions;
 use actum::{DatabaseId, Engine, EngineOptions, Error, Storage};
 
@@ -228,6 +229,42 @@ impl<'s> Sim<'s> {
                 Ok(Called::Died)
             }
         }
+    }
+
+    /// Runs `finish_step_with`: `finish` (a step's outcome) and `then` (its
+    /// follow-ups) committed as one batch, or, if the model refuses the
+    /// batch for a follow-up, `finish` alone, as the engine falls back to.
+    /// The model decides which command the call commits; the engine must
+    /// agree (the follow-ups acknowledged exactly when the model accepts
+    /// the batch).
+    pub fn call_finish_with(
+        &mut self,
+        finish: &Command,
+        then: Vec<Command>,
+        f: impl FnOnce(&Engine, Vec<Command>) -> actum::Result<FinishedStep>,
+    ) -> Result<Called<FinishedStep>, AgentFailure> {
+        let now_ms = self.clock.now_ms();
+        let batch = Command::Batch(
+            std::iter::once(finish.clone())
+                .chain(then.clone())
+                .collect(),
+        );
+        let batch_accepted = decide(&self.model, &batch, now_ms).is_ok();
+        let committed = if batch_accepted { &batch } else { finish };
+        let called = self.call(Some(committed), |e| f(e, then))?;
+        if let Called::Ok(finished) = &called
+            && finished.then.is_ok() != batch_accepted
+        {
+            return Err(self.fail(
+                "the engine decides as the reference model does",
+                format!(
+                    "the model {} a step's follow-ups the engine answered with {:?}",
+                    if batch_accepted { "accepts" } else { "refuses" },
+                    finished.then
+                ),
+            ));
+        }
+        Ok(called)
     }
 
     /// Holds an acknowledged `cmd` to the model and applies it there.

@@ -8,7 +8,10 @@
 //! starts it, then for each action of the workflow: `begin_step` (or
 //! `begin_compensation`), sends the act or query to the world, waits for
 //! the reply (or times out), records it with `finish_step` (or
-//! `resolve_step`), and saves a checkpoint. Between steps it renews its
+//! `resolve_step`), and saves a checkpoint: odd-numbered workers record an
+//! act's outcome, the checkpoint and (after the last step) the run's end
+//! in one record with `finish_step_with`, even ones in separate commits.
+//! Between steps it renews its
 //! lease when half of it is gone (not while a call is in flight). A refusal
 //! for a lost lease or a stale token drops the run.
 //!
@@ -78,6 +81,68 @@ pub struct Job {
     expires_ms: u64,
     state: AgentState,
     phase: Phase,
+}
+
+impl Job {
+    /// Moves the agent on from a step's result (`planned`: the books
+    /// already knew it): the new state and phase. `false` for a result no
+    /// valid workflow gets.
+    fn take(&mut self, side: Side, result: &StepResult, planned: bool) -> bool {
+        match result {
+            StepResult::Done { receipt, .. } => {
+                self.state.notes.extend_from_slice(receipt);
+                self.state.cursor += 1;
+                self.phase = Phase::Save;
+            }
+            StepResult::Compensated { .. } => {
+                self.state.cursor += 1;
+                self.phase = Phase::Save;
+            }
+            StepResult::Failed {
+                retryable: true, ..
+            } => self.phase = Phase::Ready,
+            StepResult::Failed {
+                retryable: false, ..
+            } if matches!(side, Side::Act(_)) => {
+                self.state.failing = Some(Failing::Declined);
+                self.state.cursor = 0;
+                self.phase = Phase::Save;
+            }
+            StepResult::Unknown { .. }
+                if planned || side.tool().class == ToolClass::NotIdempotent =>
+            {
+                // The books cannot resend or query it: a person must.
+                self.state.failing = Some(Failing::Unknown);
+                self.state.cursor = 0;
+                self.phase = Phase::Save;
+            }
+            // A lost ack: the next begin resends or queries.
+            StepResult::Unknown { .. } => self.phase = Phase::Ready,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The checkpoint of the agent's current state.
+    fn save_command(&self) -> SaveCheckpoint {
+        SaveCheckpoint {
+            run: self.run.clone(),
+            guard: self.guard.clone(),
+            schema_version: SCHEMA_VERSION,
+            parts: self.state.parts(self.workflow),
+        }
+    }
+
+    /// The run's move to `to`.
+    fn transition_command(&self, to: RunState, reason: &str) -> Transition {
+        Transition {
+            run: self.run.clone(),
+            guard: self.guard.clone(),
+            to,
+            expected_version: None,
+            reason: reason.to_string(),
+        }
+    }
 }
 
 /// Which side of a step a call is for, and the tool it calls.
@@ -288,13 +353,7 @@ impl Sim<'_> {
         to: RunState,
         reason: &str,
     ) -> Result<Option<()>, AgentFailure> {
-        let t = Transition {
-            run: job.run.clone(),
-            guard: job.guard.clone(),
-            to,
-            expected_version: None,
-            reason: reason.to_string(),
-        };
+        let t = job.transition_command(to, reason);
         let cmd = Command::Transition(t.clone());
         match self.call(Some(&cmd), |e| e.transition(t))? {
             Called::Ok(_) => {
@@ -496,6 +555,15 @@ impl Sim<'_> {
         outcome: Outcome,
     ) -> Next {
         let guard = job.guard.clone();
+        // Odd-numbered workers record an act's outcome, its checkpoint and
+        // the run's end in one record; even ones in separate commits, so
+        // every seed runs both.
+        if !query
+            && w % 2 == 1
+            && let Some(next) = self.report_with_follow_ups(w, &job, (&ctx, side), &outcome)?
+        {
+            return next;
+        }
         let called = if query {
             let cmd = ctx.reconcile_command(&guard, outcome.clone());
             self.call(cmd.as_ref(), |e| e.resolve_step(&guard, &ctx, outcome))?
@@ -532,44 +600,78 @@ impl Sim<'_> {
             check::replayed_receipt_is_the_worlds(self.world.log(), key, receipt)
                 .map_err(|e| self.fail("a replayed receipt equals the world's", e))?;
         }
-        match result {
-            StepResult::Done { receipt, .. } => {
-                job.state.notes.extend_from_slice(&receipt);
-                job.state.cursor += 1;
-                job.phase = Phase::Save;
+        if !job.take(side, &result, planned) {
+            return Err(self.fail(
+                "the engine accepts every step of a valid workflow",
+                format!("{who} on {} got {result:?} from a {side:?} step", job.run),
+            ));
+        }
+        Ok(Some(job))
+    }
+
+    /// Records an act's outcome together with what follows it, in one
+    /// record (`finish_step_with`): the checkpoint of the agent's new
+    /// state and, when that state finishes the workflow, the run's
+    /// transition. `None` if the result leads to no checkpoint (the caller
+    /// records the outcome alone).
+    fn report_with_follow_ups(
+        &mut self,
+        w: usize,
+        job: &Job,
+        (ctx, side): (&EffectCtx, Side),
+        outcome: &Outcome,
+    ) -> Result<Option<Next>, AgentFailure> {
+        let result = ctx.result(outcome);
+        let mut next = job.clone();
+        if !next.take(side, &result, false) || !matches!(next.phase, Phase::Save) {
+            return Ok(None);
+        }
+        let mut then = vec![Command::SaveCheckpoint(next.save_command())];
+        let finish_to = match next.workflow.action(&next.run, &next.state) {
+            Action::Finish { to, reason } => {
+                then.push(Command::Transition(next.transition_command(to, reason)));
+                Some(to)
             }
-            StepResult::Compensated { .. } => {
-                job.state.cursor += 1;
-                job.phase = Phase::Save;
-            }
-            StepResult::Failed {
-                retryable: true, ..
-            } => job.phase = Phase::Ready,
-            StepResult::Failed {
-                retryable: false, ..
-            } if matches!(side, Side::Act(_)) => {
-                job.state.failing = Some(Failing::Declined);
-                job.state.cursor = 0;
-                job.phase = Phase::Save;
-            }
-            StepResult::Unknown { .. }
-                if planned || side.tool().class == ToolClass::NotIdempotent =>
-            {
-                // The books cannot resend or query it: a person must.
-                job.state.failing = Some(Failing::Unknown);
-                job.state.cursor = 0;
-                job.phase = Phase::Save;
-            }
-            // A lost ack: the next begin resends or queries.
-            StepResult::Unknown { .. } => job.phase = Phase::Ready,
+            _ => None,
+        };
+        let guard = job.guard.clone();
+        let finish = ctx.finish_command(&guard, outcome.clone());
+        let outcome = outcome.clone();
+        let called = self.call_finish_with(&finish, then, |e, then| {
+            e.finish_step_with(&guard, ctx, outcome, then)
+        })?;
+        let finished = match called {
+            Called::Ok(finished) => finished,
+            Called::Refused(e) => return Ok(Some(self.dropped(w, job, &e))),
+            Called::Died => return Ok(Some(Ok(None))),
+        };
+        let who = self.who(w);
+        self.note(|| format!("{who} gets {}", describe(&finished.result)));
+        let Ok(answers) = finished.then else {
+            // The outcome is recorded; the follow-ups were refused (the
+            // lease ran out): the checkpoint is tried on its own, and its
+            // refusal drops the run.
+            self.report.follow_ups_refused += 1;
+            self.note(|| format!("{who}'s follow-ups were refused; the outcome stands alone"));
+            return Ok(Some(Ok(Some(next))));
+        };
+        let version = match answers.first() {
+            Some(actum::books::Answer::CheckpointSaved { version, .. }) => *version,
             other => {
                 return Err(self.fail(
                     "the engine accepts every step of a valid workflow",
-                    format!("{who} on {} got {other:?} from a {side:?} step", job.run),
+                    format!("a checkpoint follow-up answered {other:?}"),
                 ));
             }
+        };
+        self.report.one_record_steps += 1;
+        self.note(|| format!("{who} saves {} v{version} in the same record", next.run));
+        if let Some(to) = finish_to {
+            self.note(|| format!("{who} moves {} to {to} in the same record", next.run));
+            return Ok(Some(Ok(None)));
         }
-        Ok(Some(job))
+        next.phase = Phase::Ready;
+        Ok(Some(Ok(Some(next))))
     }
 
     fn decide(&mut self, w: usize, mut job: Job, position: u64, prompt: &[u8]) -> Next {
@@ -621,12 +723,7 @@ impl Sim<'_> {
     }
 
     fn save(&mut self, w: usize, mut job: Job) -> Next {
-        let save = SaveCheckpoint {
-            run: job.run.clone(),
-            guard: job.guard.clone(),
-            schema_version: SCHEMA_VERSION,
-            parts: job.state.parts(job.workflow),
-        };
+        let save = job.save_command();
         let cmd = Command::SaveCheckpoint(save.clone());
         match self.call(Some(&cmd), |e| e.save_checkpoint(save))? {
             Called::Ok(saved) => {
