@@ -5,7 +5,7 @@
 //!   (`Engine::step`), then `save_checkpoint` of the run's 10 KiB state (10 parts of 1 KiB)
 //!   with exactly one part changed: three durable commits.
 //! - `agent_step/step_batched/T`: the same, with the outcome and the checkpoint committed
-//!   together (`begin_step`, act, `commit_batch([finish, save])`): two durable commits.
+//!   together (`begin_step`, act, `finish_step_with(.., [save])`): two durable commits.
 //! - `checkpoint_save/1MiB_one_part_changed`: one iteration saves a 1 MiB state (256 parts of
 //!   4 KiB) with one part changed; the summary gives bytes written per save.
 //! - `point_read/{effect,load_latest}/{hot,checkpointed}`: `Engine::effect` of a settled

@@ -7,7 +7,8 @@
 //! ([`protocol`]); `agent_step` runs whole agent steps and checkpoint saves ([`agent`]), with
 //! bytes written counted under the engine ([`counting`]). The bench files under `benches/` stay
 //! thin: they pick a system and a writer count and hand both to [`runner`], which times them
-//! with [`harness`]. The `memory_after_runs` example reports resident memory ([`memory`]).
+//! with [`harness`]. The `memory_after_runs` example reports resident memory ([`memory`]); `open_time` times an open
+//! after a crash against history and tail ([`open`]).
 //!
 //! **Invariant:** a system's `commit` returns only once what it wrote is durable (the relevant
 //! `fsync`/`fdatasync` has returned), so commits per second are durable commits per second.
@@ -18,6 +19,7 @@ pub mod counting;
 pub mod group_commit;
 pub mod harness;
 pub mod memory;
+pub mod open;
 pub mod peers;
 pub mod protocol;
 pub mod raw;

@@ -12,17 +12,25 @@ use crate::wal::WalOptions;
 /// Default: checkpoint the state store after this many commits.
 pub const CHECKPOINT_EVERY_RECORDS_DEFAULT: u64 = 4096;
 /// Default: checkpoint the state store after this many logged bytes.
-pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 32 << 20;
+pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 8 << 20;
 /// Default largest WAL record, i.e. the largest single command's ops.
-pub const MAX_RECORD_BYTES_DEFAULT: u64 = 16 << 20;
+pub const MAX_RECORD_BYTES_DEFAULT: u64 = 4 << 20;
+/// Default WAL segment size. Recovery reads the log from the start of the
+/// segment holding the last checkpoint's LSN, so open time after a crash
+/// is bounded by one segment plus what was logged since the checkpoint
+/// (docs/PERFORMANCE.md, "Open time"); 16 MiB keeps that near 20 ms here.
+pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 16 << 20;
 
 /// How to open an engine.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
     /// Database directory options (WAL segment size, record limit, id).
     pub db: DbOptions,
-    /// Check every page checksum of the state store on open (costs a read
-    /// of the whole file; catches bit rot redb would otherwise read back).
+    /// Check every page checksum of the state store on open: a read of
+    /// the whole file, so open time grows with the history. Off by
+    /// default: every row carries its own checksum and key check, so rot
+    /// in a row is `Corrupt` when read; what only this catches is rot in
+    /// redb's branch pages (docs/DURABILITY.md, "State store checks").
     pub verify_state_on_open: bool,
     /// Run a checkpoint (durable redb commit, manifest update, WAL GC)
     /// after this many commits since the last one; 0 disables the count.
@@ -36,12 +44,13 @@ impl Default for EngineOptions {
         EngineOptions {
             db: DbOptions {
                 wal: WalOptions {
+                    segment_size_bytes: SEGMENT_SIZE_BYTES_DEFAULT,
                     max_record_bytes: MAX_RECORD_BYTES_DEFAULT,
                     ..WalOptions::default()
                 },
                 database_id: None,
             },
-            verify_state_on_open: true,
+            verify_state_on_open: false,
             checkpoint_every_records: CHECKPOINT_EVERY_RECORDS_DEFAULT,
             checkpoint_every_bytes: CHECKPOINT_EVERY_BYTES_DEFAULT,
         }

@@ -334,6 +334,7 @@ impl Wal {
         WalStats {
             appends: c.appends.load(Ordering::Relaxed),
             records: c.records.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
             groups: c.groups.load(Ordering::Relaxed),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             inline_prepares: c.inline_prepares.load(Ordering::Relaxed),

@@ -94,6 +94,10 @@ pub struct WalStats {
     pub appends: u64,
     /// Records written.
     pub records: u64,
+    /// Bytes of records written (headers and payloads); each group write
+    /// starts at the next 512-byte boundary, so the log spans a little
+    /// more.
+    pub bytes: u64,
     /// Group flushes (each one write + sync round).
     pub groups: u64,
     /// `fdatasync` calls on the commit path.

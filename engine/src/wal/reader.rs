@@ -161,9 +161,13 @@ impl WalIter {
                 }
             }
         };
+        // Records below `from` are passed over: their payloads are neither
+        // returned nor checked (recovery checked the whole log when it
+        // opened; a wrong turn would surface as an unexpected LSN next).
+        let want_payload = self.next_lsn >= self.from;
         let mut problem = None;
         for (offset, later_writer) in candidates.into_iter().flatten() {
-            match Self::record_at(cursor, offset)? {
+            match Self::record_at(cursor, offset, want_payload)? {
                 Some((header, Some(payload)))
                     if header.lsn == self.next_lsn
                         && (header.epoch > self.epoch
@@ -196,10 +200,12 @@ impl WalIter {
     }
 
     /// The record at `offset` of the cursor's segment: `None` if its header
-    /// is not valid; its payload, `None` if that is damaged.
+    /// is not valid; its payload, `None` if that is damaged (without
+    /// `want_payload`, an empty one, unread and unchecked).
     fn record_at(
         cursor: &mut Cursor,
         offset: u64,
+        want_payload: bool,
     ) -> Result<Option<(RecordHeader, Option<Vec<u8>>)>> {
         let seed = cursor.file.seed;
         if offset + RECORD_HEADER_BYTES as u64 > cursor.file.size_bytes {
@@ -212,6 +218,9 @@ impl WalIter {
         let payload_at = offset + RECORD_HEADER_BYTES as u64;
         if payload_at + u64::from(header.len) > cursor.file.size_bytes {
             return Ok(Some((header, None)));
+        }
+        if !want_payload {
+            return Ok(Some((header, Some(Vec::new()))));
         }
         let payload = cursor.bytes(payload_at, u64::from(header.len))?.to_vec();
         let intact = format::payload_matches(&header, seed, &payload);

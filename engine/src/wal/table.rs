@@ -48,6 +48,8 @@ pub struct Counters {
     pub appends: AtomicU64,
     /// Records written.
     pub records: AtomicU64,
+    /// Bytes of records written (headers and payloads).
+    pub bytes: AtomicU64,
     /// Group flushes (one write + sync round each).
     pub groups: AtomicU64,
     /// `fdatasync` calls on segment files by the commit path.

@@ -106,7 +106,7 @@ impl Writer {
         let rotations = self.plan_rotations(ctx, group);
         for (index, entry) in group.iter().enumerate() {
             if rotations[index] {
-                self.write_buf()?;
+                self.write_buf(ctx)?;
                 self.sync_active(ctx)?;
                 let next = ctx.install_next(self.active.id.next(), entry.first)?;
                 self.active = next;
@@ -131,7 +131,7 @@ impl Writer {
             assert_eq!(lsn, entry.last.next(), "a batch's LSNs are contiguous");
             ctx.counters.records.fetch_add(count, Ordering::Relaxed);
         }
-        self.write_buf()?;
+        self.write_buf(ctx)?;
         self.sync_active(ctx)?;
         Counters::bump(&ctx.counters.groups);
         Ok(())
@@ -162,7 +162,7 @@ impl Writer {
             .collect()
     }
 
-    fn write_buf(&mut self) -> Result<()> {
+    fn write_buf(&mut self, ctx: &Context) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -175,6 +175,9 @@ impl Writer {
             .file
             .write_at(self.offset, &self.buf)
             .map_err(|e| Error::io("write wal records", &self.active.path, e))?;
+        ctx.counters
+            .bytes
+            .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
         self.offset = end;
         self.buf.clear();
         self.dirty = true;
