@@ -475,6 +475,19 @@ pub fn recover(
     }
     let mut found = finish(segs, &stop, last_lsn, report)?;
     found.spares = spares;
+    // The writer fills a new segment up to the configured size: an empty
+    // next segment of another size (cut short, or made under other
+    // options) is removed rather than handed to it.
+    if let Some(prepared) = found
+        .prepared
+        .take_if(|p| p.size_bytes != options.segment_size_bytes)
+    {
+        let path = prepared.path.clone();
+        drop(prepared);
+        storage
+            .remove_file(&path)
+            .map_err(|e| Error::io("remove odd-sized empty segment", &path, e))?;
+    }
     Ok(found)
 }
 

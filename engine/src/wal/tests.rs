@@ -792,3 +792,43 @@ fn a_segment_cut_short_between_boundaries_reopens_and_takes_appends() {
         vec![(Lsn(1), 7), (Lsn(2), 7), (Lsn(3), 7)]
     );
 }
+
+/// An empty prepared segment cut short: recovery removes it instead of
+/// handing the writer a file smaller than a segment, and rotation makes a
+/// full-size one. Found by the `recover_image` fuzz target.
+#[test]
+fn a_prepared_segment_cut_short_is_replaced_not_written_past_its_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = small(8 * 1024, 1024);
+    let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+    let payload = [5u8; 1024 - RECORD_HEADER_BYTES];
+    for _ in 0..2 {
+        wal.append(&[&payload]).expect("append");
+    }
+    wal.prepare_next_segment().expect("prepare");
+    drop(wal);
+    let path = seg_path(dir.path(), 2);
+    let file = FsStorage::new()
+        .open(&path, OpenMode::Existing)
+        .expect("open");
+    file.set_len(SEGMENT_HEADER_BYTES + 100).expect("cut");
+    drop(file);
+    let (wal, report) = reopen(
+        fs(),
+        dir.path(),
+        DB,
+        options.clone(),
+        SegmentId(1),
+        Lsn::ZERO,
+    )
+    .expect("open");
+    assert_eq!(report.last_lsn, Lsn(2));
+    for _ in 0..6 {
+        wal.append(&[&payload]).expect("append across the rotation");
+    }
+    drop(wal);
+    let (wal, report) =
+        reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("reopen");
+    assert_eq!(report.last_lsn, Lsn(8));
+    assert_eq!(lsns_and_bytes(&wal, Lsn(1)).len(), 8);
+}
