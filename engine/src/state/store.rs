@@ -32,6 +32,13 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// checked whenever a store is opened.
 pub const STATE_SCHEMA_VERSION: u64 = 1;
 
+/// redb's page cache for the state store. redb's default (1 GiB) lets the
+/// cache grow with the file, so resident memory grew with history (585 MiB
+/// after 500,000 completed runs in `memory_after_runs`); the hot books keep
+/// the working set in memory, so redb's cache serves only checkpoints and
+/// reads of settled history.
+pub const STATE_CACHE_BYTES: usize = 32 << 20;
+
 /// A redb database whose every transaction records the WAL position it
 /// reflects. Its methods take `&self`: redb serialises writers itself, and
 /// readers run beside a writer on the last committed snapshot.
@@ -82,6 +89,7 @@ impl StateStore {
         file.sync_data()
             .map_err(|e| Error::io("sync state store", path, e))?;
         let mut db = redb::Database::builder()
+            .set_cache_size(STATE_CACHE_BYTES)
             .create_with_backend(RedbBackend::new(file))
             .map_err(|e| state_error(path, "open", e))?;
         if verify {
