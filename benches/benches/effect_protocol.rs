@@ -10,7 +10,7 @@
 //! system its summary goes to stderr: for actum, commits per fsync from `Engine::wal_stats`.
 //!
 //! Run: `cargo bench -p actum-benches --bench effect_protocol`
-//! (docs/PERFORMANCE.md, "Issue 8 benches", has the figures and the ratios).
+//! (docs/PERFORMANCE.md, "The engine at the speed of its log", has the figures and ratios).
 
 use std::time::Duration;
 
