@@ -65,6 +65,14 @@ fn read_file(path: &Path) -> Vec<u8> {
     buf
 }
 
+/// Cuts the file at `path` to `len` bytes, through the storage seam.
+fn cut_file(path: &Path, len: u64) {
+    let file = FsStorage::new()
+        .open(path, OpenMode::Existing)
+        .expect("open");
+    file.set_len(len).expect("cut");
+}
+
 fn write_file(path: &Path, bytes: &[u8]) {
     let file = FsStorage::new()
         .open(path, OpenMode::OpenOrCreate)
@@ -766,12 +774,7 @@ fn a_segment_cut_short_between_boundaries_reopens_and_takes_appends() {
     drop(wal);
     // Record 2 starts at the first boundary after record 1.
     let end = SEGMENT_HEADER_BYTES + 512 + (RECORD_HEADER_BYTES + payload.len()) as u64;
-    let path = seg_path(dir.path(), 1);
-    let file = FsStorage::new()
-        .open(&path, OpenMode::Existing)
-        .expect("open");
-    file.set_len(end + 10).expect("cut");
-    drop(file);
+    cut_file(&seg_path(dir.path(), 1), end + 10);
     let (wal, report) = reopen(
         fs(),
         dir.path(),
@@ -807,12 +810,7 @@ fn a_prepared_segment_cut_short_is_replaced_not_written_past_its_end() {
     }
     wal.prepare_next_segment().expect("prepare");
     drop(wal);
-    let path = seg_path(dir.path(), 2);
-    let file = FsStorage::new()
-        .open(&path, OpenMode::Existing)
-        .expect("open");
-    file.set_len(SEGMENT_HEADER_BYTES + 100).expect("cut");
-    drop(file);
+    cut_file(&seg_path(dir.path(), 2), SEGMENT_HEADER_BYTES + 100);
     let (wal, report) = reopen(
         fs(),
         dir.path(),
