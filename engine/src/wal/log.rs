@@ -282,10 +282,12 @@ impl Wal {
         table.live[count].id
     }
 
-    /// Garbage collection after a checkpoint covering `covered`: removes
+    /// Garbage collection after a checkpoint covering `covered`: drops
     /// whole segments all of whose records are `<= covered`, never the
-    /// active one, syncs the directory, and returns the oldest live segment.
-    /// Record the result in the manifest (see `docs/DURABILITY.md`).
+    /// active one, from the log; keeps up to `SPARES_MAX` of their files
+    /// for recycling and removes the rest (then syncs the directory);
+    /// returns the oldest live segment. Record the result in the manifest
+    /// (see `docs/DURABILITY.md`).
     pub fn remove_covered_segments(&self, covered: Lsn) -> Result<SegmentId> {
         let durable = self.durable_lsn();
         if covered > durable {

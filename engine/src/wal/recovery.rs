@@ -140,23 +140,13 @@ fn open_segments(
         .map_err(|e| Error::io("list wal directory", dir, e))?;
     let mut ids = Vec::new();
     let mut old = Vec::new();
+    let mut stale = Vec::new();
     for name in &names {
-        let stale = match format::parse_segment_file_name(name) {
-            Some(id) if id >= first_segment => {
-                ids.push(id);
-                false
-            }
-            Some(id) => {
-                old.push(id);
-                false
-            }
-            None => name.ends_with(".wal.tmp"),
-        };
-        if stale {
-            let path = dir.join(name);
-            storage
-                .remove_file(&path)
-                .map_err(|e| Error::io("remove leftover segment", &path, e))?;
+        match format::parse_segment_file_name(name) {
+            Some(id) if id >= first_segment => ids.push(id),
+            Some(id) => old.push(id),
+            None if name.ends_with(".wal.tmp") => stale.push(dir.join(name)),
+            None => {}
         }
     }
     // Segments below the first live one are covered by the checkpoint:
@@ -164,17 +154,16 @@ fn open_segments(
     // newest few for reuse, whatever they hold: their records' checksums
     // are seeded with their own numbers, so they never read as live ones.
     old.sort_unstable();
-    let keep_from = old.len().saturating_sub(SPARES_MAX);
-    for &id in &old[..keep_from] {
-        let path = format::segment_path(dir, id);
-        storage
-            .remove_file(&path)
-            .map_err(|e| Error::io("remove leftover segment", &path, e))?;
-    }
-    let spares = old[keep_from..]
+    let mut spares: Vec<PathBuf> = old
         .iter()
         .map(|&id| format::segment_path(dir, id))
         .collect();
+    stale.extend(spares.drain(..old.len().saturating_sub(SPARES_MAX)));
+    for path in &stale {
+        storage
+            .remove_file(path)
+            .map_err(|e| Error::io("remove leftover segment", path, e))?;
+    }
     let Some(&lowest) = ids.first() else {
         let path = format::segment_path(dir, first_segment);
         return Err(Error::corrupt(path, 0, "the log has no live segment file"));

@@ -53,7 +53,6 @@ pub fn prepare(
         "segment smaller than its header"
     );
     let temp = dir.join(format::temp_file_name(id));
-    let path = format::segment_path(dir, id);
     if storage
         .exists(&temp)
         .map_err(|e| Error::io("stat temp segment", &temp, e))?
@@ -81,22 +80,36 @@ pub fn prepare(
             .map_err(|e| Error::io("preallocate segment", &temp, e))?;
         offset += chunk as u64;
     }
+    assert_eq!(offset, size_bytes);
+    install(storage, dir, (&temp, file), database, id, options)
+}
+
+/// The common end of `prepare` and `recycle`: `fdatasync` the file built
+/// under `temp`, rename it to segment `id`'s name, sync the directory.
+fn install(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    (temp, file): (&Path, Box<dyn StorageFile>),
+    database: DatabaseId,
+    id: SegmentId,
+    options: &WalOptions,
+) -> Result<SegmentFile> {
+    let path = format::segment_path(dir, id);
     file.sync_data()
-        .map_err(|e| Error::io("sync new segment", &temp, e))?;
+        .map_err(|e| Error::io("sync new segment", temp, e))?;
     storage
-        .rename(&temp, &path)
+        .rename(temp, &path)
         .map_err(|e| Error::io("rename new segment", &path, e))?;
     if !planted(options, PlantedBug::SkipSegmentDirSync) {
         storage
             .sync_dir(dir)
             .map_err(|e| Error::io("sync wal directory", dir, e))?;
     }
-    assert_eq!(offset, size_bytes);
     Ok(SegmentFile {
         id,
         path,
         file,
-        size_bytes,
+        size_bytes: options.segment_size_bytes,
         seed: format::record_seed(database, id),
     })
 }
@@ -117,7 +130,6 @@ pub fn recycle(
     options: &WalOptions,
 ) -> Result<Option<SegmentFile>> {
     let temp = dir.join(format::temp_file_name(id));
-    let path = format::segment_path(dir, id);
     storage
         .rename(old, &temp)
         .map_err(|e| Error::io("rename segment for reuse", old, e))?;
@@ -143,23 +155,7 @@ pub fn recycle(
         file.write_at(0, &header.encode())
             .map_err(|e| Error::io("write recycled segment header", &temp, e))?;
     }
-    file.sync_data()
-        .map_err(|e| Error::io("sync recycled segment", &temp, e))?;
-    storage
-        .rename(&temp, &path)
-        .map_err(|e| Error::io("rename recycled segment", &path, e))?;
-    if !planted(options, PlantedBug::SkipSegmentDirSync) {
-        storage
-            .sync_dir(dir)
-            .map_err(|e| Error::io("sync wal directory", dir, e))?;
-    }
-    Ok(Some(SegmentFile {
-        id,
-        path,
-        file,
-        size_bytes,
-        seed: format::record_seed(database, id),
-    }))
+    install(storage, dir, (&temp, file), database, id, options).map(Some)
 }
 
 /// Opens segment `id` and validates its header against `database` and `id`.

@@ -123,6 +123,30 @@ impl Job {
         true
     }
 
+    /// What follows `result` in the same record: the job after it (phase
+    /// `Save`), its checkpoint and, if that state finishes the workflow,
+    /// the run's transition. `None` if the result leads to no checkpoint
+    /// (the outcome is then recorded alone).
+    fn follow_ups(&self, side: Side, result: &StepResult) -> Option<FollowUps> {
+        let mut next = self.clone();
+        if !next.take(side, result, false) || !matches!(next.phase, Phase::Save) {
+            return None;
+        }
+        let mut then = vec![Command::SaveCheckpoint(next.save_command())];
+        let finish_to = match next.workflow.action(&next.run, &next.state) {
+            Action::Finish { to, reason } => {
+                then.push(Command::Transition(next.transition_command(to, reason)));
+                Some(to)
+            }
+            _ => None,
+        };
+        Some(FollowUps {
+            next,
+            then,
+            finish_to,
+        })
+    }
+
     /// The checkpoint of the agent's current state.
     fn save_command(&self) -> SaveCheckpoint {
         SaveCheckpoint {
@@ -143,6 +167,16 @@ impl Job {
             reason: reason.to_string(),
         }
     }
+}
+
+/// An outcome's follow-ups, planned by `Job::follow_ups`.
+struct FollowUps {
+    /// The job once they are recorded (before its phase moves on).
+    next: Job,
+    /// The checkpoint, then the transition if any.
+    then: Vec<Command>,
+    /// The run's end, if the transition is in `then`.
+    finish_to: Option<RunState>,
 }
 
 /// Which side of a step a call is for, and the tool it calls.
@@ -560,9 +594,9 @@ impl Sim<'_> {
         // every seed runs both.
         if !query
             && w % 2 == 1
-            && let Some(next) = self.report_with_follow_ups(w, &job, (&ctx, side), &outcome)?
+            && let Some(plan) = job.follow_ups(side, &ctx.result(&outcome))
         {
-            return next;
+            return self.report_with_follow_ups(w, &job, (&ctx, outcome), plan);
         }
         let called = if query {
             let cmd = ctx.reconcile_command(&guard, outcome.clone());
@@ -612,38 +646,27 @@ impl Sim<'_> {
     /// Records an act's outcome together with what follows it, in one
     /// record (`finish_step_with`): the checkpoint of the agent's new
     /// state and, when that state finishes the workflow, the run's
-    /// transition. `None` if the result leads to no checkpoint (the caller
-    /// records the outcome alone).
+    /// transition, as `Job::follow_ups` planned them.
     fn report_with_follow_ups(
         &mut self,
         w: usize,
         job: &Job,
-        (ctx, side): (&EffectCtx, Side),
-        outcome: &Outcome,
-    ) -> Result<Option<Next>, AgentFailure> {
-        let result = ctx.result(outcome);
-        let mut next = job.clone();
-        if !next.take(side, &result, false) || !matches!(next.phase, Phase::Save) {
-            return Ok(None);
-        }
-        let mut then = vec![Command::SaveCheckpoint(next.save_command())];
-        let finish_to = match next.workflow.action(&next.run, &next.state) {
-            Action::Finish { to, reason } => {
-                then.push(Command::Transition(next.transition_command(to, reason)));
-                Some(to)
-            }
-            _ => None,
-        };
+        (ctx, outcome): (&EffectCtx, Outcome),
+        FollowUps {
+            mut next,
+            then,
+            finish_to,
+        }: FollowUps,
+    ) -> Next {
         let guard = job.guard.clone();
         let finish = ctx.finish_command(&guard, outcome.clone());
-        let outcome = outcome.clone();
         let called = self.call_finish_with(&finish, then, |e, then| {
             e.finish_step_with(&guard, ctx, outcome, then)
         })?;
         let finished = match called {
             Called::Ok(finished) => finished,
-            Called::Refused(e) => return Ok(Some(self.dropped(w, job, &e))),
-            Called::Died => return Ok(Some(Ok(None))),
+            Called::Refused(e) => return self.dropped(w, job, &e),
+            Called::Died => return Ok(None),
         };
         let who = self.who(w);
         self.note(|| format!("{who} gets {}", describe(&finished.result)));
@@ -653,7 +676,7 @@ impl Sim<'_> {
             // refusal drops the run.
             self.report.follow_ups_refused += 1;
             self.note(|| format!("{who}'s follow-ups were refused; the outcome stands alone"));
-            return Ok(Some(Ok(Some(next))));
+            return Ok(Some(next));
         };
         let version = match answers.first() {
             Some(actum::books::Answer::CheckpointSaved { version, .. }) => *version,
@@ -668,10 +691,10 @@ impl Sim<'_> {
         self.note(|| format!("{who} saves {} v{version} in the same record", next.run));
         if let Some(to) = finish_to {
             self.note(|| format!("{who} moves {} to {to} in the same record", next.run));
-            return Ok(Some(Ok(None)));
+            return Ok(None);
         }
         next.phase = Phase::Ready;
-        Ok(Some(Ok(Some(next))))
+        Ok(Some(next))
     }
 
     fn decide(&mut self, w: usize, mut job: Job, position: u64, prompt: &[u8]) -> Next {
