@@ -4,6 +4,7 @@
 //! `valgrind --tool=callgrind` with `THREADS=1` it counts the instructions
 //! one commit costs (docs/PERFORMANCE.md, "Why, measured").
 //!
+//! `ACTUM_PROBE_CHECKPOINT_RECORDS=N` sets the checkpoint interval in commits.
 //! With `ACTUM_PROBE_CHECKPOINTS=off` automatic checkpoints are off, so the
 //! state store is never written while it runs: the difference is what
 //! checkpoints cost the log (docs/PERFORMANCE.md, "What limits it").
@@ -26,6 +27,12 @@ fn main() {
     if !checkpoints {
         options.checkpoint_every_records = 0;
         options.checkpoint_every_bytes = 0;
+    }
+    if let Some(every) = std::env::var("ACTUM_PROBE_CHECKPOINT_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        options.checkpoint_every_records = every;
     }
     let setup = ProtocolEngine::with_storage(threads, Arc::new(FsStorage::new()), options);
     let before = setup.engine.wal_stats();

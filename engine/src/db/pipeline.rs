@@ -17,8 +17,8 @@
 //! 4. the manifest names the state store's new `applied_lsn`, then the WAL
 //!    segments it covers are removed.
 //!
-//! Recovery ([`Pipeline::open`] then [`Recovering::replay`] or
-//! [`Recovering::replay_into_state`]): the directory is locked, the manifest
+//! Recovery ([`Pipeline::open`] then [`Recovering::replay`] and
+//! [`Recovering::finish`], or [`Recovering::replay_into_state`]): the directory is locked, the manifest
 //! chosen, the WAL recovered; the state store is opened and checked against
 //! the manifest; every durable record after the state's `applied_lsn` is
 //! handed to the caller (the engine rebuilds its books in memory) or
@@ -111,6 +111,8 @@ pub struct Recovering {
     report: OpenReport,
     state: StateStore,
     options: PipelineOptions,
+    /// The state store's `applied_lsn` as opened: replay starts after it.
+    state_lsn_at_open: Lsn,
 }
 
 impl Pipeline {
@@ -126,11 +128,13 @@ impl Pipeline {
         let state_path: PathBuf = dir.join(db.manifest().state_file);
         let state = StateStore::open(&storage, &state_path, options.verify_state_on_open)?;
         check_state_against_log(&db, &state)?;
+        let state_lsn_at_open = state.applied_lsn();
         Ok(Recovering {
             db,
             report,
             state,
             options,
+            state_lsn_at_open,
         })
     }
 
@@ -252,66 +256,74 @@ impl Recovering {
     /// Hands every durable record after the state store's `applied_lsn` to
     /// `each`, in LSN order, and leaves the state store as it is: the
     /// engine rebuilds its books in memory and materialises them at its
-    /// next checkpoint.
-    pub fn replay(
-        self,
-        mut each: impl FnMut(&StateStore, &RecordAt<'_>, &[u8]) -> Result<()>,
-    ) -> Result<(Pipeline, Recovery)> {
+    /// next checkpoint. The replay borrows the opened pipeline (so `each`
+    /// may hold reads of [`Recovering::state`] across records); returns how
+    /// many records it handed over, for [`Recovering::finish`].
+    pub fn replay(&self, mut each: impl FnMut(&RecordAt<'_>, &[u8]) -> Result<()>) -> Result<u64> {
         let twice = planted(&self.options.db.wal, PlantedBug::ReplayRecordTwice);
+        let applied = self.state_lsn_at_open;
         let mut first = true;
-        self.replay_records(|state, at, payload| {
+        self.replay_records(|at, payload| {
             if twice && first {
-                each(state, at, payload)?;
+                each(at, payload)?;
             }
             first = false;
-            assert!(at.lsn > state.applied_lsn());
-            each(state, at, payload)
+            assert!(at.lsn > applied);
+            each(at, payload)
         })
     }
 
     /// Applies every durable record after the state store's `applied_lsn`
     /// to it, each in its own transaction, through `apply` (the function the
-    /// live path materializes with).
+    /// live path materializes with); then the pipeline is ready.
     pub fn replay_into_state(
         self,
         mut apply: impl FnMut(&WriteTransaction, &RecordAt<'_>, &[u8]) -> Result<()>,
     ) -> Result<(Pipeline, Recovery)> {
         let twice = planted(&self.options.db.wal, PlantedBug::ReplayRecordTwice);
         let mut first = true;
-        self.replay_records(|state, at, payload| {
+        let replayed = self.replay_records(|at, payload| {
             let double = twice && first;
             first = false;
-            state.apply(at.lsn, |txn| {
+            self.state.apply(at.lsn, |txn| {
                 if double {
                     apply(txn, at, payload)?;
                 }
                 apply(txn, at, payload)
             })
-        })
+        })?;
+        self.finish(replayed)
     }
 
     fn replay_records(
-        self,
-        mut each: impl FnMut(&StateStore, &RecordAt<'_>, &[u8]) -> Result<()>,
-    ) -> Result<(Pipeline, Recovery)> {
+        &self,
+        mut each: impl FnMut(&RecordAt<'_>, &[u8]) -> Result<()>,
+    ) -> Result<u64> {
+        let from = self.state_lsn_at_open;
+        let mut replayed = 0u64;
+        if from < self.db.wal().durable_lsn() {
+            let mut records = self.db.wal().read_from(from.next())?;
+            while let Some(record) = records.next() {
+                let (lsn, payload) = record?;
+                let (file, offset) = records.position().expect("a record was just read");
+                each(&RecordAt { lsn, file, offset }, &payload)?;
+                replayed += 1;
+            }
+        }
+        Ok(replayed)
+    }
+
+    /// Ends recovery after a replay that handed over `replayed` records:
+    /// `Corrupt` unless they reach the log's durable end.
+    pub fn finish(self, replayed: u64) -> Result<(Pipeline, Recovery)> {
         let Recovering {
             db,
             report,
             state,
             options,
+            state_lsn_at_open,
         } = self;
-        let state_lsn_at_open = state.applied_lsn();
         let durable = db.wal().durable_lsn();
-        let mut replayed = 0u64;
-        if state_lsn_at_open < durable {
-            let mut records = db.wal().read_from(state_lsn_at_open.next())?;
-            while let Some(record) = records.next() {
-                let (lsn, payload) = record?;
-                let (file, offset) = records.position().expect("a record was just read");
-                each(&state, &RecordAt { lsn, file, offset }, &payload)?;
-                replayed += 1;
-            }
-        }
         if Lsn(state_lsn_at_open.0 + replayed) != durable {
             return Err(Error::corrupt(
                 db.dir().join("wal"),

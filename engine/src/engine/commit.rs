@@ -103,19 +103,24 @@ impl Engine {
         tamper: Tamper<'_>,
     ) -> Vec<Decision<Committed, Undurable>> {
         let mut inner = self.lock();
+        // One read transaction of the state store for the whole batch: no
+        // checkpoint lets anything leave memory while the lock is held.
+        let cold = ColdReader::new(self.pipeline.state());
         let decisions = cmds
             .into_iter()
-            .map(|cmd| match self.decide_and_log(&mut inner, &cmd, tamper) {
-                Err(e) => Decision::Done(Err(e)),
-                Ok((answer, rests_on, logged)) => {
-                    let proceed = matches!(answer, Answer::Begun(Begun::Proceed { .. }));
-                    if logged && proceed && self.planted(PlantedBug::ProceedBeforeDurable) {
-                        Decision::Done(Ok((answer, rests_on)))
-                    } else {
-                        Decision::Pending(Undurable { answer, rests_on })
+            .map(
+                |cmd| match self.decide_and_log(&mut inner, &cold, &cmd, tamper) {
+                    Err(e) => Decision::Done(Err(e)),
+                    Ok((answer, rests_on, logged)) => {
+                        let proceed = matches!(answer, Answer::Begun(Begun::Proceed { .. }));
+                        if logged && proceed && self.planted(PlantedBug::ProceedBeforeDurable) {
+                            Decision::Done(Ok((answer, rests_on)))
+                        } else {
+                            Decision::Pending(Undurable { answer, rests_on })
+                        }
                     }
-                }
-            })
+                },
+            )
             .collect();
         let due = inner.halted.is_none()
             && self.pipeline.checkpoint_due(
@@ -131,16 +136,17 @@ impl Engine {
     fn decide_and_log(
         &self,
         inner: &mut Inner,
+        cold: &ColdReader<'_>,
         cmd: &Command,
         tamper: Tamper<'_>,
     ) -> Result<(Answer, Lsn, bool)> {
         inner.check_running()?;
         let now_ms = self.clock.now_ms();
-        let (decided, writes) = self.decide_on_hot(inner, cmd, now_ms, tamper)?;
+        let (decided, writes) = self.decide_on_hot(inner, cold, cmd, now_ms, tamper)?;
         if decided.ops.is_empty() {
             Ok((decided.answer, inner.last_applied, false))
         } else {
-            let lsn = self.log(inner, decided.ops, writes)?;
+            let lsn = self.log(inner, cold, decided.ops, writes)?;
             Ok((decided.answer, lsn, true))
         }
     }
@@ -180,14 +186,14 @@ impl Engine {
     fn decide_on_hot(
         &self,
         inner: &Inner,
+        cold: &ColdReader<'_>,
         cmd: &Command,
         now_ms: u64,
         tamper: Tamper<'_>,
     ) -> Result<(Decided, Writes)> {
-        let cold = ColdReader::new(self.pipeline.state());
         let view = HotView {
             hot: &inner.hot,
-            cold: &cold,
+            cold,
         };
         let refreshed = self.planted_refresh_guard(&view, cmd, now_ms);
         let decided =
@@ -200,13 +206,19 @@ impl Engine {
                 Ok((decided, overlay.into_writes()))
             });
         // A failed read must not pass for an absent row.
-        cold.finish()?;
+        cold.check()?;
         decided
     }
 
     /// Writes a command's staged `writes` into the hot books and enqueues
     /// its `ops` as one record; returns its LSN.
-    fn log(&self, inner: &mut Inner, ops: Vec<Op>, writes: Writes) -> Result<Lsn> {
+    fn log(
+        &self,
+        inner: &mut Inner,
+        cold: &ColdReader<'_>,
+        ops: Vec<Op>,
+        writes: Writes,
+    ) -> Result<Lsn> {
         assert!(!ops.is_empty(), "a record holds at least one op");
         let record = encode_ops(&ops);
         let max_bytes = self.options.db.wal.max_record_bytes;
@@ -218,7 +230,7 @@ impl Engine {
             });
         }
         let lsn = self.pipeline.next_lsn();
-        if let Err(failure) = inner.write(self.pipeline.state(), lsn, writes) {
+        if let Err(failure) = inner.write(cold, lsn, writes) {
             let cause = match failure {
                 ApplyFailure::Apply(e) => Error::from(e),
                 ApplyFailure::Read(e) => e,

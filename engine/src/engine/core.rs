@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::hot::{ColdReader, HotState, HotView};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
-use crate::state::{RedbBooks, StateStore};
+use crate::state::RedbBooks;
 use crate::storage::{FsStorage, Storage};
 
 use super::commit::Committed;
@@ -121,9 +121,11 @@ impl Engine {
     ) -> Result<Engine> {
         options.validate()?;
         let recovering = Pipeline::open(storage, clock.as_ref(), dir.as_ref(), options.pipeline())?;
+        // One read transaction serves the load and the whole replay: the
+        // state store does not change until the first checkpoint.
         let cold = ColdReader::new(recovering.state());
         let hot = HotState::load(&cold);
-        cold.finish()?;
+        cold.check()?;
         let mut inner = Inner {
             hot,
             unmaterialized: VecDeque::new(),
@@ -132,8 +134,10 @@ impl Engine {
             halted: None,
         };
         let strip = planted(&options.db.wal, PlantedBug::LoseCompensationOnCrash);
-        let (pipeline, recovery) = recovering
-            .replay(|state, at, payload| replay_record(&mut inner, state, at, payload, strip))?;
+        let replayed = recovering
+            .replay(|at, payload| replay_record(&mut inner, &cold, at, payload, strip))?;
+        cold.finish()?;
+        let (pipeline, recovery) = recovering.finish(replayed)?;
         assert_eq!(
             inner.last_applied, recovery.durable_lsn,
             "replay reached the log's end"
@@ -299,26 +303,25 @@ impl Inner {
     /// overlay, then writes the result in.
     pub(crate) fn apply_record(
         &mut self,
-        state: &StateStore,
+        cold: &ColdReader<'_>,
         lsn: Lsn,
         ops: &[Op],
     ) -> std::result::Result<(), ApplyFailure> {
-        let writes = stage(&self.hot, state, ops)?;
-        self.write(state, lsn, writes)
+        let writes = stage(&self.hot, cold, ops)?;
+        self.write(cold, lsn, writes)
     }
 
     /// Writes what the record at `lsn` wrote (staged on an overlay) into the
     /// hot books, bringing the runs it touches into memory first.
     pub(crate) fn write(
         &mut self,
-        state: &StateStore,
+        cold: &ColdReader<'_>,
         lsn: Lsn,
         writes: Writes,
     ) -> std::result::Result<(), ApplyFailure> {
         // (`>=`: the planted bug `ReplayRecordTwice` applies one record
         // twice, and the books, not this assertion, must catch it.)
         assert!(lsn >= self.last_applied, "records are applied in LSN order");
-        let cold = ColdReader::new(state);
         let touched = writes
             .runs
             .keys()
@@ -327,9 +330,9 @@ impl Inner {
             .chain(writes.decisions.keys().map(|(r, _)| r))
             .chain(writes.audit.keys());
         for run in touched {
-            self.hot.fault_in(run, &cold);
+            self.hot.fault_in(run, cold);
         }
-        cold.finish().map_err(ApplyFailure::Read)?;
+        cold.check().map_err(ApplyFailure::Read)?;
         self.hot.merge(writes, lsn);
         self.last_applied = lsn;
         Ok(())
@@ -337,20 +340,20 @@ impl Inner {
 }
 
 /// Applies `ops` to an overlay of the hot books (and the state store for
-/// what left memory); returns what they wrote, or why they do not apply.
+/// what left memory, through `cold`); returns what they wrote, or why they
+/// do not apply.
 pub(crate) fn stage(
     hot: &HotState,
-    state: &StateStore,
+    cold: &ColdReader<'_>,
     ops: &[Op],
 ) -> std::result::Result<Writes, ApplyFailure> {
-    let cold = ColdReader::new(state);
-    let view = HotView { hot, cold: &cold };
+    let view = HotView { hot, cold };
     let mut overlay = Overlay::new(&view);
     let applied = ops
         .iter()
         .try_for_each(|op| apply(&mut overlay, op).map_err(ApplyFailure::Apply));
     let writes = overlay.into_writes();
-    cold.finish().map_err(ApplyFailure::Read)?;
+    cold.check().map_err(ApplyFailure::Read)?;
     applied.map(|()| writes)
 }
 
@@ -393,7 +396,7 @@ pub(crate) fn apply_ops<'a>(
 /// "Versioning of the payload").
 fn replay_record(
     inner: &mut Inner,
-    state: &StateStore,
+    cold: &ColdReader<'_>,
     at: &RecordAt<'_>,
     payload: &[u8],
     strip_compensations: bool,
@@ -424,7 +427,7 @@ fn replay_record(
             }
         }
     }
-    match inner.apply_record(state, at.lsn, &ops) {
+    match inner.apply_record(cold, at.lsn, &ops) {
         Ok(()) => {}
         Err(ApplyFailure::Read(e)) => return Err(e),
         Err(ApplyFailure::Apply(e)) => {

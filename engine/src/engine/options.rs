@@ -9,8 +9,10 @@ use crate::db::{DbOptions, PipelineOptions};
 use crate::error::{Error, Result};
 use crate::wal::WalOptions;
 
-/// Default: checkpoint the state store after this many commits.
-pub const CHECKPOINT_EVERY_RECORDS_DEFAULT: u64 = 4096;
+/// Default: checkpoint the state store after this many commits. An open after
+/// a crash replays about this many commands at most (docs/PERFORMANCE.md,
+/// "Open time after a crash"); a longer interval does not speed commits up.
+pub const CHECKPOINT_EVERY_RECORDS_DEFAULT: u64 = 2048;
 /// Default: checkpoint the state store after this many logged bytes.
 pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 8 << 20;
 /// Default largest WAL record, i.e. the largest single command's ops.
@@ -18,7 +20,8 @@ pub const MAX_RECORD_BYTES_DEFAULT: u64 = 4 << 20;
 /// Default WAL segment size. Recovery reads the log from the start of the
 /// segment holding the last checkpoint's LSN, so open time after a crash
 /// is bounded by one segment plus what was logged since the checkpoint
-/// (docs/PERFORMANCE.md, "Open time"); 16 MiB keeps that near 20 ms here.
+/// (docs/PERFORMANCE.md, "Open time after a crash"): about 30 ms here with a
+/// million-command history and a whole default checkpoint interval to replay.
 pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 16 << 20;
 
 /// How to open an engine.

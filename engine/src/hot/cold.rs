@@ -1,16 +1,24 @@
 //! [`ColdReader`]: reads of the state store for what the hot books do not
-//! hold, through one read transaction opened on first use.
+//! hold, through one read transaction opened on first use. A reader lives
+//! for one hold of the engine lock (a batch of commands) or for a whole
+//! replay, so one transaction serves many reads, and it remembers which
+//! runs its snapshot holds: a run the state store does not hold has no rows
+//! in any of its tables, so the reads about it are answered without a
+//! lookup (a run being created is the common case).
 //!
 //! **Invariant:** the books traits cannot return errors, so a failed read
-//! answers "absent" and is kept; [`ColdReader::finish`] returns it, and the
-//! engine refuses whatever it was deciding, so a storage error never passes
-//! for an empty table.
+//! answers "absent" and is kept; [`ColdReader::check`] and
+//! [`ColdReader::finish`] return it, and the engine refuses whatever it was
+//! deciding, so a storage error never passes for an empty table. The
+//! memory of runs is true of the reader's one snapshot: the state store's
+//! rows of a run are written only together with its run row.
 
 use std::cell::{OnceCell, RefCell};
+use std::collections::BTreeMap;
 
 use redb::ReadTransaction;
 
-use crate::books::{MemBooks, RunId};
+use crate::books::{BooksRead, MemBooks, Run, RunId};
 use crate::error::{Error, Result};
 use crate::state::{RedbBooks, StateStore, read_books};
 
@@ -19,6 +27,8 @@ pub(crate) struct ColdReader<'a> {
     state: &'a StateStore,
     txn: OnceCell<ReadTransaction>,
     error: RefCell<Option<Error>>,
+    /// The runs looked up so far, and whether the snapshot holds each.
+    runs: RefCell<BTreeMap<RunId, bool>>,
 }
 
 impl<'a> ColdReader<'a> {
@@ -28,7 +38,28 @@ impl<'a> ColdReader<'a> {
             state,
             txn: OnceCell::new(),
             error: RefCell::new(None),
+            runs: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// The run `id` as the state store holds it.
+    pub(crate) fn run(&self, id: &RunId) -> Option<Run> {
+        if self.runs.borrow().get(id) == Some(&false) {
+            return None;
+        }
+        let run = self.with(|books| books.run(id));
+        // A failed read answers `None` but proves nothing: not remembered.
+        if self.error.borrow().is_none() {
+            self.runs.borrow_mut().insert(id.clone(), run.is_some());
+        }
+        run
+    }
+
+    /// True if the state store holds the run `id` (a run it does not hold
+    /// has no ledger entries, decisions, checkpoints or audit entries).
+    pub(crate) fn holds_run(&self, id: &RunId) -> bool {
+        let known = self.runs.borrow().get(id).copied();
+        known.unwrap_or_else(|| self.run(id).is_some())
     }
 
     fn fail(&self, error: Error) {
@@ -90,6 +121,15 @@ impl<'a> ColdReader<'a> {
             .unwrap_or_else(|| Error::Inconsistent {
                 what: "a state store read failed without saying why".to_string(),
             })
+    }
+
+    /// `Err` with the first failure any read met since the last check; the
+    /// reader goes on serving reads.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.error.borrow_mut().take() {
+            None => Ok(()),
+            Some(error) => Err(error),
+        }
     }
 
     /// `Err` with the first failure any read met.

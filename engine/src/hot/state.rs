@@ -149,7 +149,7 @@ impl HotState {
         if self.runs.contains_key(id) {
             return;
         }
-        let Some(run) = cold.with(|books| crate::books::BooksRead::run(books, id)) else {
+        let Some(run) = cold.run(id) else {
             return;
         };
         let mut hot = HotRun::new(run);

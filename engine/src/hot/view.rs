@@ -16,6 +16,7 @@ use crate::books::{
 
 use super::cold::ColdReader;
 use super::state::{HotRun, HotState};
+use crate::state::RedbBooks;
 
 /// Reads of the hot books, falling back to the state store.
 pub(crate) struct HotView<'a> {
@@ -27,13 +28,23 @@ impl HotView<'_> {
     fn hot_run(&self, id: &RunId) -> Option<&HotRun> {
         self.hot.runs.get(id)
     }
+
+    /// `read` over the state store if it holds the run `run`; otherwise
+    /// the run has no rows there, and the answer is "absent" unread.
+    fn cold_of<T: Default>(&self, run: &RunId, read: impl FnOnce(&RedbBooks<'_>) -> T) -> T {
+        if self.cold.holds_run(run) {
+            self.cold.with(read)
+        } else {
+            T::default()
+        }
+    }
 }
 
 impl BooksRead for HotView<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
         match self.hot_run(id) {
             Some(hot) => Some(hot.run.clone()),
-            None => self.cold.with(|b| b.run(id)),
+            None => self.cold.run(id),
         }
     }
 
@@ -57,7 +68,7 @@ impl BooksRead for HotView<'_> {
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
         let Some(hot) = self.hot_run(key.run()) else {
-            return self.cold.with(|b| b.effect(key));
+            return self.cold_of(key.run(), |b| b.effect(key));
         };
         match hot.effects.get(key) {
             Some(held) => Some(held.0.clone()),
@@ -68,7 +79,7 @@ impl BooksRead for HotView<'_> {
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
         let Some(hot) = self.hot_run(run) else {
-            return self.cold.with(|b| b.latest_effect(run, step, kind));
+            return self.cold_of(run, |b| b.latest_effect(run, step, kind));
         };
         let first = EffectKey::of_kind(run.clone(), step.clone(), kind, 1).ok()?;
         let last = EffectKey::of_kind(run.clone(), step.clone(), kind, u32::MAX).ok()?;
@@ -93,7 +104,7 @@ impl BooksRead for HotView<'_> {
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
         match self.hot_run(run) {
             Some(hot) => hot.checkpoint_latest.clone(),
-            None => self.cold.with(|b| b.checkpoint_latest(run)),
+            None => self.cold_of(run, |b| b.checkpoint_latest(run)),
         }
     }
 
@@ -102,7 +113,7 @@ impl BooksRead for HotView<'_> {
             .hot_run(run)
             .and_then(|hot| hot.checkpoints.get(&version))
             .map(|(meta, _)| meta.clone());
-        unwritten.or_else(|| self.cold.with(|b| b.checkpoint_at(run, version)))
+        unwritten.or_else(|| self.cold_of(run, |b| b.checkpoint_at(run, version)))
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
@@ -118,7 +129,7 @@ impl BooksRead for HotView<'_> {
 
     fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
         let Some(hot) = self.hot_run(run) else {
-            return self.cold.with(|b| b.decision_at(run, position));
+            return self.cold_of(run, |b| b.decision_at(run, position));
         };
         match hot.decisions.get(&position) {
             Some((record, _)) => Some(record.clone()),
@@ -132,27 +143,26 @@ impl BooksRead for HotView<'_> {
     fn decision_count(&self, run: &RunId) -> u64 {
         match self.hot_run(run) {
             Some(hot) => hot.decision_count,
-            None => self.cold.with(|b| b.decision_count(run)),
+            None => self.cold_of(run, |b| b.decision_count(run)),
         }
     }
 
     fn audit_len(&self, run: &RunId) -> u64 {
         match self.hot_run(run) {
             Some(hot) => hot.audit_len,
-            None => self.cold.with(|b| b.audit_len(run)),
+            None => self.cold_of(run, |b| b.audit_len(run)),
         }
     }
 
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
         let Some(hot) = self.hot_run(run) else {
-            return self.cold.with(|b| b.audit(run, from_seq));
+            return self.cold_of(run, |b| b.audit(run, from_seq));
         };
         // The state store holds the entries before the first one in memory
         // (and, if a checkpoint ran beside this read, some of those too).
         let first_unwritten = hot.audit.first().map_or(hot.audit_len + 1, |(e, _)| e.seq);
         let mut entries: Vec<AuditEntry> = self
-            .cold
-            .with(|b| b.audit(run, from_seq))
+            .cold_of(run, |b| b.audit(run, from_seq))
             .into_iter()
             .filter(|e| e.seq < first_unwritten)
             .collect();
