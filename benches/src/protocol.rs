@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use actum::books::{
     BeginEffect, CreateRun, EffectKey, FinishEffect, Guard, LEASE_TTL_MS_MAX, Outcome, RunId,
-    StepId, ToolClass, WorkerId, digest_of,
+    RunState, StepId, ToolClass, Transition, WorkerId, digest_of,
 };
 use actum::engine::{Begun, Engine, EngineOptions};
 use actum::wal::WalStats;
@@ -36,7 +36,8 @@ pub struct ProtocolEngine {
     _dir: tempfile::TempDir,
 }
 
-/// Creates run `name` in `engine` and leases it to `worker` for the longest allowed time.
+/// Creates run `name` in `engine`, leases it to `worker` for the longest allowed time and starts
+/// it (effects begin only on a running run).
 pub fn leased_run(engine: &Engine, name: &str, worker: &str) -> (RunId, Guard) {
     let run = RunId::new(name).expect("a bench run id is valid");
     engine
@@ -52,6 +53,15 @@ pub fn leased_run(engine: &Engine, name: &str, worker: &str) -> (RunId, Guard) {
     let grant = engine
         .acquire_lease(&run, &worker, LEASE_TTL_MS_MAX)
         .expect("leasing a bench run");
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: grant.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "bench".into(),
+        })
+        .expect("starting a bench run");
     (run, grant.guard)
 }
 

@@ -143,6 +143,17 @@ pub enum Error {
         /// The ones presented now.
         presented: String,
     },
+    /// The run is not running (pending, paused or waiting), and what was
+    /// asked needs it to be: no effect begins, and no worker moves a paused
+    /// run, until it runs (an operator resumes a paused run).
+    RunNotRunning {
+        /// The run.
+        run: RunId,
+        /// Its state.
+        state: RunState,
+        /// What was refused (`begin an effect`).
+        refused: &'static str,
+    },
     /// The run has finished; nothing may change it any more.
     RunTerminal {
         /// The run.
@@ -391,6 +402,19 @@ impl fmt::Display for Error {
                 f,
                 "run {run} already exists with {recorded}, but was created again with \
                  {presented}; a run id names one input: pick a new id for a new input"
+            ),
+            Error::RunNotRunning {
+                run,
+                state,
+                refused,
+            } => write!(
+                f,
+                "run {run} is {state}, not running: cannot {refused}{}",
+                match state {
+                    RunState::Paused => " until an operator resumes it",
+                    RunState::Pending => " before a worker starts it (transition to running)",
+                    _ => " while it waits (it runs again when the wait ends)",
+                }
             ),
             Error::RunTerminal { run, state } => write!(
                 f,

@@ -41,6 +41,9 @@ pub enum PlantedBug {
     /// Recycling an old segment file renames it without writing the new
     /// segment's header, so the file still names its old number.
     RecycleKeepsOldHeader,
+    /// The engine begins an effect on a run an operator paused, as if the
+    /// run were running (the lifecycle rule skipped).
+    BeginOnPausedRun,
 }
 
 impl PlantedBug {
@@ -54,7 +57,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 8] = [
+    pub const ENGINE: [PlantedBug; 9] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -63,10 +66,11 @@ impl PlantedBug {
         PlantedBug::LoseCompensationOnCrash,
         PlantedBug::ForgetEvictedSteps,
         PlantedBug::LoseOutcomeWithRefusedFollowUps,
+        PlantedBug::BeginOnPausedRun,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 13] = [
+    pub const ALL: [PlantedBug; 14] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -80,6 +84,7 @@ impl PlantedBug {
         PlantedBug::ForgetEvictedSteps,
         PlantedBug::LoseOutcomeWithRefusedFollowUps,
         PlantedBug::RecycleKeepsOldHeader,
+        PlantedBug::BeginOnPausedRun,
     ];
 
     /// The bug's command-line name.
@@ -98,6 +103,7 @@ impl PlantedBug {
             PlantedBug::ForgetEvictedSteps => "forget-evicted-steps",
             PlantedBug::LoseOutcomeWithRefusedFollowUps => "lose-outcome-with-refused-follow-ups",
             PlantedBug::RecycleKeepsOldHeader => "recycle-keeps-old-header",
+            PlantedBug::BeginOnPausedRun => "begin-on-paused-run",
         }
     }
 

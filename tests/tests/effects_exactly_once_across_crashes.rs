@@ -11,8 +11,7 @@ mod support;
 use std::sync::Arc;
 
 use actum::books::{
-    BeginEffect, Guard, Outcome, Part, Reconcile, RunState, SaveCheckpoint, ToolClass, Transition,
-    digest_of,
+    BeginEffect, Guard, Outcome, Part, Reconcile, SaveCheckpoint, ToolClass, digest_of,
 };
 use actum::engine::{Begun, StepResult};
 use actum::{Engine, ManualClock};
@@ -99,8 +98,8 @@ fn crash_right_after_the_charge_charges_once_and_resumes_at_the_next_step() {
     assert!(!engine.recovery().created);
     assert_eq!(
         engine.recovery().durable_lsn.0,
-        4,
-        "create, lease, intent, outcome"
+        5,
+        "create, lease, start, intent, outcome"
     );
     let lease = engine.claim_next(&wid("w2"), LEASE_MS).unwrap().unwrap();
     assert_eq!(lease.run, rid("order-17"));
@@ -135,15 +134,6 @@ fn act_then_crash(
 ) -> String {
     let engine = open_fs(dir, clock);
     let lease = create_and_lease(&engine, "r", "w1");
-    engine
-        .transition(Transition {
-            run: rid("r"),
-            guard: lease.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
     let begun = engine
         .begin_effect(BeginEffect {
             run: rid("r"),

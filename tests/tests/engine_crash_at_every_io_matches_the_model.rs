@@ -16,8 +16,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    BeginEffect, Command, EffectKey, FencingToken, FinishEffect, Guard, Outcome, Part,
-    RecordDecision, RunState, SaveCheckpoint, ToolClass, Transition, Usage, digest_of,
+    BeginEffect, Command, EffectKey, FencingToken, FinishEffect, Guard, Operate, OperatorAction,
+    Outcome, Part, RecordDecision, RunState, SaveCheckpoint, ToolClass, Transition, Usage,
+    digest_of,
 };
 use actum::db::DbOptions;
 use actum::wal::WalOptions;
@@ -113,6 +114,15 @@ fn transition(run: &str, worker: &str, to: RunState) -> Command {
     })
 }
 
+fn operate(run: &str, action: OperatorAction) -> Command {
+    Command::Operate(Operate {
+        run: rid(run),
+        action,
+        operator: "ops-anna".into(),
+        reason: format!("{} {run}", action.name()),
+    })
+}
+
 fn workload() -> Vec<Work> {
     use Work::Checkpoint;
     #[expect(non_snake_case, reason = "reads like the variant")]
@@ -156,6 +166,7 @@ fn workload() -> Vec<Work> {
             worker: wid("w2"),
             ttl_ms: LEASE_MS,
         })),
+        Cmd(transition("r2", "w2", RunState::Running)),
         Cmd(begin("r2", "mail", "w2", ToolClass::NotIdempotent)),
         Cmd(finish(
             key("r2", "mail", 1),
@@ -175,7 +186,13 @@ fn workload() -> Vec<Work> {
             },
         )),
         Checkpoint,
-        Cmd(transition("r2", "w2", RunState::Running)),
+        // An operator's pause, resume and cancel, with no lease.
+        Cmd(operate("r2", OperatorAction::Pause)),
+        Cmd(save("r2", "w2", 3)),
+        Checkpoint,
+        Cmd(operate("r2", OperatorAction::Resume)),
+        Cmd(operate("r1", OperatorAction::Cancel)),
+        Cmd(transition("r2", "w2", RunState::Completed)),
     ]
 }
 

@@ -100,7 +100,7 @@ fn a_worker_paused_past_its_lease_is_fenced_and_its_late_write_refused() {
     // Nothing A sent after B took over landed.
     let entry = engine.effect(&sms).unwrap().unwrap();
     assert_eq!(entry.status, EffectStatus::Intended);
-    assert_eq!(engine.run(&run).unwrap().unwrap().state, RunState::Pending);
+    assert_eq!(engine.run(&run).unwrap().unwrap().state, RunState::Running);
     // B carries on under its own token: the step resends A's key.
     let step = sid("sms");
     let req = request(&b.guard, &run, &step, "mail.send", idempotent(), b"sms");

@@ -4,7 +4,8 @@
 //!
 //! Invariant: every command that mutates an existing run carries a [`Guard`]
 //! (worker and fencing token), except `AcquireLease` and `ClaimNext`, which
-//! are how a guard is obtained, and `CreateRun`.
+//! are how a guard is obtained, `CreateRun`, and `Operate`: an operator's
+//! pause, resume or cancel, which needs no lease (it overrides the holder).
 
 use serde::{Deserialize, Serialize};
 
@@ -171,6 +172,47 @@ pub struct SaveCheckpoint {
     pub parts: Vec<Part>,
 }
 
+/// What an operator does to a run, without holding its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperatorAction {
+    /// Stop the run where it stands: a pending, running or waiting run
+    /// becomes `paused`. Its lease holder keeps the lease, but no effect
+    /// begins and no worker moves the run until an operator resumes it.
+    Pause,
+    /// Let a paused run go on: it becomes `running`, and is claimable once
+    /// no live lease holds it.
+    Resume,
+    /// End the run: it becomes `cancelled` (terminal) and its lease is
+    /// dropped, so the holder's next call is refused. Effects already
+    /// committed stand, and outcomes of acts in flight are still recorded.
+    Cancel,
+}
+
+impl OperatorAction {
+    /// The action's name as written in docs and the audit.
+    pub fn name(self) -> &'static str {
+        match self {
+            OperatorAction::Pause => "pause",
+            OperatorAction::Resume => "resume",
+            OperatorAction::Cancel => "cancel",
+        }
+    }
+}
+
+/// An operator pauses, resumes or cancels a run. Idempotent: asking for the
+/// state the run is already in changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operate {
+    /// The run.
+    pub run: RunId,
+    /// What to do.
+    pub action: OperatorAction,
+    /// Who asks (journaled with the reason).
+    pub operator: String,
+    /// Why (journaled).
+    pub reason: String,
+}
+
 /// Record a model call at its position in the run's decision journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordDecision {
@@ -217,6 +259,8 @@ pub enum Command {
     SaveCheckpoint(SaveCheckpoint),
     /// See [`RecordDecision`].
     RecordDecision(RecordDecision),
+    /// See [`Operate`].
+    Operate(Operate),
     /// Several commands committed atomically: all are decided, each against
     /// the state the earlier ones leave, or none is. Batches do not nest.
     Batch(Vec<Command>),
@@ -224,8 +268,8 @@ pub enum Command {
 
 impl Command {
     /// The run a guarded command changes and the guard it presents; `None`
-    /// for the commands that take no guard (create, acquire, claim) and for
-    /// a batch.
+    /// for the commands that take no guard (create, acquire, claim, an
+    /// operator's action) and for a batch.
     pub fn guard_mut(&mut self) -> Option<(RunId, &mut Guard)> {
         match self {
             Command::Transition(c) => Some((c.run.clone(), &mut c.guard)),
@@ -240,6 +284,7 @@ impl Command {
             Command::CreateRun(_)
             | Command::AcquireLease(_)
             | Command::ClaimNext(_)
+            | Command::Operate(_)
             | Command::Batch(_) => None,
         }
     }

@@ -16,7 +16,7 @@ use super::effect::{Intent, begin_side};
 use super::ids::{EffectKey, EffectKind};
 use super::lease::check_live;
 use super::ledger::EffectStatus;
-use super::run::{check_text, existing};
+use super::run::{check_running, check_text, existing};
 use super::state::BooksRead;
 use crate::error::{Error, Result};
 
@@ -29,6 +29,7 @@ pub(crate) fn decide_begin_compensation(
     check_text("compensation rationale", &cmd.rationale)?;
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
+    check_running(&run, "begin a compensation")?;
     let act = state
         .latest_effect(&cmd.run, &cmd.step, EffectKind::Act)
         .ok_or_else(|| Error::NotFound {
@@ -104,7 +105,7 @@ mod tests {
     /// Books with run `r` whose step `sweep` is confirmed with a
     /// compensation of `class` registered.
     fn swept(class: ToolClass) -> (Books, Guard, EffectKey) {
-        let (mut b, g) = books_with_leased_run("r");
+        let (mut b, g) = books_with_running_run("r");
         let d = b.ok(with_compensation(
             begin("r", "sweep", &g, ToolClass::Queryable, b"usd 100"),
             class,
@@ -197,7 +198,7 @@ mod tests {
 
     #[test]
     fn only_a_confirmed_act_with_a_registration_can_be_compensated() {
-        let (mut b, g) = books_with_leased_run("r");
+        let (mut b, g) = books_with_running_run("r");
         assert!(matches!(
             b.run(compensate("r", "sweep", &g)),
             Err(Error::NotFound { .. })

@@ -18,7 +18,7 @@ use super::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
 use super::limits::{BATCH_COMMANDS_MAX, check_size};
 use super::op::Op;
 use super::overlay::Overlay;
-use super::run::{RunState, decide_create, decide_transition};
+use super::run::{RunState, decide_create, decide_operate, decide_transition};
 use super::state::BooksRead;
 use crate::error::{Error, Result};
 
@@ -156,6 +156,18 @@ pub enum Answer {
         /// The recorded call.
         record: DecisionRecord,
     },
+    /// An operator's action: the run's state and version after it, and
+    /// whether it changed anything (`false`: the run was already there).
+    Operated {
+        /// The run.
+        run: RunId,
+        /// Its state now.
+        state: RunState,
+        /// Its version now.
+        version: u64,
+        /// False if the run was already in the asked state.
+        changed: bool,
+    },
     /// The answers of a batch's commands, in order.
     Batch(Vec<Answer>),
 }
@@ -192,6 +204,7 @@ fn decide_one(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<Decid
         Command::BeginCompensation(c) => decide_begin_compensation(state, c, now_ms),
         Command::SaveCheckpoint(c) => decide_save(state, c, now_ms),
         Command::RecordDecision(c) => decide_record(state, c, now_ms),
+        Command::Operate(c) => decide_operate(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),
@@ -271,11 +284,11 @@ mod tests {
                 }],
             ),
             transition("r", &g, RunState::Completed),
-            transition("r", &g, RunState::Running), // completed -> running: illegal
+            transition("r", &g, RunState::Running), // completed is final
         ]);
         let err = decide(&b.mem, &batch, b.now_ms).unwrap_err();
         assert!(
-            matches!(&err, Error::BatchRefused { index: 3, cause } if matches!(**cause, Error::IllegalTransition { .. })),
+            matches!(&err, Error::BatchRefused { index: 3, cause } if matches!(**cause, Error::RunTerminal { .. })),
             "{err}"
         );
         assert_eq!(b.mem, before);
@@ -367,7 +380,7 @@ mod tests {
 
     #[test]
     fn decide_is_deterministic() {
-        let (b, g) = books_with_leased_run("r");
+        let (b, g) = books_with_running_run("r");
         let cmd = begin("r", "s", &g, ToolClass::NotIdempotent, b"a");
         assert_eq!(
             decide(&b.mem, &cmd, b.now_ms).unwrap(),

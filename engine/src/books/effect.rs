@@ -20,7 +20,7 @@ use super::lease::{check_fact, check_live};
 use super::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 use super::limits::{RECEIPT_LEN_BYTES_MAX, check_size};
 use super::op::Op;
-use super::run::{check_text, existing};
+use super::run::{check_running, check_text, existing};
 use super::state::BooksRead;
 use crate::error::{Error, Result};
 
@@ -70,6 +70,7 @@ pub(crate) fn decide_begin(
     }
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
+    check_running(&run, "begin an effect")?;
     let latest = state.latest_effect(&cmd.run, &cmd.step, EffectKind::Act);
     if let Some(latest) = &latest
         && (latest.tool != cmd.tool || latest.args_digest != cmd.args_digest)
@@ -388,7 +389,7 @@ mod tests {
 
     /// Books with a leased run `r` and attempt 1 of step `s` intended.
     fn intended(class: ToolClass) -> (Books, Guard, EffectKey) {
-        let (mut b, g) = books_with_leased_run("r");
+        let (mut b, g) = books_with_running_run("r");
         let d = b.ok(begin("r", "s", &g, class, b"args"));
         let Answer::Begun(Begun::Proceed { key, token }) = d.answer else {
             panic!("{:?}", d.answer)

@@ -35,7 +35,8 @@ pub use checkpoint::{
 };
 pub use command::{
     AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect,
-    Guard, Reconcile, RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,
+    Guard, Operate, OperatorAction, Reconcile, RecordDecision, ReleaseLease, RenewLease,
+    SaveCheckpoint, Transition,
 };
 pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};

@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn overlay_reads_its_writes_and_leaves_the_base_alone() {
-        let (b, g) = books_with_leased_run("r");
+        let (b, g) = books_with_running_run("r");
         let before = b.mem.clone();
         let mut overlay = Overlay::new(&b.mem);
         let d = crate::books::decide::decide(

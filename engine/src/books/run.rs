@@ -4,13 +4,14 @@
 //! Invariant: a run's `version` grows by exactly one on every change to its
 //! record (transition, lease acquire, renew, release), and a run in a
 //! terminal state (completed, failed, cancelled) never changes state again
-//! and holds no lease.
+//! and holds no lease. Lifecycle: an effect begins only on a running run,
+//! and only an operator moves a paused run (resume or cancel).
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{CreateRun, Transition};
+use super::command::{CreateRun, Operate, OperatorAction, Transition};
 use super::decide::{Answer, Decided};
 use super::digest::Digest;
 use super::ids::{FencingToken, RunId};
@@ -133,6 +134,18 @@ pub(crate) fn check_text(what: &str, text: &str) -> Result<()> {
     check_size(|| what.to_string(), text.len(), TEXT_LEN_BYTES_MAX)
 }
 
+/// `RunNotRunning` unless `run` is running: what `refused` names needs it.
+pub(crate) fn check_running(run: &Run, refused: &'static str) -> Result<()> {
+    if run.state == RunState::Running {
+        return Ok(());
+    }
+    Err(Error::RunNotRunning {
+        run: run.id.clone(),
+        state: run.state,
+        refused,
+    })
+}
+
 /// The run named `id`, or `NotFound`.
 pub(crate) fn existing(state: &dyn BooksRead, id: &RunId) -> Result<Run> {
     state.run(id).ok_or_else(|| Error::NotFound {
@@ -218,9 +231,19 @@ pub(crate) fn decide_transition(
         to: cmd.to,
     };
     if run.state.is_terminal() {
-        return Err(illegal());
+        return Err(Error::RunTerminal {
+            run: run.id.clone(),
+            state: run.state,
+        });
     }
     lease::check_guard(&run, &cmd.guard, now_ms)?;
+    if run.state == RunState::Paused {
+        return Err(Error::RunNotRunning {
+            run: run.id.clone(),
+            state: run.state,
+            refused: "move a paused run (only an operator resumes or cancels it)",
+        });
+    }
     if let Some(expected) = cmd.expected_version
         && expected != run.version
     {
@@ -252,6 +275,88 @@ pub(crate) fn decide_transition(
     Ok(Decided {
         ops: vec![op],
         answer,
+    })
+}
+
+/// Decides `Operate`: an operator pauses, resumes or cancels a run with no
+/// lease. Asking for the state the run is in changes nothing (a retried
+/// action is safe); the other moves follow the transition table. The
+/// change is journaled as a transition under the run's current token, its
+/// reason naming the operator and the action.
+pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) -> Result<Decided> {
+    check_text("operator", &cmd.operator)?;
+    check_text("operator's reason", &cmd.reason)?;
+    if cmd.operator.is_empty() {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "an operator's {} of run {} must name the operator",
+                cmd.action.name(),
+                cmd.run
+            ),
+        });
+    }
+    let run = existing(state, &cmd.run)?;
+    let to = match cmd.action {
+        OperatorAction::Pause => RunState::Paused,
+        OperatorAction::Resume => RunState::Running,
+        OperatorAction::Cancel => RunState::Cancelled,
+    };
+    let unchanged = || Decided {
+        ops: Vec::new(),
+        answer: Answer::Operated {
+            run: run.id.clone(),
+            state: run.state,
+            version: run.version,
+            changed: false,
+        },
+    };
+    match (cmd.action, run.state) {
+        (OperatorAction::Pause, RunState::Paused)
+        | (OperatorAction::Cancel, RunState::Cancelled)
+        | (OperatorAction::Resume, RunState::Running) => return Ok(unchanged()),
+        (_, from) if from.is_terminal() => {
+            return Err(Error::RunTerminal {
+                run: run.id.clone(),
+                state: from,
+            });
+        }
+        (OperatorAction::Resume, from) if from != RunState::Paused => {
+            return Err(Error::IllegalTransition {
+                run: run.id.clone(),
+                from,
+                to,
+            });
+        }
+        _ => {}
+    }
+    assert!(
+        transition_allowed(run.state, to),
+        "an operator's move {} -> {to} is in the table",
+        run.state
+    );
+    let version = run.version + 1;
+    let op = Op::RunTransitioned {
+        run: run.id.clone(),
+        from: run.state,
+        to,
+        version,
+        at_ms: now_ms,
+        token: FencingToken(run.next_token.0.saturating_sub(1)),
+        reason: format!(
+            "operator {} ({}): {}",
+            cmd.operator,
+            cmd.action.name(),
+            cmd.reason
+        ),
+    };
+    Ok(Decided {
+        ops: vec![op],
+        answer: Answer::Operated {
+            run: run.id.clone(),
+            state: to,
+            version,
+            changed: true,
+        },
     })
 }
 
@@ -320,7 +425,20 @@ mod tests {
                 let (mut b, g) = run_in(from);
                 let before = b.mem.clone();
                 let result = b.run(transition("r", &g, to));
-                if transition_allowed(from, to) {
+                if from.is_terminal() {
+                    assert!(
+                        matches!(result, Err(Error::RunTerminal { state, .. }) if state == from),
+                        "{from} -> {to}: {result:?}"
+                    );
+                    assert_eq!(b.mem, before, "a refused transition changed the books");
+                } else if from == Paused {
+                    // Only an operator moves a paused run (see below).
+                    assert!(
+                        matches!(result, Err(Error::RunNotRunning { state: Paused, .. })),
+                        "{from} -> {to}: {result:?}"
+                    );
+                    assert_eq!(b.mem, before, "a refused transition changed the books");
+                } else if transition_allowed(from, to) {
                     let run = b.mem.run(&rid("r")).unwrap();
                     assert!(result.is_ok(), "{from} -> {to}: {result:?}");
                     assert_eq!(run.state, to);
@@ -379,5 +497,152 @@ mod tests {
         }
         assert!(matches!(b.run(cmd), Err(Error::NotFound { .. })));
         assert!(b.mem.run(&rid("child")).is_none());
+    }
+
+    fn operate(run: &str, action: OperatorAction) -> Command {
+        Command::Operate(Operate {
+            run: rid(run),
+            action,
+            operator: "ops-anna".into(),
+            reason: "checking".into(),
+        })
+    }
+
+    fn state_of(b: &Books) -> RunState {
+        b.mem.run(&rid("r")).unwrap().state
+    }
+
+    #[test]
+    fn an_operator_moves_every_live_state_and_repeating_an_action_changes_nothing() {
+        use OperatorAction::*;
+        for from in RunState::ALL {
+            for action in [Pause, Resume, Cancel] {
+                let (mut b, _) = run_in(from);
+                let before = b.mem.clone();
+                let version = before.run(&rid("r")).unwrap().version;
+                let result = b.run(operate("r", action));
+                let target = match action {
+                    Pause => Paused,
+                    Resume => Running,
+                    Cancel => Cancelled,
+                };
+                if from == target {
+                    let d = result.unwrap();
+                    assert!(d.ops.is_empty(), "{from} {action:?}");
+                    assert!(matches!(d.answer, Answer::Operated { changed: false, .. }));
+                    continue;
+                }
+                let legal = !from.is_terminal() && (action != Resume || from == Paused);
+                if legal {
+                    let d = result.unwrap_or_else(|e| panic!("{from} {action:?}: {e}"));
+                    assert!(matches!(
+                        d.answer,
+                        Answer::Operated { state, changed: true, .. } if state == target
+                    ));
+                    let run = b.mem.run(&rid("r")).unwrap();
+                    assert_eq!((run.state, run.version), (target, version + 1));
+                    assert_eq!(
+                        run.lease.is_none(),
+                        target.is_terminal() || before.run(&rid("r")).unwrap().lease.is_none()
+                    );
+                } else {
+                    assert!(
+                        matches!(
+                            result,
+                            Err(Error::RunTerminal { .. } | Error::IllegalTransition { .. })
+                        ),
+                        "{from} {action:?}: {result:?}"
+                    );
+                    assert_eq!(b.mem, before);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn effects_begin_only_on_a_running_run() {
+        use crate::books::ToolClass;
+        for from in [Pending, WaitingTool, WaitingHuman, Paused] {
+            let (mut b, g) = run_in(from);
+            let before = b.mem.clone();
+            let err = b
+                .run(begin("r", "s", &g, ToolClass::NotIdempotent, b"a"))
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::RunNotRunning { state, .. } if state == from),
+                "{from}: {err}"
+            );
+            assert!(err.to_string().contains("not running"), "{err}");
+            assert_eq!(b.mem, before);
+        }
+        let (mut b, g) = run_in(Running);
+        b.ok(begin("r", "s", &g, ToolClass::NotIdempotent, b"a"));
+    }
+
+    #[test]
+    fn a_paused_run_keeps_its_holder_out_until_resumed_and_a_cancel_fences_it() {
+        use crate::books::ToolClass;
+        let (mut b, g) = run_in(Running);
+        let intent = b.ok(begin("r", "s1", &g, ToolClass::NotIdempotent, b"a"));
+        let Answer::Begun(crate::books::Begun::Proceed { key, .. }) = intent.answer else {
+            panic!("{:?}", intent.answer)
+        };
+        b.ok(operate("r", OperatorAction::Pause));
+        assert_eq!(state_of(&b), Paused);
+        // The holder may not begin, nor resume the run itself ...
+        assert!(matches!(
+            b.run(begin("r", "s2", &g, ToolClass::NotIdempotent, b"b")),
+            Err(Error::RunNotRunning { .. })
+        ));
+        assert!(matches!(
+            b.run(transition("r", &g, Running)),
+            Err(Error::RunNotRunning { .. })
+        ));
+        // ... nor is the paused run claimable once its lease is gone.
+        b.now_ms += LEASE_MS + 1;
+        assert!(matches!(
+            b.ok(claim("w2", LEASE_MS)).answer,
+            Answer::NothingToClaim
+        ));
+        // The act in flight still reports its outcome: a fact.
+        b.ok(finish(&key, &g, confirmed(b"r1")));
+        b.ok(operate("r", OperatorAction::Resume));
+        let claimed = b.ok(claim("w2", LEASE_MS));
+        let Answer::Leased { token, .. } = claimed.answer else {
+            panic!("{:?}", claimed.answer)
+        };
+        let g2 = Guard {
+            worker: wid("w2"),
+            token,
+        };
+        b.ok(begin("r", "s2", &g2, ToolClass::NotIdempotent, b"b"));
+        b.ok(operate("r", OperatorAction::Cancel));
+        assert_eq!(state_of(&b), Cancelled);
+        assert!(b.mem.run(&rid("r")).unwrap().lease.is_none());
+        assert!(matches!(
+            b.run(begin("r", "s3", &g2, ToolClass::NotIdempotent, b"c")),
+            Err(Error::RunTerminal { .. })
+        ));
+        assert!(matches!(
+            b.run(renew("r", &g2, LEASE_MS)),
+            Err(Error::RunTerminal { .. })
+        ));
+        let audit = b.mem.audit(&rid("r"), 1);
+        assert!(
+            audit
+                .iter()
+                .any(|e| e.why.contains("operator ops-anna (cancel): checking")),
+            "{audit:?}"
+        );
+    }
+
+    #[test]
+    fn an_operator_must_be_named() {
+        let (mut b, _) = run_in(Running);
+        let mut cmd = operate("r", OperatorAction::Pause);
+        if let Command::Operate(o) = &mut cmd {
+            o.operator.clear();
+        }
+        assert!(matches!(b.run(cmd), Err(Error::InvalidCommand { .. })));
     }
 }

@@ -91,6 +91,14 @@ pub(crate) fn books_with_leased_run(name: &str) -> (Books, Guard) {
     )
 }
 
+/// Books holding run `name`, leased by `w1` and moved to running: effects
+/// begin only on a running run.
+pub(crate) fn books_with_running_run(name: &str) -> (Books, Guard) {
+    let (mut b, g) = books_with_leased_run(name);
+    b.ok(transition(name, &g, RunState::Running));
+    (b, g)
+}
+
 pub(crate) fn create(run: &str, input: &[u8]) -> Command {
     Command::CreateRun(CreateRun {
         run: rid(run),

@@ -60,6 +60,19 @@ pub enum Recorded {
     Replay(DecisionRecord),
 }
 
+/// A run after an operator's pause, resume or cancel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operated {
+    /// The run.
+    pub run: RunId,
+    /// Its state now.
+    pub state: RunState,
+    /// Its version now.
+    pub version: u64,
+    /// False if the run was already in the asked state (nothing changed).
+    pub changed: bool,
+}
+
 /// Panics: the engine produced an answer of the wrong shape (a bug).
 pub(crate) fn unexpected(answer: &Answer, call: &str) -> ! {
     panic!("engine bug: {call} answered {answer:?}")

@@ -7,13 +7,13 @@
 //! log replay) can never disagree.
 
 use crate::books::{
-    AcquireLease, Answer, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect, Guard,
-    Reconcile, RecordDecision, ReleaseLease, RenewLease, RunId, SaveCheckpoint, Transition,
-    WorkerId,
+    AcquireLease, Answer, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect, Guard, Operate,
+    OperatorAction, Reconcile, RecordDecision, ReleaseLease, RenewLease, RunId, SaveCheckpoint,
+    Transition, WorkerId,
 };
 use crate::error::Result;
 
-use super::answers::{Created, LeaseGrant, Recorded, SavedCheckpoint, unexpected};
+use super::answers::{Created, LeaseGrant, Operated, Recorded, SavedCheckpoint, unexpected};
 use super::core::Engine;
 use crate::books::Begun;
 
@@ -147,6 +147,58 @@ impl Engine {
             Answer::DecisionRecorded { position, .. } => Ok(Recorded::New { position }),
             Answer::DecisionReplay { record } => Ok(Recorded::Replay(record)),
             other => unexpected(&other, "record_decision"),
+        }
+    }
+
+    /// An operator's `action` on `run`, without its lease (see
+    /// [`OperatorAction`]): journaled with `operator` and `reason`.
+    /// Asking for the state the run is already in changes nothing.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, OperatorAction, RunId, RunState, WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("invoice-9")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"9"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// let paused = engine.operate(&run, OperatorAction::Pause, "ops-anna", "fraud check")?;
+    /// assert_eq!((paused.state, paused.changed), (RunState::Paused, true));
+    /// // A paused run is not handed to workers.
+    /// assert!(engine.claim_next(&WorkerId::new("w1")?, 30_000)?.is_none());
+    /// let again = engine.operate(&run, OperatorAction::Pause, "ops-anna", "retry")?;
+    /// assert!(!again.changed);
+    /// engine.operate(&run, OperatorAction::Resume, "ops-anna", "cleared")?;
+    /// assert!(engine.claim_next(&WorkerId::new("w1")?, 30_000)?.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn operate(
+        &self,
+        run: &RunId,
+        action: OperatorAction,
+        operator: &str,
+        reason: &str,
+    ) -> Result<Operated> {
+        let cmd = Command::Operate(Operate {
+            run: run.clone(),
+            action,
+            operator: operator.to_string(),
+            reason: reason.to_string(),
+        });
+        match self.answer(cmd)? {
+            Answer::Operated {
+                run,
+                state,
+                version,
+                changed,
+            } => Ok(Operated {
+                run,
+                state,
+                version,
+                changed,
+            }),
+            other => unexpected(&other, "operate"),
         }
     }
 

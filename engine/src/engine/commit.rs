@@ -28,7 +28,8 @@
 use std::sync::atomic::Ordering;
 
 use crate::books::{
-    Answer, Begun, BooksRead, Command, Decided, Op, Overlay, Writes, apply, decide, encode_ops,
+    Answer, Begun, BooksRead, BooksWrite, Command, Decided, Op, Overlay, RunState, Writes, apply,
+    decide, encode_ops,
 };
 use crate::combine::Decision;
 use crate::error::{Error, Result};
@@ -196,15 +197,19 @@ impl Engine {
             cold,
         };
         let refreshed = self.planted_refresh_guard(&view, cmd, now_ms);
-        let decided =
-            decide(&view, refreshed.as_ref().unwrap_or(cmd), now_ms).and_then(|mut decided| {
-                tamper(&mut decided);
-                let mut overlay = Overlay::new(&view);
-                for op in &decided.ops {
-                    apply(&mut overlay, op)?;
-                }
-                Ok((decided, overlay.into_writes()))
-            });
+        let unpaused = self.planted_unpause(&view, cmd);
+        let decided_on = match &unpaused {
+            Some(overlay) => decide(overlay, refreshed.as_ref().unwrap_or(cmd), now_ms),
+            None => decide(&view, refreshed.as_ref().unwrap_or(cmd), now_ms),
+        };
+        let decided = decided_on.and_then(|mut decided| {
+            tamper(&mut decided);
+            let mut overlay = Overlay::new(&view);
+            for op in &decided.ops {
+                apply(&mut overlay, op)?;
+            }
+            Ok((decided, overlay.into_writes()))
+        });
         // A failed read must not pass for an absent row.
         cold.check()?;
         decided
@@ -273,6 +278,24 @@ impl Engine {
     /// True if `bug` is planted (test-only `planted-bugs` feature).
     pub(crate) fn planted(&self, bug: PlantedBug) -> bool {
         planted(&self.options.db.wal, bug)
+    }
+
+    /// Planted `BeginOnPausedRun`: a begin on a paused run is decided on a
+    /// view in which the run is running.
+    fn planted_unpause<'v>(&self, books: &'v dyn BooksRead, cmd: &Command) -> Option<Overlay<'v>> {
+        if !self.planted(PlantedBug::BeginOnPausedRun) {
+            return None;
+        }
+        let run = match cmd {
+            Command::BeginEffect(c) => &c.run,
+            Command::BeginCompensation(c) => &c.run,
+            _ => return None,
+        };
+        let mut record = books.run(run).filter(|r| r.state == RunState::Paused)?;
+        record.state = RunState::Running;
+        let mut overlay = Overlay::new(books);
+        overlay.put_run(record);
+        Some(overlay)
     }
 
     /// Planted `AcceptStaleToken`: a command presenting a stale token is

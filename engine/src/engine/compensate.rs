@@ -72,7 +72,7 @@ impl Engine {
     /// `Done { replayed: true }` without calling either.
     ///
     /// ```
-    /// use actum::books::{Compensation, CreateRun, Outcome, RunId, StepId, ToolClass, WorkerId, digest_of};
+    /// use actum::books::{Compensation, CreateRun, Outcome, RunId, RunState, StepId, ToolClass, Transition, WorkerId, digest_of};
     /// use actum::engine::{CompensationRequest, Engine, EngineOptions, StepRequest, StepResult, ToolSpec};
     ///
     /// let dir = tempfile::tempdir()?;
@@ -86,6 +86,8 @@ impl Engine {
     ///     parent: None,
     /// })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
+    /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// let sweep = StepId::new("sweep")?;
     /// let queryable = ToolClass::Queryable;
     /// engine.step(

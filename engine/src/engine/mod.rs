@@ -21,7 +21,7 @@ mod step;
 
 pub use crate::books::Begun;
 pub use crate::db::Recovery;
-pub use answers::{Created, LeaseGrant, Recorded, SavedCheckpoint};
+pub use answers::{Created, LeaseGrant, Operated, Recorded, SavedCheckpoint};
 pub use compensate::CompensationRequest;
 pub use core::Engine;
 pub use options::{

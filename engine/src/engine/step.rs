@@ -193,7 +193,7 @@ impl Engine {
     /// [`Engine::step_queryable`] to resolve it in the same call.
     ///
     /// ```
-    /// use actum::books::{CreateRun, RunId, StepId, ToolClass, WorkerId, Outcome, digest_of};
+    /// use actum::books::{CreateRun, RunId, RunState, StepId, ToolClass, Transition, WorkerId, Outcome, digest_of};
     /// use actum::engine::{Engine, EngineOptions, StepRequest, StepResult, ToolSpec};
     ///
     /// let dir = tempfile::tempdir()?;
@@ -207,6 +207,8 @@ impl Engine {
     ///     parent: None,
     /// })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
+    /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// let step = StepId::new("charge")?;
     /// let request = StepRequest {
     ///     guard: &lease.guard,

@@ -46,6 +46,10 @@ pub struct AgentReport {
     pub one_record_steps: u64,
     /// Outcomes recorded alone because their follow-ups were refused.
     pub follow_ups_refused: u64,
+    /// Operator pauses, resumes and cancels that changed a run.
+    pub operator_actions: u64,
+    /// Worker calls refused because an operator had paused the run.
+    pub not_running_refused: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -78,6 +82,8 @@ impl AgentReport {
         self.applications += other.applications;
         self.one_record_steps += other.one_record_steps;
         self.follow_ups_refused += other.follow_ups_refused;
+        self.operator_actions += other.operator_actions;
+        self.not_running_refused += other.not_running_refused;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -90,7 +96,8 @@ impl AgentReport {
             "{} runs ({} completed, {} failed), {} crashes, {} checked recoveries, {} \
              commands, {} zombie commands fenced, {} leases lost, {} acks dropped, {} resends, \
              {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
-             journal), {} acts in the world, {} steps in one record ({} follow-ups refused)",
+             journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
+             operator actions ({} worker calls refused on a paused run)",
             self.runs,
             self.completed,
             self.failed,
@@ -108,7 +115,9 @@ impl AgentReport {
             self.decisions_replayed,
             self.applications,
             self.one_record_steps,
-            self.follow_ups_refused
+            self.follow_ups_refused,
+            self.operator_actions,
+            self.not_running_refused
         )
     }
 }

@@ -7,13 +7,13 @@
 //! replays exactly with the command it prints.
 
 use actum::Clock;
-use actum::books::EffectStatus;
+use actum::books::{BooksRead, Command, EffectStatus, Operate, OperatorAction, RunId, RunState};
 
 use super::config::AgentConfig;
 use super::failure::{AgentFailure, Origin};
 use super::report::AgentReport;
 use super::schedule::{AgentSchedule, Event};
-use super::sim::Sim;
+use super::sim::{Called, Sim};
 use crate::check;
 
 /// Rounds of the calm phase before a run still going is a liveness failure.
@@ -153,6 +153,10 @@ impl Sim<'_> {
                     self.note(|| format!("{who} resumes"));
                 }
             }
+            Event::Operate(action, n) => {
+                let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
+                self.operate(&run, action, "an operator's event")?;
+            }
             Event::Checkpoint => {
                 let result = self.engine.as_ref().map(actum::Engine::checkpoint);
                 if let Some(Err(e)) = result {
@@ -167,6 +171,41 @@ impl Sim<'_> {
             }
         }
         Ok(false)
+    }
+
+    /// An operator's `action` on `run`, with no lease, held to the model
+    /// like every call; a refusal (the run is over, or not paused) is
+    /// part of the game.
+    fn operate(
+        &mut self,
+        run: &RunId,
+        action: OperatorAction,
+        why: &'static str,
+    ) -> Result<(), AgentFailure> {
+        let operate = Operate {
+            run: run.clone(),
+            action,
+            operator: "ops".into(),
+            reason: why.into(),
+        };
+        let cmd = Command::Operate(operate.clone());
+        let called = self.call(Some(&cmd), |e| {
+            e.operate(&operate.run, action, &operate.operator, &operate.reason)
+        })?;
+        let outcome = match called {
+            Called::Ok(done) => {
+                self.report.operator_actions += u64::from(done.changed);
+                format!(
+                    "{} ({})",
+                    done.state,
+                    if done.changed { "changed" } else { "already" }
+                )
+            }
+            Called::Refused(e) => format!("refused: {e}"),
+            Called::Died => "the process died".to_string(),
+        };
+        self.note(|| format!("an operator asks to {} {run}: {outcome}", action.name()));
+        Ok(())
     }
 
     /// The world receives every request due, then its promises are checked.
@@ -223,6 +262,20 @@ impl Sim<'_> {
         self.note(|| "the faults stop".to_string());
         for worker in &mut self.workers {
             worker.paused = false;
+        }
+        // An operator resumes what is paused, so every run can end.
+        let paused: Vec<RunId> = self
+            .runs
+            .iter()
+            .filter(|(run, _)| {
+                self.model
+                    .run(run)
+                    .is_some_and(|r| r.state == RunState::Paused)
+            })
+            .map(|(run, _)| run.clone())
+            .collect();
+        for run in paused {
+            self.operate(&run, OperatorAction::Resume, "the calm phase")?;
         }
         for _ in 0..CALM_ROUNDS_MAX {
             let idle = self.workers.iter().all(|w| w.job.is_none());

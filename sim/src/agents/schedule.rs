@@ -8,6 +8,8 @@
 //! **Invariant:** a schedule plus its seed determines the whole run; the
 //! seed only supplies what the schedule leaves open (crash outcomes).
 
+use actum::books::OperatorAction;
+
 use super::workflow::Workflow;
 use crate::disk::FaultConfig;
 use crate::rng::{PPM_ONE, Rng};
@@ -44,6 +46,9 @@ pub enum Event {
     Resume(u8),
     /// The engine checkpoints its state store (an armed cut lands in it).
     Checkpoint,
+    /// An operator pauses, resumes or cancels run `n` (modulo the run
+    /// count), holding no lease.
+    Operate(OperatorAction, u8),
 }
 
 /// Everything an agent run does, apart from crash outcomes.
@@ -74,6 +79,7 @@ struct Rates {
     resume: u32,
     jump: u32,
     checkpoint: u32,
+    operate: u32,
     tick: u32,
     ack_dropped: u32,
     request_lost: u32,
@@ -91,6 +97,9 @@ impl Rates {
             resume: menu(&[20_000, 80_000]),
             jump: menu(&[0, 10_000, 30_000]),
             checkpoint: menu(&[0, 10_000, 30_000]),
+            // Drawn from a fork of its own, so the other draws of a seed
+            // stay what they were before operators existed.
+            operate: 0,
             tick: menu(&[150_000, 300_000]),
             ack_dropped: menu(&[0, 50_000, 150_000]),
             request_lost: menu(&[0, 50_000, 100_000]),
@@ -113,7 +122,8 @@ impl AgentSchedule {
         faults.enospc_ppm = 0;
         faults.capacity_bytes = None;
         let mut shape = root.fork("shape");
-        let rates = Rates::swarm(&mut shape);
+        let mut rates = Rates::swarm(&mut shape);
+        rates.operate = *root.fork("operators").pick(&[0, 5_000, 20_000]);
         let run_count = 1 + shape.below(RUNS_MAX as u64) as usize;
         let runs = (0..run_count)
             .map(|_| *shape.pick(&Workflow::ALL))
@@ -168,6 +178,14 @@ fn draw_event(rng: &mut Rng, rates: &Rates) -> Event {
         Event::Jump(jump)
     } else if next(rates.checkpoint) {
         Event::Checkpoint
+    } else if next(rates.operate) {
+        // Pauses and resumes twice as often as cancels, which end a run.
+        let action = match after % 5 {
+            0 | 1 => OperatorAction::Pause,
+            2 | 3 => OperatorAction::Resume,
+            _ => OperatorAction::Cancel,
+        };
+        Event::Operate(action, (after / 5) as u8)
     } else if next(rates.tick) {
         Event::Tick(tick)
     } else {
@@ -212,7 +230,7 @@ mod tests {
 
     #[test]
     fn seeds_spread_over_every_event_and_fate() {
-        let mut seen = [false; 8];
+        let mut seen = [false; 9];
         let mut fates = [false; 5];
         for seed in 0..200 {
             let s = AgentSchedule::from_seed(seed, 200);
@@ -226,6 +244,7 @@ mod tests {
                     Event::Pause(_) => 5,
                     Event::Resume(_) => 6,
                     Event::Checkpoint => 7,
+                    Event::Operate(..) => 8,
                 };
                 seen[i] = true;
             }
@@ -240,7 +259,7 @@ mod tests {
                 fates[i] = true;
             }
         }
-        assert_eq!(seen, [true; 8]);
+        assert_eq!(seen, [true; 9]);
         assert_eq!(fates, [true; 5]);
     }
 }

@@ -278,6 +278,10 @@ impl<'s> Sim<'s> {
         check::stale_lease_refused(&self.model, cmd)
             .map_err(|e| self.fail("no mutation accepted from a stale lease", e))?;
         self.report
+            .checked("no effect begins unless its run is running");
+        check::effect_begins_on_a_running_run(&self.model, cmd)
+            .map_err(|e| self.fail("no effect begins unless its run is running", e))?;
+        self.report
             .checked("the engine decides as the reference model does");
         let decided = expected.map_err(|e| {
             self.fail(
@@ -403,6 +407,7 @@ pub fn is_refusal(error: &Error) -> bool {
         Error::NotFound { .. }
             | Error::RunInputMismatch { .. }
             | Error::RunTerminal { .. }
+            | Error::RunNotRunning { .. }
             | Error::IllegalTransition { .. }
             | Error::VersionConflict { .. }
             | Error::LeaseHeld { .. }

@@ -292,6 +292,9 @@ impl Sim<'_> {
             Error::Fenced { .. } => self.report.zombies_fenced += 1,
             Error::LeaseLost { .. } => self.report.leases_lost += 1,
             Error::RunTerminal { .. } => {}
+            // An operator paused the run: the worker lets it go until
+            // someone claims it after a resume.
+            Error::RunNotRunning { .. } => self.report.not_running_refused += 1,
             _ => {
                 return Err(self.fail(
                     "the engine accepts every step of a valid workflow",
@@ -395,6 +398,13 @@ impl Sim<'_> {
                 self.note(|| format!("{who} moves {} to {to}", job.run));
                 Ok(Some(()))
             }
+            // An operator paused and resumed the run after this worker read
+            // it pending: it is running already, which is what was asked.
+            Called::Refused(Error::IllegalTransition {
+                from: RunState::Running,
+                to: RunState::Running,
+                ..
+            }) if to == RunState::Running => Ok(Some(())),
             Called::Refused(e) => self.dropped(w, job, &e).map(|_| None),
             Called::Died => Ok(None),
         }

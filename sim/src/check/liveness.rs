@@ -1,9 +1,12 @@
 //! Invariant: liveness. After the faults stop (the calm phase), every run
 //! reaches a terminal state, no intent is left open, and the only `Unknown`
 //! entries are on tools that can neither deduplicate nor answer a query
-//! (or idempotent ones whose intent outlived the dedup window).
+//! (or idempotent ones whose intent outlived the dedup window). A run an
+//! operator cancelled is the exception: a cancel does not wait for acts in
+//! flight, so its open entries stay open for a person to reconcile (each
+//! still applied at most once: `effect_applied_at_most_once`).
 
-use actum::books::{EffectStatus, MemBooks, ToolClass};
+use actum::books::{BooksRead, EffectStatus, MemBooks, RunState, ToolClass};
 
 /// `Err` naming the first run or entry that did not settle.
 pub fn every_run_ends_settled(books: &MemBooks) -> Result<(), String> {
@@ -14,6 +17,12 @@ pub fn every_run_ends_settled(books: &MemBooks) -> Result<(), String> {
         ));
     }
     for entry in books.effects() {
+        let cancelled = books
+            .run(entry.key.run())
+            .is_some_and(|r| r.state == RunState::Cancelled);
+        if cancelled {
+            continue;
+        }
         match (&entry.status, entry.tool_class) {
             (EffectStatus::Intended, _) => {
                 return Err(format!("effect {} is still only intended", entry.key));
@@ -74,5 +83,30 @@ mod tests {
         );
         let open = books_with(vec![entry("r/pay/1", EffectStatus::Intended, fresh)]);
         assert!(every_run_ends_settled(&open).is_err());
+    }
+
+    #[test]
+    fn an_open_intent_of_a_cancelled_run_waits_for_a_person() {
+        use actum::books::{BooksWrite, FencingToken, Run, digest_of};
+        let fresh = ToolClass::Idempotent {
+            dedup_window_ms: 5_000,
+        };
+        for (state, ok) in [(RunState::Cancelled, true), (RunState::Completed, false)] {
+            let mut books = books_with(vec![entry("r/pay/1", EffectStatus::Intended, fresh)]);
+            books.put_run(Run {
+                id: run_id("r"),
+                state,
+                version: 3,
+                input_digest: digest_of(b"in"),
+                agent_version: "a".into(),
+                trace_id: "t".into(),
+                parent: None,
+                created_ms: 0,
+                updated_ms: 0,
+                lease: None,
+                next_token: FencingToken(2),
+            });
+            assert_eq!(every_run_ends_settled(&books).is_ok(), ok, "{state}");
+        }
     }
 }

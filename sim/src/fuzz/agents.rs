@@ -13,6 +13,8 @@
 //! **Invariant:** every input decodes to a valid schedule, and every
 //! schedule keeps every invariant; a failure panics with its description.
 
+use actum::books::OperatorAction;
+
 use super::bytes::Bytes;
 use crate::agents::run_agent_schedule;
 use crate::agents::{AgentConfig, AgentSchedule, Event, RUNS_MAX, WORKERS_MAX, Workflow};
@@ -86,7 +88,7 @@ fn fate(b: &mut Bytes<'_>) -> Fate {
 }
 
 fn event(b: &mut Bytes<'_>) -> Event {
-    match b.u8() % 8 {
+    match b.u8() % 9 {
         0 => Event::Tick(1 + b.u16() % 3_000),
         1 => Event::Jump(30_000 + b.u32() % 570_000),
         2 => Event::Crash,
@@ -94,7 +96,15 @@ fn event(b: &mut Bytes<'_>) -> Event {
         4 => Event::Pause(b.u8()),
         5 => Event::Resume(b.u8()),
         6 => Event::Checkpoint,
-        _ => Event::Advance(b.u8()),
+        7 => Event::Advance(b.u8()),
+        _ => {
+            let action = match b.u8() % 3 {
+                0 => OperatorAction::Pause,
+                1 => OperatorAction::Resume,
+                _ => OperatorAction::Cancel,
+            };
+            Event::Operate(action, b.u8())
+        }
     }
 }
 
@@ -155,6 +165,14 @@ pub fn encode(schedule: &AgentSchedule) -> Vec<u8> {
             Event::Resume(w) => out.extend_from_slice(&[5, w]),
             Event::Checkpoint => out.push(6),
             Event::Advance(w) => out.extend_from_slice(&[7, w]),
+            Event::Operate(action, run) => {
+                let code = match action {
+                    OperatorAction::Pause => 0,
+                    OperatorAction::Resume => 1,
+                    OperatorAction::Cancel => 2,
+                };
+                out.extend_from_slice(&[8, code, run]);
+            }
         }
     }
     out

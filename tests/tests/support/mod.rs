@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    Answer, BooksWrite, Command, CreateRun, Guard, MemBooks, RunId, StepId, ToolClass, WorkerId,
-    apply, decide, digest_of,
+    Answer, BooksWrite, Command, CreateRun, Guard, MemBooks, RunId, RunState, StepId, ToolClass,
+    Transition, WorkerId, apply, decide, digest_of,
 };
 use actum::engine::{LeaseGrant, StepRequest, ToolSpec};
 use actum::{Engine, EngineOptions, FsStorage, ManualClock, Result, Storage};
@@ -52,12 +52,23 @@ pub fn create_cmd(run: &str) -> CreateRun {
     }
 }
 
-/// Creates `run` and leases it to `worker`.
+/// Creates `run`, leases it to `worker` and starts it (effects begin only
+/// on a running run).
 pub fn create_and_lease(engine: &Engine, run: &str, worker: &str) -> LeaseGrant {
     engine.create_run(create_cmd(run)).unwrap();
-    engine
+    let grant = engine
         .acquire_lease(&rid(run), &wid(worker), LEASE_MS)
-        .unwrap()
+        .unwrap();
+    engine
+        .transition(Transition {
+            run: rid(run),
+            guard: grant.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    grant
 }
 
 pub fn idempotent() -> ToolClass {
