@@ -45,8 +45,8 @@ fn transition(engine: &Engine, run: &RunId, guard: &Guard, to: RunState) {
 
 /// Run number `n`, from creation to completion, on worker `worker`.
 fn one_run(engine: &Engine, n: u64, worker: usize) {
+    // Created, leased and started (running).
     let (run, guard) = leased_run(engine, &format!("run-{n}"), &format!("w{worker}"));
-    transition(engine, &run, &guard, RunState::Running);
     let begun = engine
         .begin_effect(BeginEffect {
             run: run.clone(),
