@@ -16,6 +16,7 @@
 //! so a storage error is never mistaken for an empty table.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
@@ -43,6 +44,10 @@ pub struct RedbBooks<'a> {
     pub(crate) txn: Txn<'a>,
     pub(crate) path: &'a Path,
     pub(crate) error: RefCell<Option<Error>>,
+    /// The audit length of each run read or written through this view:
+    /// a checkpoint appends many entries per run, and each append checks
+    /// its sequence number, so the length is read from the table once.
+    pub(crate) audit_lens: RefCell<BTreeMap<RunId, u64>>,
 }
 
 /// Opens `$def` in the view's transaction and evaluates `$body` (a
@@ -74,6 +79,7 @@ impl<'a> RedbBooks<'a> {
             txn: Txn::Read(txn),
             path,
             error: RefCell::new(None),
+            audit_lens: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -83,6 +89,7 @@ impl<'a> RedbBooks<'a> {
             txn: Txn::Write(txn),
             path,
             error: RefCell::new(None),
+            audit_lens: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -373,8 +380,17 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn audit_len(&self, run: &RunId) -> u64 {
-        self.last_in(AUDIT_TABLE, run, "count audit entries")
-            .map_or(0, |(seq, _)| seq)
+        if let Some(len) = self.audit_lens.borrow().get(run) {
+            return *len;
+        }
+        let len = self
+            .last_in(AUDIT_TABLE, run, "count audit entries")
+            .map_or(0, |(seq, _)| seq);
+        // A failed read answers 0 but proves nothing: not remembered.
+        if self.error.borrow().is_none() {
+            self.audit_lens.borrow_mut().insert(run.clone(), len);
+        }
+        len
     }
 
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {

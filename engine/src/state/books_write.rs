@@ -125,5 +125,6 @@ impl BooksWrite for RedbBooks<'_> {
         let bytes = encode_row(RowTable::Audit, &entry);
         let key = (run.as_str(), entry.seq);
         self.insert(AUDIT_TABLE, key, &bytes, "write audit entry");
+        self.audit_lens.borrow_mut().insert(run.clone(), entry.seq);
     }
 }
