@@ -37,7 +37,7 @@ impl Lease {
 }
 
 /// The token of the newest acquisition of `run` (zero if never leased).
-fn current_token(run: &Run) -> FencingToken {
+pub(crate) fn current_token(run: &Run) -> FencingToken {
     FencingToken(run.next_token.0 - 1)
 }
 

@@ -341,7 +341,7 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
         to,
         version,
         at_ms: now_ms,
-        token: FencingToken(run.next_token.0.saturating_sub(1)),
+        token: lease::current_token(&run),
         reason: format!(
             "operator {} ({}): {}",
             cmd.operator,

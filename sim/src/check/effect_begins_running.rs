@@ -34,24 +34,12 @@ mod tests {
     use super::*;
     use crate::check::test_support::*;
     use actum::books::{
-        BeginEffect, BooksWrite, FencingToken, Guard, Run, StepId, ToolClass, WorkerId, digest_of,
+        BeginEffect, BooksWrite, FencingToken, Guard, StepId, ToolClass, WorkerId, digest_of,
     };
 
     fn books_with(state: RunState) -> MemBooks {
         let mut books = MemBooks::new();
-        books.put_run(Run {
-            id: run_id("r"),
-            state,
-            version: 2,
-            input_digest: digest_of(b"in"),
-            agent_version: "a".into(),
-            trace_id: "t".into(),
-            parent: None,
-            created_ms: 0,
-            updated_ms: 0,
-            lease: None,
-            next_token: FencingToken(2),
-        });
+        books.put_run(run_record("r", state));
         books
     }
 

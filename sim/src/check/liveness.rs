@@ -87,25 +87,13 @@ mod tests {
 
     #[test]
     fn an_open_intent_of_a_cancelled_run_waits_for_a_person() {
-        use actum::books::{BooksWrite, FencingToken, Run, digest_of};
+        use actum::books::BooksWrite;
         let fresh = ToolClass::Idempotent {
             dedup_window_ms: 5_000,
         };
         for (state, ok) in [(RunState::Cancelled, true), (RunState::Completed, false)] {
             let mut books = books_with(vec![entry("r/pay/1", EffectStatus::Intended, fresh)]);
-            books.put_run(Run {
-                id: run_id("r"),
-                state,
-                version: 3,
-                input_digest: digest_of(b"in"),
-                agent_version: "a".into(),
-                trace_id: "t".into(),
-                parent: None,
-                created_ms: 0,
-                updated_ms: 0,
-                lease: None,
-                next_token: FencingToken(2),
-            });
+            books.put_run(run_record("r", state));
             assert_eq!(every_run_ends_settled(&books).is_ok(), ok, "{state}");
         }
     }

@@ -38,21 +38,13 @@ mod tests {
         let mut books = MemBooks::new();
         let worker = WorkerId::new("w2").expect("valid");
         books.put_run(Run {
-            id: run_id("r"),
-            state: RunState::Running,
-            version: 3,
-            input_digest: digest_of(b"in"),
-            agent_version: "a".into(),
-            trace_id: "t".into(),
-            parent: None,
-            created_ms: 0,
-            updated_ms: 0,
             lease: Some(Lease {
                 worker: worker.clone(),
                 token: FencingToken(2),
                 expires_ms: 10,
             }),
             next_token: FencingToken(3),
+            ..run_record("r", RunState::Running)
         });
         let under = |token| {
             Command::Transition(Transition {

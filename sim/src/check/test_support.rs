@@ -4,8 +4,8 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use actum::books::{
-    BooksWrite, Digest, EffectEntry, EffectKey, EffectStatus, FencingToken, MemBooks, RunId,
-    ToolClass, digest_of,
+    BooksWrite, Digest, EffectEntry, EffectKey, EffectStatus, FencingToken, MemBooks, Run, RunId,
+    RunState, ToolClass, digest_of,
 };
 
 use crate::world::{Application, Delivery};
@@ -73,4 +73,22 @@ pub(crate) fn confirmed(receipt: &str) -> EffectStatus {
 
 pub(crate) fn run_id(name: &str) -> RunId {
     RunId::new(name).unwrap()
+}
+
+/// The record of run `id` in `state` at version 3, never leased since token
+/// 1 (`next_token` 2), with no live lease; tests set what they need.
+pub(crate) fn run_record(id: &str, state: RunState) -> Run {
+    Run {
+        id: run_id(id),
+        state,
+        version: 3,
+        input_digest: digest_of(b"in"),
+        agent_version: "a".into(),
+        trace_id: "t".into(),
+        parent: None,
+        created_ms: 0,
+        updated_ms: 0,
+        lease: None,
+        next_token: FencingToken(2),
+    }
 }
