@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use crate::books::{Digest, EffectKey, FencingToken, RunId, RunState};
+use crate::books::{Digest, EffectKey, FencingToken, RunId, RunState, StepId};
 use crate::ids::{DatabaseId, Lsn};
 
 /// A `Result` whose error is [`Error`].
@@ -279,6 +279,70 @@ pub enum Error {
         /// The failure that halted the engine.
         cause: String,
     },
+    /// A step asked again for a wait with other terms than the wait it
+    /// opened.
+    WaitMismatch {
+        /// The run.
+        run: RunId,
+        /// The step.
+        step: StepId,
+        /// The recorded terms.
+        recorded: String,
+        /// The presented terms.
+        presented: String,
+    },
+    /// The run waits at a step; it runs again only when that wait ends.
+    WaitOpen {
+        /// The run.
+        run: RunId,
+        /// The waiting step.
+        step: StepId,
+        /// What it waits for.
+        waits_for: String,
+    },
+    /// The wait at the step already ended (decided, signalled, elapsed).
+    WaitEnded {
+        /// The run.
+        run: RunId,
+        /// The step.
+        step: StepId,
+        /// How it ended (`approved`, ...).
+        status: &'static str,
+    },
+    /// An approval came at or after the wait's deadline.
+    ApprovalExpired {
+        /// The run.
+        run: RunId,
+        /// The step.
+        step: StepId,
+        /// The deadline, ms since the epoch.
+        deadline_ms: u64,
+        /// When the approval came, ms since the epoch.
+        now_ms: u64,
+    },
+    /// An approval named other arguments than the effect the wait is bound
+    /// to.
+    ApprovalMismatch {
+        /// The run.
+        run: RunId,
+        /// The step.
+        step: StepId,
+        /// The digest the wait is bound to.
+        bound: Digest,
+        /// The digest the approver named.
+        presented: Digest,
+    },
+    /// An approval came in another role than the wait asks for.
+    ApproverRole {
+        /// The run.
+        run: RunId,
+        /// The step.
+        step: StepId,
+        /// The role the wait asks for.
+        required: String,
+        /// The role presented.
+        presented: String,
+    },
     /// Bytes given to the op decoder are not a valid op.
     OpDecode {
         /// What the decoder found.
@@ -520,6 +584,63 @@ impl fmt::Display for Error {
                 f,
                 "the engine halted after {cause}; the log holds every acknowledged command, so \
                  close this handle and reopen the database to recover"
+            ),
+            Error::WaitMismatch {
+                run,
+                step,
+                recorded,
+                presented,
+            } => write!(
+                f,
+                "step {step} of run {run} waits for {recorded}, but was asked to wait for \
+                 {presented}; the same step must ask for the same wait (use a new step id for \
+                 another)"
+            ),
+            Error::WaitOpen {
+                run,
+                step,
+                waits_for,
+            } => write!(
+                f,
+                "run {run} waits at step {step} for {waits_for}; it runs again when that wait \
+                 ends (an approval, a signal, or its deadline), not on a worker's transition"
+            ),
+            Error::WaitEnded { run, step, status } => write!(
+                f,
+                "the wait at step {step} of run {run} already ended ({status}); it is decided \
+                 once"
+            ),
+            Error::ApprovalExpired {
+                run,
+                step,
+                deadline_ms,
+                now_ms,
+            } => write!(
+                f,
+                "the approval at step {step} of run {run} expired at {deadline_ms} ms (now \
+                 {now_ms} ms); the run takes its path for an expired approval"
+            ),
+            Error::ApprovalMismatch {
+                run,
+                step,
+                bound,
+                presented,
+            } => write!(
+                f,
+                "the approval at step {step} of run {run} is bound to arguments {}, not {}: \
+                 the approver saw another effect than the run will make; nothing was approved",
+                bound.short(),
+                presented.short()
+            ),
+            Error::ApproverRole {
+                run,
+                step,
+                required,
+                presented,
+            } => write!(
+                f,
+                "the approval at step {step} of run {run} needs the role {required}, not \
+                 {presented}"
             ),
             Error::OpDecode { reason } => write!(f, "bytes are not a valid books op: {reason}"),
         }

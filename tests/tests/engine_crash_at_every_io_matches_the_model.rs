@@ -16,9 +16,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    BeginEffect, Command, EffectKey, FencingToken, FinishEffect, Guard, Operate, OperatorAction,
-    Outcome, Part, RecordDecision, RunState, SaveCheckpoint, ToolClass, Transition, Usage,
-    digest_of,
+    BeginEffect, Command, DecideApproval, EffectKey, FencingToken, FinishEffect, Guard, OpenWait,
+    Operate, OperatorAction, Outcome, Part, RecordDecision, RunState, SaveCheckpoint, SendSignal,
+    ToolClass, Transition, Usage, WaitFor, digest_of,
 };
 use actum::db::DbOptions;
 use actum::wal::WalOptions;
@@ -36,6 +36,8 @@ enum Work {
     Cmd(Box<Command>),
     /// An explicit engine checkpoint (no model change).
     Checkpoint,
+    /// The clock jumps ahead by this many ms (a run sleeps).
+    Advance(u64),
 }
 
 fn options() -> EngineOptions {
@@ -123,6 +125,123 @@ fn operate(run: &str, action: OperatorAction) -> Command {
     })
 }
 
+fn guard_at(worker: &str, token: u64) -> Guard {
+    Guard {
+        worker: wid(worker),
+        token: FencingToken(token),
+    }
+}
+
+fn open_wait(
+    run: &str,
+    worker: &str,
+    token: u64,
+    step: &str,
+    wait_for: WaitFor,
+    deadline_ms: u64,
+) -> Command {
+    Command::OpenWait(OpenWait {
+        run: rid(run),
+        guard: guard_at(worker, token),
+        step: sid(step),
+        wait_for,
+        deadline_ms: Some(deadline_ms),
+        reason: format!("{step} waits"),
+    })
+}
+
+fn claim(worker: &str) -> Command {
+    Command::ClaimNext(actum::books::ClaimNext {
+        worker: wid(worker),
+        ttl_ms: LEASE_MS,
+    })
+}
+
+/// Run r3 waits for an approval (decided by an approver with no lease), a
+/// timer (due after the clock jumps a day) and a signal that arrived
+/// before its wait: each wait opens, ends and wakes the run under power
+/// cuts like any other command.
+fn waits() -> Vec<Work> {
+    #[expect(non_snake_case, reason = "reads like the variant")]
+    let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
+    let approval = || WaitFor::Approval {
+        args_digest: digest_of(b"pay r3"),
+        role: "finance".into(),
+    };
+    let hook = || WaitFor::Signal {
+        name: "hook".into(),
+    };
+    let hour_ms = 3_600_000;
+    vec![
+        Cmd(Command::CreateRun(create_cmd("r3"))),
+        Cmd(Command::AcquireLease(actum::books::AcquireLease {
+            run: rid("r3"),
+            worker: wid("w3"),
+            ttl_ms: LEASE_MS,
+        })),
+        Cmd(transition("r3", "w3", RunState::Running)),
+        Cmd(open_wait(
+            "r3",
+            "w3",
+            1,
+            "pay",
+            approval(),
+            START_MS + hour_ms,
+        )),
+        Cmd(Command::SendSignal(SendSignal {
+            run: rid("r3"),
+            name: "hook".into(),
+            payload: b"h1".to_vec(),
+            sender: "psp".into(),
+        })),
+        Work::Checkpoint,
+        Cmd(Command::DecideApproval(DecideApproval {
+            run: rid("r3"),
+            step: sid("pay"),
+            args_digest: digest_of(b"pay r3"),
+            approver: "ann".into(),
+            role: "finance".into(),
+            approve: true,
+            note: "ok".into(),
+        })),
+        Cmd(claim("w4")),
+        Cmd(open_wait(
+            "r3",
+            "w4",
+            2,
+            "pay",
+            approval(),
+            START_MS + hour_ms,
+        )),
+        Cmd(open_wait(
+            "r3",
+            "w4",
+            2,
+            "nap",
+            WaitFor::Timer,
+            START_MS + 12 * hour_ms,
+        )),
+        Work::Checkpoint,
+        Work::Advance(24 * hour_ms),
+        Cmd(claim("w5")),
+        Cmd(Command::OpenWait(OpenWait {
+            run: rid("r3"),
+            guard: guard_at("w5", 3),
+            step: sid("hook"),
+            wait_for: hook(),
+            deadline_ms: None,
+            reason: "webhook".into(),
+        })),
+        Cmd(Command::Transition(Transition {
+            run: rid("r3"),
+            guard: guard_at("w5", 3),
+            to: RunState::Completed,
+            expected_version: None,
+            reason: "done".into(),
+        })),
+    ]
+}
+
 fn workload() -> Vec<Work> {
     use Work::Checkpoint;
     #[expect(non_snake_case, reason = "reads like the variant")]
@@ -194,6 +313,9 @@ fn workload() -> Vec<Work> {
         Cmd(operate("r1", OperatorAction::Cancel)),
         Cmd(transition("r2", "w2", RunState::Completed)),
     ]
+    .into_iter()
+    .chain(waits())
+    .collect()
 }
 
 /// Power cuts lose or tear unsynced writes, torn sectors may hold garbage,
@@ -228,6 +350,10 @@ fn drive(
         let result = match step {
             Work::Cmd(cmd) => engine.execute(cmd).map(Some),
             Work::Checkpoint => engine.checkpoint().map(|_| None),
+            Work::Advance(ms) => {
+                clock.advance_ms(*ms);
+                Ok(None)
+            }
         };
         match result {
             Ok(Some(answer)) => {

@@ -29,7 +29,8 @@ use std::path::Path;
 use actum::books::{
     AuditEntry, AuditWhat, CheckpointMeta, Compensation, DecisionRecord, Digest, EffectEntry,
     EffectKey, EffectKind, EffectStatus, FencingToken, Lease, Op, PAYLOAD_VERSION, PartRef, Run,
-    RunId, RunState, StepId, ToolClass, Usage, WorkerId, decode_ops, encode_ops,
+    RunId, RunState, SignalRecord, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitRecord,
+    WaitStatus, WorkerId, decode_ops, encode_ops,
 };
 use actum::state::rows::{RowTable, decode_row, encode_row};
 
@@ -54,8 +55,16 @@ op.effect_settled.compensated  0702723102733100020401aa01cce05d03016e
 op.blob_put                    08606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f02dead
 op.checkpoint_saved            0902723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f02046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02c86503
 op.decision_recorded           0a02723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
-payload.two_ops                01020302723103f02e09882704027231030ad836
-payload.no_ops                 0100
+op.wait_opened.approval        0b0272310273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e03037768790000
+op.wait_opened.signal          0b0272310273320201047061696400f02e03037768790000
+op.wait_opened.timer           0b027231027332020201a846f02e03037768790000
+op.wait_ended.approved         0c0272310273320103616e6e026f6bd836
+op.wait_ended.rejected         0c0272310273320203626f62026e6fd836
+op.wait_ended.signalled        0c0272310273320304047061696402beef037073708827d836
+op.wait_ended.elapsed          0c02723102733204d836
+op.signal_received             0d02723104047061696402beef037073708827
+payload.two_ops                02020302723103f02e09882704027231030ad836
+payload.no_ops                 0200
 row.run                        931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                   a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                     f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
@@ -71,6 +80,10 @@ row.audit.resent               2db3151e07987501030602723102733101010179
 row.audit.settled              7c5091bb089875010307027231027331000209636f6e6669726d65640179
 row.audit.checkpoint_saved     c9d529740998750103080206020179
 row.audit.decision_recorded    16f4f9350a987501030905909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf0179
+row.audit.wait_opened          144f24c30b987501030a02733200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03e0179
+row.audit.wait_ended           e291489c0c9875000b02733208617070726f7665640179
+row.audit.signal_received      a4a97b950d9875000c040470616964037073700179
+row.waits                      1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
 ";
 
 // ---------------------------------------------------------------- values
@@ -246,6 +259,65 @@ fn lease_released() -> Op {
 }
 
 /// One op per variant, and one per variant of the enums inside them.
+fn signal() -> SignalRecord {
+    SignalRecord {
+        seq: 4,
+        name: "paid".into(),
+        payload: vec![0xbe, 0xef],
+        sender: "psp".into(),
+        sent_ms: 5_000,
+    }
+}
+
+fn wait(wait_for: WaitFor, deadline_ms: Option<u64>, status: WaitStatus) -> WaitRecord {
+    WaitRecord {
+        step: StepId::new("s2").unwrap(),
+        seq: 2,
+        wait_for,
+        deadline_ms,
+        opened_ms: 6_000,
+        token: token(),
+        reason: "why".into(),
+        ended_ms: (status != WaitStatus::Open).then_some(7_000),
+        status,
+    }
+}
+
+fn approval() -> WaitFor {
+    WaitFor::Approval {
+        args_digest: digest(0xb0),
+        role: "finance".into(),
+    }
+}
+
+fn wait_ended(status: WaitStatus) -> Op {
+    Op::WaitEnded {
+        run: run_id(),
+        step: StepId::new("s2").unwrap(),
+        status,
+        at_ms: 7_000,
+    }
+}
+
+fn wait_book() -> WaitBook {
+    WaitBook {
+        run: run_id(),
+        waits: vec![
+            wait(
+                WaitFor::Timer,
+                Some(9_000),
+                WaitStatus::Approved {
+                    approver: "ann".into(),
+                    note: "ok".into(),
+                },
+            ),
+            wait(approval(), Some(8_000), WaitStatus::Open),
+        ],
+        inbox: vec![signal()],
+        signals_received: 4,
+    }
+}
+
 fn ops() -> Vec<(&'static str, Op)> {
     vec![
         ("op.run_created", Op::RunCreated { run: run() }),
@@ -360,6 +432,59 @@ fn ops() -> Vec<(&'static str, Op)> {
                 record: decision_record(),
             },
         ),
+        (
+            "op.wait_opened.approval",
+            Op::WaitOpened {
+                run: run_id(),
+                wait: wait(approval(), Some(8_000), WaitStatus::Open),
+            },
+        ),
+        (
+            "op.wait_opened.signal",
+            Op::WaitOpened {
+                run: run_id(),
+                wait: wait(
+                    WaitFor::Signal {
+                        name: "paid".into(),
+                    },
+                    None,
+                    WaitStatus::Open,
+                ),
+            },
+        ),
+        (
+            "op.wait_opened.timer",
+            Op::WaitOpened {
+                run: run_id(),
+                wait: wait(WaitFor::Timer, Some(9_000), WaitStatus::Open),
+            },
+        ),
+        (
+            "op.wait_ended.approved",
+            wait_ended(WaitStatus::Approved {
+                approver: "ann".into(),
+                note: "ok".into(),
+            }),
+        ),
+        (
+            "op.wait_ended.rejected",
+            wait_ended(WaitStatus::Rejected {
+                approver: "bob".into(),
+                note: "no".into(),
+            }),
+        ),
+        (
+            "op.wait_ended.signalled",
+            wait_ended(WaitStatus::Signalled { signal: signal() }),
+        ),
+        ("op.wait_ended.elapsed", wait_ended(WaitStatus::Elapsed)),
+        (
+            "op.signal_received",
+            Op::SignalReceived {
+                run: run_id(),
+                signal: signal(),
+            },
+        ),
     ]
 }
 
@@ -468,6 +593,41 @@ fn audit_entries() -> Vec<(&'static str, AuditEntry)> {
                 },
             ),
         ),
+        (
+            "row.audit.wait_opened",
+            audit(
+                11,
+                tok,
+                AuditWhat::WaitOpened {
+                    step: StepId::new("s2").unwrap(),
+                    wait_for: approval(),
+                    deadline_ms: Some(8_000),
+                },
+            ),
+        ),
+        (
+            "row.audit.wait_ended",
+            audit(
+                12,
+                None,
+                AuditWhat::WaitEnded {
+                    step: StepId::new("s2").unwrap(),
+                    status: Cow::Borrowed("approved"),
+                },
+            ),
+        ),
+        (
+            "row.audit.signal_received",
+            audit(
+                13,
+                None,
+                AuditWhat::SignalReceived {
+                    seq: 4,
+                    name: "paid".into(),
+                    sender: "psp".into(),
+                },
+            ),
+        ),
     ]
 }
 
@@ -555,6 +715,7 @@ fn cases() -> Vec<Case> {
     for (name, entry) in audit_entries() {
         cases.push(row_case!(name, RowTable::Audit, entry));
     }
+    cases.push(row_case!("row.waits", RowTable::Waits, wait_book()));
     cases
 }
 
@@ -690,6 +851,27 @@ fn op_index(op: &Op) -> u8 {
         Op::BlobPut { .. } => 8,
         Op::CheckpointSaved { .. } => 9,
         Op::DecisionRecorded { .. } => 10,
+        Op::WaitOpened { .. } => 11,
+        Op::WaitEnded { .. } => 12,
+        Op::SignalReceived { .. } => 13,
+    }
+}
+
+fn wait_status_index(status: &WaitStatus) -> u8 {
+    match status {
+        WaitStatus::Open => 0,
+        WaitStatus::Approved { .. } => 1,
+        WaitStatus::Rejected { .. } => 2,
+        WaitStatus::Signalled { .. } => 3,
+        WaitStatus::Elapsed => 4,
+    }
+}
+
+fn wait_for_index(wait_for: &WaitFor) -> u8 {
+    match wait_for {
+        WaitFor::Approval { .. } => 0,
+        WaitFor::Signal { .. } => 1,
+        WaitFor::Timer => 2,
     }
 }
 
@@ -723,6 +905,9 @@ fn audit_index(what: &AuditWhat) -> u8 {
         AuditWhat::Settled { .. } => 7,
         AuditWhat::CheckpointSaved { .. } => 8,
         AuditWhat::DecisionRecorded { .. } => 9,
+        AuditWhat::WaitOpened { .. } => 10,
+        AuditWhat::WaitEnded { .. } => 11,
+        AuditWhat::SignalReceived { .. } => 12,
     }
 }
 
@@ -753,7 +938,7 @@ fn every_op_variant_starts_with_its_index_and_has_a_fixture() {
     }
     assert_all(
         ops.iter().map(|(_, op)| op_index(op)),
-        &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
         "op",
     );
 }
@@ -783,7 +968,18 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
     assert_all(kinds, &[EffectKind::Act, EffectKind::Undo], "effect kind");
     let audits = audit_entries();
     let whats = audits.iter().map(|(_, entry)| audit_index(&entry.what));
-    assert_all(whats, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], "audit");
+    assert_all(whats, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], "audit");
+    let wait_statuses = ops.iter().filter_map(|(_, op)| match op {
+        Op::WaitOpened { wait, .. } => Some(wait_status_index(&wait.status)),
+        Op::WaitEnded { status, .. } => Some(wait_status_index(status)),
+        _ => None,
+    });
+    assert_all(wait_statuses, &[0, 1, 2, 3, 4], "wait status");
+    let wait_fors = ops.iter().filter_map(|(_, op)| match op {
+        Op::WaitOpened { wait, .. } => Some(wait_for_index(&wait.wait_for)),
+        _ => None,
+    });
+    assert_all(wait_fors, &[0, 1, 2], "wait for");
     let mut states = Vec::new();
     for (_, op) in &ops {
         match op {
@@ -813,4 +1009,20 @@ fn a_payload_is_the_version_byte_then_the_op_list() {
     assert_eq!(payload[0], PAYLOAD_VERSION);
     assert_eq!(payload[1], 2, "the list's length, a varint");
     assert_eq!(payload[2..], [ops[0].encode(), ops[1].encode()].concat());
+}
+
+/// Version 2 only appended ops, so the payload of a version 1 record (the
+/// bytes `payload.two_ops` had when version 1 was written) still decodes
+/// to the same ops.
+#[test]
+fn a_version_1_payload_still_decodes() {
+    let v1 = unhex("01020302723103f02e09882704027231030ad836").unwrap();
+    assert_eq!(v1[0], 1);
+    assert_eq!(
+        decode_ops(&v1).unwrap(),
+        vec![lease_renewed(), lease_released()]
+    );
+    let mut v2 = v1.clone();
+    v2[0] = PAYLOAD_VERSION;
+    assert_eq!(encode_ops(&[lease_renewed(), lease_released()]), v2);
 }

@@ -16,12 +16,14 @@ use super::audit::describe;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::{Digest, digest_of};
+use super::ids::StepId;
 use super::ids::{EffectKey, FencingToken, RunId};
 use super::lease::Lease;
 use super::ledger::{EffectEntry, EffectStatus};
 use super::op::Op;
 use super::run::{Run, RunState, transition_allowed};
 use super::state::BooksWrite;
+use super::wait::{SignalRecord, WaitBook, WaitRecord, WaitStatus};
 
 /// Why an op cannot be applied: it names the op and what did not fit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +126,14 @@ pub fn apply(state: &mut (impl BooksWrite + ?Sized), op: &Op) -> Result<(), Appl
         Op::BlobPut { digest, bytes } => blob_put(state, digest, bytes, op)?,
         Op::CheckpointSaved { meta } => checkpoint_saved(state, meta, op)?,
         Op::DecisionRecorded { record } => decision_recorded(state, record, op)?,
+        Op::WaitOpened { run, wait } => wait_opened(state, run, wait, op)?,
+        Op::WaitEnded {
+            run,
+            step,
+            status,
+            at_ms,
+        } => wait_ended(state, run, step, status, *at_ms, op)?,
+        Op::SignalReceived { run, signal } => signal_received(state, run, signal, op)?,
     }
     if let Some((run, mut entry)) = describe(op) {
         entry.seq = state.audit_len(&run) + 1;
@@ -338,6 +348,96 @@ fn decision_recorded(
         )
     })?;
     state.put_decision(record.clone());
+    Ok(())
+}
+
+/// The wait book of run `id`, which must exist (empty if it has none yet).
+fn book_of(
+    state: &(impl BooksWrite + ?Sized),
+    id: &RunId,
+    op: &Op,
+) -> Result<WaitBook, ApplyError> {
+    run_of(state, id, op)?;
+    Ok(state.waits(id).unwrap_or_else(|| WaitBook::new(id.clone())))
+}
+
+fn wait_opened(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    wait: &WaitRecord,
+    op: &Op,
+) -> Applied {
+    let mut book = book_of(state, id, op)?;
+    require(book.open_wait().is_none(), op, || {
+        format!("run {id} already waits at another step")
+    })?;
+    require(book.wait_at(&wait.step).is_none(), op, || {
+        format!("step {} of run {id} already waited", wait.step)
+    })?;
+    require(wait.seq == book.waits.len() as u64 + 1, op, || {
+        format!(
+            "wait {} of run {id} is out of order: {} is next",
+            wait.seq,
+            book.waits.len() + 1
+        )
+    })?;
+    require(wait.is_open() && wait.ended_ms.is_none(), op, || {
+        format!("the wait at step {} of run {id} is opened ended", wait.step)
+    })?;
+    book.waits.push(wait.clone());
+    state.put_waits(book);
+    Ok(())
+}
+
+fn wait_ended(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    step: &StepId,
+    status: &WaitStatus,
+    at_ms: u64,
+    op: &Op,
+) -> Applied {
+    let mut book = book_of(state, id, op)?;
+    let open_here = book.open_wait().is_some_and(|w| w.step == *step);
+    require(open_here, op, || {
+        format!("run {id} has no open wait at step {step}")
+    })?;
+    require(*status != WaitStatus::Open, op, || {
+        format!("the wait at step {step} of run {id} ends open")
+    })?;
+    if let WaitStatus::Signalled { signal } = status {
+        let at = book.inbox.iter().position(|s| s == signal);
+        require(at.is_some(), op, || {
+            format!("signal {} is not in the inbox of run {id}", signal.seq)
+        })?;
+        if let Some(at) = at {
+            book.inbox.remove(at);
+        }
+    }
+    let wait = book.waits.last_mut().expect("an open wait is the last");
+    wait.status = status.clone();
+    wait.ended_ms = Some(at_ms);
+    state.put_waits(book);
+    Ok(())
+}
+
+fn signal_received(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    signal: &SignalRecord,
+    op: &Op,
+) -> Applied {
+    let mut book = book_of(state, id, op)?;
+    require(signal.seq == book.signals_received + 1, op, || {
+        format!(
+            "signal {} of run {id} is out of order: {} is next",
+            signal.seq,
+            book.signals_received + 1
+        )
+    })?;
+    book.signals_received = signal.seq;
+    book.inbox.push(signal.clone());
+    state.put_waits(book);
     Ok(())
 }
 

@@ -12,9 +12,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::digest::Digest;
-use super::ids::{EffectKey, FencingToken, RunId, WorkerId};
+use super::ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
 use super::op::Op;
 use super::run::RunState;
+use super::wait::{WaitFor, WaitStatus};
 
 /// One line of a run's journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +100,31 @@ pub enum AuditWhat {
         /// The digest of the model input.
         input: Digest,
     },
+    /// A wait was opened.
+    WaitOpened {
+        /// The step that waits.
+        step: StepId,
+        /// What it waits for.
+        wait_for: WaitFor,
+        /// When it ends by itself, ms since the epoch.
+        deadline_ms: Option<u64>,
+    },
+    /// A wait ended.
+    WaitEnded {
+        /// The step that waited.
+        step: StepId,
+        /// How, by name (`approved`, `elapsed`, ...).
+        status: Cow<'static, str>,
+    },
+    /// A signal arrived.
+    SignalReceived {
+        /// Its number among the run's signals.
+        seq: u64,
+        /// Its name.
+        name: String,
+        /// Who sent it.
+        sender: String,
+    },
 }
 
 impl fmt::Display for AuditWhat {
@@ -138,6 +164,18 @@ impl fmt::Display for AuditWhat {
                 "model call {position} recorded (input {})",
                 input.short()
             ),
+            AuditWhat::WaitOpened {
+                step,
+                wait_for,
+                deadline_ms,
+            } => match deadline_ms {
+                Some(at) => write!(f, "step {step} waits for {wait_for} until {at} ms"),
+                None => write!(f, "step {step} waits for {wait_for}"),
+            },
+            AuditWhat::WaitEnded { step, status } => write!(f, "the wait of step {step} {status}"),
+            AuditWhat::SignalReceived { seq, name, sender } => {
+                write!(f, "signal {seq} ({name}) received from {sender}")
+            }
         }
     }
 }
@@ -286,6 +324,57 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                     input: record.input_digest,
                 },
                 &record.rationale,
+            ),
+        ),
+        Op::WaitOpened { run, wait } => (
+            run.clone(),
+            entry(
+                wait.opened_ms,
+                Some(wait.token),
+                AuditWhat::WaitOpened {
+                    step: wait.step.clone(),
+                    wait_for: wait.wait_for.clone(),
+                    deadline_ms: wait.deadline_ms,
+                },
+                &wait.reason,
+            ),
+        ),
+        Op::WaitEnded {
+            run,
+            step,
+            status,
+            at_ms,
+        } => {
+            let why = match status {
+                WaitStatus::Approved { approver, note }
+                | WaitStatus::Rejected { approver, note } => {
+                    format!("{approver}: {note}")
+                }
+                WaitStatus::Signalled { signal } => {
+                    format!(
+                        "signal {} ({}) from {}",
+                        signal.seq, signal.name, signal.sender
+                    )
+                }
+                WaitStatus::Open | WaitStatus::Elapsed => String::new(),
+            };
+            let what = AuditWhat::WaitEnded {
+                step: step.clone(),
+                status: Cow::Borrowed(status.name()),
+            };
+            (run.clone(), entry(*at_ms, None, what, &why))
+        }
+        Op::SignalReceived { run, signal } => (
+            run.clone(),
+            entry(
+                signal.sent_ms,
+                None,
+                AuditWhat::SignalReceived {
+                    seq: signal.seq,
+                    name: signal.name.clone(),
+                    sender: signal.sender.clone(),
+                },
+                "",
             ),
         ),
     };

@@ -4,8 +4,9 @@
 //!
 //! Invariant: every command that mutates an existing run carries a [`Guard`]
 //! (worker and fencing token), except `AcquireLease` and `ClaimNext`, which
-//! are how a guard is obtained, `CreateRun`, and `Operate`: an operator's
-//! pause, resume or cancel, which needs no lease (it overrides the holder).
+//! are how a guard is obtained, `CreateRun`, `Operate` (an operator's
+//! pause, resume or cancel, which overrides the holder), and the two that
+//! come from outside the run: `DecideApproval` and `SendSignal`.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,7 @@ use super::digest::Digest;
 use super::ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
 use super::ledger::{Compensation, Outcome, ToolClass};
 use super::run::RunState;
+use super::wait::WaitFor;
 
 /// The proof of ownership a mutation presents: the worker and the fencing
 /// token of its lease.
@@ -213,6 +215,60 @@ pub struct Operate {
     pub reason: String,
 }
 
+/// Stop a running run at a step until an approval, a signal or a deadline
+/// (see [`crate::books::WaitBook`]); the holder's lease is released.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenWait {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// The step that waits (one wait per step).
+    pub step: StepId,
+    /// What it waits for.
+    pub wait_for: WaitFor,
+    /// When the wait ends by itself, ms since the epoch: required for an
+    /// approval (its expiry) and a timer, optional for a signal.
+    pub deadline_ms: Option<u64>,
+    /// Why (journaled).
+    pub reason: String,
+}
+
+/// An approver approves or rejects the open approval at a step, with no
+/// lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecideApproval {
+    /// The run.
+    pub run: RunId,
+    /// The step whose approval is decided.
+    pub step: StepId,
+    /// The digest of the arguments the approver saw: must be the one the
+    /// wait is bound to.
+    pub args_digest: Digest,
+    /// Who decides (journaled).
+    pub approver: String,
+    /// The role they decide in: must be the one the wait asks for.
+    pub role: String,
+    /// True to approve, false to reject.
+    pub approve: bool,
+    /// What they note (journaled).
+    pub note: String,
+}
+
+/// A named signal sent to a run from outside (a webhook, a person), with
+/// no lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendSignal {
+    /// The run.
+    pub run: RunId,
+    /// The signal's name.
+    pub name: String,
+    /// What it carries.
+    pub payload: Vec<u8>,
+    /// Who sends it (journaled).
+    pub sender: String,
+}
+
 /// Record a model call at its position in the run's decision journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordDecision {
@@ -261,6 +317,12 @@ pub enum Command {
     RecordDecision(RecordDecision),
     /// See [`Operate`].
     Operate(Operate),
+    /// See [`OpenWait`].
+    OpenWait(OpenWait),
+    /// See [`DecideApproval`].
+    DecideApproval(DecideApproval),
+    /// See [`SendSignal`].
+    SendSignal(SendSignal),
     /// Several commands committed atomically: all are decided, each against
     /// the state the earlier ones leave, or none is. Batches do not nest.
     Batch(Vec<Command>),
@@ -281,10 +343,13 @@ impl Command {
             Command::BeginCompensation(c) => Some((c.run.clone(), &mut c.guard)),
             Command::SaveCheckpoint(c) => Some((c.run.clone(), &mut c.guard)),
             Command::RecordDecision(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::OpenWait(c) => Some((c.run.clone(), &mut c.guard)),
             Command::CreateRun(_)
             | Command::AcquireLease(_)
             | Command::ClaimNext(_)
             | Command::Operate(_)
+            | Command::DecideApproval(_)
+            | Command::SendSignal(_)
             | Command::Batch(_) => None,
         }
     }

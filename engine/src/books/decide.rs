@@ -13,13 +13,14 @@ use super::command::Command;
 use super::compensation::decide_begin_compensation;
 use super::decision::{DecisionRecord, decide_record};
 use super::effect::{decide_begin, decide_finish, decide_reconcile};
-use super::ids::{EffectKey, FencingToken, RunId};
+use super::ids::{EffectKey, FencingToken, RunId, StepId};
 use super::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
 use super::limits::{BATCH_COMMANDS_MAX, check_size};
 use super::op::Op;
 use super::overlay::Overlay;
 use super::run::{RunState, decide_create, decide_operate, decide_transition};
 use super::state::BooksRead;
+use super::wait::{WaitRecord, decide_approval, decide_open_wait, decide_signal};
 use crate::error::{Error, Result};
 
 /// What `BeginEffect` decided (ceremony points 1 to 3): the one answer a
@@ -168,6 +169,37 @@ pub enum Answer {
         /// False if the run was already in the asked state.
         changed: bool,
     },
+    /// The wait at the step, as it stands: just opened (`Open`, the run
+    /// is waiting and its lease released), or ended (by then, or at once:
+    /// the run goes on).
+    Waited {
+        /// The wait.
+        wait: WaitRecord,
+        /// The run's state now.
+        state: RunState,
+    },
+    /// An approval was decided.
+    WaitEnded {
+        /// The run.
+        run: RunId,
+        /// The step whose wait ended.
+        step: StepId,
+        /// `approved` or `rejected`.
+        status: &'static str,
+        /// True if the run was waiting and is now claimable (false if an
+        /// operator paused it meanwhile).
+        woke: bool,
+    },
+    /// A signal was received.
+    Signalled {
+        /// The run.
+        run: RunId,
+        /// The signal's number among the run's signals.
+        seq: u64,
+        /// The step whose wait it ended, if one waited for it; otherwise it
+        /// waits in the run's inbox.
+        taken_by: Option<StepId>,
+    },
     /// The answers of a batch's commands, in order.
     Batch(Vec<Answer>),
 }
@@ -205,6 +237,9 @@ fn decide_one(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<Decid
         Command::SaveCheckpoint(c) => decide_save(state, c, now_ms),
         Command::RecordDecision(c) => decide_record(state, c, now_ms),
         Command::Operate(c) => decide_operate(state, c, now_ms),
+        Command::OpenWait(c) => decide_open_wait(state, c, now_ms),
+        Command::DecideApproval(c) => decide_approval(state, c, now_ms),
+        Command::SendSignal(c) => decide_signal(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),

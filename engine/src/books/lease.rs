@@ -16,6 +16,7 @@ use super::limits::LEASE_TTL_MS_MAX;
 use super::op::Op;
 use super::run::{Run, RunState, existing};
 use super::state::BooksRead;
+use super::wait::{wake_if_due, wake_ms};
 use crate::error::{Error, Result};
 
 /// Ownership of a run by one worker until `expires_ms`.
@@ -128,16 +129,19 @@ fn expiry_ms(ttl_ms: u64, now_ms: u64) -> Result<u64> {
 
 /// When `run` can be claimed without anyone's help, ms since the epoch: a
 /// pending or running run nobody holds, since its last change; a pending,
-/// running or waiting run whose holder's lease runs out, at the expiry.
-/// `None` for a waiting run that released its lease (parked until a
+/// running or waiting run whose holder's lease runs out, at the expiry; a
+/// waiting run nobody holds, at its open wait's deadline `wake_ms` (see
+/// [`wake_ms`](super::wait::wake_ms)). `None` for a waiting run that
+/// released its lease and has no deadline (parked until an approval or a
 /// signal), a paused run and a terminal one.
 ///
 /// Claims go in order of this instant, then of run id: the run that has
 /// waited longest for a worker goes first, and an index kept in that order
 /// answers `claim_next` with one lookup.
-pub fn claimable_from_ms(run: &Run) -> Option<u64> {
+pub fn claimable_from_ms(run: &Run, wake_ms: Option<u64>) -> Option<u64> {
     match (run.state, &run.lease) {
         (RunState::Pending | RunState::Running, None) => Some(run.updated_ms),
+        (RunState::WaitingTool | RunState::WaitingHuman, None) => wake_ms,
         (
             RunState::Pending | RunState::Running | RunState::WaitingTool | RunState::WaitingHuman,
             Some(lease),
@@ -147,13 +151,13 @@ pub fn claimable_from_ms(run: &Run) -> Option<u64> {
 }
 
 /// True if a worker may claim `run` at `now_ms` (see [`claimable_from_ms`]).
-pub fn claimable(run: &Run, now_ms: u64) -> bool {
-    claimable_from_ms(run).is_some_and(|from_ms| from_ms <= now_ms)
+pub fn claimable(run: &Run, wake_ms: Option<u64>, now_ms: u64) -> bool {
+    claimable_from_ms(run, wake_ms).is_some_and(|from_ms| from_ms <= now_ms)
 }
 
 /// The claim order of a claimable run: when it became claimable, then id.
-pub fn claim_order(run: &Run) -> Option<(u64, &RunId)> {
-    claimable_from_ms(run).map(|from_ms| (from_ms, &run.id))
+pub fn claim_order(run: &Run, wake_ms: Option<u64>) -> Option<(u64, &RunId)> {
+    claimable_from_ms(run, wake_ms).map(|from_ms| (from_ms, &run.id))
 }
 
 /// The op and answer granting `run` to `worker` until `expires_ms`.
@@ -183,6 +187,24 @@ fn grant(run: &Run, worker: &WorkerId, expires_ms: u64, now_ms: u64) -> Decided 
     }
 }
 
+/// [`grant`], after ending the run's open wait if its deadline passed (the
+/// run starts running again in the same commit).
+fn wake_and_grant(
+    state: &dyn BooksRead,
+    run: &Run,
+    worker: &WorkerId,
+    expires_ms: u64,
+    now_ms: u64,
+) -> Decided {
+    let (mut ops, woken) = wake_if_due(state, run, now_ms);
+    let granted = grant(&woken, worker, expires_ms, now_ms);
+    ops.extend(granted.ops);
+    Decided {
+        ops,
+        answer: granted.answer,
+    }
+}
+
 /// Decides `AcquireLease`: granted only if no live lease exists.
 pub(crate) fn decide_acquire(
     state: &dyn BooksRead,
@@ -204,7 +226,7 @@ pub(crate) fn decide_acquire(
             expires_ms: lease.expires_ms,
         });
     }
-    Ok(grant(&run, &cmd.worker, expires_ms, now_ms))
+    Ok(wake_and_grant(state, &run, &cmd.worker, expires_ms, now_ms))
 }
 
 /// Decides `ClaimNext`: the run claimable longest (ties by id) is granted;
@@ -214,7 +236,6 @@ pub(crate) fn decide_claim(state: &dyn BooksRead, cmd: &ClaimNext, now_ms: u64) 
     let expires_ms = expiry_ms(cmd.ttl_ms, now_ms)?;
     let mut best: Option<Run> = None;
     state.visit_claimable(now_ms, &mut |run: &Run| {
-        assert!(claimable(run, now_ms), "only claimable runs are visited");
         best = Some(run.clone());
         false
     });
@@ -223,7 +244,14 @@ pub(crate) fn decide_claim(state: &dyn BooksRead, cmd: &ClaimNext, now_ms: u64) 
             ops: Vec::new(),
             answer: Answer::NothingToClaim,
         }),
-        Some(run) => Ok(grant(&run, &cmd.worker, expires_ms, now_ms)),
+        Some(run) => {
+            let wake = wake_ms(state.waits(&run.id).as_ref());
+            assert!(
+                claimable(&run, wake, now_ms),
+                "only claimable runs are visited"
+            );
+            Ok(wake_and_grant(state, &run, &cmd.worker, expires_ms, now_ms))
+        }
     }
 }
 
@@ -488,22 +516,28 @@ mod tests {
         for state in RunState::ALL {
             run.state = state;
             run.lease = None;
-            let free = claimable(&run, now);
+            let free = claimable(&run, None, now);
+            let due = claimable(&run, Some(now), now);
+            let not_due = claimable(&run, Some(now + 1), now);
             run.lease = expired.clone();
-            let dead = claimable(&run, now);
+            let dead = claimable(&run, None, now);
             let expect = match state {
-                RunState::Pending | RunState::Running => (true, true),
-                RunState::WaitingTool | RunState::WaitingHuman => (false, true),
-                _ => (false, false),
+                RunState::Pending | RunState::Running => (true, true, true, true),
+                RunState::WaitingTool | RunState::WaitingHuman => (false, true, false, true),
+                _ => (false, false, false, false),
             };
-            assert_eq!((free, dead), expect, "{state}");
+            assert_eq!((free, due, not_due, dead), expect, "{state}");
         }
         // A free run is claimable from its last change, a leased one from
         // its lease's expiry.
         run.state = RunState::Pending;
         run.lease = None;
-        assert_eq!(claimable_from_ms(&run), Some(run.updated_ms));
+        assert_eq!(claimable_from_ms(&run, None), Some(run.updated_ms));
         run.lease = expired;
-        assert_eq!(claimable_from_ms(&run), Some(0));
+        assert_eq!(claimable_from_ms(&run, None), Some(0));
+        // A waiting run nobody holds wakes at its wait's deadline.
+        run.state = RunState::WaitingTool;
+        run.lease = None;
+        assert_eq!(claimable_from_ms(&run, Some(77)), Some(77));
     }
 }

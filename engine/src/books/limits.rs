@@ -29,6 +29,12 @@ pub const DECISION_OUTPUT_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Most commands in one atomic batch.
 pub const BATCH_COMMANDS_MAX: usize = 256;
 
+/// Largest signal payload, in bytes.
+pub const SIGNAL_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
+
+/// Most signals a run keeps waiting in its inbox (untaken by any wait).
+pub const INBOX_SIGNALS_MAX: usize = 64;
+
 /// Longest lease a worker may take or renew, in milliseconds (one day).
 pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 

@@ -17,6 +17,7 @@ use super::lease::{claim_order, claimable};
 use super::ledger::EffectEntry;
 use super::run::Run;
 use super::state::{BooksRead, BooksWrite};
+use super::wait::{WaitBook, wake_ms};
 
 /// The books in memory (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -27,6 +28,7 @@ pub struct MemBooks {
     checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
     decisions: BTreeMap<(RunId, u64), DecisionRecord>,
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
+    waits: BTreeMap<RunId, WaitBook>,
 }
 
 impl MemBooks {
@@ -70,6 +72,7 @@ impl MemBooks {
             .or_else(|| first("checkpoint", &self.checkpoints, &other.checkpoints))
             .or_else(|| first("decision", &self.decisions, &other.decisions))
             .or_else(|| first("audit", &self.audit, &other.audit))
+            .or_else(|| first("waits", &self.waits, &other.waits))
     }
 
     /// Replaces a blob's bytes without checking them, to test corruption
@@ -88,12 +91,13 @@ impl BooksRead for MemBooks {
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
         // The model scans every run; the engine's hot books keep an index.
+        let wake = |run: &Run| wake_ms(self.waits.get(&run.id));
         let mut claimable: Vec<&Run> = self
             .runs
             .values()
-            .filter(|run| claimable(run, now_ms))
+            .filter(|run| claimable(run, wake(run), now_ms))
             .collect();
-        claimable.sort_by(|a, b| claim_order(a).cmp(&claim_order(b)));
+        claimable.sort_by(|a, b| claim_order(a, wake(a)).cmp(&claim_order(b, wake(b))));
         for run in claimable {
             if !visit(run) {
                 return;
@@ -165,6 +169,10 @@ impl BooksRead for MemBooks {
             .cloned()
             .collect()
     }
+
+    fn waits(&self, run: &RunId) -> Option<WaitBook> {
+        self.waits.get(run).cloned()
+    }
 }
 
 impl BooksWrite for MemBooks {
@@ -198,5 +206,9 @@ impl BooksWrite for MemBooks {
             "audit of run {run} out of sequence"
         );
         entries.push(entry);
+    }
+
+    fn put_waits(&mut self, book: WaitBook) {
+        self.waits.insert(book.run.clone(), book);
     }
 }

@@ -27,6 +27,7 @@ mod run;
 mod state;
 #[cfg(test)]
 mod test_support;
+mod wait;
 
 pub use apply::{ApplyError, apply};
 pub use audit::{AuditEntry, AuditWhat, describe as audit_line_of};
@@ -34,9 +35,9 @@ pub use checkpoint::{
     CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,
 };
 pub use command::{
-    AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, FinishEffect,
-    Guard, Operate, OperatorAction, Reconcile, RecordDecision, ReleaseLease, RenewLease,
-    SaveCheckpoint, Transition,
+    AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, DecideApproval,
+    FinishEffect, Guard, OpenWait, Operate, OperatorAction, Reconcile, RecordDecision,
+    ReleaseLease, RenewLease, SaveCheckpoint, SendSignal, Transition,
 };
 pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};
@@ -53,3 +54,4 @@ pub use op::{
 pub use overlay::{Overlay, Writes};
 pub use run::{Run, RunState, transition_allowed};
 pub use state::{BooksRead, BooksWrite};
+pub use wait::{SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus, wake_ms};

@@ -18,10 +18,11 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, FencingToken, RunId};
+use super::ids::{EffectKey, FencingToken, RunId, StepId};
 use super::lease::Lease;
 use super::ledger::{EffectEntry, EffectStatus};
 use super::run::{Run, RunState};
+use super::wait::{SignalRecord, WaitRecord, WaitStatus};
 use crate::error::{Error, Result};
 
 /// One decided change to the books.
@@ -129,6 +130,32 @@ pub enum Op {
         /// The record.
         record: DecisionRecord,
     },
+    /// A wait was opened (status `Open`), appended to the run's waits.
+    WaitOpened {
+        /// The run.
+        run: RunId,
+        /// The new wait.
+        wait: WaitRecord,
+    },
+    /// The run's open wait ended.
+    WaitEnded {
+        /// The run.
+        run: RunId,
+        /// The step of the wait.
+        step: StepId,
+        /// How it ended (not `Open`); a `Signalled` one takes its signal
+        /// out of the inbox.
+        status: WaitStatus,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// A signal arrived and went to the run's inbox.
+    SignalReceived {
+        /// The run.
+        run: RunId,
+        /// The signal.
+        signal: SignalRecord,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -162,6 +189,9 @@ impl Op {
             Op::BlobPut { .. } => "BlobPut",
             Op::CheckpointSaved { .. } => "CheckpointSaved",
             Op::DecisionRecorded { .. } => "DecisionRecorded",
+            Op::WaitOpened { .. } => "WaitOpened",
+            Op::WaitEnded { .. } => "WaitEnded",
+            Op::SignalReceived { .. } => "SignalReceived",
         }
     }
 
@@ -172,7 +202,10 @@ impl Op {
             Op::RunTransitioned { run, .. }
             | Op::LeaseAcquired { run, .. }
             | Op::LeaseRenewed { run, .. }
-            | Op::LeaseReleased { run, .. } => Some(run),
+            | Op::LeaseReleased { run, .. }
+            | Op::WaitOpened { run, .. }
+            | Op::WaitEnded { run, .. }
+            | Op::SignalReceived { run, .. } => Some(run),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
             Op::BlobPut { .. } => None,
@@ -193,13 +226,18 @@ impl Op {
 }
 
 /// The record payload version this build writes: the first byte of every
-/// payload [`encode_ops`] makes.
-pub const PAYLOAD_VERSION: u8 = 1;
+/// payload [`encode_ops`] makes. Version 2 appended the wait and signal
+/// ops (`WaitOpened`, `WaitEnded`, `SignalReceived`) to version 1's, so
+/// that a build that reads only version 1 refuses a log holding them by
+/// name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 2;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
-/// (docs/FORMAT.md, "Versioning of the payload").
-pub const PAYLOAD_VERSIONS_READ: [u8; 1] = [PAYLOAD_VERSION];
+/// (docs/FORMAT.md, "Versioning of the payload"). Version 1's ops are a
+/// prefix of version 2's, every one encoded alike, so one decoder reads
+/// both.
+pub const PAYLOAD_VERSIONS_READ: [u8; 2] = [1, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 
@@ -263,6 +301,7 @@ mod tests {
     use crate::books::decision::Usage;
     use crate::books::ids::{EffectKind, StepId, WorkerId};
     use crate::books::ledger::{Compensation, ToolClass};
+    use crate::books::wait::WaitFor;
     use proptest::prelude::*;
 
     fn name() -> impl Strategy<Value = String> {
@@ -523,7 +562,82 @@ mod tests {
                         },
                     }
                 ),
+            (run_id(), wait_record()).prop_map(|(run, wait)| Op::WaitOpened { run, wait }),
+            (run_id(), name(), wait_status(), any::<u64>()).prop_map(
+                |(run, step, status, at_ms)| Op::WaitEnded {
+                    run,
+                    step: StepId::new(step).unwrap(),
+                    status,
+                    at_ms
+                }
+            ),
+            (run_id(), signal()).prop_map(|(run, signal)| Op::SignalReceived { run, signal }),
         ]
+    }
+
+    fn signal() -> impl Strategy<Value = SignalRecord> {
+        (any::<(u64, u64)>(), name(), bytes(), name()).prop_map(
+            |((seq, sent_ms), name, payload, sender)| SignalRecord {
+                seq,
+                name,
+                payload,
+                sender,
+                sent_ms,
+            },
+        )
+    }
+
+    fn wait_status() -> impl Strategy<Value = WaitStatus> {
+        prop_oneof![
+            Just(WaitStatus::Open),
+            (name(), ".{0,8}").prop_map(|(approver, note)| WaitStatus::Approved { approver, note }),
+            (name(), ".{0,8}").prop_map(|(approver, note)| WaitStatus::Rejected { approver, note }),
+            signal().prop_map(|signal| WaitStatus::Signalled { signal }),
+            Just(WaitStatus::Elapsed),
+        ]
+    }
+
+    fn wait_record() -> impl Strategy<Value = WaitRecord> {
+        let wait_for = prop_oneof![
+            (digest(), name())
+                .prop_map(|(args_digest, role)| WaitFor::Approval { args_digest, role }),
+            name().prop_map(|name| WaitFor::Signal { name }),
+            Just(WaitFor::Timer),
+        ];
+        (
+            name(),
+            any::<(u64, u64)>(),
+            wait_for,
+            proptest::option::of(any::<u64>()),
+            token(),
+            ".{0,8}",
+            wait_status(),
+            proptest::option::of(any::<u64>()),
+        )
+            .prop_map(
+                |(
+                    step,
+                    (seq, opened_ms),
+                    wait_for,
+                    deadline_ms,
+                    token,
+                    reason,
+                    status,
+                    ended_ms,
+                )| {
+                    WaitRecord {
+                        step: StepId::new(step).unwrap(),
+                        seq,
+                        wait_for,
+                        deadline_ms,
+                        opened_ms,
+                        token,
+                        reason,
+                        status,
+                        ended_ms,
+                    }
+                },
+            )
     }
 
     proptest! {
@@ -582,12 +696,16 @@ mod tests {
         assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
         assert_eq!(decode_ops(&payload).unwrap(), ops);
         assert_eq!(unsupported_payload_version(&payload), None);
-        for version in [0u8, 2, 7, 255] {
+        let mut v1 = payload.clone();
+        v1[0] = 1;
+        assert_eq!(decode_ops(&v1).unwrap(), ops, "version 1 is still read");
+        for version in [0u8, 3, 7, 255] {
             let mut other = payload.clone();
             other[0] = version;
             assert_eq!(unsupported_payload_version(&other), Some(version));
             let err = decode_ops(&other).unwrap_err();
-            let expected = format!("record payload version {version}; this build reads version 1");
+            let expected =
+                format!("record payload version {version}; this build reads versions 1, 2");
             assert!(err.to_string().contains(&expected), "{err}");
         }
     }

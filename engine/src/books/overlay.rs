@@ -7,17 +7,18 @@
 //! to the base; the base is never written (the overlay is dropped after
 //! deciding, and the ops it gathered are what gets logged).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::audit::AuditEntry;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, RunId, StepId};
-use super::lease::{claim_order, claimable};
+use super::lease::{claim_order, claimable_from_ms};
 use super::ledger::EffectEntry;
 use super::run::Run;
 use super::state::{BooksRead, BooksWrite};
+use super::wait::{WaitBook, wake_ms};
 
 /// Pending writes over a read-only base (see the module docs).
 pub struct Overlay<'a> {
@@ -28,6 +29,7 @@ pub struct Overlay<'a> {
     checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
     decisions: BTreeMap<(RunId, u64), DecisionRecord>,
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
+    waits: BTreeMap<RunId, WaitBook>,
 }
 
 impl<'a> Overlay<'a> {
@@ -41,6 +43,7 @@ impl<'a> Overlay<'a> {
             checkpoints: BTreeMap::new(),
             decisions: BTreeMap::new(),
             audit: BTreeMap::new(),
+            waits: BTreeMap::new(),
         }
     }
 }
@@ -61,6 +64,8 @@ pub struct Writes {
     pub decisions: BTreeMap<(RunId, u64), DecisionRecord>,
     /// Audit entries appended, by run, in order.
     pub audit: BTreeMap<RunId, Vec<AuditEntry>>,
+    /// Wait books, by run.
+    pub waits: BTreeMap<RunId, WaitBook>,
 }
 
 impl Overlay<'_> {
@@ -74,6 +79,7 @@ impl Overlay<'_> {
             checkpoints: self.checkpoints,
             decisions: self.decisions,
             audit: self.audit,
+            waits: self.waits,
         }
     }
 }
@@ -85,30 +91,40 @@ impl BooksRead for Overlay<'_> {
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
         // Merge, in claim order, the overlay's own claimable runs with the
-        // base's, skipping base runs the overlay has rewritten.
-        let mut mine: Vec<&Run> = self
-            .runs
-            .values()
-            .filter(|run| claimable(run, now_ms))
+        // base's, skipping base runs the overlay has rewritten (their
+        // record or their wait book, on which claimability depends).
+        let rewritten: BTreeSet<&RunId> = self.runs.keys().chain(self.waits.keys()).collect();
+        let mut mine: Vec<(u64, Run)> = rewritten
+            .iter()
+            .filter_map(|id| self.run(id))
+            .filter_map(|run| {
+                let wake = wake_ms(self.waits(&run.id).as_ref());
+                claimable_from_ms(&run, wake)
+                    .filter(|from_ms| *from_ms <= now_ms)
+                    .map(|from_ms| (from_ms, run))
+            })
             .collect();
-        mine.sort_by(|a, b| claim_order(a).cmp(&claim_order(b)));
+        mine.sort_by(|(a, x), (b, y)| (a, &x.id).cmp(&(b, &y.id)));
         let mut mine = mine.into_iter().peekable();
         let mut going = true;
         self.base.visit_claimable(now_ms, &mut |run: &Run| {
-            while let Some(next) = mine.next_if(|m| claim_order(m) < claim_order(run)) {
-                going = visit(next);
+            let base_wake = wake_ms(self.base.waits(&run.id).as_ref());
+            let order = claim_order(run, base_wake);
+            while let Some((_, next)) = mine.next_if(|(from_ms, m)| Some((*from_ms, &m.id)) < order)
+            {
+                going = visit(&next);
                 if !going {
                     return false;
                 }
             }
-            if !self.runs.contains_key(&run.id) {
+            if !rewritten.contains(&run.id) {
                 going = visit(run);
             }
             going
         });
         if going {
-            for run in mine {
-                if !visit(run) {
+            for (_, run) in mine {
+                if !visit(&run) {
                     return;
                 }
             }
@@ -192,6 +208,13 @@ impl BooksRead for Overlay<'_> {
         entries.extend(mine.iter().filter(|e| e.seq >= from_seq).cloned());
         entries
     }
+
+    fn waits(&self, run: &RunId) -> Option<WaitBook> {
+        self.waits
+            .get(run)
+            .cloned()
+            .or_else(|| self.base.waits(run))
+    }
 }
 
 impl BooksWrite for Overlay<'_> {
@@ -228,6 +251,10 @@ impl BooksWrite for Overlay<'_> {
             "audit of run {run} out of sequence"
         );
         self.audit.entry(run.clone()).or_default().push(entry);
+    }
+
+    fn put_waits(&mut self, book: WaitBook) {
+        self.waits.insert(book.run.clone(), book);
     }
 }
 

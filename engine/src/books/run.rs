@@ -19,6 +19,7 @@ use super::lease::{self, Lease};
 use super::limits::{TEXT_LEN_BYTES_MAX, check_size};
 use super::op::Op;
 use super::state::BooksRead;
+use super::wait::check_no_open_wait;
 use crate::error::{Error, Result};
 
 /// Where a run is in its life.
@@ -98,7 +99,10 @@ pub fn transition_allowed(from: RunState, to: RunState) -> bool {
             )
             | (WaitingTool, Running | Paused | Failed | Cancelled)
             | (WaitingHuman, Running | Paused | Failed | Cancelled)
-            | (Paused, Running | Failed | Cancelled)
+            | (
+                Paused,
+                Running | WaitingTool | WaitingHuman | Failed | Cancelled
+            )
     )
 }
 
@@ -256,6 +260,9 @@ pub(crate) fn decide_transition(
     if !transition_allowed(run.state, cmd.to) {
         return Err(illegal());
     }
+    if cmd.to == RunState::Running {
+        check_no_open_wait(state, &run)?;
+    }
     let version = run.version + 1;
     let op = Op::RunTransitioned {
         run: run.id.clone(),
@@ -296,9 +303,14 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
         });
     }
     let run = existing(state, &cmd.run)?;
+    // A run paused while it waited goes back to waiting, not running: only
+    // the wait's end starts it again.
+    let waiting_in = state
+        .waits(&run.id)
+        .and_then(|book| book.open_wait().map(|w| w.wait_for.waiting_state()));
     let to = match cmd.action {
         OperatorAction::Pause => RunState::Paused,
-        OperatorAction::Resume => RunState::Running,
+        OperatorAction::Resume => waiting_in.unwrap_or(RunState::Running),
         OperatorAction::Cancel => RunState::Cancelled,
     };
     let unchanged = || Decided {
@@ -312,8 +324,8 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
     };
     match (cmd.action, run.state) {
         (OperatorAction::Pause, RunState::Paused)
-        | (OperatorAction::Cancel, RunState::Cancelled)
-        | (OperatorAction::Resume, RunState::Running) => return Ok(unchanged()),
+        | (OperatorAction::Cancel, RunState::Cancelled) => return Ok(unchanged()),
+        (OperatorAction::Resume, from) if from == to => return Ok(unchanged()),
         (_, from) if from.is_terminal() => {
             return Err(Error::RunTerminal {
                 run: run.id.clone(),
@@ -378,7 +390,7 @@ mod tests {
         [0, 0, 1, 1, 1, 1, 1, 1], // running
         [0, 1, 0, 0, 1, 0, 1, 1], // waiting_tool
         [0, 1, 0, 0, 1, 0, 1, 1], // waiting_human
-        [0, 1, 0, 0, 0, 0, 1, 1], // paused
+        [0, 1, 1, 1, 0, 0, 1, 1], // paused
         [0, 0, 0, 0, 0, 0, 0, 0], // completed
         [0, 0, 0, 0, 0, 0, 0, 0], // failed
         [0, 0, 0, 0, 0, 0, 0, 0], // cancelled
@@ -395,7 +407,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(EXPECTED.iter().flatten().filter(|x| **x == 1).count(), 20);
+        assert_eq!(EXPECTED.iter().flatten().filter(|x| **x == 1).count(), 22);
     }
 
     /// Drives a run into `from` through legal transitions.

@@ -15,6 +15,7 @@ use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, RunId, StepId};
 use super::ledger::EffectEntry;
 use super::run::Run;
+use super::wait::WaitBook;
 
 /// The reads that deciding needs.
 pub trait BooksRead {
@@ -23,7 +24,9 @@ pub trait BooksRead {
 
     /// Calls `visit` with each run claimable at `now_ms`, in claim order
     /// ([`claim_order`](super::lease::claim_order): claimable since, then
-    /// id), until it returns `false`.
+    /// id), until it returns `false`. Whether and since when a run is
+    /// claimable depends on its record and on its open wait's deadline
+    /// ([`wake_ms`](super::wait::wake_ms)).
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool);
 
     /// The ledger entry with `key`.
@@ -56,6 +59,10 @@ pub trait BooksRead {
 
     /// The audit entries of `run` with `seq` in `from_seq..`, in order.
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry>;
+
+    /// The waits and untaken signals of `run`; `None` if it never waited
+    /// nor received a signal.
+    fn waits(&self, run: &RunId) -> Option<WaitBook>;
 }
 
 /// The writes that applying needs: puts keyed by the values' own ids.
@@ -78,4 +85,7 @@ pub trait BooksWrite: BooksRead {
 
     /// Appends `entry` to `run`'s audit; `entry.seq` is `audit_len + 1`.
     fn push_audit(&mut self, run: &RunId, entry: AuditEntry);
+
+    /// Stores `book`, replacing the wait book of its run.
+    fn put_waits(&mut self, book: WaitBook);
 }

@@ -328,7 +328,8 @@ impl Inner {
             .chain(writes.effects.keys().map(|k| k.run()))
             .chain(writes.checkpoints.keys().map(|(r, _)| r))
             .chain(writes.decisions.keys().map(|(r, _)| r))
-            .chain(writes.audit.keys());
+            .chain(writes.audit.keys())
+            .chain(writes.waits.keys());
         for run in touched {
             self.hot.fault_in(run, cold);
         }

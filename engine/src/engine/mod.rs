@@ -18,6 +18,7 @@ mod core;
 mod options;
 mod reads;
 mod step;
+mod waits;
 
 pub use crate::books::Begun;
 pub use crate::db::Recovery;
@@ -29,3 +30,4 @@ pub use options::{
     MAX_RECORD_BYTES_DEFAULT,
 };
 pub use step::{EffectCtx, FinishedStep, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};
+pub use waits::{Signalled, Waited};

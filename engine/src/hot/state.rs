@@ -10,7 +10,8 @@
 //! without a read.
 //!
 //! **Invariant:** the claim index holds exactly `(claimable_from_ms, id)`
-//! of every run in memory that has a claimable instant; a run's `last_lsn`
+//! of every run in memory that has a claimable instant (from its record
+//! and its open wait's deadline), and each run remembers its entry; a run's `last_lsn`
 //! is the LSN of the last record that changed anything of it (`ZERO` if
 //! loaded from the state store unchanged); every ledger entry of a run in
 //! memory is either in `effects` or in the state store with its step's
@@ -21,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    EffectKind, MemBooks, Run, RunId, StepId, Writes, claimable_from_ms,
+    EffectKind, MemBooks, Run, RunId, StepId, WaitBook, Writes, claimable_from_ms, wake_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;
@@ -49,6 +50,11 @@ pub(crate) struct HotRun {
     /// Audit entries not yet in the state store, in order.
     pub(crate) audit: Vec<(AuditEntry, Lsn)>,
     pub(crate) last_lsn: Lsn,
+    /// The run's waits and untaken signals (kept whole while the run is in
+    /// memory: a run waits at few steps).
+    pub(crate) waits: Option<WaitBook>,
+    /// The instant under which the claim index holds the run, if it does.
+    claim_from: Option<u64>,
     /// True while the run is on the list a checkpoint looks at to evict.
     listed: bool,
 }
@@ -66,8 +72,15 @@ impl HotRun {
             audit_len: 0,
             audit: Vec::new(),
             last_lsn: Lsn::ZERO,
+            waits: None,
+            claim_from: None,
             listed: false,
         }
+    }
+
+    /// Since when the run is claimable, from its record and its open wait.
+    fn claimable_from_ms(&self) -> Option<u64> {
+        claimable_from_ms(&self.run, wake_ms(self.waits.as_ref()))
     }
 
     /// True if entries of `kind` of `step` may be in the state store only.
@@ -153,15 +166,17 @@ impl HotState {
             return;
         };
         let mut hot = HotRun::new(run);
-        let (effects, decision_count, latest, audit_len) = cold.with(|books| {
+        let (effects, decision_count, latest, audit_len, waits) = cold.with(|books| {
             use crate::books::BooksRead;
             (
                 books.effects_of(id),
                 books.decision_count(id),
                 books.checkpoint_latest(id),
                 books.audit_len(id),
+                books.waits(id),
             )
         });
+        hot.waits = waits;
         for entry in effects {
             if entry.status.is_open() {
                 hot.effects.insert(entry.key.clone(), (entry, Lsn::ZERO));
@@ -179,33 +194,41 @@ impl HotState {
     }
 
     fn insert_run(&mut self, hot: HotRun) {
-        if let Some(from_ms) = claimable_from_ms(&hot.run) {
-            self.claims.insert((from_ms, hot.run.id.clone()));
-        }
-        let previous = self.runs.insert(hot.run.id.clone(), hot);
+        let id = hot.run.id.clone();
+        let previous = self.runs.insert(id.clone(), hot);
         assert!(previous.is_none(), "a run is brought into memory once");
+        self.reindex(&id);
+    }
+
+    /// Puts the claim index in step with the run `id` in memory: its entry
+    /// moves to the instant its record and open wait now give, or goes.
+    fn reindex(&mut self, id: &RunId) {
+        let hot = self.runs.get_mut(id).expect("a run is reindexed in memory");
+        let now = hot.claimable_from_ms();
+        if now == hot.claim_from {
+            return;
+        }
+        if let Some(from_ms) = hot.claim_from {
+            let removed = self.claims.remove(&(from_ms, id.clone()));
+            assert!(removed, "the claim index held run {id}");
+        }
+        if let Some(from_ms) = now {
+            self.claims.insert((from_ms, id.clone()));
+        }
+        hot.claim_from = now;
     }
 
     /// Replaces the record of a run in memory (or adds a new run), keeping
     /// the claim index in step.
     pub(crate) fn set_run(&mut self, run: Run, lsn: Lsn) {
         let id = run.id.clone();
-        let new_key = claimable_from_ms(&run).map(|from_ms| (from_ms, id.clone()));
         match self.runs.get_mut(&id) {
-            Some(hot) => {
-                if let Some(from_ms) = claimable_from_ms(&hot.run) {
-                    let removed = self.claims.remove(&(from_ms, id.clone()));
-                    assert!(removed, "the claim index held run {id}");
-                }
-                hot.run = run;
-            }
+            Some(hot) => hot.run = run,
             None => {
                 self.runs.insert(id.clone(), HotRun::new(run));
             }
         }
-        if let Some(key) = new_key {
-            self.claims.insert(key);
-        }
+        self.reindex(&id);
         self.run_mut(&id, lsn);
     }
 
@@ -235,9 +258,14 @@ impl HotState {
             checkpoints,
             decisions,
             audit,
+            waits,
         } = writes;
         for run in runs.into_values() {
             self.set_run(run, lsn);
+        }
+        for (run, book) in waits {
+            self.run_mut(&run, lsn).waits = Some(book);
+            self.reindex(&run);
         }
         for (key, entry) in effects {
             self.run_mut(key.run(), lsn)
@@ -300,7 +328,7 @@ impl HotState {
                 );
                 let hot = self.runs.remove(&id).expect("looked up above");
                 assert!(
-                    claimable_from_ms(&hot.run).is_none(),
+                    hot.claimable_from_ms().is_none() && hot.claim_from.is_none(),
                     "a terminal run is never claimable"
                 );
                 gone += 1;
@@ -319,6 +347,9 @@ impl HotState {
         for hot in self.runs.values() {
             let id = &hot.run.id;
             books.put_run(hot.run.clone());
+            if let Some(book) = &hot.waits {
+                books.put_waits(book.clone());
+            }
             for held in hot.effects.values() {
                 books.put_effect(held.0.clone());
             }

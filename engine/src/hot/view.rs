@@ -11,7 +11,7 @@
 
 use crate::books::{
     AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    EffectKind, Run, RunId, StepId,
+    EffectKind, Run, RunId, StepId, WaitBook,
 };
 
 use super::cold::ColdReader;
@@ -173,5 +173,12 @@ impl BooksRead for HotView<'_> {
                 .map(|(e, _)| e.clone()),
         );
         entries
+    }
+
+    fn waits(&self, run: &RunId) -> Option<WaitBook> {
+        match self.hot_run(run) {
+            Some(hot) => hot.waits.clone(),
+            None => self.cold_of(run, |b| b.waits(run)),
+        }
     }
 }

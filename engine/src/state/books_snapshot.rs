@@ -13,12 +13,12 @@ use serde::de::DeserializeOwned;
 
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RUNS_TABLE,
-    RowTable, decode_row,
+    RowTable, WAITS_TABLE, decode_row,
 };
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, MemBooks, Run,
-    RunId,
+    RunId, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -90,6 +90,14 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
             RowTable::Decision,
             &bytes,
             "decision",
+        )?);
+    }
+    for bytes in values(txn, path, WAITS_TABLE)? {
+        books.put_waits(decode::<WaitBook>(
+            path,
+            RowTable::Waits,
+            &bytes,
+            "wait book",
         )?);
     }
     push_audit(txn, path, &mut books)?;

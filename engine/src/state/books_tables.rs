@@ -24,12 +24,12 @@ use serde::de::DeserializeOwned;
 
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, LIVE_RUNS_TABLE,
-    RUNS_TABLE, RowTable, decode_row, effect_kind_code, effect_row_key,
+    RUNS_TABLE, RowTable, WAITS_TABLE, decode_row, effect_kind_code, effect_row_key,
 };
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    EffectKind, Run, RunId, StepId,
+    EffectKind, Run, RunId, StepId, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -270,13 +270,18 @@ impl BooksRead for RedbBooks<'_> {
             })
         })
         .unwrap_or_default();
-        let mut claimable: Vec<Run> = all
+        let mut claimable: Vec<(u64, Run)> = all
             .iter()
             .filter_map(|bytes| self.decode::<Run>(RowTable::Run, bytes, "run (scan)"))
-            .filter(|run| crate::books::claimable(run, now_ms))
+            .filter_map(|run| {
+                let wake = crate::books::wake_ms(self.waits(&run.id).as_ref());
+                crate::books::claimable_from_ms(&run, wake)
+                    .filter(|from_ms| *from_ms <= now_ms)
+                    .map(|from_ms| (from_ms, run))
+            })
             .collect();
-        claimable.sort_by(|a, b| crate::books::claim_order(a).cmp(&crate::books::claim_order(b)));
-        for run in &claimable {
+        claimable.sort_by(|(a, x), (b, y)| (a, &x.id).cmp(&(b, &y.id)));
+        for (_, run) in &claimable {
             if !visit(run) {
                 return;
             }
@@ -412,6 +417,19 @@ impl BooksRead for RedbBooks<'_> {
                 })
             })
             .collect()
+    }
+
+    fn waits(&self, run: &RunId) -> Option<WaitBook> {
+        let bytes = with_table!(self, WAITS_TABLE, "read wait book", |t| t
+            .get(run.as_str())
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let book: WaitBook =
+            self.decode(RowTable::Waits, &bytes, &format!("wait book of run {run}"))?;
+        let same = book.run == *run;
+        self.keyed(book, same, || {
+            format!("the row of the wait book of run {run}")
+        })
     }
 }
 

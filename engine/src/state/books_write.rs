@@ -11,11 +11,11 @@ use redb::TableDefinition;
 use super::books_tables::{RedbBooks, Txn};
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, LIVE_RUNS_TABLE,
-    RUNS_TABLE, RowTable, effect_row_key, encode_row,
+    RUNS_TABLE, RowTable, WAITS_TABLE, effect_row_key, encode_row,
 };
 use crate::books::{
     AuditEntry, BooksRead, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, Run,
-    RunId,
+    RunId, WaitBook,
 };
 
 impl RedbBooks<'_> {
@@ -126,5 +126,11 @@ impl BooksWrite for RedbBooks<'_> {
         let key = (run.as_str(), entry.seq);
         self.insert(AUDIT_TABLE, key, &bytes, "write audit entry");
         self.audit_lens.borrow_mut().insert(run.clone(), entry.seq);
+    }
+
+    fn put_waits(&mut self, book: WaitBook) {
+        self.assert_writable("put_waits");
+        let bytes = encode_row(RowTable::Waits, &book);
+        self.insert(WAITS_TABLE, book.run.as_str(), &bytes, "write wait book");
     }
 }

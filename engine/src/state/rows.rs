@@ -45,6 +45,9 @@ pub const DECISIONS_TABLE: TableDefinition<(&str, u64), &[u8]> =
     TableDefinition::new("books_decisions");
 /// The audit journal, by (run, seq).
 pub const AUDIT_TABLE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("books_audit");
+/// Wait books (a run's waits and untaken signals), by run id. Added in
+/// schema version 2.
+pub const WAITS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_waits");
 
 /// The byte an [`EffectKind`] is stored as in an effects row key: acts
 /// before compensations, as [`EffectKey`]'s own order has them.
@@ -79,6 +82,8 @@ pub enum RowTable {
     Decision = 4,
     /// [`AUDIT_TABLE`].
     Audit = 5,
+    /// [`WAITS_TABLE`].
+    Waits = 6,
 }
 
 /// Bytes of a row's checksum.

@@ -29,8 +29,15 @@ const APPLIED_LSN_KEY: &str = "applied_lsn";
 const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// The layout of the state store's tables and rows this build writes and
 /// reads (docs/FORMAT.md, "State store tables"): recorded by every commit,
-/// checked whenever a store is opened.
-pub const STATE_SCHEMA_VERSION: u64 = 1;
+/// checked whenever a store is opened. Version 2 added the wait books table
+/// (`books_waits`) to version 1's tables, which are unchanged.
+pub const STATE_SCHEMA_VERSION: u64 = 2;
+
+/// Every schema version this build opens, oldest first. A version 1 store
+/// lacks only the wait books table, which reads as empty (no run of it
+/// ever waited), so it is opened as is; its next commit records version 2,
+/// after which a build that reads only version 1 refuses it by name.
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 2] = [1, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -283,8 +290,8 @@ fn check_schema_version(db: &redb::Database, path: &Path) -> Result<()> {
     let found = meta
         .get(SCHEMA_VERSION_KEY)
         .map_err(|e| state_error(path, "read schema version", e))?
-        .map_or(STATE_SCHEMA_VERSION, |v| v.value());
-    if found == STATE_SCHEMA_VERSION {
+        .map_or(1, |v| v.value());
+    if STATE_SCHEMA_VERSIONS_READ.contains(&found) {
         return Ok(());
     }
     let supported = u32::try_from(STATE_SCHEMA_VERSION).expect("a small version");
@@ -427,27 +434,30 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(2));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 2");
+        set_schema_version(&storage, &path, Some(3));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 3");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 2, supported: 1 } if file == &path
+                Error::UnsupportedFormat { file, found: 3, supported: 2 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 1"),
+            err.to_string().contains("this build reads version 2"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));
         let err = StateStore::open(&storage, &path, true).expect_err("garbage");
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
-        // A store from before the version was recorded is version 1.
+        // A store from before the version was recorded is version 1, which
+        // this build still opens (it lacks only the wait books table).
         set_schema_version(&storage, &path, None);
         StateStore::open(&storage, &path, true).expect("no version recorded");
-        set_schema_version(&storage, &path, Some(STATE_SCHEMA_VERSION));
+        set_schema_version(&storage, &path, Some(1));
         StateStore::open(&storage, &path, true).expect("version 1");
+        set_schema_version(&storage, &path, Some(STATE_SCHEMA_VERSION));
+        StateStore::open(&storage, &path, true).expect("version 2");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! **Invariant:** every seed input passes its target's entry function.
 
 use actum::books::{
-    Digest, EffectKey, FencingToken, Lease, Op, RunId, RunState, StepId, WorkerId, encode_ops,
+    Digest, EffectKey, FencingToken, Lease, Op, RunId, RunState, SignalRecord, StepId, WaitFor,
+    WaitRecord, WaitStatus, WorkerId, encode_ops,
 };
 use actum::manifest::{self, COPY_SLOT_BYTES, Manifest};
 use actum::wal::format::{self, SegmentHeader};
@@ -166,8 +167,47 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         version: 4,
         at_ms: 1_700_000_002_000,
     };
+    let signal = SignalRecord {
+        seq: 1,
+        name: "paid".to_string(),
+        payload: b"psp ref 41".to_vec(),
+        sender: "psp".to_string(),
+        sent_ms: 1_700_000_003_000,
+    };
+    let wait_step = StepId::new("await-payment").expect("a valid step name");
+    let opened = Op::WaitOpened {
+        run: RunId::new("run-1").expect("a valid run name"),
+        wait: WaitRecord {
+            step: wait_step.clone(),
+            seq: 1,
+            wait_for: WaitFor::Signal {
+                name: "paid".to_string(),
+            },
+            deadline_ms: Some(1_700_086_400_000),
+            opened_ms: 1_700_000_002_500,
+            token: FencingToken(3),
+            reason: "webhook".to_string(),
+            status: WaitStatus::Open,
+            ended_ms: None,
+        },
+    };
+    let received = Op::SignalReceived {
+        run: RunId::new("run-1").expect("a valid run name"),
+        signal: signal.clone(),
+    };
+    let ended = Op::WaitEnded {
+        run: RunId::new("run-1").expect("a valid run name"),
+        step: wait_step,
+        status: WaitStatus::Signalled { signal },
+        at_ms: 1_700_000_003_000,
+    };
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
+    let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
     vec![
+        ("wait-opened", opened.encode()),
+        ("signal-received", received.encode()),
+        ("wait-ended", ended.encode()),
+        ("wait-list", waits),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),
