@@ -332,6 +332,15 @@ pub enum Error {
         /// The digest the approver named.
         presented: Digest,
     },
+    /// An effect was begun at a step whose approval was not granted.
+    NotApproved {
+        /// The run.
+        run: RunId,
+        /// The step.
+        step: StepId,
+        /// Where its approval stands (`open`, `rejected`, `elapsed`).
+        status: &'static str,
+    },
     /// An approval came in another role than the wait asks for.
     ApproverRole {
         /// The run.
@@ -631,6 +640,11 @@ impl fmt::Display for Error {
                  the approver saw another effect than the run will make; nothing was approved",
                 bound.short(),
                 presented.short()
+            ),
+            Error::NotApproved { run, step, status } => write!(
+                f,
+                "step {step} of run {run} asked for an approval that is {status}; its effect \
+                 does not begin without one"
             ),
             Error::ApproverRole {
                 run,

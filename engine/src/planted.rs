@@ -44,6 +44,12 @@ pub enum PlantedBug {
     /// The engine begins an effect on a run an operator paused, as if the
     /// run were running (the lifecycle rule skipped).
     BeginOnPausedRun,
+    /// The engine takes an approval for whatever arguments the approver
+    /// names, as if they were the ones the wait is bound to.
+    ApproveAnyDigest,
+    /// The engine's claims see every open wait's deadline an hour early,
+    /// so a timer fires (or an approval expires) before its time.
+    WakeEarly,
 }
 
 impl PlantedBug {
@@ -57,7 +63,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 9] = [
+    pub const ENGINE: [PlantedBug; 11] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -67,10 +73,12 @@ impl PlantedBug {
         PlantedBug::ForgetEvictedSteps,
         PlantedBug::LoseOutcomeWithRefusedFollowUps,
         PlantedBug::BeginOnPausedRun,
+        PlantedBug::ApproveAnyDigest,
+        PlantedBug::WakeEarly,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 14] = [
+    pub const ALL: [PlantedBug; 16] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -85,6 +93,8 @@ impl PlantedBug {
         PlantedBug::LoseOutcomeWithRefusedFollowUps,
         PlantedBug::RecycleKeepsOldHeader,
         PlantedBug::BeginOnPausedRun,
+        PlantedBug::ApproveAnyDigest,
+        PlantedBug::WakeEarly,
     ];
 
     /// The bug's command-line name.
@@ -104,6 +114,8 @@ impl PlantedBug {
             PlantedBug::LoseOutcomeWithRefusedFollowUps => "lose-outcome-with-refused-follow-ups",
             PlantedBug::RecycleKeepsOldHeader => "recycle-keeps-old-header",
             PlantedBug::BeginOnPausedRun => "begin-on-paused-run",
+            PlantedBug::ApproveAnyDigest => "approve-any-digest",
+            PlantedBug::WakeEarly => "wake-early",
         }
     }
 

@@ -93,3 +93,25 @@ fn beginning_an_effect_on_a_paused_run_is_caught_by_the_lifecycle_check() {
     let (_, invariant) = caught(PlantedBug::BeginOnPausedRun);
     assert_eq!(invariant, "no effect begins unless its run is running");
 }
+
+#[test]
+fn taking_an_approval_for_other_arguments_is_caught_by_the_approval_check() {
+    let (_, invariant) = caught(PlantedBug::ApproveAnyDigest);
+    assert_eq!(invariant, "an approval binds the exact effect it approves");
+}
+
+#[test]
+fn waking_a_run_before_its_deadline_is_caught() {
+    // The claim the engine grants early is one the model does not grant:
+    // the worker's next call, or the next recovery, shows it.
+    let (_, invariant) = caught(PlantedBug::WakeEarly);
+    assert!(
+        [
+            "the engine decides as the reference model does",
+            "a wait ends only on its own terms",
+            "after every recovery the books equal the model",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}

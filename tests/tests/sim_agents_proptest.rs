@@ -17,8 +17,8 @@ use actum_sim::world::{Fate, REQUEST_LIFETIME_MS_MAX};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 
-/// An event of the fault phase; an operator's action on a run weighs 0 to
-/// leave operators out.
+/// An event of the fault phase; `operator_weight` 0 leaves out what comes
+/// from outside the workers (operators, approvers, webhooks).
 fn event(operator_weight: u32) -> impl Strategy<Value = Event> {
     let worker = 0..WORKERS_MAX;
     prop_oneof![
@@ -39,6 +39,12 @@ fn event(operator_weight: u32) -> impl Strategy<Value = Event> {
             0..RUNS_MAX as u8
         )
             .prop_map(|(action, run)| Event::Operate(action, run)),
+        // From outside the runs: an approver's decision, a webhook's signal.
+        // (One arm: `prop_oneof!` takes a weight of 0 only up to ten arms.)
+        2 * operator_weight => prop_oneof![
+            (0..4u8, 0..RUNS_MAX as u8).prop_map(|(code, run)| Event::Approve(code, run)),
+            (0..3u8, 0..RUNS_MAX as u8).prop_map(|(code, run)| Event::Signal(code, run)),
+        ],
     ]
 }
 

@@ -22,6 +22,7 @@ use super::limits::{RECEIPT_LEN_BYTES_MAX, check_size};
 use super::op::Op;
 use super::run::{check_running, check_text, existing};
 use super::state::BooksRead;
+use super::wait::check_approved;
 use crate::error::{Error, Result};
 
 /// What an intent records about the act it announces.
@@ -71,6 +72,7 @@ pub(crate) fn decide_begin(
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
     check_running(&run, "begin an effect")?;
+    check_approved(state, &run, &cmd.step, &cmd.args_digest)?;
     let latest = state.latest_effect(&cmd.run, &cmd.step, EffectKind::Act);
     if let Some(latest) = &latest
         && (latest.tool != cmd.tool || latest.args_digest != cmd.args_digest)

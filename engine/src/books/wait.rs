@@ -596,6 +596,45 @@ pub(crate) fn wake_if_due(state: &dyn BooksRead, run: &Run, now_ms: u64) -> (Vec
     (ops, after)
 }
 
+/// An effect at a step that asked for an approval begins only once that
+/// approval is granted, and only with the arguments it is bound to: the
+/// approval names the exact effect, never a neighbour of it.
+pub(crate) fn check_approved(
+    state: &dyn BooksRead,
+    run: &Run,
+    step: &StepId,
+    args_digest: &Digest,
+) -> Result<()> {
+    let Some(book) = state.waits(&run.id) else {
+        return Ok(());
+    };
+    let Some(wait) = book.wait_at(step) else {
+        return Ok(());
+    };
+    let WaitFor::Approval {
+        args_digest: bound, ..
+    } = &wait.wait_for
+    else {
+        return Ok(());
+    };
+    if !matches!(wait.status, WaitStatus::Approved { .. }) {
+        return Err(Error::NotApproved {
+            run: run.id.clone(),
+            step: step.clone(),
+            status: wait.status.name(),
+        });
+    }
+    if bound != args_digest {
+        return Err(Error::ApprovalMismatch {
+            run: run.id.clone(),
+            step: step.clone(),
+            bound: *bound,
+            presented: *args_digest,
+        });
+    }
+    Ok(())
+}
+
 /// Refuses moving a run to `running` while its wait is open: only the
 /// wait's end (an approval, a signal, its deadline) does that.
 pub(crate) fn check_no_open_wait(state: &dyn BooksRead, run: &Run) -> Result<()> {
@@ -818,6 +857,13 @@ mod tests {
         let g2 = claim_r(&mut b, "w2");
         let (wait, _) = waited(&b.ok(open("r", &g2, "pay", approval_of(b"a"), Some(deadline))));
         assert_eq!(wait.status.name(), "rejected");
+        assert!(matches!(
+            b.run(begin("r", "pay", &g2, ToolClass::NotIdempotent, b"a")),
+            Err(Error::NotApproved {
+                status: "rejected",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -196,8 +196,12 @@ impl Engine {
             hot: &inner.hot,
             cold,
         };
-        let refreshed = self.planted_refresh_guard(&view, cmd, now_ms);
-        let unpaused = self.planted_unpause(&view, cmd);
+        let refreshed = self
+            .planted_refresh_guard(&view, cmd, now_ms)
+            .or_else(|| self.planted_any_digest(&view, cmd));
+        let unpaused = self
+            .planted_unpause(&view, cmd)
+            .or_else(|| self.planted_wake_early(inner, &view, cmd));
         let decided_on = match &unpaused {
             Some(overlay) => decide(overlay, refreshed.as_ref().unwrap_or(cmd), now_ms),
             None => decide(&view, refreshed.as_ref().unwrap_or(cmd), now_ms),
@@ -295,6 +299,56 @@ impl Engine {
         record.state = RunState::Running;
         let mut overlay = Overlay::new(books);
         overlay.put_run(record);
+        Some(overlay)
+    }
+
+    /// Planted `ApproveAnyDigest`: an approval is rewritten to name the
+    /// digest and role its wait is bound to, so any arguments pass.
+    fn planted_any_digest(&self, books: &dyn BooksRead, cmd: &Command) -> Option<Command> {
+        if !self.planted(PlantedBug::ApproveAnyDigest) {
+            return None;
+        }
+        let Command::DecideApproval(decision) = cmd else {
+            return None;
+        };
+        let book = books.waits(&decision.run)?;
+        let wait = book.wait_at(&decision.step)?;
+        let crate::books::WaitFor::Approval { args_digest, role } = &wait.wait_for else {
+            return None;
+        };
+        let mut decision = decision.clone();
+        decision.args_digest = *args_digest;
+        decision.role = role.clone();
+        Some(Command::DecideApproval(decision))
+    }
+
+    /// Planted `WakeEarly`: a claim is decided on a view in which every
+    /// open wait's deadline is an hour earlier.
+    fn planted_wake_early<'v>(
+        &self,
+        inner: &Inner,
+        books: &'v dyn BooksRead,
+        cmd: &Command,
+    ) -> Option<Overlay<'v>> {
+        const HOUR_MS: u64 = 3_600_000;
+        if !self.planted(PlantedBug::WakeEarly) || !matches!(cmd, Command::ClaimNext(_)) {
+            return None;
+        }
+        let mut overlay = Overlay::new(books);
+        for hot in inner.hot.runs.values() {
+            let Some(mut book) = hot.waits.clone() else {
+                continue;
+            };
+            if let Some(at) = book
+                .waits
+                .last_mut()
+                .filter(|w| w.is_open())
+                .and_then(|w| w.deadline_ms.as_mut())
+            {
+                *at = at.saturating_sub(HOUR_MS);
+                overlay.put_waits(book);
+            }
+        }
         Some(overlay)
     }
 

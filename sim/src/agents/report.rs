@@ -50,6 +50,14 @@ pub struct AgentReport {
     pub operator_actions: u64,
     /// Worker calls refused because an operator had paused the run.
     pub not_running_refused: u64,
+    /// Waits a worker opened that parked its run (released the lease).
+    pub waits_parked: u64,
+    /// Approvals an approver decided (acknowledged).
+    pub approvals: u64,
+    /// Approvals refused: another digest, another role, too late, twice.
+    pub approvals_refused: u64,
+    /// Signals sent to runs (acknowledged).
+    pub signals: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -84,6 +92,10 @@ impl AgentReport {
         self.follow_ups_refused += other.follow_ups_refused;
         self.operator_actions += other.operator_actions;
         self.not_running_refused += other.not_running_refused;
+        self.waits_parked += other.waits_parked;
+        self.approvals += other.approvals;
+        self.approvals_refused += other.approvals_refused;
+        self.signals += other.signals;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -97,7 +109,8 @@ impl AgentReport {
              commands, {} zombie commands fenced, {} leases lost, {} acks dropped, {} resends, \
              {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
-             operator actions ({} worker calls refused on a paused run)",
+             operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
+             approvals decided ({} refused), {} signals",
             self.runs,
             self.completed,
             self.failed,
@@ -117,7 +130,11 @@ impl AgentReport {
             self.one_record_steps,
             self.follow_ups_refused,
             self.operator_actions,
-            self.not_running_refused
+            self.not_running_refused,
+            self.waits_parked,
+            self.approvals,
+            self.approvals_refused,
+            self.signals
         )
     }
 }

@@ -7,14 +7,19 @@
 //! replays exactly with the command it prints.
 
 use actum::Clock;
-use actum::books::{BooksRead, Command, EffectStatus, Operate, OperatorAction, RunId, RunState};
+use actum::books::{
+    BooksRead, Command, DecideApproval, EffectStatus, Operate, OperatorAction, RunId, RunState,
+    SendSignal, StepId, WaitFor, digest_of,
+};
 
 use super::config::AgentConfig;
 use super::failure::{AgentFailure, Origin};
 use super::report::AgentReport;
-use super::schedule::{AgentSchedule, Event};
+use super::schedule::{AgentSchedule, ApproverMove, Event, SignalMove};
 use super::sim::{Called, Sim};
+use super::workflow::{FINANCE, HOUR_MS, VERIFIED, vendor_payment};
 use crate::check;
+use crate::rng::Rng;
 
 /// Rounds of the calm phase before a run still going is a liveness failure.
 const CALM_ROUNDS_MAX: u32 = 4_000;
@@ -157,6 +162,23 @@ impl Sim<'_> {
                 let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
                 self.operate(&run, action, "an operator's event")?;
             }
+            Event::Approve(code, n) => {
+                let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
+                self.approve(&run, ApproverMove::of(code))?;
+            }
+            Event::Signal(code, n) => {
+                let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
+                match SignalMove::of(code) {
+                    SignalMove::Verified => self.signal(&run, VERIFIED)?,
+                    SignalMove::VerifiedTwice => {
+                        self.signal(&run, VERIFIED)?;
+                        if !self.dead {
+                            self.signal(&run, VERIFIED)?;
+                        }
+                    }
+                    SignalMove::Noise => self.signal(&run, "noise")?,
+                }
+            }
             Event::Checkpoint => {
                 let result = self.engine.as_ref().map(actum::Engine::checkpoint);
                 if let Some(Err(e)) = result {
@@ -205,6 +227,78 @@ impl Sim<'_> {
             Called::Died => "the process died".to_string(),
         };
         self.note(|| format!("an operator asks to {} {run}: {outcome}", action.name()));
+        Ok(())
+    }
+
+    /// An approver decides the payment approval of `run` (a vendor's step
+    /// `pay`), with no lease. The model decides too, so a decision on a
+    /// run that asked for none, a stale screen, a late or a second
+    /// decision must be refused by the engine as by the model.
+    fn approve(&mut self, run: &RunId, how: ApproverMove) -> Result<(), AgentFailure> {
+        let mut args = vendor_payment(run);
+        if how == ApproverMove::ApproveOther {
+            args.extend_from_slice(b" (plus the second invoice)");
+        }
+        let decision = DecideApproval {
+            run: run.clone(),
+            step: StepId::new("pay").expect("a valid step id"),
+            args_digest: digest_of(&args),
+            approver: "ann".into(),
+            role: FINANCE.into(),
+            approve: how != ApproverMove::Reject,
+            note: format!("{how:?}"),
+        };
+        let cmd = Command::DecideApproval(decision.clone());
+        let called = self.call(Some(&cmd), |e| {
+            e.decide_approval(
+                &decision.run,
+                &decision.step,
+                decision.args_digest,
+                &decision.approver,
+                &decision.role,
+                decision.approve,
+                &decision.note,
+            )
+        })?;
+        let outcome = match called {
+            Called::Ok(woke) => {
+                self.report.approvals += 1;
+                format!("taken (woke: {woke})")
+            }
+            Called::Refused(e) => {
+                self.report.approvals_refused += 1;
+                format!("refused: {e}")
+            }
+            Called::Died => "the process died".to_string(),
+        };
+        self.note(|| format!("an approver decides {how:?} on {run}: {outcome}"));
+        Ok(())
+    }
+
+    /// A webhook sends the signal `name` to `run`, with no lease.
+    fn signal(&mut self, run: &RunId, name: &str) -> Result<(), AgentFailure> {
+        let send = SendSignal {
+            run: run.clone(),
+            name: name.to_string(),
+            payload: format!("{name} for {run}").into_bytes(),
+            sender: "bank-webhook".into(),
+        };
+        let cmd = Command::SendSignal(send.clone());
+        let called = self.call(Some(&cmd), |e| {
+            e.signal(&send.run, &send.name, &send.payload, &send.sender)
+        })?;
+        let outcome = match called {
+            Called::Ok(sent) => {
+                self.report.signals += 1;
+                match sent.taken_by {
+                    Some(step) => format!("signal {} ends the wait at {step}", sent.seq),
+                    None => format!("signal {} waits in the inbox", sent.seq),
+                }
+            }
+            Called::Refused(e) => format!("refused: {e}"),
+            Called::Died => "the process died".to_string(),
+        };
+        self.note(|| format!("a webhook signals {name} to {run}: {outcome}"));
         Ok(())
     }
 
@@ -277,21 +371,34 @@ impl Sim<'_> {
         for run in paused {
             self.operate(&run, OperatorAction::Resume, "the calm phase")?;
         }
+        // How the calm phase's approver treats the approvals still open:
+        // drawn once per seed, so some runs see their approval expire.
+        let mut approver = Rng::new(self.schedule.seed).fork("calm approver");
+        let lets_expire = approver.below(4) == 0;
         for _ in 0..CALM_ROUNDS_MAX {
             let idle = self.workers.iter().all(|w| w.job.is_none());
             if idle && self.all_runs_over() {
                 return Ok(());
             }
+            self.answer_open_waits(lets_expire)?;
             self.clock.advance_ms(CALM_TICK_MS);
+            let mut acted = false;
             for w in 0..self.workers.len() {
                 self.deliver()?;
-                self.advance(w)?;
+                acted |= self.advance(w)?;
                 if self.dead {
                     return Err(self.fail(
                         "no error without a fault",
                         "the process died after the faults stopped",
                     ));
                 }
+            }
+            // Nothing to do but wait for a deadline (a timer, an approval
+            // left to expire): let up to an hour pass, in steps drawn from
+            // the seed, so a wake before the deadline would be seen.
+            if !acted && idle {
+                let jump = 60_000 + approver.below(HOUR_MS - 60_000);
+                self.clock.advance_ms(jump);
             }
         }
         let stuck: Vec<String> = self
@@ -308,6 +415,35 @@ impl Sim<'_> {
         ))
     }
 
+    /// The calm phase's approver and webhook: every open approval is
+    /// approved (unless this seed lets them expire), every open wait for
+    /// the bank's verification is signalled.
+    fn answer_open_waits(&mut self, lets_expire: bool) -> Result<(), AgentFailure> {
+        let open: Vec<(RunId, WaitFor)> = self
+            .runs
+            .iter()
+            .filter_map(|(run, _)| {
+                let live = self.model.run(run)?;
+                if live.state.is_terminal() {
+                    return None;
+                }
+                let book = self.model.waits(run)?;
+                let wait = book.open_wait()?;
+                Some((run.clone(), wait.wait_for.clone()))
+            })
+            .collect();
+        for (run, wait_for) in open {
+            match wait_for {
+                WaitFor::Approval { .. } if !lets_expire => {
+                    self.approve(&run, ApproverMove::Approve)?;
+                }
+                WaitFor::Signal { name } => self.signal(&run, &name)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// A clean close and a reopen, then the end-of-run invariants.
     fn finish(mut self) -> Result<(AgentReport, Vec<String>), AgentFailure> {
         self.deliver()?;
@@ -318,6 +454,9 @@ impl Sim<'_> {
         self.recover()?;
         let books = self.model.clone();
         let log = self.world.log().to_vec();
+        self.report.checked("a wait ends only on its own terms");
+        check::waits_keep_their_terms(&books)
+            .map_err(|e| self.fail("a wait ends only on its own terms", e))?;
         self.report.checked("every run ends once the faults stop");
         check::every_run_ends_settled(&books)
             .map_err(|e| self.fail("every run ends once the faults stop", e))?;

@@ -49,6 +49,59 @@ pub enum Event {
     /// An operator pauses, resumes or cancels run `n` (modulo the run
     /// count), holding no lease.
     Operate(OperatorAction, u8),
+    /// An approver decides the approval of run `n` (second field, modulo
+    /// the run count), holding no lease; the first field picks how
+    /// ([`ApproverMove::of`]).
+    Approve(u8, u8),
+    /// A webhook signals run `n` (second field), holding no lease; the
+    /// first picks what ([`SignalMove::of`]).
+    Signal(u8, u8),
+}
+
+/// What an approver's event does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApproverMove {
+    /// Approves the payment as the workflow will make it.
+    Approve,
+    /// Rejects it.
+    Reject,
+    /// Approves from a stale screen: another amount (another digest),
+    /// which the engine must refuse.
+    ApproveOther,
+}
+
+impl ApproverMove {
+    /// The move an event's first field stands for.
+    pub fn of(code: u8) -> ApproverMove {
+        match code % 4 {
+            0 | 1 => ApproverMove::Approve,
+            2 => ApproverMove::Reject,
+            _ => ApproverMove::ApproveOther,
+        }
+    }
+}
+
+/// What a webhook's event sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalMove {
+    /// The bank's verification.
+    Verified,
+    /// The verification delivered twice at once (a retried webhook): two
+    /// signals racing for one wait.
+    VerifiedTwice,
+    /// A signal no wait waits for.
+    Noise,
+}
+
+impl SignalMove {
+    /// The move an event's first field stands for.
+    pub fn of(code: u8) -> SignalMove {
+        match code % 3 {
+            0 => SignalMove::Verified,
+            1 => SignalMove::VerifiedTwice,
+            _ => SignalMove::Noise,
+        }
+    }
 }
 
 /// Everything an agent run does, apart from crash outcomes.
@@ -80,6 +133,8 @@ struct Rates {
     jump: u32,
     checkpoint: u32,
     operate: u32,
+    approve: u32,
+    signal: u32,
     tick: u32,
     ack_dropped: u32,
     request_lost: u32,
@@ -100,6 +155,8 @@ impl Rates {
             // Drawn from a fork of its own, so the other draws of a seed
             // stay what they were before operators existed.
             operate: 0,
+            approve: 0,
+            signal: 0,
             tick: menu(&[150_000, 300_000]),
             ack_dropped: menu(&[0, 50_000, 150_000]),
             request_lost: menu(&[0, 50_000, 100_000]),
@@ -124,6 +181,9 @@ impl AgentSchedule {
         let mut shape = root.fork("shape");
         let mut rates = Rates::swarm(&mut shape);
         rates.operate = *root.fork("operators").pick(&[0, 5_000, 20_000]);
+        let mut outside = root.fork("waits");
+        rates.approve = *outside.pick(&[0, 10_000, 30_000]);
+        rates.signal = *outside.pick(&[0, 10_000, 30_000]);
         let run_count = 1 + shape.below(RUNS_MAX as u64) as usize;
         let runs = (0..run_count)
             .map(|_| *shape.pick(&Workflow::ALL))
@@ -186,6 +246,10 @@ fn draw_event(rng: &mut Rng, rates: &Rates) -> Event {
             _ => OperatorAction::Cancel,
         };
         Event::Operate(action, (after / 5) as u8)
+    } else if next(rates.approve) {
+        Event::Approve((after % 4) as u8, (after / 4) as u8)
+    } else if next(rates.signal) {
+        Event::Signal((after % 3) as u8, (after / 3) as u8)
     } else if next(rates.tick) {
         Event::Tick(tick)
     } else {
@@ -230,7 +294,7 @@ mod tests {
 
     #[test]
     fn seeds_spread_over_every_event_and_fate() {
-        let mut seen = [false; 9];
+        let mut seen = [false; 11];
         let mut fates = [false; 5];
         for seed in 0..200 {
             let s = AgentSchedule::from_seed(seed, 200);
@@ -245,6 +309,8 @@ mod tests {
                     Event::Resume(_) => 6,
                     Event::Checkpoint => 7,
                     Event::Operate(..) => 8,
+                    Event::Approve(..) => 9,
+                    Event::Signal(..) => 10,
                 };
                 seen[i] = true;
             }
@@ -259,7 +325,7 @@ mod tests {
                 fates[i] = true;
             }
         }
-        assert_eq!(seen, [true; 9]);
+        assert_eq!(seen, [true; 11]);
         assert_eq!(fates, [true; 5]);
     }
 }

@@ -282,6 +282,10 @@ impl<'s> Sim<'s> {
         check::effect_begins_on_a_running_run(&self.model, cmd)
             .map_err(|e| self.fail("no effect begins unless its run is running", e))?;
         self.report
+            .checked("an approval binds the exact effect it approves");
+        check::approval_binds_its_effect(&self.model, cmd, self.clock.now_ms())
+            .map_err(|e| self.fail("an approval binds the exact effect it approves", e))?;
+        self.report
             .checked("the engine decides as the reference model does");
         let decided = expected.map_err(|e| {
             self.fail(
@@ -373,6 +377,9 @@ impl<'s> Sim<'s> {
         let found = engine
             .snapshot()
             .map_err(|e| self.fail("recovery succeeds without faults", e.to_string()))?;
+        self.report.checked("a wait ends only on its own terms");
+        check::waits_keep_their_terms(&found)
+            .map_err(|e| self.fail("a wait ends only on its own terms", e))?;
         self.report
             .checked("after every recovery the books equal the model");
         let inflight = self.inflight.take();
@@ -422,5 +429,12 @@ pub fn is_refusal(error: &Error) -> bool {
             | Error::BatchRefused { .. }
             | Error::InvalidCommand { .. }
             | Error::InvalidName { .. }
+            | Error::WaitMismatch { .. }
+            | Error::WaitOpen { .. }
+            | Error::WaitEnded { .. }
+            | Error::ApprovalExpired { .. }
+            | Error::ApprovalMismatch { .. }
+            | Error::ApproverRole { .. }
+            | Error::NotApproved { .. }
     )
 }

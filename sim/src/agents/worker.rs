@@ -21,14 +21,16 @@
 use actum::Clock;
 use actum::Error;
 use actum::books::{
-    Command, Compensation, Guard, Outcome, RecordDecision, RenewLease, RunId, RunState,
-    SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
+    Command, Compensation, Guard, OpenWait, Outcome, RecordDecision, RenewLease, RunId, RunState,
+    SaveCheckpoint, StepId, ToolClass, Transition, WaitFor, WaitStatus, WorkerId, digest_of,
 };
 use actum::engine::{CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec};
 
 use super::failure::AgentFailure;
 use super::sim::{Called, Sim};
-use super::workflow::{Action, AgentState, EffectSpec, Failing, SCHEMA_VERSION, Workflow};
+use super::workflow::{
+    Action, AgentState, EffectSpec, Failing, SCHEMA_VERSION, WaitSpec, Workflow,
+};
 use crate::check;
 use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Tool, tool};
 
@@ -415,6 +417,7 @@ impl Sim<'_> {
             Action::Effect(spec) => self.begin_effect(w, job, spec),
             Action::Decide { position, prompt } => self.decide(w, job, position, &prompt),
             Action::Compensate { step } => self.begin_undo(w, job, step),
+            Action::Wait(spec) => self.wait(w, job, &spec),
             Action::Finish { to, reason } => self.transition(w, &job, to, reason).map(|_| None),
         }
     }
@@ -751,6 +754,61 @@ impl Sim<'_> {
         };
         job.state.notes.extend_from_slice(&output);
         job.state.cursor += 1;
+        job.phase = Phase::Save;
+        Ok(Some(job))
+    }
+
+    /// Opens the workflow's wait (or asks how it ended, after a resume).
+    /// Still open: the run is parked and the lease gone, so the worker
+    /// lets it go. Ended: the agent moves on along the path it gives.
+    fn wait(&mut self, w: usize, mut job: Job, spec: &WaitSpec) -> Next {
+        let step = StepId::new(spec.step).expect("a valid step id");
+        let open = OpenWait {
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            step: step.clone(),
+            wait_for: spec.wait_for.clone(),
+            deadline_ms: spec.deadline_ms,
+            reason: format!("the workflow waits for {}", spec.wait_for),
+        };
+        let cmd = Command::OpenWait(open.clone());
+        let waited = match self.call(Some(&cmd), |e| {
+            e.open_wait(
+                &open.run,
+                &open.guard,
+                &open.step,
+                open.wait_for.clone(),
+                open.deadline_ms,
+                &open.reason,
+            )
+        })? {
+            Called::Ok(waited) => waited,
+            Called::Refused(e) => return self.dropped(w, &job, &e),
+            Called::Died => return Ok(None),
+        };
+        let who = self.who(w);
+        let status = waited.wait.status.clone();
+        self.note(|| format!("{who} waits at {step} of {}: {}", job.run, status.name()));
+        match (&spec.wait_for, status) {
+            (_, WaitStatus::Open) => {
+                self.report.waits_parked += 1;
+                return Ok(None);
+            }
+            (WaitFor::Approval { .. }, WaitStatus::Rejected { .. } | WaitStatus::Elapsed) => {
+                job.state.failing = Some(Failing::NotApproved);
+                job.state.cursor = 0;
+            }
+            (_, WaitStatus::Signalled { signal }) => {
+                job.state.notes.extend_from_slice(&signal.payload);
+                job.state.cursor += 1;
+            }
+            (
+                _,
+                WaitStatus::Approved { .. } | WaitStatus::Elapsed | WaitStatus::Rejected { .. },
+            ) => {
+                job.state.cursor += 1;
+            }
+        }
         job.phase = Phase::Save;
         Ok(Some(job))
     }

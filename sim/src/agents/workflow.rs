@@ -1,8 +1,11 @@
 //! The agents' workflows, drawn from the seeds: the shop (charge the card,
 //! ship the order), the refund (ask the model, refund, tell the customer),
 //! the treasury end-of-day run (sweep, hedge, post; when the FX desk refuses
-//! the hedge, compensate the sweep and fail), and a long research run of
-//! journaled model decisions and searches with a growing checkpoint.
+//! the hedge, compensate the sweep and fail), a long research run of
+//! journaled model decisions and searches with a growing checkpoint, and
+//! vendor onboarding: a 48-hour finance approval of the exact payment, the
+//! bank's verification webhook, a week's cooling-off timer, then the
+//! payment.
 //!
 //! A workflow is a pure function from where the agent stands (its
 //! checkpointed [`AgentState`]) to the next [`Action`], so a worker that
@@ -12,7 +15,7 @@
 //! **Invariant:** every action a workflow names is deterministic in (run,
 //! state); the books, not the worker's memory, decide what already happened.
 
-use actum::books::{Part, RunId, RunState};
+use actum::books::{Part, RunId, RunState, WaitFor, digest_of};
 
 use crate::world::Tool;
 use crate::world::tool;
@@ -23,6 +26,20 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const RESEARCH_ROUNDS: u32 = 4;
 /// Bytes of the static plan every checkpoint carries (stored once).
 const PLAN_BYTES: usize = 2_048;
+/// Virtual time the simulation starts at (ms since the epoch); the
+/// vendor's deadlines are fixed instants after it, so a resumed worker asks
+/// for the same wait.
+const EPOCH_MS: u64 = super::sim::START_MS;
+/// One hour, in ms.
+pub const HOUR_MS: u64 = 3_600_000;
+/// How long finance has to approve a vendor's payment.
+pub const APPROVAL_WINDOW_MS: u64 = 48 * HOUR_MS;
+/// The vendor's cooling-off period before its first payment.
+pub const COOL_OFF_MS: u64 = 7 * 24 * HOUR_MS;
+/// The approver role of the vendor's payment.
+pub const FINANCE: &str = "finance";
+/// The name of the bank's verification signal.
+pub const VERIFIED: &str = "verified";
 
 /// A kind of agent run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -35,15 +52,18 @@ pub enum Workflow {
     Treasury,
     /// Seeds 003/004: a long run of decisions and searches.
     Research,
+    /// Seed 003: approval, webhook, cooling-off timer, payment.
+    Vendor,
 }
 
 impl Workflow {
     /// Every workflow.
-    pub const ALL: [Workflow; 4] = [
+    pub const ALL: [Workflow; 5] = [
         Workflow::Shop,
         Workflow::Refund,
         Workflow::Treasury,
         Workflow::Research,
+        Workflow::Vendor,
     ];
 
     /// Its name, the prefix of its runs' ids.
@@ -53,6 +73,7 @@ impl Workflow {
             Workflow::Refund => "refund",
             Workflow::Treasury => "treasury",
             Workflow::Research => "research",
+            Workflow::Vendor => "vendor",
         }
     }
 
@@ -70,6 +91,8 @@ pub enum Failing {
     /// A step's outcome is unknown on a tool that cannot say: a person
     /// must reconcile it; the run stops.
     Unknown,
+    /// Finance rejected the payment, or let its approval expire.
+    NotApproved,
 }
 
 /// Where an agent stands: what its checkpoint holds.
@@ -113,6 +136,8 @@ pub enum Action {
         /// The step.
         step: &'static str,
     },
+    /// Wait at a step for an approval, a signal or a timer.
+    Wait(WaitSpec),
     /// Move the run to a terminal state.
     Finish {
         /// Completed or failed.
@@ -120,6 +145,22 @@ pub enum Action {
         /// Why.
         reason: &'static str,
     },
+}
+
+/// A wait a workflow asks for: its step, what it waits for, its deadline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitSpec {
+    /// The waiting step (an approval's is the step of the effect it binds).
+    pub step: &'static str,
+    /// What it waits for.
+    pub wait_for: WaitFor,
+    /// When it ends by itself, ms since the epoch.
+    pub deadline_ms: Option<u64>,
+}
+
+/// The arguments of a vendor run's payment (what finance approves).
+pub fn vendor_payment(run: &RunId) -> Vec<u8> {
+    format!("pay the first invoice of {run}").into_bytes()
 }
 
 fn effect(step: impl Into<String>, tool_name: &str, run: &RunId) -> Action {
@@ -145,6 +186,10 @@ impl Workflow {
             Some(Failing::Unknown) => Action::Finish {
                 to: RunState::Failed,
                 reason: "an effect's outcome is unknown; an operator must reconcile it",
+            },
+            Some(Failing::NotApproved) => Action::Finish {
+                to: RunState::Failed,
+                reason: "finance did not approve the payment",
             },
             Some(Failing::Declined) => match state.cursor {
                 0 => Action::Compensate { step: "sweep" },
@@ -189,6 +234,32 @@ impl Workflow {
                     effect(format!("search-{round}"), "search.query", run)
                 }
             }
+            (Workflow::Vendor, 0) => Action::Wait(WaitSpec {
+                step: "pay",
+                wait_for: WaitFor::Approval {
+                    args_digest: digest_of(&vendor_payment(run)),
+                    role: FINANCE.to_string(),
+                },
+                deadline_ms: Some(EPOCH_MS + APPROVAL_WINDOW_MS),
+            }),
+            (Workflow::Vendor, 1) => Action::Wait(WaitSpec {
+                step: "verify-bank",
+                wait_for: WaitFor::Signal {
+                    name: VERIFIED.to_string(),
+                },
+                deadline_ms: None,
+            }),
+            (Workflow::Vendor, 2) => Action::Wait(WaitSpec {
+                step: "cool-off",
+                wait_for: WaitFor::Timer,
+                deadline_ms: Some(EPOCH_MS + COOL_OFF_MS),
+            }),
+            (Workflow::Vendor, 3) => Action::Effect(EffectSpec {
+                step: "pay".into(),
+                tool: tool("bank.pay"),
+                args: vendor_payment(run),
+                compensation: None,
+            }),
             _ => done(),
         }
     }
@@ -202,6 +273,7 @@ impl AgentState {
             None => 0,
             Some(Failing::Declined) => 1,
             Some(Failing::Unknown) => 2,
+            Some(Failing::NotApproved) => 3,
         };
         let mut cursor = self.cursor.to_le_bytes().to_vec();
         cursor.push(failing);
@@ -233,6 +305,7 @@ impl AgentState {
             [0] => None,
             [1] => Some(Failing::Declined),
             [2] => Some(Failing::Unknown),
+            [3] => Some(Failing::NotApproved),
             _ => return None,
         };
         Some(AgentState {

@@ -8,6 +8,7 @@
 //! and the replay command.
 
 mod acked_survive;
+mod approval_binds;
 mod books_match_model;
 mod corruption_detected;
 mod decision_not_repaid;
@@ -22,12 +23,14 @@ mod recovery_idempotent;
 mod redb_survives;
 mod resend_payload;
 mod stale_lease_refused;
+mod waits_keep_their_terms;
 mod world_fenced;
 
 #[cfg(test)]
 mod test_support;
 
 pub use acked_survive::acked_appends_survive;
+pub use approval_binds::approval_binds_its_effect;
 pub use books_match_model::{InFlight, books_match_model};
 pub use corruption_detected::corruption_is_detected;
 pub use decision_not_repaid::decision_not_paid_twice;
@@ -42,4 +45,5 @@ pub use recovery_idempotent::recovery_is_idempotent;
 pub use redb_survives::redb_committed_state_survives;
 pub use resend_payload::resends_carry_the_same_payload;
 pub use stale_lease_refused::stale_lease_refused;
+pub use waits_keep_their_terms::waits_keep_their_terms;
 pub use world_fenced::world_refuses_stale_tokens;

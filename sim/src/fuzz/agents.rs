@@ -88,7 +88,7 @@ fn fate(b: &mut Bytes<'_>) -> Fate {
 }
 
 fn event(b: &mut Bytes<'_>) -> Event {
-    match b.u8() % 9 {
+    match b.u8() % 11 {
         0 => Event::Tick(1 + b.u16() % 3_000),
         1 => Event::Jump(30_000 + b.u32() % 570_000),
         2 => Event::Crash,
@@ -97,6 +97,8 @@ fn event(b: &mut Bytes<'_>) -> Event {
         5 => Event::Resume(b.u8()),
         6 => Event::Checkpoint,
         7 => Event::Advance(b.u8()),
+        8 => Event::Approve(b.u8(), b.u8()),
+        9 => Event::Signal(b.u8(), b.u8()),
         _ => {
             let action = match b.u8() % 3 {
                 0 => OperatorAction::Pause,
@@ -171,8 +173,10 @@ pub fn encode(schedule: &AgentSchedule) -> Vec<u8> {
                     OperatorAction::Resume => 1,
                     OperatorAction::Cancel => 2,
                 };
-                out.extend_from_slice(&[8, code, run]);
+                out.extend_from_slice(&[10, code, run]);
             }
+            Event::Approve(code, run) => out.extend_from_slice(&[8, code, run]),
+            Event::Signal(code, run) => out.extend_from_slice(&[9, code, run]),
         }
     }
     out

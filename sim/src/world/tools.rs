@@ -70,7 +70,7 @@ impl Tool {
 }
 
 /// Every tool of the world.
-const TOOLS: [Tool; 9] = [
+const TOOLS: [Tool; 10] = [
     Tool::idempotent("stripe.charge"),
     Tool::queryable("warehouse.ship", false),
     Tool::queryable("bank.refund", false),
@@ -80,6 +80,7 @@ const TOOLS: [Tool; 9] = [
     Tool::queryable("fx.hedge", true),
     Tool::idempotent("ledger.post"),
     Tool::idempotent("search.query"),
+    Tool::queryable("bank.pay", false),
 ];
 
 /// The tool named `name`; panics on a name outside the catalogue (a bug in

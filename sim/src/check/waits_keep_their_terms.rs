@@ -1,0 +1,236 @@
+//! Invariants of durable waits, checked over the books a recovery or the
+//! end of a run left:
+//!
+//! - no wait elapses before its deadline (a timer fires, an approval
+//!   expires, only once its instant has come);
+//! - a wait is ended by a signal only of the name it waits for, sent no
+//!   later than the wait ended, and the signals of one name are taken in
+//!   the order they arrived (no older one is left in the inbox behind a
+//!   newer one taken);
+//! - an effect at a step that asked for an approval was approved, with the
+//!   arguments it carries, before its intent was written.
+//!
+//! The books come from applying ops, not from the rules `decide` enforces,
+//! so these catch an engine that skips a rule.
+
+use actum::books::{BooksRead, EffectKind, MemBooks, WaitFor, WaitStatus};
+
+/// `Err` naming the first wait, signal or effect that breaks a wait's terms.
+pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
+    for run in books.runs() {
+        let Some(book) = books.waits(&run.id) else {
+            continue;
+        };
+        let mut taken: Vec<(String, u64)> = Vec::new();
+        for wait in &book.waits {
+            let ended_ms = wait.ended_ms.unwrap_or(u64::MAX);
+            match (&wait.status, &wait.wait_for) {
+                (WaitStatus::Elapsed, _) => {
+                    let deadline = wait.deadline_ms.unwrap_or(u64::MAX);
+                    if ended_ms < deadline {
+                        return Err(format!(
+                            "the {} at step {} of run {} elapsed at {ended_ms} ms, before its \
+                             deadline {deadline} ms",
+                            wait.wait_for, wait.step, run.id
+                        ));
+                    }
+                }
+                (WaitStatus::Signalled { signal }, WaitFor::Signal { name }) => {
+                    if signal.name != *name || signal.sent_ms > ended_ms {
+                        return Err(format!(
+                            "the wait for signal {name} at step {} of run {} was ended by \
+                             signal {} ({}) sent at {} ms",
+                            wait.step, run.id, signal.seq, signal.name, signal.sent_ms
+                        ));
+                    }
+                    if let Some((_, earlier)) = taken.iter().rev().find(|(n, _)| n == name)
+                        && *earlier >= signal.seq
+                    {
+                        return Err(format!(
+                            "run {} took signal {} ({name}) after signal {earlier}",
+                            run.id, signal.seq
+                        ));
+                    }
+                    taken.push((name.clone(), signal.seq));
+                }
+                (WaitStatus::Signalled { signal }, other) => {
+                    return Err(format!(
+                        "the {other} at step {} of run {} was ended by signal {}",
+                        wait.step, run.id, signal.seq
+                    ));
+                }
+                _ => {}
+            }
+        }
+        for (name, seq) in &taken {
+            if let Some(older) = book.inbox.iter().find(|s| s.name == *name && s.seq < *seq) {
+                return Err(format!(
+                    "run {} took signal {seq} ({name}) while the older signal {} waits in its \
+                     inbox",
+                    run.id, older.seq
+                ));
+            }
+        }
+    }
+    for entry in books.effects() {
+        if entry.key.kind() != EffectKind::Act {
+            continue;
+        }
+        let run = entry.key.run();
+        let Some(wait) = books
+            .waits(run)
+            .and_then(|book| book.wait_at(entry.key.step()).cloned())
+        else {
+            continue;
+        };
+        let WaitFor::Approval { args_digest, .. } = &wait.wait_for else {
+            continue;
+        };
+        let approved_in_time = matches!(wait.status, WaitStatus::Approved { .. })
+            && wait.ended_ms.is_some_and(|at| at <= entry.intended_ms);
+        if !approved_in_time || *args_digest != entry.args_digest {
+            return Err(format!(
+                "effect {} began at {} ms with args {} while its approval (bound to args {}) \
+                 is {} since {:?}",
+                entry.key,
+                entry.intended_ms,
+                entry.args_digest.short(),
+                args_digest.short(),
+                wait.status.name(),
+                wait.ended_ms
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests fail loudly")]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+    use actum::books::{
+        BooksWrite, EffectStatus, FencingToken, RunState, SignalRecord, StepId, ToolClass,
+        WaitBook, WaitRecord, digest_of,
+    };
+
+    fn wait(step: &str, wait_for: WaitFor, deadline_ms: u64, status: WaitStatus) -> WaitRecord {
+        WaitRecord {
+            step: StepId::new(step).unwrap(),
+            seq: 1,
+            wait_for,
+            deadline_ms: Some(deadline_ms),
+            opened_ms: 500,
+            token: FencingToken(1),
+            reason: String::new(),
+            status,
+            ended_ms: Some(900),
+        }
+    }
+
+    fn signal(seq: u64, name: &str) -> SignalRecord {
+        SignalRecord {
+            seq,
+            name: name.into(),
+            payload: Vec::new(),
+            sender: "psp".into(),
+            sent_ms: 800,
+        }
+    }
+
+    fn books(waits: Vec<WaitRecord>, inbox: Vec<SignalRecord>) -> MemBooks {
+        let mut books = MemBooks::new();
+        books.put_run(run_record("r", RunState::Running));
+        books.put_waits(WaitBook {
+            run: actum::books::RunId::new("r").unwrap(),
+            waits,
+            inbox,
+            signals_received: 9,
+        });
+        books
+    }
+
+    #[test]
+    fn a_wait_that_elapses_early_is_caught_and_one_on_time_is_not() {
+        let early = books(
+            vec![wait("t", WaitFor::Timer, 901, WaitStatus::Elapsed)],
+            vec![],
+        );
+        assert!(
+            waits_keep_their_terms(&early)
+                .unwrap_err()
+                .contains("before its deadline")
+        );
+        let on_time = books(
+            vec![wait("t", WaitFor::Timer, 900, WaitStatus::Elapsed)],
+            vec![],
+        );
+        assert_eq!(waits_keep_their_terms(&on_time), Ok(()));
+    }
+
+    #[test]
+    fn a_signal_of_another_name_or_out_of_order_is_caught() {
+        let on = |name: &str| WaitFor::Signal { name: name.into() };
+        let by = |seq, name| WaitStatus::Signalled {
+            signal: signal(seq, name),
+        };
+        let wrong_name = books(
+            vec![wait("s", on("paid"), u64::MAX, by(1, "noise"))],
+            vec![],
+        );
+        assert!(waits_keep_their_terms(&wrong_name).is_err());
+        let skipped = books(
+            vec![wait("s", on("paid"), u64::MAX, by(3, "paid"))],
+            vec![signal(2, "paid")],
+        );
+        assert!(
+            waits_keep_their_terms(&skipped)
+                .unwrap_err()
+                .contains("older signal 2")
+        );
+        let fine = books(
+            vec![wait("s", on("paid"), u64::MAX, by(2, "paid"))],
+            vec![signal(3, "paid")],
+        );
+        assert_eq!(waits_keep_their_terms(&fine), Ok(()));
+    }
+
+    #[test]
+    fn an_effect_without_its_approval_is_caught() {
+        let approval = WaitFor::Approval {
+            args_digest: digest_of(b"pay 9"),
+            role: "finance".into(),
+        };
+        let approved = WaitStatus::Approved {
+            approver: "ann".into(),
+            note: String::new(),
+        };
+        let mut act = entry("r/pay/1", EffectStatus::Intended, ToolClass::Queryable);
+        act.args_digest = digest_of(b"pay 9");
+        act.intended_ms = 1_000;
+        let mut ok = books(
+            vec![wait("pay", approval.clone(), 5_000, approved.clone())],
+            vec![],
+        );
+        ok.put_effect(act.clone());
+        assert_eq!(waits_keep_their_terms(&ok), Ok(()));
+        let mut rejected = books(
+            vec![wait(
+                "pay",
+                approval.clone(),
+                5_000,
+                WaitStatus::Rejected {
+                    approver: "ann".into(),
+                    note: String::new(),
+                },
+            )],
+            vec![],
+        );
+        rejected.put_effect(act.clone());
+        assert!(waits_keep_their_terms(&rejected).is_err());
+        let mut other_args = books(vec![wait("pay", approval, 5_000, approved)], vec![]);
+        act.args_digest = digest_of(b"pay 90");
+        other_args.put_effect(act);
+        assert!(waits_keep_their_terms(&other_args).is_err());
+    }
+}
