@@ -336,7 +336,7 @@ impl Engine {
         }
         let mut overlay = Overlay::new(books);
         for hot in inner.hot.runs.values() {
-            let Some(mut book) = hot.waits.clone() else {
+            let Some(mut book) = hot.waits.as_deref().cloned() else {
                 continue;
             };
             if let Some(at) = book

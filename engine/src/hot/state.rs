@@ -51,8 +51,9 @@ pub(crate) struct HotRun {
     pub(crate) audit: Vec<(AuditEntry, Lsn)>,
     pub(crate) last_lsn: Lsn,
     /// The run's waits and untaken signals (kept whole while the run is in
-    /// memory: a run waits at few steps).
-    pub(crate) waits: Option<WaitBook>,
+    /// memory: a run waits at few steps), boxed so that a run that never
+    /// waits pays one word for it.
+    pub(crate) waits: Option<Box<WaitBook>>,
     /// The instant under which the claim index holds the run, if it does.
     claim_from: Option<u64>,
     /// True while the run is on the list a checkpoint looks at to evict.
@@ -80,7 +81,7 @@ impl HotRun {
 
     /// Since when the run is claimable, from its record and its open wait.
     fn claimable_from_ms(&self) -> Option<u64> {
-        claimable_from_ms(&self.run, wake_ms(self.waits.as_ref()))
+        claimable_from_ms(&self.run, wake_ms(self.waits.as_deref()))
     }
 
     /// True if entries of `kind` of `step` may be in the state store only.
@@ -176,7 +177,7 @@ impl HotState {
                 books.waits(id),
             )
         });
-        hot.waits = waits;
+        hot.waits = waits.map(Box::new);
         for entry in effects {
             if entry.status.is_open() {
                 hot.effects.insert(entry.key.clone(), (entry, Lsn::ZERO));
@@ -264,7 +265,7 @@ impl HotState {
             self.set_run(run, lsn);
         }
         for (run, book) in waits {
-            self.run_mut(&run, lsn).waits = Some(book);
+            self.run_mut(&run, lsn).waits = Some(Box::new(book));
             self.reindex(&run);
         }
         for (key, entry) in effects {
@@ -347,7 +348,7 @@ impl HotState {
         for hot in self.runs.values() {
             let id = &hot.run.id;
             books.put_run(hot.run.clone());
-            if let Some(book) = &hot.waits {
+            if let Some(book) = hot.waits.as_deref() {
                 books.put_waits(book.clone());
             }
             for held in hot.effects.values() {

@@ -177,7 +177,7 @@ impl BooksRead for HotView<'_> {
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {
         match self.hot_run(run) {
-            Some(hot) => hot.waits.clone(),
+            Some(hot) => hot.waits.as_deref().cloned(),
             None => self.cold_of(run, |b| b.waits(run)),
         }
     }
