@@ -8,12 +8,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::apply::apply;
 use super::command::{AcquireLease, ClaimNext, Guard, ReleaseLease, RenewLease};
 use super::decide::{Answer, Decided};
 use super::ids::RunId;
 use super::ids::{FencingToken, WorkerId};
 use super::limits::LEASE_TTL_MS_MAX;
 use super::op::Op;
+use super::overlay::Overlay;
 use super::run::{Run, RunState, existing};
 use super::state::BooksRead;
 use super::wait::{wake_if_due, wake_ms};
@@ -188,21 +190,30 @@ fn grant(run: &Run, worker: &WorkerId, expires_ms: u64, now_ms: u64) -> Decided 
 }
 
 /// [`grant`], after ending the run's open wait if its deadline passed (the
-/// run starts running again in the same commit).
+/// run starts running again in the same commit): the lease is granted on
+/// the run as those ops leave it.
 fn wake_and_grant(
     state: &dyn BooksRead,
     run: &Run,
     worker: &WorkerId,
     expires_ms: u64,
     now_ms: u64,
-) -> Decided {
-    let (mut ops, woken) = wake_if_due(state, run, now_ms);
-    let granted = grant(&woken, worker, expires_ms, now_ms);
+) -> Result<Decided> {
+    let mut ops = wake_if_due(state, run, now_ms);
+    if ops.is_empty() {
+        return Ok(grant(run, worker, expires_ms, now_ms));
+    }
+    let mut woken = Overlay::new(state);
+    for op in &ops {
+        apply(&mut woken, op)?;
+    }
+    let run = woken.run(&run.id).expect("waking keeps the run");
+    let granted = grant(&run, worker, expires_ms, now_ms);
     ops.extend(granted.ops);
-    Decided {
+    Ok(Decided {
         ops,
         answer: granted.answer,
-    }
+    })
 }
 
 /// Decides `AcquireLease`: granted only if no live lease exists.
@@ -226,7 +237,7 @@ pub(crate) fn decide_acquire(
             expires_ms: lease.expires_ms,
         });
     }
-    Ok(wake_and_grant(state, &run, &cmd.worker, expires_ms, now_ms))
+    wake_and_grant(state, &run, &cmd.worker, expires_ms, now_ms)
 }
 
 /// Decides `ClaimNext`: the run claimable longest (ties by id) is granted;
@@ -250,7 +261,7 @@ pub(crate) fn decide_claim(state: &dyn BooksRead, cmd: &ClaimNext, now_ms: u64) 
                 claimable(&run, wake, now_ms),
                 "only claimable runs are visited"
             );
-            Ok(wake_and_grant(state, &run, &cmd.worker, expires_ms, now_ms))
+            wake_and_grant(state, &run, &cmd.worker, expires_ms, now_ms)
         }
     }
 }

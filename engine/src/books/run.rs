@@ -150,6 +150,28 @@ pub(crate) fn check_running(run: &Run, refused: &'static str) -> Result<()> {
     })
 }
 
+/// The op that moves `run` to `to` for someone who holds no lease (an
+/// operator, an approver, a signal, a wait's deadline): journaled under the
+/// run's current token. Returns it and the run's version after it.
+pub(crate) fn move_under_current_token(
+    run: &Run,
+    to: RunState,
+    now_ms: u64,
+    reason: String,
+) -> (Op, u64) {
+    let version = run.version + 1;
+    let op = Op::RunTransitioned {
+        run: run.id.clone(),
+        from: run.state,
+        to,
+        version,
+        at_ms: now_ms,
+        token: lease::current_token(run),
+        reason,
+    };
+    (op, version)
+}
+
 /// The run named `id`, or `NotFound`.
 pub(crate) fn existing(state: &dyn BooksRead, id: &RunId) -> Result<Run> {
     state.run(id).ok_or_else(|| Error::NotFound {
@@ -346,21 +368,13 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
         "an operator's move {} -> {to} is in the table",
         run.state
     );
-    let version = run.version + 1;
-    let op = Op::RunTransitioned {
-        run: run.id.clone(),
-        from: run.state,
-        to,
-        version,
-        at_ms: now_ms,
-        token: lease::current_token(&run),
-        reason: format!(
-            "operator {} ({}): {}",
-            cmd.operator,
-            cmd.action.name(),
-            cmd.reason
-        ),
-    };
+    let reason = format!(
+        "operator {} ({}): {}",
+        cmd.operator,
+        cmd.action.name(),
+        cmd.reason
+    );
+    let (op, version) = move_under_current_token(&run, to, now_ms, reason);
     Ok(Decided {
         ops: vec![op],
         answer: Answer::Operated {

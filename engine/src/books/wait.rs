@@ -29,10 +29,10 @@ use super::command::{DecideApproval, OpenWait, SendSignal};
 use super::decide::{Answer, Decided};
 use super::digest::Digest;
 use super::ids::{FencingToken, RunId, StepId};
-use super::lease::{self, check_live};
+use super::lease::check_live;
 use super::limits::{INBOX_SIGNALS_MAX, NAME_LEN_BYTES_MAX, SIGNAL_PAYLOAD_BYTES_MAX, check_size};
 use super::op::Op;
-use super::run::{Run, RunState, check_running, check_text, existing};
+use super::run::{Run, RunState, check_running, check_text, existing, move_under_current_token};
 use super::state::BooksRead;
 use crate::error::{Error, Result};
 
@@ -264,22 +264,6 @@ fn check_not_expired(cmd: &OpenWait, now_ms: u64) -> Result<()> {
     Ok(())
 }
 
-/// The ops that move `run` (version `run.version`) to `to` under its
-/// current token, and the version after.
-fn move_run(run: &Run, to: RunState, now_ms: u64, reason: String) -> (Op, u64) {
-    let version = run.version + 1;
-    let op = Op::RunTransitioned {
-        run: run.id.clone(),
-        from: run.state,
-        to,
-        version,
-        at_ms: now_ms,
-        token: lease::current_token(run),
-        reason,
-    };
-    (op, version)
-}
-
 /// Decides `OpenWait`: the holder of a running run's live lease stops it
 /// at a step. Asking again at the same step with the same terms answers
 /// with the wait as it stands; with other terms it is `WaitMismatch`. A
@@ -368,7 +352,7 @@ pub(crate) fn decide_open_wait(
         });
     }
     let to = cmd.wait_for.waiting_state();
-    let (moved, version) = move_run(&run, to, now_ms, cmd.reason.clone());
+    let (moved, version) = move_under_current_token(&run, to, now_ms, cmd.reason.clone());
     ops.push(moved);
     ops.push(Op::LeaseReleased {
         run: run.id.clone(),
@@ -410,7 +394,8 @@ fn open_wait_at<'b>(
 /// in its waiting state (a paused run stays paused until an operator
 /// resumes it).
 fn wake(run: &Run, waited_in: RunState, now_ms: u64, reason: String) -> Option<Op> {
-    (run.state == waited_in).then(|| move_run(run, RunState::Running, now_ms, reason).0)
+    (run.state == waited_in)
+        .then(|| move_under_current_token(run, RunState::Running, now_ms, reason).0)
 }
 
 /// Decides `DecideApproval`: an approver, with no lease, approves or
@@ -566,34 +551,27 @@ pub(crate) fn decide_signal(
 }
 
 /// The ops that end `run`'s open wait because its deadline passed at
-/// `now_ms`, moving it back to `running`, and the run as they leave it;
-/// none if its wait is not due (a claim or acquisition of a run calls this
-/// before granting the lease).
-pub(crate) fn wake_if_due(state: &dyn BooksRead, run: &Run, now_ms: u64) -> (Vec<Op>, Run) {
+/// `now_ms`, moving it back to `running`; none if its wait is not due (a
+/// claim or acquisition of a run calls this before granting the lease).
+pub(crate) fn wake_if_due(state: &dyn BooksRead, run: &Run, now_ms: u64) -> Vec<Op> {
     let book = state.waits(&run.id);
     let Some(wait) = book.as_ref().and_then(|b| b.open_wait()) else {
-        return (Vec::new(), run.clone());
+        return Vec::new();
     };
-    if wait.deadline_ms.is_none_or(|at| at > now_ms)
-        || run.lease.as_ref().is_some_and(|l| l.is_live(now_ms))
-    {
-        return (Vec::new(), run.clone());
+    let held = run.lease.as_ref().is_some_and(|l| l.is_live(now_ms));
+    if held || wait.deadline_ms.is_none_or(|at| at > now_ms) {
+        return Vec::new();
     }
-    let mut ops = vec![Op::WaitEnded {
+    let reason = format!("the {} at step {} elapsed", wait.wait_for, wait.step);
+    let ended = Op::WaitEnded {
         run: run.id.clone(),
         step: wait.step.clone(),
         status: WaitStatus::Elapsed,
         at_ms: now_ms,
-    }];
-    let mut after = run.clone();
-    let reason = format!("the {} at step {} elapsed", wait.wait_for, wait.step);
-    if let Some(op) = wake(run, wait.wait_for.waiting_state(), now_ms, reason) {
-        after.version += 1;
-        after.state = RunState::Running;
-        after.updated_ms = now_ms;
-        ops.push(op);
-    }
-    (ops, after)
+    };
+    std::iter::once(ended)
+        .chain(wake(run, wait.wait_for.waiting_state(), now_ms, reason))
+        .collect()
 }
 
 /// An effect at a step that asked for an approval begins only once that
