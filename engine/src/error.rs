@@ -332,6 +332,13 @@ pub enum Error {
         /// The digest the approver named.
         presented: Digest,
     },
+    /// A settle named a charge that was neither reserved nor recorded.
+    NotReserved {
+        /// The run.
+        run: RunId,
+        /// The charge, in words (`model call 3`, `the act of step pay`).
+        charge: String,
+    },
     /// An effect was begun at a step whose approval was not granted.
     NotApproved {
         /// The run.
@@ -640,6 +647,11 @@ impl fmt::Display for Error {
                  the approver saw another effect than the run will make; nothing was approved",
                 bound.short(),
                 presented.short()
+            ),
+            Error::NotReserved { run, charge } => write!(
+                f,
+                "{charge} of run {run} has no open reservation to settle, and was never \
+                 recorded; reserve before the call"
             ),
             Error::NotApproved { run, step, status } => write!(
                 f,

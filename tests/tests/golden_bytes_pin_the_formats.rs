@@ -27,10 +27,10 @@ use std::fmt::Debug;
 use std::path::Path;
 
 use actum::books::{
-    AuditEntry, AuditWhat, CheckpointMeta, Compensation, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, EffectStatus, FencingToken, Lease, Op, PAYLOAD_VERSION, PartRef, Run,
-    RunId, RunState, SignalRecord, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitRecord,
-    WaitStatus, WorkerId, decode_ops, encode_ops,
+    AuditEntry, AuditWhat, BudgetBook, BudgetLimits, Charge, CheckpointMeta, Compensation, Cost,
+    DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, EffectStatus, FencingToken, Lease,
+    Op, PAYLOAD_VERSION, PartRef, Reservation, Run, RunId, RunState, SignalRecord, StepId,
+    ToolClass, Usage, WaitBook, WaitFor, WaitRecord, WaitStatus, WorkerId, decode_ops, encode_ops,
 };
 use actum::state::rows::{RowTable, decode_row, encode_row};
 
@@ -63,8 +63,11 @@ op.wait_ended.rejected         0c0272310273320203626f62026e6fd836
 op.wait_ended.signalled        0c0272310273320304047061696402beef037073708827d836
 op.wait_ended.elapsed          0c02723102733204d836
 op.signal_received             0d02723104047061696402beef037073708827
-payload.two_ops                02020302723103f02e09882704027231030ad836
-payload.no_ops                 0200
+op.budget_set                  0e02723101a08d060001c096b10201280180dddb01036f707303776879c865
+op.budget_reserved             0f0272310102733314151617e05d0302027231027031
+op.budget_settled              1002723100070a0b0c0db06d03
+payload.two_ops                03020302723103f02e09882704027231030ad836
+payload.no_ops                 0300
 row.run                        931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                   a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                     f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
@@ -83,7 +86,11 @@ row.audit.decision_recorded    16f4f9350a987501030905909192939495969798999a9b9c9
 row.audit.wait_opened          144f24c30b987501030a02733200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03e0179
 row.audit.wait_ended           e291489c0c9875000b02733208617070726f7665640179
 row.audit.signal_received      a4a97b950d9875000c040470616964037073700179
+row.audit.budget_set           faecc98e0e9875000d01a08d060001c096b10201280180dddb01036f70730179
+row.audit.reserved             45d8285d0f987501030e01027333141516170179
+row.audit.charge_settled       5bde0d5510987501030f00070a0b0c0d0179
 row.waits                      1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
+row.budgets                    41665bfb0272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d0302027231027031d0860301e0d403
 ";
 
 // ---------------------------------------------------------------- values
@@ -318,6 +325,53 @@ fn wait_book() -> WaitBook {
     }
 }
 
+fn limits() -> BudgetLimits {
+    BudgetLimits {
+        tokens_in: Some(100_000),
+        tokens_out: None,
+        cost_micros: Some(5_000_000),
+        tool_calls: Some(40),
+        wall_ms: Some(3_600_000),
+    }
+}
+
+fn cost(base: u64) -> Cost {
+    Cost {
+        tokens_in: base,
+        tokens_out: base + 1,
+        cost_micros: base + 2,
+        tool_calls: base + 3,
+    }
+}
+
+fn effect_charge() -> Charge {
+    Charge::Effect {
+        step: StepId::new("s3").unwrap(),
+    }
+}
+
+fn reservation() -> Reservation {
+    Reservation {
+        charge: effect_charge(),
+        amount: cost(20),
+        reserved_ms: 12_000,
+        token: token(),
+        charged: vec![run_id(), RunId::new("p1").unwrap()],
+    }
+}
+
+fn budget_book() -> BudgetBook {
+    BudgetBook {
+        run: run_id(),
+        limits: Some(limits()),
+        spent: cost(30),
+        reserved: cost(20),
+        open: vec![reservation()],
+        ran_ms: 50_000,
+        running_since_ms: Some(60_000),
+    }
+}
+
 fn ops() -> Vec<(&'static str, Op)> {
     vec![
         ("op.run_created", Op::RunCreated { run: run() }),
@@ -485,6 +539,33 @@ fn ops() -> Vec<(&'static str, Op)> {
                 signal: signal(),
             },
         ),
+        (
+            "op.budget_set",
+            Op::BudgetSet {
+                run: run_id(),
+                limits: limits(),
+                by: "ops".into(),
+                reason: "why".into(),
+                at_ms: 13_000,
+            },
+        ),
+        (
+            "op.budget_reserved",
+            Op::BudgetReserved {
+                run: run_id(),
+                reservation: reservation(),
+            },
+        ),
+        (
+            "op.budget_settled",
+            Op::BudgetSettled {
+                run: run_id(),
+                charge: Charge::Decision { position: 7 },
+                actual: cost(10),
+                at_ms: 14_000,
+                token: token(),
+            },
+        ),
     ]
 }
 
@@ -628,6 +709,39 @@ fn audit_entries() -> Vec<(&'static str, AuditEntry)> {
                 },
             ),
         ),
+        (
+            "row.audit.budget_set",
+            audit(
+                14,
+                None,
+                AuditWhat::BudgetSet {
+                    limits: limits(),
+                    by: "ops".into(),
+                },
+            ),
+        ),
+        (
+            "row.audit.reserved",
+            audit(
+                15,
+                tok,
+                AuditWhat::Reserved {
+                    charge: effect_charge(),
+                    amount: cost(20),
+                },
+            ),
+        ),
+        (
+            "row.audit.charge_settled",
+            audit(
+                16,
+                tok,
+                AuditWhat::ChargeSettled {
+                    charge: Charge::Decision { position: 7 },
+                    actual: cost(10),
+                },
+            ),
+        ),
     ]
 }
 
@@ -716,6 +830,7 @@ fn cases() -> Vec<Case> {
         cases.push(row_case!(name, RowTable::Audit, entry));
     }
     cases.push(row_case!("row.waits", RowTable::Waits, wait_book()));
+    cases.push(row_case!("row.budgets", RowTable::Budgets, budget_book()));
     cases
 }
 
@@ -854,6 +969,9 @@ fn op_index(op: &Op) -> u8 {
         Op::WaitOpened { .. } => 11,
         Op::WaitEnded { .. } => 12,
         Op::SignalReceived { .. } => 13,
+        Op::BudgetSet { .. } => 14,
+        Op::BudgetReserved { .. } => 15,
+        Op::BudgetSettled { .. } => 16,
     }
 }
 
@@ -908,6 +1026,16 @@ fn audit_index(what: &AuditWhat) -> u8 {
         AuditWhat::WaitOpened { .. } => 10,
         AuditWhat::WaitEnded { .. } => 11,
         AuditWhat::SignalReceived { .. } => 12,
+        AuditWhat::BudgetSet { .. } => 13,
+        AuditWhat::Reserved { .. } => 14,
+        AuditWhat::ChargeSettled { .. } => 15,
+    }
+}
+
+fn charge_index(charge: &Charge) -> u8 {
+    match charge {
+        Charge::Decision { .. } => 0,
+        Charge::Effect { .. } => 1,
     }
 }
 
@@ -938,7 +1066,7 @@ fn every_op_variant_starts_with_its_index_and_has_a_fixture() {
     }
     assert_all(
         ops.iter().map(|(_, op)| op_index(op)),
-        &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+        &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
         "op",
     );
 }
@@ -968,7 +1096,17 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
     assert_all(kinds, &[EffectKind::Act, EffectKind::Undo], "effect kind");
     let audits = audit_entries();
     let whats = audits.iter().map(|(_, entry)| audit_index(&entry.what));
-    assert_all(whats, &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], "audit");
+    assert_all(
+        whats,
+        &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        "audit",
+    );
+    let charges = ops.iter().filter_map(|(_, op)| match op {
+        Op::BudgetReserved { reservation, .. } => Some(charge_index(&reservation.charge)),
+        Op::BudgetSettled { charge, .. } => Some(charge_index(charge)),
+        _ => None,
+    });
+    assert_all(charges, &[0, 1], "charge");
     let wait_statuses = ops.iter().filter_map(|(_, op)| match op {
         Op::WaitOpened { wait, .. } => Some(wait_status_index(&wait.status)),
         Op::WaitEnded { status, .. } => Some(wait_status_index(status)),
@@ -1011,18 +1149,21 @@ fn a_payload_is_the_version_byte_then_the_op_list() {
     assert_eq!(payload[2..], [ops[0].encode(), ops[1].encode()].concat());
 }
 
-/// Version 2 only appended ops, so the payload of a version 1 record (the
-/// bytes `payload.two_ops` had when version 1 was written) still decodes
-/// to the same ops.
+/// Versions 2 and 3 only appended ops, so the payload of a version 1 or 2
+/// record (the bytes `payload.two_ops` had when those versions were
+/// written) still decodes to the same ops.
 #[test]
-fn a_version_1_payload_still_decodes() {
+fn version_1_and_2_payloads_still_decode() {
     let v1 = unhex("01020302723103f02e09882704027231030ad836").unwrap();
-    assert_eq!(v1[0], 1);
-    assert_eq!(
-        decode_ops(&v1).unwrap(),
-        vec![lease_renewed(), lease_released()]
-    );
-    let mut v2 = v1.clone();
-    v2[0] = PAYLOAD_VERSION;
-    assert_eq!(encode_ops(&[lease_renewed(), lease_released()]), v2);
+    let v2 = unhex("02020302723103f02e09882704027231030ad836").unwrap();
+    assert_eq!((v1[0], v2[0]), (1, 2));
+    for old in [&v1, &v2] {
+        assert_eq!(
+            decode_ops(old).unwrap(),
+            vec![lease_renewed(), lease_released()]
+        );
+    }
+    let mut now = v1.clone();
+    now[0] = PAYLOAD_VERSION;
+    assert_eq!(encode_ops(&[lease_renewed(), lease_released()]), now);
 }

@@ -13,6 +13,7 @@
 use std::fmt;
 
 use super::audit::describe;
+use super::budget::{BudgetBook, BudgetLimits, Charge, Cost, Reservation, note_transition};
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::{Digest, digest_of};
@@ -134,6 +135,16 @@ pub fn apply(state: &mut (impl BooksWrite + ?Sized), op: &Op) -> Result<(), Appl
             at_ms,
         } => wait_ended(state, run, step, status, *at_ms, op)?,
         Op::SignalReceived { run, signal } => signal_received(state, run, signal, op)?,
+        Op::BudgetSet {
+            run, limits, at_ms, ..
+        } => budget_set(state, run, limits, *at_ms, op)?,
+        Op::BudgetReserved { run, reservation } => budget_reserved(state, run, reservation, op)?,
+        Op::BudgetSettled {
+            run,
+            charge,
+            actual,
+            ..
+        } => budget_settled(state, run, charge, actual, op)?,
     }
     if let Some((run, mut entry)) = describe(op) {
         entry.seq = state.audit_len(&run) + 1;
@@ -174,6 +185,10 @@ fn run_transitioned(
         run.lease = None;
     }
     state.put_run(run);
+    if let Some(mut book) = state.budget(id) {
+        note_transition(&mut book, from, to, at_ms);
+        state.put_budget(book);
+    }
     Ok(())
 }
 
@@ -438,6 +453,119 @@ fn signal_received(
     book.signals_received = signal.seq;
     book.inbox.push(signal.clone());
     state.put_waits(book);
+    Ok(())
+}
+
+fn budget_set(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    limits: &BudgetLimits,
+    at_ms: u64,
+    op: &Op,
+) -> Applied {
+    let run = run_of(state, id, op)?;
+    let mut book = state
+        .budget(id)
+        .unwrap_or_else(|| BudgetBook::new(id.clone(), run.state, at_ms));
+    book.limits = Some(*limits);
+    state.put_budget(book);
+    Ok(())
+}
+
+fn budget_reserved(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    reservation: &Reservation,
+    op: &Op,
+) -> Applied {
+    let run = run_of(state, id, op)?;
+    require(reservation.charged.first() == Some(id), op, || {
+        format!("a reservation of run {id} is counted in its own book first")
+    })?;
+    let mut books = Vec::with_capacity(reservation.charged.len());
+    for (i, charged) in reservation.charged.iter().enumerate() {
+        let book = match state.budget(charged) {
+            Some(book) => book,
+            None if i == 0 => BudgetBook::new(id.clone(), run.state, reservation.reserved_ms),
+            None => {
+                return Err(ApplyError {
+                    op: op.name(),
+                    reason: format!(
+                        "run {charged} has no budget to count run {id}'s reservation in"
+                    ),
+                });
+            }
+        };
+        books.push(book);
+    }
+    require(
+        books[0].reservation(&reservation.charge).is_none(),
+        op,
+        || format!("{} of run {id} is reserved already", reservation.charge),
+    )?;
+    for book in &mut books {
+        let Some(reserved) = book.reserved.checked_add(&reservation.amount) else {
+            return Err(ApplyError {
+                op: op.name(),
+                reason: format!("the reserved counters of run {} overflow", book.run),
+            });
+        };
+        book.reserved = reserved;
+    }
+    books[0].open.push(reservation.clone());
+    for book in books {
+        state.put_budget(book);
+    }
+    Ok(())
+}
+
+fn budget_settled(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    charge: &Charge,
+    actual: &Cost,
+    op: &Op,
+) -> Applied {
+    run_of(state, id, op)?;
+    let mut own = state.budget(id).ok_or_else(|| ApplyError {
+        op: op.name(),
+        reason: format!("run {id} has no budget book"),
+    })?;
+    let at = own.open.iter().position(|r| r.charge == *charge);
+    let Some(at) = at else {
+        return Err(ApplyError {
+            op: op.name(),
+            reason: format!("{charge} of run {id} is not reserved"),
+        });
+    };
+    let reservation = own.open.remove(at);
+    let mut books = Vec::with_capacity(reservation.charged.len());
+    for (i, charged) in reservation.charged.iter().enumerate() {
+        let mut book = if i == 0 {
+            own.clone()
+        } else {
+            state.budget(charged).ok_or_else(|| ApplyError {
+                op: op.name(),
+                reason: format!("run {charged} has no budget to settle run {id}'s charge in"),
+            })?
+        };
+        let counted = book
+            .reserved
+            .checked_sub(&reservation.amount)
+            .zip(book.spent.checked_add(actual));
+        let Some((reserved, spent)) = counted else {
+            return Err(ApplyError {
+                op: op.name(),
+                reason: format!("the counters of run {} do not hold the charge", book.run),
+            });
+        };
+        book.reserved = reserved;
+        book.spent = spent;
+        books.push(book);
+    }
+    for book in books {
+        state.put_budget(book);
+    }
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{BudgetLimits, Charge, Cost};
 use super::digest::Digest;
 use super::ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
 use super::op::Op;
@@ -125,6 +126,27 @@ pub enum AuditWhat {
         /// Who sent it.
         sender: String,
     },
+    /// The run's budget limits were set.
+    BudgetSet {
+        /// The new limits.
+        limits: BudgetLimits,
+        /// Who set them.
+        by: String,
+    },
+    /// Budget was reserved for a call.
+    Reserved {
+        /// What the call is.
+        charge: Charge,
+        /// What is held.
+        amount: Cost,
+    },
+    /// A reserved call's cost was recorded.
+    ChargeSettled {
+        /// What the call was.
+        charge: Charge,
+        /// What it cost.
+        actual: Cost,
+    },
 }
 
 impl fmt::Display for AuditWhat {
@@ -175,6 +197,13 @@ impl fmt::Display for AuditWhat {
             AuditWhat::WaitEnded { step, status } => write!(f, "the wait of step {step} {status}"),
             AuditWhat::SignalReceived { seq, name, sender } => {
                 write!(f, "signal {seq} ({name}) received from {sender}")
+            }
+            AuditWhat::BudgetSet { limits, by } => write!(f, "budget set by {by}: {limits}"),
+            AuditWhat::Reserved { charge, amount } => {
+                write!(f, "reserved {amount} for {charge}")
+            }
+            AuditWhat::ChargeSettled { charge, actual } => {
+                write!(f, "{charge} cost {actual}")
             }
         }
     }
@@ -373,6 +402,54 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                     seq: signal.seq,
                     name: signal.name.clone(),
                     sender: signal.sender.clone(),
+                },
+                "",
+            ),
+        ),
+        Op::BudgetSet {
+            run,
+            limits,
+            by,
+            reason,
+            at_ms,
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                None,
+                AuditWhat::BudgetSet {
+                    limits: *limits,
+                    by: by.clone(),
+                },
+                reason,
+            ),
+        ),
+        Op::BudgetReserved { run, reservation } => (
+            run.clone(),
+            entry(
+                reservation.reserved_ms,
+                Some(reservation.token),
+                AuditWhat::Reserved {
+                    charge: reservation.charge.clone(),
+                    amount: reservation.amount,
+                },
+                "",
+            ),
+        ),
+        Op::BudgetSettled {
+            run,
+            charge,
+            actual,
+            at_ms,
+            token,
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::ChargeSettled {
+                    charge: charge.clone(),
+                    actual: *actual,
                 },
                 "",
             ),

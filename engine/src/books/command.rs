@@ -5,11 +5,13 @@
 //! Invariant: every command that mutates an existing run carries a [`Guard`]
 //! (worker and fencing token), except `AcquireLease` and `ClaimNext`, which
 //! are how a guard is obtained, `CreateRun`, `Operate` (an operator's
-//! pause, resume or cancel, which overrides the holder), and the two that
-//! come from outside the run: `DecideApproval` and `SendSignal`.
+//! pause, resume or cancel, which overrides the holder), `SetBudget` (an
+//! operator's too), and the two that come from outside the run:
+//! `DecideApproval` and `SendSignal`.
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{BudgetLimits, Charge, Cost};
 use super::checkpoint::Part;
 use super::decision::Usage;
 use super::digest::Digest;
@@ -288,6 +290,47 @@ pub struct RecordDecision {
     pub usage: Usage,
 }
 
+/// An operator sets or changes a run's budget limits, with no lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetBudget {
+    /// The run.
+    pub run: RunId,
+    /// The new limits (they replace the old ones whole).
+    pub limits: BudgetLimits,
+    /// Who sets them (journaled).
+    pub by: String,
+    /// Why (journaled).
+    pub reason: String,
+}
+
+/// Hold `amount` of the run's budget (and its ancestors') for a call,
+/// before making it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reserve {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// What the call is.
+    pub charge: Charge,
+    /// The most it may cost.
+    pub amount: Cost,
+}
+
+/// Record what a reserved call cost, once the call is recorded; the rest of
+/// the reservation goes back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settle {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// What the call was.
+    pub charge: Charge,
+    /// What it cost.
+    pub actual: Cost,
+}
+
 /// A request to the books.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -323,6 +366,12 @@ pub enum Command {
     DecideApproval(DecideApproval),
     /// See [`SendSignal`].
     SendSignal(SendSignal),
+    /// See [`SetBudget`].
+    SetBudget(SetBudget),
+    /// See [`Reserve`].
+    Reserve(Reserve),
+    /// See [`Settle`].
+    Settle(Settle),
     /// Several commands committed atomically: all are decided, each against
     /// the state the earlier ones leave, or none is. Batches do not nest.
     Batch(Vec<Command>),
@@ -344,12 +393,15 @@ impl Command {
             Command::SaveCheckpoint(c) => Some((c.run.clone(), &mut c.guard)),
             Command::RecordDecision(c) => Some((c.run.clone(), &mut c.guard)),
             Command::OpenWait(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::Reserve(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::Settle(c) => Some((c.run.clone(), &mut c.guard)),
             Command::CreateRun(_)
             | Command::AcquireLease(_)
             | Command::ClaimNext(_)
             | Command::Operate(_)
             | Command::DecideApproval(_)
             | Command::SendSignal(_)
+            | Command::SetBudget(_)
             | Command::Batch(_) => None,
         }
     }

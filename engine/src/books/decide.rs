@@ -8,6 +8,7 @@
 //! if any is refused, none.
 
 use super::apply::apply;
+use super::budget::{Reserved, SettledCharge, decide_reserve, decide_set_budget, decide_settle};
 use super::checkpoint::decide_save;
 use super::command::Command;
 use super::compensation::decide_begin_compensation;
@@ -200,6 +201,16 @@ pub enum Answer {
         /// waits in the run's inbox.
         taken_by: Option<StepId>,
     },
+    /// The run's budget limits were set.
+    BudgetSet {
+        /// The run.
+        run: RunId,
+    },
+    /// What a reserve decided: make the call, it was made, or the budget
+    /// is exhausted (and the run paused).
+    Reserved(Reserved),
+    /// A reserved call's cost was recorded.
+    ChargeSettled(SettledCharge),
     /// The answers of a batch's commands, in order.
     Batch(Vec<Answer>),
 }
@@ -240,6 +251,9 @@ fn decide_one(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<Decid
         Command::OpenWait(c) => decide_open_wait(state, c, now_ms),
         Command::DecideApproval(c) => decide_approval(state, c, now_ms),
         Command::SendSignal(c) => decide_signal(state, c, now_ms),
+        Command::SetBudget(c) => decide_set_budget(state, c, now_ms),
+        Command::Reserve(c) => decide_reserve(state, c, now_ms),
+        Command::Settle(c) => decide_settle(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),

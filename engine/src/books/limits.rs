@@ -35,6 +35,12 @@ pub const SIGNAL_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
 /// Most signals a run keeps waiting in its inbox (untaken by any wait).
 pub const INBOX_SIGNALS_MAX: usize = 64;
 
+/// Most reservations a run holds open at once.
+pub const RESERVATIONS_OPEN_MAX: usize = 64;
+
+/// Most ancestors whose budgets a run's reservation is counted in.
+pub const BUDGET_ANCESTORS_MAX: usize = 32;
+
 /// Longest lease a worker may take or renew, in milliseconds (one day).
 pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 

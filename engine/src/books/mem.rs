@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::audit::AuditEntry;
+use super::budget::BudgetBook;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
@@ -29,6 +30,7 @@ pub struct MemBooks {
     decisions: BTreeMap<(RunId, u64), DecisionRecord>,
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
     waits: BTreeMap<RunId, WaitBook>,
+    budgets: BTreeMap<RunId, BudgetBook>,
 }
 
 impl MemBooks {
@@ -73,6 +75,7 @@ impl MemBooks {
             .or_else(|| first("decision", &self.decisions, &other.decisions))
             .or_else(|| first("audit", &self.audit, &other.audit))
             .or_else(|| first("waits", &self.waits, &other.waits))
+            .or_else(|| first("budgets", &self.budgets, &other.budgets))
     }
 
     /// Replaces a blob's bytes without checking them, to test corruption
@@ -173,6 +176,10 @@ impl BooksRead for MemBooks {
     fn waits(&self, run: &RunId) -> Option<WaitBook> {
         self.waits.get(run).cloned()
     }
+
+    fn budget(&self, run: &RunId) -> Option<BudgetBook> {
+        self.budgets.get(run).cloned()
+    }
 }
 
 impl BooksWrite for MemBooks {
@@ -210,5 +217,9 @@ impl BooksWrite for MemBooks {
 
     fn put_waits(&mut self, book: WaitBook) {
         self.waits.insert(book.run.clone(), book);
+    }
+
+    fn put_budget(&mut self, book: BudgetBook) {
+        self.budgets.insert(book.run.clone(), book);
     }
 }

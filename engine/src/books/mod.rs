@@ -9,6 +9,7 @@
 
 mod apply;
 mod audit;
+mod budget;
 mod checkpoint;
 mod command;
 mod compensation;
@@ -31,13 +32,14 @@ mod wait;
 
 pub use apply::{ApplyError, apply};
 pub use audit::{AuditEntry, AuditWhat, describe as audit_line_of};
+pub use budget::{BudgetBook, BudgetLimits, Charge, Cost, Reservation, Reserved, SettledCharge};
 pub use checkpoint::{
     CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,
 };
 pub use command::{
     AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, DecideApproval,
     FinishEffect, Guard, OpenWait, Operate, OperatorAction, Reconcile, RecordDecision,
-    ReleaseLease, RenewLease, SaveCheckpoint, SendSignal, Transition,
+    ReleaseLease, RenewLease, Reserve, SaveCheckpoint, SendSignal, SetBudget, Settle, Transition,
 };
 pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};

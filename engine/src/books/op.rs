@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{BudgetLimits, Charge, Cost, Reservation};
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
@@ -156,6 +157,39 @@ pub enum Op {
         /// The signal.
         signal: SignalRecord,
     },
+    /// An operator set a run's budget limits.
+    BudgetSet {
+        /// The run.
+        run: RunId,
+        /// Its new limits.
+        limits: BudgetLimits,
+        /// Who set them.
+        by: String,
+        /// Why.
+        reason: String,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// Budget was reserved for a call, in every book the reservation names.
+    BudgetReserved {
+        /// The run.
+        run: RunId,
+        /// The new open reservation.
+        reservation: Reservation,
+    },
+    /// A reserved call's cost was recorded and its reservation closed.
+    BudgetSettled {
+        /// The run.
+        run: RunId,
+        /// What the call was.
+        charge: Charge,
+        /// What it cost.
+        actual: Cost,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// The token it was settled under.
+        token: FencingToken,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -192,6 +226,9 @@ impl Op {
             Op::WaitOpened { .. } => "WaitOpened",
             Op::WaitEnded { .. } => "WaitEnded",
             Op::SignalReceived { .. } => "SignalReceived",
+            Op::BudgetSet { .. } => "BudgetSet",
+            Op::BudgetReserved { .. } => "BudgetReserved",
+            Op::BudgetSettled { .. } => "BudgetSettled",
         }
     }
 
@@ -205,7 +242,10 @@ impl Op {
             | Op::LeaseReleased { run, .. }
             | Op::WaitOpened { run, .. }
             | Op::WaitEnded { run, .. }
-            | Op::SignalReceived { run, .. } => Some(run),
+            | Op::SignalReceived { run, .. }
+            | Op::BudgetSet { run, .. }
+            | Op::BudgetReserved { run, .. }
+            | Op::BudgetSettled { run, .. } => Some(run),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
             Op::BlobPut { .. } => None,
@@ -227,17 +267,18 @@ impl Op {
 
 /// The record payload version this build writes: the first byte of every
 /// payload [`encode_ops`] makes. Version 2 appended the wait and signal
-/// ops (`WaitOpened`, `WaitEnded`, `SignalReceived`) to version 1's, so
-/// that a build that reads only version 1 refuses a log holding them by
+/// ops (`WaitOpened`, `WaitEnded`, `SignalReceived`) to version 1's, and
+/// version 3 the budget ops (`BudgetSet`, `BudgetReserved`,
+/// `BudgetSettled`), so that an older build refuses a log holding them by
 /// name instead of as damage.
-pub const PAYLOAD_VERSION: u8 = 2;
+pub const PAYLOAD_VERSION: u8 = 3;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
-/// (docs/FORMAT.md, "Versioning of the payload"). Version 1's ops are a
-/// prefix of version 2's, every one encoded alike, so one decoder reads
-/// both.
-pub const PAYLOAD_VERSIONS_READ: [u8; 2] = [1, PAYLOAD_VERSION];
+/// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
+/// prefix of the next one's, every one encoded alike, so one decoder reads
+/// them all.
+pub const PAYLOAD_VERSIONS_READ: [u8; 3] = [1, 2, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 
@@ -572,7 +613,76 @@ mod tests {
                 }
             ),
             (run_id(), signal()).prop_map(|(run, signal)| Op::SignalReceived { run, signal }),
+            (run_id(), limits(), name(), ".{0,8}", any::<u64>()).prop_map(
+                |(run, limits, by, reason, at_ms)| Op::BudgetSet {
+                    run,
+                    limits,
+                    by,
+                    reason,
+                    at_ms
+                }
+            ),
+            (run_id(), reservation())
+                .prop_map(|(run, reservation)| Op::BudgetReserved { run, reservation }),
+            (run_id(), charge(), cost(), any::<u64>(), token()).prop_map(
+                |(run, charge, actual, at_ms, token)| Op::BudgetSettled {
+                    run,
+                    charge,
+                    actual,
+                    at_ms,
+                    token
+                }
+            ),
         ]
+    }
+
+    fn cost() -> impl Strategy<Value = Cost> {
+        any::<(u64, u64, u64, u64)>().prop_map(
+            |(tokens_in, tokens_out, cost_micros, tool_calls)| Cost {
+                tokens_in,
+                tokens_out,
+                cost_micros,
+                tool_calls,
+            },
+        )
+    }
+
+    fn limits() -> impl Strategy<Value = BudgetLimits> {
+        proptest::array::uniform5(proptest::option::of(any::<u64>())).prop_map(|l| BudgetLimits {
+            tokens_in: l[0],
+            tokens_out: l[1],
+            cost_micros: l[2],
+            tool_calls: l[3],
+            wall_ms: l[4],
+        })
+    }
+
+    fn charge() -> impl Strategy<Value = Charge> {
+        prop_oneof![
+            any::<u64>().prop_map(|position| Charge::Decision { position }),
+            name().prop_map(|step| Charge::Effect {
+                step: StepId::new(step).unwrap()
+            }),
+        ]
+    }
+
+    fn reservation() -> impl Strategy<Value = Reservation> {
+        (
+            charge(),
+            cost(),
+            any::<u64>(),
+            token(),
+            proptest::collection::vec(run_id(), 0..3),
+        )
+            .prop_map(
+                |(charge, amount, reserved_ms, token, charged)| Reservation {
+                    charge,
+                    amount,
+                    reserved_ms,
+                    token,
+                    charged,
+                },
+            )
     }
 
     fn signal() -> impl Strategy<Value = SignalRecord> {
@@ -696,16 +806,22 @@ mod tests {
         assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
         assert_eq!(decode_ops(&payload).unwrap(), ops);
         assert_eq!(unsupported_payload_version(&payload), None);
-        let mut v1 = payload.clone();
-        v1[0] = 1;
-        assert_eq!(decode_ops(&v1).unwrap(), ops, "version 1 is still read");
-        for version in [0u8, 3, 7, 255] {
+        for old in [1u8, 2] {
+            let mut before = payload.clone();
+            before[0] = old;
+            assert_eq!(
+                decode_ops(&before).unwrap(),
+                ops,
+                "version {old} is still read"
+            );
+        }
+        for version in [0u8, 4, 7, 255] {
             let mut other = payload.clone();
             other[0] = version;
             assert_eq!(unsupported_payload_version(&other), Some(version));
             let err = decode_ops(&other).unwrap_err();
             let expected =
-                format!("record payload version {version}; this build reads versions 1, 2");
+                format!("record payload version {version}; this build reads versions 1, 2, 3");
             assert!(err.to_string().contains(&expected), "{err}");
         }
     }

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::audit::AuditEntry;
+use super::budget::BudgetBook;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
@@ -30,6 +31,7 @@ pub struct Overlay<'a> {
     decisions: BTreeMap<(RunId, u64), DecisionRecord>,
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
     waits: BTreeMap<RunId, WaitBook>,
+    budgets: BTreeMap<RunId, BudgetBook>,
 }
 
 impl<'a> Overlay<'a> {
@@ -44,6 +46,7 @@ impl<'a> Overlay<'a> {
             decisions: BTreeMap::new(),
             audit: BTreeMap::new(),
             waits: BTreeMap::new(),
+            budgets: BTreeMap::new(),
         }
     }
 }
@@ -66,6 +69,8 @@ pub struct Writes {
     pub audit: BTreeMap<RunId, Vec<AuditEntry>>,
     /// Wait books, by run.
     pub waits: BTreeMap<RunId, WaitBook>,
+    /// Budget books, by run.
+    pub budgets: BTreeMap<RunId, BudgetBook>,
 }
 
 impl Overlay<'_> {
@@ -80,6 +85,7 @@ impl Overlay<'_> {
             decisions: self.decisions,
             audit: self.audit,
             waits: self.waits,
+            budgets: self.budgets,
         }
     }
 }
@@ -215,6 +221,13 @@ impl BooksRead for Overlay<'_> {
             .cloned()
             .or_else(|| self.base.waits(run))
     }
+
+    fn budget(&self, run: &RunId) -> Option<BudgetBook> {
+        self.budgets
+            .get(run)
+            .cloned()
+            .or_else(|| self.base.budget(run))
+    }
 }
 
 impl BooksWrite for Overlay<'_> {
@@ -255,6 +268,10 @@ impl BooksWrite for Overlay<'_> {
 
     fn put_waits(&mut self, book: WaitBook) {
         self.waits.insert(book.run.clone(), book);
+    }
+
+    fn put_budget(&mut self, book: BudgetBook) {
+        self.budgets.insert(book.run.clone(), book);
     }
 }
 

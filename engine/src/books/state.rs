@@ -9,6 +9,7 @@
 //! object safe: decide and apply work over `&dyn`.
 
 use super::audit::AuditEntry;
+use super::budget::BudgetBook;
 use super::checkpoint::CheckpointMeta;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
@@ -63,6 +64,10 @@ pub trait BooksRead {
     /// The waits and untaken signals of `run`; `None` if it never waited
     /// nor received a signal.
     fn waits(&self, run: &RunId) -> Option<WaitBook>;
+
+    /// The budget book of `run`; `None` if it never had a budget nor
+    /// reserved any.
+    fn budget(&self, run: &RunId) -> Option<BudgetBook>;
 }
 
 /// The writes that applying needs: puts keyed by the values' own ids.
@@ -88,4 +93,7 @@ pub trait BooksWrite: BooksRead {
 
     /// Stores `book`, replacing the wait book of its run.
     fn put_waits(&mut self, book: WaitBook);
+
+    /// Stores `book`, replacing the budget book of its run.
+    fn put_budget(&mut self, book: BudgetBook);
 }

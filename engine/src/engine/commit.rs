@@ -82,7 +82,7 @@ impl Engine {
         let committed = self.combiner.submit(
             cmd,
             &mut |cmds| self.decide_batch(cmds, tamper),
-            &mut |undurable| self.settle(undurable),
+            &mut |undurable| self.answer_when_durable(undurable),
             &|| {
                 Err(Error::Halted {
                     cause: "a panic while deciding a batch of commands".to_string(),
@@ -153,7 +153,7 @@ impl Engine {
     }
 
     /// Waits once for everything `undurable` rests on, then answers each.
-    fn settle(&self, undurable: Vec<Undurable>) -> Vec<Committed> {
+    fn answer_when_durable(&self, undurable: Vec<Undurable>) -> Vec<Committed> {
         let last = undurable.iter().map(|u| u.rests_on).max();
         let all = last.map_or(Ok(()), |lsn| self.wait_durable(lsn));
         undurable

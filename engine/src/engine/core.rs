@@ -329,7 +329,8 @@ impl Inner {
             .chain(writes.checkpoints.keys().map(|(r, _)| r))
             .chain(writes.decisions.keys().map(|(r, _)| r))
             .chain(writes.audit.keys())
-            .chain(writes.waits.keys());
+            .chain(writes.waits.keys())
+            .chain(writes.budgets.keys());
         for run in touched {
             self.hot.fault_in(run, cold);
         }

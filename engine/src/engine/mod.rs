@@ -11,6 +11,7 @@
 //! `db::Pipeline` and the `Clock`.
 
 mod answers;
+mod budgets;
 mod commands;
 mod commit;
 mod compensate;

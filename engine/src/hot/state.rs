@@ -21,8 +21,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
-    AuditEntry, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    EffectKind, MemBooks, Run, RunId, StepId, WaitBook, Writes, claimable_from_ms, wake_ms,
+    AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
+    EffectKey, EffectKind, MemBooks, Run, RunId, StepId, WaitBook, Writes, claimable_from_ms,
+    wake_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;
@@ -54,6 +55,8 @@ pub(crate) struct HotRun {
     /// memory: a run waits at few steps), boxed so that a run that never
     /// waits pays one word for it.
     pub(crate) waits: Option<Box<WaitBook>>,
+    /// The run's budget book, boxed like its wait book.
+    pub(crate) budget: Option<Box<BudgetBook>>,
     /// The instant under which the claim index holds the run, if it does.
     claim_from: Option<u64>,
     /// True while the run is on the list a checkpoint looks at to evict.
@@ -74,6 +77,7 @@ impl HotRun {
             audit: Vec::new(),
             last_lsn: Lsn::ZERO,
             waits: None,
+            budget: None,
             claim_from: None,
             listed: false,
         }
@@ -167,17 +171,18 @@ impl HotState {
             return;
         };
         let mut hot = HotRun::new(run);
-        let (effects, decision_count, latest, audit_len, waits) = cold.with(|books| {
+        let (effects, decision_count, latest, audit_len, (waits, budget)) = cold.with(|books| {
             use crate::books::BooksRead;
             (
                 books.effects_of(id),
                 books.decision_count(id),
                 books.checkpoint_latest(id),
                 books.audit_len(id),
-                books.waits(id),
+                (books.waits(id), books.budget(id)),
             )
         });
         hot.waits = waits.map(Box::new);
+        hot.budget = budget.map(Box::new);
         for entry in effects {
             if entry.status.is_open() {
                 hot.effects.insert(entry.key.clone(), (entry, Lsn::ZERO));
@@ -260,6 +265,7 @@ impl HotState {
             decisions,
             audit,
             waits,
+            budgets,
         } = writes;
         for run in runs.into_values() {
             self.set_run(run, lsn);
@@ -267,6 +273,9 @@ impl HotState {
         for (run, book) in waits {
             self.run_mut(&run, lsn).waits = Some(Box::new(book));
             self.reindex(&run);
+        }
+        for (run, book) in budgets {
+            self.run_mut(&run, lsn).budget = Some(Box::new(book));
         }
         for (key, entry) in effects {
             self.run_mut(key.run(), lsn)
@@ -350,6 +359,9 @@ impl HotState {
             books.put_run(hot.run.clone());
             if let Some(book) = hot.waits.as_deref() {
                 books.put_waits(book.clone());
+            }
+            if let Some(book) = hot.budget.as_deref() {
+                books.put_budget(book.clone());
             }
             for held in hot.effects.values() {
                 books.put_effect(held.0.clone());

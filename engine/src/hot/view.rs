@@ -10,8 +10,8 @@
 //! wrote it.
 
 use crate::books::{
-    AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    EffectKind, Run, RunId, StepId, WaitBook,
+    AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
+    EffectKey, EffectKind, Run, RunId, StepId, WaitBook,
 };
 
 use super::cold::ColdReader;
@@ -179,6 +179,13 @@ impl BooksRead for HotView<'_> {
         match self.hot_run(run) {
             Some(hot) => hot.waits.as_deref().cloned(),
             None => self.cold_of(run, |b| b.waits(run)),
+        }
+    }
+
+    fn budget(&self, run: &RunId) -> Option<BudgetBook> {
+        match self.hot_run(run) {
+            Some(hot) => hot.budget.as_deref().cloned(),
+            None => self.cold_of(run, |b| b.budget(run)),
         }
     }
 }

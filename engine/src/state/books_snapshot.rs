@@ -12,13 +12,13 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 
 use super::rows::{
-    AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RUNS_TABLE,
-    RowTable, WAITS_TABLE, decode_row,
+    AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
+    RUNS_TABLE, RowTable, WAITS_TABLE, decode_row,
 };
 use super::store::state_error;
 use crate::books::{
-    AuditEntry, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, MemBooks, Run,
-    RunId, WaitBook,
+    AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
+    MemBooks, Run, RunId, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -98,6 +98,14 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
             RowTable::Waits,
             &bytes,
             "wait book",
+        )?);
+    }
+    for bytes in values(txn, path, BUDGETS_TABLE)? {
+        books.put_budget(decode::<BudgetBook>(
+            path,
+            RowTable::Budgets,
+            &bytes,
+            "budget book",
         )?);
     }
     push_audit(txn, path, &mut books)?;

@@ -23,13 +23,14 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
 use serde::de::DeserializeOwned;
 
 use super::rows::{
-    AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, LIVE_RUNS_TABLE,
-    RUNS_TABLE, RowTable, WAITS_TABLE, decode_row, effect_kind_code, effect_row_key,
+    AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
+    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, WAITS_TABLE, decode_row, effect_kind_code,
+    effect_row_key,
 };
 use super::store::state_error;
 use crate::books::{
-    AuditEntry, BooksRead, CheckpointMeta, DecisionRecord, Digest, EffectEntry, EffectKey,
-    EffectKind, Run, RunId, StepId, WaitBook,
+    AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
+    EffectKey, EffectKind, Run, RunId, StepId, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -417,6 +418,22 @@ impl BooksRead for RedbBooks<'_> {
                 })
             })
             .collect()
+    }
+
+    fn budget(&self, run: &RunId) -> Option<BudgetBook> {
+        let bytes = with_table!(self, BUDGETS_TABLE, "read budget book", |t| t
+            .get(run.as_str())
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let book: BudgetBook = self.decode(
+            RowTable::Budgets,
+            &bytes,
+            &format!("budget book of run {run}"),
+        )?;
+        let same = book.run == *run;
+        self.keyed(book, same, || {
+            format!("the row of the budget book of run {run}")
+        })
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {

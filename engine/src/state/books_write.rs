@@ -10,12 +10,12 @@ use redb::TableDefinition;
 
 use super::books_tables::{RedbBooks, Txn};
 use super::rows::{
-    AUDIT_TABLE, BLOBS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, LIVE_RUNS_TABLE,
-    RUNS_TABLE, RowTable, WAITS_TABLE, effect_row_key, encode_row,
+    AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
+    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, WAITS_TABLE, effect_row_key, encode_row,
 };
 use crate::books::{
-    AuditEntry, BooksRead, BooksWrite, CheckpointMeta, DecisionRecord, Digest, EffectEntry, Run,
-    RunId, WaitBook,
+    AuditEntry, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
+    EffectEntry, Run, RunId, WaitBook,
 };
 
 impl RedbBooks<'_> {
@@ -126,6 +126,17 @@ impl BooksWrite for RedbBooks<'_> {
         let key = (run.as_str(), entry.seq);
         self.insert(AUDIT_TABLE, key, &bytes, "write audit entry");
         self.audit_lens.borrow_mut().insert(run.clone(), entry.seq);
+    }
+
+    fn put_budget(&mut self, book: BudgetBook) {
+        self.assert_writable("put_budget");
+        let bytes = encode_row(RowTable::Budgets, &book);
+        self.insert(
+            BUDGETS_TABLE,
+            book.run.as_str(),
+            &bytes,
+            "write budget book",
+        );
     }
 
     fn put_waits(&mut self, book: WaitBook) {

@@ -48,6 +48,9 @@ pub const AUDIT_TABLE: TableDefinition<(&str, u64), &[u8]> = TableDefinition::ne
 /// Wait books (a run's waits and untaken signals), by run id. Added in
 /// schema version 2.
 pub const WAITS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_waits");
+/// Budget books (a run's limits, spending and open reservations), by run
+/// id. Added in schema version 3.
+pub const BUDGETS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_budgets");
 
 /// The byte an [`EffectKind`] is stored as in an effects row key: acts
 /// before compensations, as [`EffectKey`]'s own order has them.
@@ -84,6 +87,8 @@ pub enum RowTable {
     Audit = 5,
     /// [`WAITS_TABLE`].
     Waits = 6,
+    /// [`BUDGETS_TABLE`].
+    Budgets = 7,
 }
 
 /// Bytes of a row's checksum.

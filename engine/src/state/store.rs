@@ -30,14 +30,15 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// The layout of the state store's tables and rows this build writes and
 /// reads (docs/FORMAT.md, "State store tables"): recorded by every commit,
 /// checked whenever a store is opened. Version 2 added the wait books table
-/// (`books_waits`) to version 1's tables, which are unchanged.
-pub const STATE_SCHEMA_VERSION: u64 = 2;
+/// (`books_waits`) and version 3 the budget books table (`books_budgets`);
+/// the tables before them are unchanged.
+pub const STATE_SCHEMA_VERSION: u64 = 3;
 
-/// Every schema version this build opens, oldest first. A version 1 store
-/// lacks only the wait books table, which reads as empty (no run of it
-/// ever waited), so it is opened as is; its next commit records version 2,
-/// after which a build that reads only version 1 refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 2] = [1, STATE_SCHEMA_VERSION];
+/// Every schema version this build opens, oldest first. An older store
+/// lacks only tables added since, which read as empty (no run of it ever
+/// waited or had a budget), so it is opened as is; its next commit records
+/// the current version, after which an older build refuses it by name.
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 3] = [1, 2, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -434,30 +435,31 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(3));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 3");
+        set_schema_version(&storage, &path, Some(4));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 4");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 3, supported: 2 } if file == &path
+                Error::UnsupportedFormat { file, found: 4, supported: 3 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 2"),
+            err.to_string().contains("this build reads version 3"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));
         let err = StateStore::open(&storage, &path, true).expect_err("garbage");
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
         // A store from before the version was recorded is version 1, which
-        // this build still opens (it lacks only the wait books table).
+        // this build still opens (it lacks only the wait and budget books
+        // tables), and so is version 2 (it lacks the budget books table).
         set_schema_version(&storage, &path, None);
         StateStore::open(&storage, &path, true).expect("no version recorded");
-        set_schema_version(&storage, &path, Some(1));
-        StateStore::open(&storage, &path, true).expect("version 1");
-        set_schema_version(&storage, &path, Some(STATE_SCHEMA_VERSION));
-        StateStore::open(&storage, &path, true).expect("version 2");
+        for version in [1, 2, STATE_SCHEMA_VERSION] {
+            set_schema_version(&storage, &path, Some(version));
+            StateStore::open(&storage, &path, true).expect("an older version opens");
+        }
     }
 
     #[test]

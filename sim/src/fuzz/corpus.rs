@@ -8,8 +8,8 @@
 //! **Invariant:** every seed input passes its target's entry function.
 
 use actum::books::{
-    Digest, EffectKey, FencingToken, Lease, Op, RunId, RunState, SignalRecord, StepId, WaitFor,
-    WaitRecord, WaitStatus, WorkerId, encode_ops,
+    BudgetLimits, Charge, Cost, Digest, EffectKey, FencingToken, Lease, Op, Reservation, RunId,
+    RunState, SignalRecord, StepId, WaitFor, WaitRecord, WaitStatus, WorkerId, encode_ops,
 };
 use actum::manifest::{self, COPY_SLOT_BYTES, Manifest};
 use actum::wal::format::{self, SegmentHeader};
@@ -201,6 +201,38 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         status: WaitStatus::Signalled { signal },
         at_ms: 1_700_000_003_000,
     };
+    let budget_set = Op::BudgetSet {
+        run: RunId::new("run-1").expect("a valid run name"),
+        limits: BudgetLimits {
+            tool_calls: Some(5),
+            cost_micros: Some(2_000_000),
+            ..BudgetLimits::default()
+        },
+        by: "ops".to_string(),
+        reason: "cap".to_string(),
+        at_ms: 1_700_000_003_500,
+    };
+    let charge = Charge::Effect {
+        step: StepId::new("pay").expect("a valid step name"),
+    };
+    let reserved = Op::BudgetReserved {
+        run: RunId::new("run-1").expect("a valid run name"),
+        reservation: Reservation {
+            charge: charge.clone(),
+            amount: Cost::tool_call(900),
+            reserved_ms: 1_700_000_004_000,
+            token: FencingToken(3),
+            charged: vec![RunId::new("run-1").expect("a valid run name")],
+        },
+    };
+    let settled = Op::BudgetSettled {
+        run: RunId::new("run-1").expect("a valid run name"),
+        charge,
+        actual: Cost::tool_call(700),
+        at_ms: 1_700_000_005_000,
+        token: FencingToken(3),
+    };
+    let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
     vec![
@@ -208,6 +240,10 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("signal-received", received.encode()),
         ("wait-ended", ended.encode()),
         ("wait-list", waits),
+        ("budget-set", budget_set.encode()),
+        ("budget-reserved", reserved.encode()),
+        ("budget-settled", settled.encode()),
+        ("budget-list", budgets),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),
