@@ -50,6 +50,12 @@ pub enum PlantedBug {
     /// The engine's claims see every open wait's deadline an hour early,
     /// so a timer fires (or an approval expires) before its time.
     WakeEarly,
+    /// The engine's reserves see no limits, so a run spends past its
+    /// budget and the calls it should have refused are made.
+    OverspendBudget,
+    /// The engine's reserves skip the replay check, so a step replayed from
+    /// the books is charged again.
+    ChargeReplays,
 }
 
 impl PlantedBug {
@@ -63,7 +69,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 11] = [
+    pub const ENGINE: [PlantedBug; 13] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -75,10 +81,12 @@ impl PlantedBug {
         PlantedBug::BeginOnPausedRun,
         PlantedBug::ApproveAnyDigest,
         PlantedBug::WakeEarly,
+        PlantedBug::OverspendBudget,
+        PlantedBug::ChargeReplays,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 16] = [
+    pub const ALL: [PlantedBug; 18] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -95,6 +103,8 @@ impl PlantedBug {
         PlantedBug::BeginOnPausedRun,
         PlantedBug::ApproveAnyDigest,
         PlantedBug::WakeEarly,
+        PlantedBug::OverspendBudget,
+        PlantedBug::ChargeReplays,
     ];
 
     /// The bug's command-line name.
@@ -116,6 +126,8 @@ impl PlantedBug {
             PlantedBug::BeginOnPausedRun => "begin-on-paused-run",
             PlantedBug::ApproveAnyDigest => "approve-any-digest",
             PlantedBug::WakeEarly => "wake-early",
+            PlantedBug::OverspendBudget => "overspend-budget",
+            PlantedBug::ChargeReplays => "charge-replays",
         }
     }
 

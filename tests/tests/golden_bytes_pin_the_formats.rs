@@ -64,7 +64,7 @@ op.wait_ended.signalled        0c0272310273320304047061696402beef037073708827d83
 op.wait_ended.elapsed          0c02723102733204d836
 op.signal_received             0d02723104047061696402beef037073708827
 op.budget_set                  0e02723101a08d060001c096b10201280180dddb01036f707303776879c865
-op.budget_reserved             0f0272310102733314151617e05d0302027231027031
+op.budget_reserved             0f0272310102733314151617e05d030202027231027031
 op.budget_settled              1002723100070a0b0c0db06d03
 payload.two_ops                03020302723103f02e09882704027231030ad836
 payload.no_ops                 0300
@@ -90,7 +90,7 @@ row.audit.budget_set           faecc98e0e9875000d01a08d060001c096b10201280180ddd
 row.audit.reserved             45d8285d0f987501030e01027333141516170179
 row.audit.charge_settled       5bde0d5510987501030f00070a0b0c0d0179
 row.waits                      1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
-row.budgets                    41665bfb0272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d0302027231027031d0860301e0d403
+row.budgets                    9ff5e5850272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d030202027231027031d0860301e0d403
 ";
 
 // ---------------------------------------------------------------- values
@@ -356,6 +356,7 @@ fn reservation() -> Reservation {
         amount: cost(20),
         reserved_ms: 12_000,
         token: token(),
+        attempt: 2,
         charged: vec![run_id(), RunId::new("p1").unwrap()],
     }
 }

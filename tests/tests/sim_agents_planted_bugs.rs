@@ -115,3 +115,21 @@ fn waking_a_run_before_its_deadline_is_caught() {
         "{invariant}"
     );
 }
+
+#[test]
+fn spending_past_a_budget_is_caught_by_the_hold_check() {
+    let (_, invariant) = caught(PlantedBug::OverspendBudget);
+    assert_eq!(
+        invariant,
+        "a hold is granted only within budget, never for a replay"
+    );
+}
+
+#[test]
+fn charging_a_replayed_call_again_is_caught_by_the_hold_check() {
+    let (_, invariant) = caught(PlantedBug::ChargeReplays);
+    assert_eq!(
+        invariant,
+        "a hold is granted only within budget, never for a replay"
+    );
+}

@@ -10,7 +10,9 @@
 //! decision journal or the act of a step ([`Charge`]), so a replay costs
 //! nothing: reserving a charge whose decision is journaled, or whose act
 //! has an outcome no new attempt follows, is answered `Replayed`, and
-//! reserving one already reserved answers the open reservation again. A
+//! reserving one already reserved answers the open reservation again (or,
+//! if its call is recorded but was never settled, because its worker died,
+//! charges the whole hold first: fail closed). A
 //! settle is accepted once the call is recorded; commit it in the same
 //! batch as the outcome (`FinishEffect`, `RecordDecision`) so that no crash
 //! comes between them.
@@ -29,6 +31,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::apply::apply;
 use super::command::{Reserve, SetBudget, Settle};
 use super::decide::{Answer, Decided};
 use super::decision::Usage;
@@ -37,6 +40,7 @@ use super::lease::check_live;
 use super::ledger::EffectStatus;
 use super::limits::{BUDGET_ANCESTORS_MAX, RESERVATIONS_OPEN_MAX, check_size};
 use super::op::Op;
+use super::overlay::Overlay;
 use super::run::{Run, RunState, check_running, check_text, existing, move_under_current_token};
 use super::state::BooksRead;
 use crate::error::{Error, Result};
@@ -207,6 +211,10 @@ pub struct Reservation {
     pub reserved_ms: u64,
     /// The lease token it was made under.
     pub token: FencingToken,
+    /// For a step's act, the attempt it pays for (the one after the
+    /// latest when it was made, or the latest if that has no outcome yet);
+    /// 0 for a model call.
+    pub attempt: u32,
     /// The books it is counted in: the run's own first, then each
     /// ancestor's with limits, nearest first.
     pub charged: Vec<RunId>,
@@ -388,25 +396,48 @@ fn recorded(state: &dyn BooksRead, run: &RunId, charge: &Charge) -> bool {
     }
 }
 
+/// The attempt of `step`'s act a reservation made now pays for.
+fn attempt_paid_for(state: &dyn BooksRead, run: &RunId, step: &StepId) -> u32 {
+    match state.latest_effect(run, step, EffectKind::Act) {
+        None => 1,
+        Some(entry) if entry.status == EffectStatus::Intended => entry.key.attempt(),
+        Some(entry) => entry.key.attempt().saturating_add(1),
+    }
+}
+
+/// True if the call `reservation` holds for is recorded: its decision is
+/// journaled, or its attempt has an outcome (or a later attempt exists).
+fn reserved_call_recorded(state: &dyn BooksRead, run: &RunId, reservation: &Reservation) -> bool {
+    match &reservation.charge {
+        Charge::Decision { position } => state.decision_at(run, *position).is_some(),
+        Charge::Effect { step } => {
+            state
+                .latest_effect(run, step, EffectKind::Act)
+                .is_some_and(|entry| {
+                    let attempt = entry.key.attempt();
+                    attempt > reservation.attempt
+                        || (attempt == reservation.attempt
+                            && entry.status != EffectStatus::Intended)
+                })
+        }
+    }
+}
+
 /// True if the call `charge` pays for will not be made again: its decision
-/// is journaled (a resume replays it), or its act's latest attempt ended in
-/// a way no new attempt follows (a retryable failure is followed by a new,
-/// paid, attempt).
+/// is journaled (a resume replays it), or its act's latest attempt was
+/// recorded and no new attempt follows (a retryable failure is followed by
+/// a new, paid, attempt). An attempt sent again with its own key after an
+/// unknown outcome (`resends > 0`) is the same, paid, call.
 fn replayed(state: &dyn BooksRead, run: &RunId, charge: &Charge) -> bool {
     match charge {
         Charge::Decision { .. } => recorded(state, run, charge),
         Charge::Effect { step } => {
             state
                 .latest_effect(run, step, EffectKind::Act)
-                .is_some_and(|entry| {
-                    !matches!(
-                        entry.status,
-                        EffectStatus::Intended
-                            | EffectStatus::Failed {
-                                retryable: true,
-                                ..
-                            }
-                    )
+                .is_some_and(|entry| match entry.status {
+                    EffectStatus::Intended => entry.resends > 0,
+                    EffectStatus::Failed { retryable, .. } => !retryable,
+                    _ => true,
                 })
         }
     }
@@ -431,24 +462,61 @@ fn chain(state: &dyn BooksRead, run: &Run, now_ms: u64) -> Vec<BudgetBook> {
 }
 
 /// Decides `Reserve`: the holder of a running run's live lease asks to hold
-/// `amount` for a call (see the module docs for the answers).
+/// `amount` for a call (see the module docs for the answers). A
+/// reservation found open for a call that is recorded (a worker reserved,
+/// made the call, recorded it, and died before settling) is settled at its
+/// full amount first: the worker that knew the actual cost is gone, so the
+/// books charge what was held (fail closed).
 pub(crate) fn decide_reserve(state: &dyn BooksRead, cmd: &Reserve, now_ms: u64) -> Result<Decided> {
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
     check_running(&run, "reserve budget for a call")?;
-    let answer = |reserved| Answer::Reserved(reserved);
-    let books = chain(state, &run, now_ms);
-    if let Some(open) = books[0].reservation(&cmd.charge) {
+    let open = state
+        .budget(&run.id)
+        .and_then(|book| book.reservation(&cmd.charge).cloned());
+    let Some(open) = open else {
+        return decide_fresh_reserve(state, &run, cmd, now_ms, true);
+    };
+    if !reserved_call_recorded(state, &run.id, &open) {
         return Ok(Decided {
             ops: Vec::new(),
-            answer: answer(Reserved::Granted {
-                charge: open.charge.clone(),
+            answer: Answer::Reserved(Reserved::Granted {
+                charge: open.charge,
                 amount: open.amount,
                 again: true,
             }),
         });
     }
-    if replayed(state, &run.id, &cmd.charge) {
+    let settle = Op::BudgetSettled {
+        run: run.id.clone(),
+        charge: cmd.charge.clone(),
+        actual: open.amount,
+        at_ms: now_ms,
+        token: cmd.guard.token,
+    };
+    let mut overlay = Overlay::new(state);
+    apply(&mut overlay, &settle).map_err(|e| Error::Inconsistent {
+        what: format!(
+            "settling the recorded {} of run {}: {e}",
+            cmd.charge, run.id
+        ),
+    })?;
+    let mut decided = decide_fresh_reserve(&overlay, &run, cmd, now_ms, true)?;
+    decided.ops.insert(0, settle);
+    Ok(decided)
+}
+
+/// `Reserve` for a charge with no open reservation (`check_replay`: false
+/// only for the planted bug `ChargeReplays`).
+fn decide_fresh_reserve(
+    state: &dyn BooksRead,
+    run: &Run,
+    cmd: &Reserve,
+    now_ms: u64,
+    check_replay: bool,
+) -> Result<Decided> {
+    let answer = |reserved| Answer::Reserved(reserved);
+    if check_replay && replayed(state, &run.id, &cmd.charge) {
         return Ok(Decided {
             ops: Vec::new(),
             answer: answer(Reserved::Replayed {
@@ -456,6 +524,7 @@ pub(crate) fn decide_reserve(state: &dyn BooksRead, cmd: &Reserve, now_ms: u64) 
             }),
         });
     }
+    let books = chain(state, run, now_ms);
     check_size(
         || format!("open reservations of run {}", run.id),
         books[0].open.len() + 1,
@@ -467,7 +536,7 @@ pub(crate) fn decide_reserve(state: &dyn BooksRead, cmd: &Reserve, now_ms: u64) 
         .find_map(|(i, book)| book.refusal(&cmd.amount, now_ms, i == 0));
     if let Some(reason) = refusal {
         let why = format!("budget exhausted reserving {}: {reason}", cmd.charge);
-        let (op, _) = move_under_current_token(&run, RunState::Paused, now_ms, why.clone());
+        let (op, _) = move_under_current_token(run, RunState::Paused, now_ms, why.clone());
         return Ok(Decided {
             ops: vec![op],
             answer: answer(Reserved::Exhausted { reason: why }),
@@ -489,6 +558,10 @@ pub(crate) fn decide_reserve(state: &dyn BooksRead, cmd: &Reserve, now_ms: u64) 
         amount: cmd.amount,
         reserved_ms: now_ms,
         token: cmd.guard.token,
+        attempt: match &cmd.charge {
+            Charge::Decision { .. } => 0,
+            Charge::Effect { step } => attempt_paid_for(state, &run.id, step),
+        },
         charged: books.iter().map(|b| b.run.clone()).collect(),
     };
     Ok(Decided {
@@ -504,6 +577,25 @@ pub(crate) fn decide_reserve(state: &dyn BooksRead, cmd: &Reserve, now_ms: u64) 
     })
 }
 
+/// Planted `ChargeReplays`: `Reserve` without the replay check, so a call
+/// made and recorded before is held and charged again.
+pub(crate) fn decide_reserve_charging_replays(
+    state: &dyn BooksRead,
+    cmd: &Reserve,
+    now_ms: u64,
+) -> Result<Decided> {
+    let run = existing(state, &cmd.run)?;
+    check_live(&run, &cmd.guard, now_ms)?;
+    check_running(&run, "reserve budget for a call")?;
+    if state
+        .budget(&run.id)
+        .is_some_and(|b| b.reservation(&cmd.charge).is_some())
+    {
+        return decide_reserve(state, cmd, now_ms);
+    }
+    decide_fresh_reserve(state, &run, cmd, now_ms, false)
+}
+
 /// Decides `Settle`: the lease holder records what a reserved call cost,
 /// once the call is recorded (its decision journaled or its act's outcome
 /// known); the difference goes back. A paused run settles too (a call in
@@ -511,12 +603,11 @@ pub(crate) fn decide_reserve(state: &dyn BooksRead, cmd: &Reserve, now_ms: u64) 
 pub(crate) fn decide_settle(state: &dyn BooksRead, cmd: &Settle, now_ms: u64) -> Result<Decided> {
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
-    let done = recorded(state, &run.id, &cmd.charge);
     let open = state
         .budget(&run.id)
         .and_then(|book| book.reservation(&cmd.charge).cloned());
     let Some(open) = open else {
-        if done {
+        if recorded(state, &run.id, &cmd.charge) {
             return Ok(Decided {
                 ops: Vec::new(),
                 answer: Answer::ChargeSettled(SettledCharge {
@@ -532,7 +623,7 @@ pub(crate) fn decide_settle(state: &dyn BooksRead, cmd: &Settle, now_ms: u64) ->
             charge: cmd.charge.to_string(),
         });
     };
-    if !done {
+    if !reserved_call_recorded(state, &run.id, &open) {
         return Err(Error::InvalidCommand {
             reason: format!(
                 "{} of run {} is settled only once it is recorded (journal the decision or \
@@ -785,6 +876,66 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_call_left_unsettled_by_a_dead_worker_is_charged_its_full_hold() {
+        let (mut b, g) = books_with_running_run("r");
+        b.ok(set_budget("r", calls(3)));
+        // The worker reserves, makes the call, records it, and dies.
+        b.ok(reserve("r", &g, step("pay"), Cost::tool_call(100)));
+        let d = b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a"));
+        let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
+            panic!()
+        };
+        b.ok(finish(&key, &g, confirmed(b"ok")));
+        // Its successor asks again: the call is not made again, and the
+        // hold is charged whole.
+        let d = b.ok(reserve("r", &g, step("pay"), Cost::tool_call(100)));
+        assert_eq!(
+            reserved(&d),
+            Reserved::Replayed {
+                charge: step("pay")
+            }
+        );
+        assert!(
+            matches!(d.ops[..], [Op::BudgetSettled { .. }]),
+            "{:?}",
+            d.ops
+        );
+        let after = book(&b, "r");
+        assert_eq!(
+            (after.spent, after.reserved),
+            (Cost::tool_call(100), Cost::default())
+        );
+        // After a retryable failure, the dead worker's call is charged and
+        // the retry gets a hold of its own, in one commit.
+        b.ok(reserve("r", &g, step("mail"), Cost::tool_call(10)));
+        let d = b.ok(begin("r", "mail", &g, ToolClass::Queryable, b"m"));
+        let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
+            panic!()
+        };
+        let busy = Outcome::Failed {
+            retryable: true,
+            reason: "busy".into(),
+        };
+        b.ok(finish(&key, &g, busy));
+        let d = b.ok(reserve("r", &g, step("mail"), Cost::tool_call(10)));
+        assert!(
+            matches!(reserved(&d), Reserved::Granted { again: false, .. }),
+            "{:?}",
+            d.answer
+        );
+        assert!(
+            matches!(
+                d.ops[..],
+                [Op::BudgetSettled { .. }, Op::BudgetReserved { .. }]
+            ),
+            "{:?}",
+            d.ops
+        );
+        let after = book(&b, "r");
+        assert_eq!((after.spent.tool_calls, after.reserved.tool_calls), (2, 1));
+    }
+
+    #[test]
     fn a_retry_after_a_retryable_failure_is_a_new_paid_call() {
         let (mut b, g) = books_with_running_run("r");
         b.ok(set_budget("r", calls(2)));
@@ -802,6 +953,17 @@ mod tests {
         let r = reserved(&b.ok(reserve("r", &g, step("pay"), Cost::tool_call(10))));
         assert!(matches!(r, Reserved::Granted { again: false, .. }), "{r:?}");
         assert_eq!(book(&b, "r").reserved.tool_calls, 1);
+        // A successor asks again before the retry is made: the hold is
+        // for the retry, not for the failed attempt, so it stands as is.
+        let d = b.ok(reserve("r", &g, step("pay"), Cost::tool_call(10)));
+        assert!(
+            matches!(reserved(&d), Reserved::Granted { again: true, .. }),
+            "{:?}",
+            d.answer
+        );
+        assert!(d.ops.is_empty(), "{:?}", d.ops);
+        let after = book(&b, "r");
+        assert_eq!((after.spent.tool_calls, after.reserved.tool_calls), (1, 1));
     }
 
     #[test]

@@ -32,6 +32,7 @@ mod wait;
 
 pub use apply::{ApplyError, apply};
 pub use audit::{AuditEntry, AuditWhat, describe as audit_line_of};
+pub(crate) use budget::decide_reserve_charging_replays;
 pub use budget::{BudgetBook, BudgetLimits, Charge, Cost, Reservation, Reserved, SettledCharge};
 pub use checkpoint::{
     CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,

@@ -670,19 +670,20 @@ mod tests {
         (
             charge(),
             cost(),
-            any::<u64>(),
+            any::<(u64, u32)>(),
             token(),
             proptest::collection::vec(run_id(), 0..3),
         )
-            .prop_map(
-                |(charge, amount, reserved_ms, token, charged)| Reservation {
+            .prop_map(|(charge, amount, (reserved_ms, attempt), token, charged)| {
+                Reservation {
                     charge,
                     amount,
                     reserved_ms,
                     token,
+                    attempt,
                     charged,
-                },
-            )
+                }
+            })
     }
 
     fn signal() -> impl Strategy<Value = SignalRecord> {

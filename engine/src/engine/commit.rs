@@ -201,10 +201,14 @@ impl Engine {
             .or_else(|| self.planted_any_digest(&view, cmd));
         let unpaused = self
             .planted_unpause(&view, cmd)
-            .or_else(|| self.planted_wake_early(inner, &view, cmd));
-        let decided_on = match &unpaused {
-            Some(overlay) => decide(overlay, refreshed.as_ref().unwrap_or(cmd), now_ms),
-            None => decide(&view, refreshed.as_ref().unwrap_or(cmd), now_ms),
+            .or_else(|| self.planted_wake_early(inner, &view, cmd))
+            .or_else(|| self.planted_unlimited(&view, cmd));
+        let decided_on = match (&unpaused, cmd) {
+            (_, Command::Reserve(reserve)) if self.planted(PlantedBug::ChargeReplays) => {
+                crate::books::decide_reserve_charging_replays(&view, reserve, now_ms)
+            }
+            (Some(overlay), _) => decide(overlay, refreshed.as_ref().unwrap_or(cmd), now_ms),
+            (None, _) => decide(&view, refreshed.as_ref().unwrap_or(cmd), now_ms),
         };
         let decided = decided_on.and_then(|mut decided| {
             tamper(&mut decided);
@@ -348,6 +352,31 @@ impl Engine {
                 *at = at.saturating_sub(HOUR_MS);
                 overlay.put_waits(book);
             }
+        }
+        Some(overlay)
+    }
+
+    /// Planted `OverspendBudget`: a reserve is decided on a view in which
+    /// the run and its ancestors have no limits.
+    fn planted_unlimited<'v>(
+        &self,
+        books: &'v dyn BooksRead,
+        cmd: &Command,
+    ) -> Option<Overlay<'v>> {
+        let Command::Reserve(reserve) = cmd else {
+            return None;
+        };
+        if !self.planted(PlantedBug::OverspendBudget) {
+            return None;
+        }
+        let mut overlay = Overlay::new(books);
+        let mut next = Some(reserve.run.clone());
+        while let Some(id) = next {
+            if let Some(mut book) = books.budget(&id) {
+                book.limits = None;
+                overlay.put_budget(book);
+            }
+            next = books.run(&id).and_then(|r| r.parent);
         }
         Some(overlay)
     }

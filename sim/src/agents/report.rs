@@ -58,6 +58,15 @@ pub struct AgentReport {
     pub approvals_refused: u64,
     /// Signals sent to runs (acknowledged).
     pub signals: u64,
+    /// Budget holds granted for a call (research runs).
+    pub reserves: u64,
+    /// Holds settled with a recorded call's cost.
+    pub settles: u64,
+    /// Reserves refused by an exhausted budget (the run paused, the call
+    /// never made).
+    pub budgets_exhausted: u64,
+    /// Budgets an operator raised to let a paused run go on.
+    pub budgets_raised: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -96,6 +105,10 @@ impl AgentReport {
         self.approvals += other.approvals;
         self.approvals_refused += other.approvals_refused;
         self.signals += other.signals;
+        self.reserves += other.reserves;
+        self.settles += other.settles;
+        self.budgets_exhausted += other.budgets_exhausted;
+        self.budgets_raised += other.budgets_raised;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -110,7 +123,8 @@ impl AgentReport {
              {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
              operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
-             approvals decided ({} refused), {} signals",
+             approvals decided ({} refused), {} signals, {} budget holds ({} settled, {} \
+             exhausted, {} raised)",
             self.runs,
             self.completed,
             self.failed,
@@ -134,7 +148,11 @@ impl AgentReport {
             self.waits_parked,
             self.approvals,
             self.approvals_refused,
-            self.signals
+            self.signals,
+            self.reserves,
+            self.settles,
+            self.budgets_exhausted,
+            self.budgets_raised
         )
     }
 }

@@ -8,8 +8,8 @@
 
 use actum::Clock;
 use actum::books::{
-    BooksRead, Command, DecideApproval, EffectStatus, Operate, OperatorAction, RunId, RunState,
-    SendSignal, StepId, WaitFor, digest_of,
+    BooksRead, BudgetLimits, Command, DecideApproval, EffectStatus, Operate, OperatorAction, RunId,
+    RunState, SendSignal, StepId, WaitFor, digest_of,
 };
 
 use super::config::AgentConfig;
@@ -160,7 +160,14 @@ impl Sim<'_> {
             }
             Event::Operate(action, n) => {
                 let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
-                self.operate(&run, action, "an operator's event")?;
+                // An operator who resumes a run its budget paused grants
+                // it one more search first.
+                if action == OperatorAction::Resume {
+                    self.raise_spent_budget(&run, "an operator's event")?;
+                }
+                if !self.dead {
+                    self.operate(&run, action, "an operator's event")?;
+                }
             }
             Event::Approve(code, n) => {
                 let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
@@ -357,20 +364,7 @@ impl Sim<'_> {
         for worker in &mut self.workers {
             worker.paused = false;
         }
-        // An operator resumes what is paused, so every run can end.
-        let paused: Vec<RunId> = self
-            .runs
-            .iter()
-            .filter(|(run, _)| {
-                self.model
-                    .run(run)
-                    .is_some_and(|r| r.state == RunState::Paused)
-            })
-            .map(|(run, _)| run.clone())
-            .collect();
-        for run in paused {
-            self.operate(&run, OperatorAction::Resume, "the calm phase")?;
-        }
+        self.resume_paused()?;
         // How the calm phase's approver treats the approvals still open:
         // drawn once per seed, so some runs see their approval expire.
         let mut approver = Rng::new(self.schedule.seed).fork("calm approver");
@@ -381,6 +375,7 @@ impl Sim<'_> {
                 return Ok(());
             }
             self.answer_open_waits(lets_expire)?;
+            self.resume_paused()?;
             self.clock.advance_ms(CALM_TICK_MS);
             let mut acted = false;
             for w in 0..self.workers.len() {
@@ -413,6 +408,51 @@ impl Sim<'_> {
             "every run ends once the faults stop",
             format!("after {CALM_ROUNDS_MAX} calm rounds still going: {stuck:?}"),
         ))
+    }
+
+    /// The calm phase's operator: resumes what is paused (an operator, or
+    /// an exhausted budget, which it raises first), so every run can end.
+    fn resume_paused(&mut self) -> Result<(), AgentFailure> {
+        let paused: Vec<RunId> = self
+            .runs
+            .iter()
+            .filter(|(run, _)| {
+                self.model
+                    .run(run)
+                    .is_some_and(|r| r.state == RunState::Paused)
+            })
+            .map(|(run, _)| run.clone())
+            .collect();
+        for run in paused {
+            self.raise_spent_budget(&run, "the calm phase")?;
+            self.operate(&run, OperatorAction::Resume, "the calm phase")?;
+        }
+        Ok(())
+    }
+
+    /// Raises the budget of `run` by one search if it is paused with its
+    /// searches spent (held or settled).
+    fn raise_spent_budget(&mut self, run: &RunId, who: &'static str) -> Result<(), AgentFailure> {
+        let paused = self
+            .model
+            .run(run)
+            .is_some_and(|r| r.state == RunState::Paused);
+        let Some(book) = self.model.budget(run).filter(|_| paused) else {
+            return Ok(());
+        };
+        let used = book.spent.tool_calls + book.reserved.tool_calls;
+        let Some(limits) = book
+            .limits
+            .filter(|l| l.tool_calls.is_some_and(|c| c <= used))
+        else {
+            return Ok(());
+        };
+        self.report.budgets_raised += 1;
+        let raised = BudgetLimits {
+            tool_calls: Some(used + 1),
+            ..limits
+        };
+        self.set_budget(run, raised, who)
     }
 
     /// The calm phase's approver and webhook: every open approval is
@@ -457,6 +497,7 @@ impl Sim<'_> {
         self.report.checked("a wait ends only on its own terms");
         check::waits_keep_their_terms(&books)
             .map_err(|e| self.fail("a wait ends only on its own terms", e))?;
+        self.check_budgets(&books, None)?;
         self.report.checked("every run ends once the faults stop");
         check::every_run_ends_settled(&books)
             .map_err(|e| self.fail("every run ends once the faults stop", e))?;

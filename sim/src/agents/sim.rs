@@ -14,7 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    Answer, BooksRead, BooksWrite, Command, CreateRun, MemBooks, RunId, apply, decide, digest_of,
+    Answer, BooksRead, BooksWrite, BudgetLimits, Command, CreateRun, MemBooks, Reserve, RunId,
+    SetBudget, Settle, apply, decide, digest_of,
 };
 use actum::db::DbOptions;
 use actum::engine::FinishedStep;
@@ -26,13 +27,23 @@ use super::failure::{AgentFailure, Origin};
 use super::history::History;
 use super::report::AgentReport;
 use super::schedule::AgentSchedule;
-use super::worker::Worker;
-use super::workflow::Workflow;
+use super::worker::{DECISION_HOLD, Worker};
+use super::workflow::{RESEARCH_ROUNDS, Workflow};
 use crate::check::{self, InFlight};
 use crate::clock::SimClock;
 use crate::disk::SimDisk;
 use crate::rng::{PPM_ONE, Rng};
 use crate::world::World;
+
+/// The budget of a research run allowed `calls` searches: its model calls
+/// always fit.
+pub fn research_budget(calls: u64) -> BudgetLimits {
+    BudgetLimits {
+        tool_calls: Some(calls),
+        tokens_in: Some(u64::from(RESEARCH_ROUNDS) * DECISION_HOLD.tokens_in),
+        ..BudgetLimits::default()
+    }
+}
 
 /// The database directory on the simulated disk.
 pub const DB_DIR: &str = "/agents";
@@ -160,6 +171,7 @@ impl<'s> Sim<'s> {
     /// The first process: opens the engine and creates the runs.
     pub fn start(&mut self) -> Result<(), AgentFailure> {
         self.recover()?;
+        let mut budgets = Rng::new(self.schedule.seed).fork("budgets");
         for (run, workflow) in self.runs.clone() {
             let cmd = Command::CreateRun(CreateRun {
                 run: run.clone(),
@@ -177,7 +189,39 @@ impl<'s> Sim<'s> {
                 Called::Died => unreachable!("no fault is armed before the first event"),
             }
             self.report.runs += 1;
+            if workflow == Workflow::Research {
+                // From none of its searches to all of them: most research
+                // runs exhaust their budget somewhere mid-run.
+                let calls = budgets.below(u64::from(RESEARCH_ROUNDS) + 1);
+                self.set_budget(&run, research_budget(calls), "its creator")?;
+            }
         }
+        Ok(())
+    }
+
+    /// An operator sets the budget of `run`, held to the model like every
+    /// call; a refusal (the run is over) is part of the game.
+    pub fn set_budget(
+        &mut self,
+        run: &RunId,
+        limits: BudgetLimits,
+        who: &'static str,
+    ) -> Result<(), AgentFailure> {
+        let set = SetBudget {
+            run: run.clone(),
+            limits,
+            by: "ops".into(),
+            reason: format!("set by {who}"),
+        };
+        let cmd = Command::SetBudget(set.clone());
+        let outcome = match self.call(Some(&cmd), |e| {
+            e.set_budget(&set.run, set.limits, &set.by, &set.reason)
+        })? {
+            Called::Ok(()) => "set".to_string(),
+            Called::Refused(e) => format!("refused: {e}"),
+            Called::Died => "the process died".to_string(),
+        };
+        self.note(|| format!("{who} sets the budget of {run} to {limits}: {outcome}"));
         Ok(())
     }
 
@@ -301,6 +345,13 @@ impl<'s> Sim<'s> {
                 )
             })?;
         }
+        if let Command::Reserve(Reserve { run, .. })
+        | Command::Settle(Settle { run, .. })
+        | Command::SetBudget(SetBudget { run, .. }) = cmd
+        {
+            let model = self.model.clone();
+            self.check_budgets(&model, Some(run))?;
+        }
         self.report.commands += u64::from(!decided.ops.is_empty());
         if let Answer::Begun(actum::books::Begun::Resend { .. }) = decided.answer {
             self.report.resends += 1;
@@ -371,6 +422,26 @@ impl<'s> Sim<'s> {
         ))
     }
 
+    /// The budget invariants over `books` (or `only` one run's budget)
+    /// and the world's calls.
+    pub(crate) fn check_budgets(
+        &mut self,
+        books: &MemBooks,
+        only: Option<&RunId>,
+    ) -> Result<(), AgentFailure> {
+        self.report.checked("a budget is never overspent");
+        check::budgets_hold(books, only)
+            .map_err(|e| self.fail("a budget is never overspent", e))?;
+        self.report
+            .checked("every call is paid for, and a replay is never charged again");
+        check::calls_are_paid_once(books, self.world.log()).map_err(|e| {
+            self.fail(
+                "every call is paid for, and a replay is never charged again",
+                e,
+            )
+        })
+    }
+
     /// The recovered books against the model and the world.
     fn verify_recovery(&mut self) -> Result<(), AgentFailure> {
         let engine = self.engine.as_ref().expect("just opened");
@@ -380,6 +451,7 @@ impl<'s> Sim<'s> {
         self.report.checked("a wait ends only on its own terms");
         check::waits_keep_their_terms(&found)
             .map_err(|e| self.fail("a wait ends only on its own terms", e))?;
+        self.check_budgets(&found, None)?;
         self.report
             .checked("after every recovery the books equal the model");
         let inflight = self.inflight.take();

@@ -21,8 +21,9 @@
 use actum::Clock;
 use actum::Error;
 use actum::books::{
-    Command, Compensation, Guard, OpenWait, Outcome, RecordDecision, RenewLease, RunId, RunState,
-    SaveCheckpoint, StepId, ToolClass, Transition, WaitFor, WaitStatus, WorkerId, digest_of,
+    Charge, Command, Compensation, Cost, Guard, OpenWait, Outcome, RecordDecision, RenewLease,
+    Reserve, Reserved, RunId, RunState, SaveCheckpoint, Settle, StepId, ToolClass, Transition,
+    WaitFor, WaitStatus, WorkerId, digest_of,
 };
 use actum::engine::{CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec};
 
@@ -36,6 +37,19 @@ use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Tool, tool};
 
 /// The lease every worker takes and renews, in ms.
 pub const LEASE_TTL_MS: u64 = 30_000;
+/// What a research run holds before a search: one tool call of at most
+/// this many micro-units.
+pub const SEARCH_HOLD_MICROS: u64 = 500;
+/// What a search costs.
+pub const SEARCH_COST_MICROS: u64 = 300;
+/// What a research run holds before a model call (the model's usage is
+/// always below it).
+pub const DECISION_HOLD: Cost = Cost {
+    tokens_in: 400,
+    tokens_out: 300,
+    cost_micros: 600,
+    tool_calls: 0,
+};
 
 /// One simulated worker process.
 #[derive(Clone, Debug)]
@@ -83,13 +97,65 @@ pub struct Job {
     expires_ms: u64,
     state: AgentState,
     phase: Phase,
+    /// The budget asked for the current action's call, if it pays one.
+    budget: Option<Asked>,
+}
+
+/// A reserve the worker made for the current action's call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Asked {
+    /// What the call is.
+    charge: Charge,
+    /// True if the engine granted a hold (which the worker settles);
+    /// false if it answered that the call was made before.
+    held: bool,
+    /// What the call cost, once it is recorded: the hold is settled then.
+    actual: Option<Cost>,
 }
 
 impl Job {
+    /// The charge the workflow's next action pays, if it is a research
+    /// run's model call or search (the runs with budgets).
+    fn charge_of(&self, action: &Action) -> Option<Charge> {
+        if self.workflow != Workflow::Research || self.state.failing.is_some() {
+            return None;
+        }
+        match action {
+            Action::Decide { position, .. } => Some(Charge::Decision {
+                position: *position,
+            }),
+            Action::Effect(spec) => Some(Charge::Effect {
+                step: StepId::new(spec.step.clone()).expect("a valid step id"),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The call the held budget was for is recorded, costing `actual`.
+    fn recorded(&mut self, actual: Cost) {
+        if let Some(asked) = self.budget.as_mut().filter(|a| a.held) {
+            asked.actual = Some(actual);
+        }
+    }
+
+    /// The settle of a recorded call's hold, if one is due.
+    fn settle_due(&self) -> Option<Settle> {
+        let asked = self.budget.as_ref()?;
+        Some(Settle {
+            run: self.run.clone(),
+            guard: self.guard.clone(),
+            charge: asked.charge.clone(),
+            actual: asked.actual.filter(|_| asked.held)?,
+        })
+    }
+
     /// Moves the agent on from a step's result (`planned`: the books
     /// already knew it): the new state and phase. `false` for a result no
     /// valid workflow gets.
     fn take(&mut self, side: Side, result: &StepResult, planned: bool) -> bool {
+        if matches!(side, Side::Act(_)) {
+            self.recorded(Cost::tool_call(SEARCH_COST_MICROS));
+        }
         match result {
             StepResult::Done { receipt, .. } => {
                 self.state.notes.extend_from_slice(receipt);
@@ -134,7 +200,12 @@ impl Job {
         if !next.take(side, result, false) || !matches!(next.phase, Phase::Save) {
             return None;
         }
-        let mut then = vec![Command::SaveCheckpoint(next.save_command())];
+        let mut then = Vec::new();
+        if let Some(settle) = next.settle_due() {
+            then.push(Command::Settle(settle));
+            next.budget = None;
+        }
+        then.push(Command::SaveCheckpoint(next.save_command()));
         let finish_to = match next.workflow.action(&next.run, &next.state) {
             Action::Finish { to, reason } => {
                 then.push(Command::Transition(next.transition_command(to, reason)));
@@ -335,6 +406,7 @@ impl Sim<'_> {
             expires_ms: grant.expires_ms,
             state: AgentState::default(),
             phase: Phase::Load,
+            budget: None,
         }))
     }
 
@@ -413,12 +485,112 @@ impl Sim<'_> {
     }
 
     fn ready(&mut self, w: usize, job: Job) -> Next {
-        match job.workflow.action(&job.run, &job.state) {
+        if let Some(settle) = job.settle_due() {
+            return self.settle_charge(w, job, settle);
+        }
+        let action = job.workflow.action(&job.run, &job.state);
+        if let Some(charge) = job.charge_of(&action)
+            && job.budget.as_ref().is_none_or(|a| a.charge != charge)
+        {
+            return self.reserve(w, job, charge);
+        }
+        match action {
             Action::Effect(spec) => self.begin_effect(w, job, spec),
             Action::Decide { position, prompt } => self.decide(w, job, position, &prompt),
             Action::Compensate { step } => self.begin_undo(w, job, step),
             Action::Wait(spec) => self.wait(w, job, &spec),
             Action::Finish { to, reason } => self.transition(w, &job, to, reason).map(|_| None),
+        }
+    }
+
+    /// Reserves the budget of the call `charge` before making it. An
+    /// exhausted budget pauses the run: the worker lets it go, and the
+    /// call is never made.
+    fn reserve(&mut self, w: usize, mut job: Job, charge: Charge) -> Next {
+        let amount = match charge {
+            Charge::Decision { .. } => DECISION_HOLD,
+            Charge::Effect { .. } => Cost::tool_call(SEARCH_HOLD_MICROS),
+        };
+        let reserve = Reserve {
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            charge: charge.clone(),
+            amount,
+        };
+        let cmd = Command::Reserve(reserve.clone());
+        let answer = match self.call(Some(&cmd), |e| {
+            e.reserve(&reserve.run, &reserve.guard, reserve.charge.clone(), amount)
+        })? {
+            Called::Ok(answer) => answer,
+            Called::Refused(e) => return self.dropped(w, &job, &e),
+            Called::Died => return Ok(None),
+        };
+        let who = self.who(w);
+        let held = match answer {
+            Reserved::Granted { again, .. } => {
+                self.report
+                    .checked("a hold is granted only within budget, never for a replay");
+                check::reserve_granted_by_the_books(&self.model, &job.run, &charge).map_err(
+                    |e| {
+                        self.fail(
+                            "a hold is granted only within budget, never for a replay",
+                            e,
+                        )
+                    },
+                )?;
+                self.report.reserves += 1;
+                self.note(|| {
+                    format!(
+                        "{who} reserves {charge} of {}{}",
+                        job.run,
+                        if again { " (held already)" } else { "" }
+                    )
+                });
+                true
+            }
+            Reserved::Replayed { .. } => {
+                self.note(|| format!("{who} finds {charge} of {} paid before", job.run));
+                false
+            }
+            Reserved::Exhausted { reason } => {
+                self.report.budgets_exhausted += 1;
+                self.note(|| format!("{who} drops {}: {reason}", job.run));
+                return Ok(None);
+            }
+        };
+        job.budget = Some(Asked {
+            charge,
+            held,
+            actual: None,
+        });
+        Ok(Some(job))
+    }
+
+    /// Settles the hold of a recorded call.
+    fn settle_charge(&mut self, w: usize, mut job: Job, settle: Settle) -> Next {
+        let cmd = Command::Settle(settle.clone());
+        match self.call(Some(&cmd), |e| {
+            e.settle(
+                &settle.run,
+                &settle.guard,
+                settle.charge.clone(),
+                settle.actual,
+            )
+        })? {
+            Called::Ok(settled) => {
+                self.report.settles += 1;
+                let who = self.who(w);
+                self.note(|| {
+                    format!(
+                        "{who} settles {} of {}: {} micros back",
+                        settled.charge, job.run, settled.returned.cost_micros
+                    )
+                });
+                job.budget = None;
+                Ok(Some(job))
+            }
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
         }
     }
 
@@ -689,9 +861,14 @@ impl Sim<'_> {
             // refusal drops the run.
             self.report.follow_ups_refused += 1;
             self.note(|| format!("{who}'s follow-ups were refused; the outcome stands alone"));
+            next.budget = job.budget.clone();
+            next.recorded(Cost::tool_call(SEARCH_COST_MICROS));
             return Ok(Some(next));
         };
-        let version = match answers.first() {
+        let saved = answers
+            .iter()
+            .find(|a| matches!(a, actum::books::Answer::CheckpointSaved { .. }));
+        let version = match saved {
             Some(actum::books::Answer::CheckpointSaved { version, .. }) => *version,
             other => {
                 return Err(self.fail(
@@ -723,6 +900,7 @@ impl Sim<'_> {
             Some(record) => {
                 self.report.decisions_replayed += 1;
                 self.note(|| format!("{who} replays decision {position} of {run}"));
+                job.recorded(Cost::of_usage(record.usage));
                 record.output
             }
             None => {
@@ -749,6 +927,7 @@ impl Sim<'_> {
                     Called::Died => return Ok(None),
                 }
                 self.note(|| format!("{who} pays the model for decision {position} of {run}"));
+                job.recorded(Cost::of_usage(usage));
                 output
             }
         };

@@ -10,6 +10,7 @@
 mod acked_survive;
 mod approval_binds;
 mod books_match_model;
+mod budgets_hold;
 mod corruption_detected;
 mod decision_not_repaid;
 mod effect_at_most_once;
@@ -32,6 +33,7 @@ mod test_support;
 pub use acked_survive::acked_appends_survive;
 pub use approval_binds::approval_binds_its_effect;
 pub use books_match_model::{InFlight, books_match_model};
+pub use budgets_hold::{budgets_hold, calls_are_paid_once, reserve_granted_by_the_books};
 pub use corruption_detected::corruption_is_detected;
 pub use decision_not_repaid::decision_not_paid_twice;
 pub use effect_at_most_once::effect_applied_at_most_once;

@@ -222,6 +222,7 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
             amount: Cost::tool_call(900),
             reserved_ms: 1_700_000_004_000,
             token: FencingToken(3),
+            attempt: 1,
             charged: vec![RunId::new("run-1").expect("a valid run name")],
         },
     };
