@@ -9,7 +9,7 @@
 
 use crate::books::{
     Answer, BudgetBook, BudgetLimits, Charge, Command, Cost, Guard, Reserve, Reserved, RunId,
-    SetBudget, Settle, SettledCharge,
+    RunState, SetBudget, Settle, SettledCharge,
 };
 use crate::error::{Error, Result};
 
@@ -155,14 +155,16 @@ impl Engine {
     /// (no limits, nothing spent) if it never had one.
     pub fn budget(&self, run: &RunId) -> Result<BudgetBook> {
         self.read(|books| {
-            let Some(record) = books.run(run) else {
+            if books.run(run).is_none() {
                 return Err(Error::NotFound {
                     what: format!("run {run}"),
                 });
-            };
+            }
+            // No book: no limits, nothing spent, and no time counted (a
+            // book counts time running from when it is made).
             Ok(books
                 .budget(run)
-                .unwrap_or_else(|| BudgetBook::new(run.clone(), record.state, record.updated_ms)))
+                .unwrap_or_else(|| BudgetBook::new(run.clone(), RunState::Pending, 0)))
         })
     }
 }
