@@ -58,3 +58,78 @@ pub fn approval_binds_its_effect(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::test_support::*;
+    use actum::books::{
+        BooksWrite, DecideApproval, FencingToken, RunState, StepId, WaitBook, WaitRecord, digest_of,
+    };
+
+    fn books(status: WaitStatus) -> MemBooks {
+        let mut books = MemBooks::new();
+        books.put_run(run_record("r", RunState::WaitingHuman));
+        let mut book = WaitBook::new(run_id("r"));
+        book.waits.push(WaitRecord {
+            step: StepId::new("pay").expect("a valid step"),
+            seq: 1,
+            wait_for: WaitFor::Approval {
+                args_digest: digest_of(b"pay 90"),
+                role: "finance".into(),
+            },
+            deadline_ms: Some(5_000),
+            opened_ms: 1_000,
+            token: FencingToken(1),
+            reason: "above the threshold".into(),
+            status,
+            ended_ms: None,
+        });
+        books.put_waits(book);
+        books
+    }
+
+    fn decide(args: &[u8], role: &str, step: &str) -> Command {
+        Command::DecideApproval(DecideApproval {
+            run: run_id("r"),
+            step: StepId::new(step).expect("a valid step"),
+            args_digest: digest_of(args),
+            approver: "ann".into(),
+            role: role.into(),
+            approve: true,
+            note: String::new(),
+        })
+    }
+
+    #[test]
+    fn only_the_bound_digest_and_role_before_the_deadline_once_pass() {
+        let open = books(WaitStatus::Open);
+        assert!(
+            approval_binds_its_effect(&open, &decide(b"pay 90", "finance", "pay"), 4_999).is_ok()
+        );
+        let stale = approval_binds_its_effect(&open, &decide(b"pay 900", "finance", "pay"), 2_000);
+        assert!(stale.expect_err("another digest").contains("bound to args"));
+        let role = approval_binds_its_effect(&open, &decide(b"pay 90", "ops", "pay"), 2_000);
+        assert!(role.is_err(), "another role");
+        let late = approval_binds_its_effect(&open, &decide(b"pay 90", "finance", "pay"), 5_000);
+        assert!(late.is_err(), "at the deadline");
+        let nowhere =
+            approval_binds_its_effect(&open, &decide(b"pay 90", "finance", "ship"), 2_000);
+        assert!(
+            nowhere
+                .expect_err("no wait")
+                .contains("asked for no approval")
+        );
+        let decided = books(WaitStatus::Approved {
+            approver: "bob".into(),
+            note: String::new(),
+        });
+        let twice =
+            approval_binds_its_effect(&decided, &decide(b"pay 90", "finance", "pay"), 2_000);
+        assert!(
+            twice
+                .expect_err("second decision")
+                .contains("second decision")
+        );
+    }
+}
