@@ -56,6 +56,11 @@ pub enum PlantedBug {
     /// The engine's reserves skip the replay check, so a step replayed from
     /// the books is charged again.
     ChargeReplays,
+    /// `start_child` names the child afresh under each lease and creates
+    /// it in one commit and the parent's wait in another, so a crash
+    /// between them leaves a child no wait names, and the parent's re-run
+    /// starts a second one.
+    SpawnChildTwice,
 }
 
 impl PlantedBug {
@@ -69,7 +74,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 13] = [
+    pub const ENGINE: [PlantedBug; 14] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -83,10 +88,11 @@ impl PlantedBug {
         PlantedBug::WakeEarly,
         PlantedBug::OverspendBudget,
         PlantedBug::ChargeReplays,
+        PlantedBug::SpawnChildTwice,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 18] = [
+    pub const ALL: [PlantedBug; 19] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -105,6 +111,7 @@ impl PlantedBug {
         PlantedBug::WakeEarly,
         PlantedBug::OverspendBudget,
         PlantedBug::ChargeReplays,
+        PlantedBug::SpawnChildTwice,
     ];
 
     /// The bug's command-line name.
@@ -128,6 +135,7 @@ impl PlantedBug {
             PlantedBug::WakeEarly => "wake-early",
             PlantedBug::OverspendBudget => "overspend-budget",
             PlantedBug::ChargeReplays => "charge-replays",
+            PlantedBug::SpawnChildTwice => "spawn-child-twice",
         }
     }
 

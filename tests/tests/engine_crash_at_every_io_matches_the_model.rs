@@ -330,6 +330,58 @@ fn budgets() -> Vec<Work> {
     ]
 }
 
+/// Run r6 starts its child r6:sum and waits for it in one batch; the
+/// child runs, saves its result and completes, which wakes r6 in the same
+/// commit; r6 asks again and gets the child's end. Run r7 starts a child
+/// and is cancelled, which cancels the child too.
+fn children() -> Vec<Work> {
+    #[expect(non_snake_case, reason = "reads like the variant")]
+    let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
+    let acquire = |run: &str, worker: &str| {
+        Command::AcquireLease(actum::books::AcquireLease {
+            run: rid(run),
+            worker: wid(worker),
+            ttl_ms: LEASE_MS,
+        })
+    };
+    let start_child = |parent: &str, worker: &str, token: u64| {
+        let child = format!("{parent}:sum");
+        Command::Batch(vec![
+            Command::CreateRun(CreateRun {
+                parent: Some(rid(parent)),
+                ..create_cmd(&child)
+            }),
+            Command::OpenWait(OpenWait {
+                run: rid(parent),
+                guard: guard_at(worker, token),
+                step: sid("sum"),
+                wait_for: WaitFor::Child { run: rid(&child) },
+                deadline_ms: None,
+                reason: "summarize".into(),
+            }),
+        ])
+    };
+    vec![
+        Cmd(Command::CreateRun(create_cmd("r6"))),
+        Cmd(acquire("r6", "w8")),
+        Cmd(transition("r6", "w8", RunState::Running)),
+        Cmd(start_child("r6", "w8", 1)),
+        Cmd(acquire("r6:sum", "w9")),
+        Cmd(transition("r6:sum", "w9", RunState::Running)),
+        Cmd(save("r6:sum", "w9", 4)),
+        Work::Checkpoint,
+        Cmd(transition("r6:sum", "w9", RunState::Completed)),
+        Cmd(acquire("r6", "w8")),
+        Cmd(start_child("r6", "w8", 2)),
+        Cmd(Command::CreateRun(create_cmd("r7"))),
+        Cmd(acquire("r7", "w8")),
+        Cmd(transition("r7", "w8", RunState::Running)),
+        Cmd(start_child("r7", "w8", 1)),
+        Work::Checkpoint,
+        Cmd(operate("r7", OperatorAction::Cancel)),
+    ]
+}
+
 fn workload() -> Vec<Work> {
     use Work::Checkpoint;
     #[expect(non_snake_case, reason = "reads like the variant")]
@@ -404,6 +456,7 @@ fn workload() -> Vec<Work> {
     .into_iter()
     .chain(waits())
     .chain(budgets())
+    .chain(children())
     .collect()
 }
 

@@ -133,3 +133,20 @@ fn charging_a_replayed_call_again_is_caught_by_the_hold_check() {
         "a hold is granted only within budget, never for a replay"
     );
 }
+
+#[test]
+fn starting_a_second_child_for_one_step_is_caught() {
+    // The engine names the child afresh: the reference model, which holds
+    // the derived child, sees the engine's books part from it at the
+    // child's first command, or at the next recovery a child no wait names.
+    let (_, invariant) = caught(PlantedBug::SpawnChildTwice);
+    assert!(
+        [
+            "the engine decides as the reference model does",
+            "a parent's step starts one child, and waits for it",
+            "after every recovery the books equal the model",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}

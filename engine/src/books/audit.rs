@@ -385,6 +385,10 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                         signal.seq, signal.name, signal.sender
                     )
                 }
+                WaitStatus::ChildEnded { state, checkpoint } => match checkpoint {
+                    Some(version) => format!("the child ended {state} at checkpoint {version}"),
+                    None => format!("the child ended {state} with no checkpoint"),
+                },
                 WaitStatus::Open | WaitStatus::Elapsed => String::new(),
             };
             let what = AuditWhat::WaitEnded {

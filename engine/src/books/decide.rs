@@ -21,7 +21,7 @@ use super::op::Op;
 use super::overlay::Overlay;
 use super::run::{RunState, decide_create, decide_operate, decide_transition};
 use super::state::BooksRead;
-use super::wait::{WaitRecord, decide_approval, decide_open_wait, decide_signal};
+use super::wait::{WaitRecord, decide_approval, decide_open_wait, decide_signal, wake_parents};
 use crate::error::{Error, Result};
 
 /// What `BeginEffect` decided (ceremony points 1 to 3): the one answer a
@@ -233,7 +233,17 @@ pub fn decide(state: &impl BooksRead, cmd: &Command, now_ms: u64) -> Result<Deci
     }
 }
 
+/// Decides one command, then ends the parents' waits for any child runs
+/// it ends (a child's end wakes its parent in the same commit, whichever
+/// command ended it).
 fn decide_one(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<Decided> {
+    let mut decided = decide_command(state, cmd, now_ms)?;
+    let woken = wake_parents(state, &decided.ops, now_ms);
+    decided.ops.extend(woken);
+    Ok(decided)
+}
+
+fn decide_command(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<Decided> {
     match cmd {
         Command::CreateRun(c) => decide_create(state, c, now_ms),
         Command::Transition(c) => decide_transition(state, c, now_ms),

@@ -148,6 +148,14 @@ name_type!(
     "worker id"
 );
 
+/// The id of the child run that step `step` of run `parent` starts:
+/// `<parent>:<step>`, derived, never fresh, so a parent that re-runs the
+/// step after a crash names the same child and cannot start a second one.
+/// `InvalidName` if the two names together are longer than a name may be.
+pub fn child_run_id(parent: &RunId, step: &StepId) -> Result<RunId> {
+    RunId::new(format!("{parent}:{step}"))
+}
+
 /// A fencing token: grows by one on every lease acquisition of a run, so a
 /// holder presenting an older token is provably stale. Token 0 is never
 /// issued.

@@ -41,6 +41,11 @@ pub const RESERVATIONS_OPEN_MAX: usize = 64;
 /// Most ancestors whose budgets a run's reservation is counted in.
 pub const BUDGET_ANCESTORS_MAX: usize = 32;
 
+/// Most levels of awaited children an operator's cancel of a run cancels
+/// with it (a child's id grows with each level, so real trees are far
+/// shallower).
+pub const CHILD_DEPTH_MAX: usize = 32;
+
 /// Longest lease a worker may take or renew, in milliseconds (one day).
 pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 

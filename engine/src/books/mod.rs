@@ -45,7 +45,7 @@ pub use command::{
 pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};
 pub use digest::{DIGEST_LEN_BYTES, Digest, digest_of};
-pub use ids::{EffectKey, EffectKind, FencingToken, RunId, StepId, WorkerId};
+pub use ids::{EffectKey, EffectKind, FencingToken, RunId, StepId, WorkerId, child_run_id};
 pub use lease::{Lease, claim_order, claimable, claimable_from_ms};
 pub use ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 pub use limits::*;

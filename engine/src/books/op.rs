@@ -269,16 +269,17 @@ impl Op {
 /// payload [`encode_ops`] makes. Version 2 appended the wait and signal
 /// ops (`WaitOpened`, `WaitEnded`, `SignalReceived`) to version 1's, and
 /// version 3 the budget ops (`BudgetSet`, `BudgetReserved`,
-/// `BudgetSettled`), so that an older build refuses a log holding them by
-/// name instead of as damage.
-pub const PAYLOAD_VERSION: u8 = 3;
+/// `BudgetSettled`), and version 4 the child-run wait (`WaitFor::Child`,
+/// `WaitStatus::ChildEnded`), so that an older build refuses a log holding
+/// them by name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 4;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 3] = [1, 2, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 4] = [1, 2, 3, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 
@@ -705,6 +706,8 @@ mod tests {
             (name(), ".{0,8}").prop_map(|(approver, note)| WaitStatus::Rejected { approver, note }),
             signal().prop_map(|signal| WaitStatus::Signalled { signal }),
             Just(WaitStatus::Elapsed),
+            (state(), proptest::option::of(any::<u64>()))
+                .prop_map(|(state, checkpoint)| WaitStatus::ChildEnded { state, checkpoint }),
         ]
     }
 
@@ -714,6 +717,7 @@ mod tests {
                 .prop_map(|(args_digest, role)| WaitFor::Approval { args_digest, role }),
             name().prop_map(|name| WaitFor::Signal { name }),
             Just(WaitFor::Timer),
+            run_id().prop_map(|run| WaitFor::Child { run }),
         ];
         (
             name(),
@@ -807,7 +811,7 @@ mod tests {
         assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
         assert_eq!(decode_ops(&payload).unwrap(), ops);
         assert_eq!(unsupported_payload_version(&payload), None);
-        for old in [1u8, 2] {
+        for old in [1u8, 2, 3] {
             let mut before = payload.clone();
             before[0] = old;
             assert_eq!(
@@ -816,13 +820,13 @@ mod tests {
                 "version {old} is still read"
             );
         }
-        for version in [0u8, 4, 7, 255] {
+        for version in [0u8, 5, 7, 255] {
             let mut other = payload.clone();
             other[0] = version;
             assert_eq!(unsupported_payload_version(&other), Some(version));
             let err = decode_ops(&other).unwrap_err();
             let expected =
-                format!("record payload version {version}; this build reads versions 1, 2, 3");
+                format!("record payload version {version}; this build reads versions 1, 2, 3, 4");
             assert!(err.to_string().contains(&expected), "{err}");
         }
     }

@@ -16,10 +16,10 @@ use super::decide::{Answer, Decided};
 use super::digest::Digest;
 use super::ids::{FencingToken, RunId};
 use super::lease::{self, Lease};
-use super::limits::{TEXT_LEN_BYTES_MAX, check_size};
+use super::limits::{CHILD_DEPTH_MAX, TEXT_LEN_BYTES_MAX, check_size};
 use super::op::Op;
 use super::state::BooksRead;
-use super::wait::check_no_open_wait;
+use super::wait::{WaitFor, check_no_open_wait};
 use crate::error::{Error, Result};
 
 /// Where a run is in its life.
@@ -375,8 +375,12 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
         cmd.reason
     );
     let (op, version) = move_under_current_token(&run, to, now_ms, reason);
+    let mut ops = vec![op];
+    if cmd.action == OperatorAction::Cancel {
+        ops.extend(cancel_awaited_children(state, &run, now_ms));
+    }
     Ok(Decided {
-        ops: vec![op],
+        ops,
         answer: Answer::Operated {
             run: run.id.clone(),
             state: to,
@@ -384,6 +388,33 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
             changed: true,
         },
     })
+}
+
+/// The ops cancelling, with `run`, the child it waits for, that child's
+/// awaited child, and so on down (at most [`CHILD_DEPTH_MAX`] levels): a
+/// cancel ends the whole tree of runs started to serve it. Children ended
+/// already are left as they are, and so are children no wait awaits (a
+/// runtime that starts those owns their end).
+fn cancel_awaited_children(state: &dyn BooksRead, run: &Run, now_ms: u64) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let mut parent = run.id.clone();
+    for _ in 0..CHILD_DEPTH_MAX {
+        let book = state.waits(&parent);
+        let Some(WaitFor::Child { run: child }) = book
+            .as_ref()
+            .and_then(|b| b.open_wait())
+            .map(|w| &w.wait_for)
+        else {
+            break;
+        };
+        let Some(child) = state.run(child).filter(|c| !c.state.is_terminal()) else {
+            break;
+        };
+        let reason = format!("its parent run {} was cancelled", run.id);
+        ops.push(move_under_current_token(&child, RunState::Cancelled, now_ms, reason).0);
+        parent = child.id;
+    }
+    ops
 }
 
 #[cfg(test)]

@@ -54,6 +54,14 @@ pub enum WaitFor {
     },
     /// Nothing but the deadline: a durable timer.
     Timer,
+    /// The end of a child run this run started (see
+    /// [`child_run_id`](super::ids::child_run_id)): the wait ends when the
+    /// child reaches a terminal state, with that state and the version of
+    /// the child's last checkpoint (its result).
+    Child {
+        /// The child run; its parent must be the waiting run.
+        run: RunId,
+    },
 }
 
 impl WaitFor {
@@ -61,7 +69,9 @@ impl WaitFor {
     pub fn waiting_state(&self) -> RunState {
         match self {
             WaitFor::Approval { .. } => RunState::WaitingHuman,
-            WaitFor::Signal { .. } | WaitFor::Timer => RunState::WaitingTool,
+            WaitFor::Signal { .. } | WaitFor::Timer | WaitFor::Child { .. } => {
+                RunState::WaitingTool
+            }
         }
     }
 }
@@ -74,6 +84,7 @@ impl fmt::Display for WaitFor {
             }
             WaitFor::Signal { name } => write!(f, "signal {name}"),
             WaitFor::Timer => f.write_str("timer"),
+            WaitFor::Child { run } => write!(f, "end of child run {run}"),
         }
     }
 }
@@ -120,6 +131,14 @@ pub enum WaitStatus {
     /// The deadline passed first: a timer fired, an approval expired, a
     /// signal did not come in time.
     Elapsed,
+    /// The awaited child run ended.
+    ChildEnded {
+        /// Its terminal state.
+        state: RunState,
+        /// The version of its last checkpoint when it ended (what it
+        /// returns to its parent), if it saved one.
+        checkpoint: Option<u64>,
+    },
 }
 
 impl WaitStatus {
@@ -131,6 +150,7 @@ impl WaitStatus {
             WaitStatus::Rejected { .. } => "rejected",
             WaitStatus::Signalled { .. } => "signalled",
             WaitStatus::Elapsed => "elapsed",
+            WaitStatus::ChildEnded { .. } => "child-ended",
         }
     }
 }
@@ -234,8 +254,14 @@ fn check_terms(cmd: &OpenWait) -> Result<()> {
         WaitFor::Approval { role, .. } => check_name("approver role", role)?,
         WaitFor::Signal { name } => check_name("signal name", name)?,
         WaitFor::Timer => {}
+        WaitFor::Child { run } if *run == cmd.run => {
+            return Err(Error::InvalidCommand {
+                reason: format!("run {run} cannot wait for its own end"),
+            });
+        }
+        WaitFor::Child { .. } => {}
     }
-    let needs_deadline = !matches!(cmd.wait_for, WaitFor::Signal { .. });
+    let needs_deadline = matches!(cmd.wait_for, WaitFor::Approval { .. } | WaitFor::Timer);
     if needs_deadline && cmd.deadline_ms.is_none() {
         return Err(Error::InvalidCommand {
             reason: format!(
@@ -300,6 +326,10 @@ pub(crate) fn decide_open_wait(
     }
     check_running(&run, "open a wait")?;
     check_not_expired(cmd, now_ms)?;
+    let child_ended = match &cmd.wait_for {
+        WaitFor::Child { run: child } => check_child(state, &run, child)?,
+        _ => None,
+    };
     assert!(
         book.open_wait().is_none(),
         "a running run of {} has no open wait",
@@ -324,7 +354,7 @@ pub(crate) fn decide_open_wait(
         WaitFor::Signal { name } => book.first_signal(name).map(|signal| WaitStatus::Signalled {
             signal: signal.clone(),
         }),
-        _ => None,
+        _ => child_ended,
     }
     .or_else(|| {
         cmd.deadline_ms
@@ -367,6 +397,87 @@ pub(crate) fn decide_open_wait(
             state: to,
         },
     })
+}
+
+/// Checks that `child` is a child of `parent`; its end as a wait status
+/// if it ended already (the wait then ends as it opens).
+fn check_child(state: &dyn BooksRead, parent: &Run, child: &RunId) -> Result<Option<WaitStatus>> {
+    let found = existing(state, child)?;
+    if found.parent.as_ref() != Some(&parent.id) {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "run {} cannot wait for the end of run {child}: its parent is {}",
+                parent.id,
+                found
+                    .parent
+                    .as_ref()
+                    .map_or_else(|| "none".to_string(), |p| format!("run {p}"))
+            ),
+        });
+    }
+    Ok(found
+        .state
+        .is_terminal()
+        .then(|| child_ended(state, &found.id, found.state)))
+}
+
+/// The status ending a wait for `child`, which ended in `state`.
+fn child_ended(state: &dyn BooksRead, child: &RunId, ended_in: RunState) -> WaitStatus {
+    WaitStatus::ChildEnded {
+        state: ended_in,
+        checkpoint: state.checkpoint_latest(child).map(|meta| meta.version),
+    }
+}
+
+/// The ops that end the parents' waits for the children that `ops` end:
+/// for each run `ops` move to a terminal state whose parent waits for it,
+/// the parent's wait ends with the child's state and last checkpoint, and
+/// the parent wakes (if it sat waiting; a paused parent stays paused).
+/// `state` is the books before `ops`; a parent that ended already, or that
+/// `ops` end too (a cancel takes its awaited child with it), is left as it
+/// is.
+pub(crate) fn wake_parents(state: &dyn BooksRead, ops: &[Op], now_ms: u64) -> Vec<Op> {
+    let ending: Vec<&RunId> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::RunTransitioned { run, to, .. } if to.is_terminal() => Some(run),
+            _ => None,
+        })
+        .collect();
+    let mut woken = Vec::new();
+    for op in ops {
+        let Op::RunTransitioned { run, to, .. } = op else {
+            continue;
+        };
+        if !to.is_terminal() {
+            continue;
+        }
+        let Some(parent) = state.run(run).and_then(|child| child.parent) else {
+            continue;
+        };
+        let Some(parent) = state
+            .run(&parent)
+            .filter(|p| !p.state.is_terminal() && !ending.contains(&&p.id))
+        else {
+            continue;
+        };
+        let book = state.waits(&parent.id);
+        let Some(wait) = book.as_ref().and_then(|b| b.open_wait()) else {
+            continue;
+        };
+        if wait.wait_for != (WaitFor::Child { run: run.clone() }) {
+            continue;
+        }
+        woken.push(Op::WaitEnded {
+            run: parent.id.clone(),
+            step: wait.step.clone(),
+            status: child_ended(state, run, *to),
+            at_ms: now_ms,
+        });
+        let reason = format!("child run {run} ended {to}");
+        woken.extend(wake(&parent, RunState::WaitingTool, now_ms, reason));
+    }
+    woken
 }
 
 /// The run's open wait, named by step, or why there is none to end.
@@ -728,6 +839,198 @@ mod tests {
 
     fn nothing_to_claim(b: &mut Books) -> bool {
         b.ok(claim("wx", LEASE_MS)).answer == Answer::NothingToClaim
+    }
+
+    fn create_child(parent: &str, child: &str) -> Command {
+        Command::CreateRun(crate::books::command::CreateRun {
+            run: rid(child),
+            input_digest: digest_of(child.as_bytes()),
+            agent_version: "agent/v1".into(),
+            trace_id: "trace-1".into(),
+            parent: Some(rid(parent)),
+        })
+    }
+
+    fn on_child(child: &str) -> WaitFor {
+        WaitFor::Child { run: rid(child) }
+    }
+
+    /// The parent `r`, running under `g`, starts child `r:sum` and waits
+    /// for it in one batch, as `Engine::start_child` does.
+    fn start_child(b: &mut Books, g: &Guard) -> Decided {
+        b.ok(Command::Batch(vec![
+            create_child("r", "r:sum"),
+            open("r", g, "sum", on_child("r:sum"), None),
+        ]))
+    }
+
+    fn claim_child(b: &mut Books) -> Guard {
+        let d = b.ok(claim("wc", LEASE_MS));
+        assert!(
+            matches!(&d.answer, Answer::Leased { run, .. } if *run == rid("r:sum")),
+            "{:?}",
+            d.answer
+        );
+        let g = guard_of(&d, "wc");
+        b.ok(transition("r:sum", &g, RunState::Running));
+        g
+    }
+
+    #[test]
+    fn a_child_that_completes_wakes_its_parent_with_its_last_checkpoint() {
+        let (mut b, g) = books_with_running_run("r");
+        let d = start_child(&mut b, &g);
+        let Answer::Batch(answers) = &d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        assert!(matches!(answers[0], Answer::RunCreated { .. }));
+        assert!(
+            matches!(&answers[1], Answer::Waited { wait, state: RunState::WaitingTool } if wait.is_open())
+        );
+        assert_eq!(state(&b), RunState::WaitingTool);
+        assert!(b.mem.run(&rid("r")).unwrap().lease.is_none());
+        // Only the child is claimable; the parent's stale guard is refused.
+        let c = claim_child(&mut b);
+        assert!(b.run(transition("r", &g, RunState::Running)).is_err());
+        let part = crate::books::checkpoint::Part {
+            name: "summary".into(),
+            bytes: b"three findings".to_vec(),
+        };
+        b.ok(save("r:sum", &c, 1, vec![part.clone()]));
+        b.ok(save("r:sum", &c, 1, vec![part]));
+        let d = b.ok(transition("r:sum", &c, RunState::Completed));
+        // The child's end and the parent's wake are one decision.
+        assert!(
+            d.ops
+                .iter()
+                .any(|op| matches!(op, Op::WaitEnded { run, .. } if *run == rid("r")))
+        );
+        assert_eq!(state(&b), RunState::Running);
+        let g2 = claim_r(&mut b, "w2");
+        let (wait, now) = waited(&start_child(&mut b, &g2).answer.clone().into_last());
+        assert_eq!(
+            wait.status,
+            WaitStatus::ChildEnded {
+                state: RunState::Completed,
+                checkpoint: Some(2)
+            }
+        );
+        assert_eq!(now, RunState::Running);
+        // No second child: the re-run's create found the first one.
+        assert_eq!(b.mem.runs().filter(|r| r.parent.is_some()).count(), 1);
+    }
+
+    trait Last {
+        fn into_last(self) -> Decided;
+    }
+
+    impl Last for Answer {
+        fn into_last(self) -> Decided {
+            let Answer::Batch(mut answers) = self else {
+                panic!("{self:?}")
+            };
+            Decided {
+                ops: Vec::new(),
+                answer: answers.pop().unwrap(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_cancelled_or_failed_child_ends_the_wait_with_its_state_and_a_paused_parent_stays_paused() {
+        let (mut b, g) = books_with_running_run("r");
+        start_child(&mut b, &g);
+        b.ok(operate("r", OperatorAction::Pause));
+        b.ok(operate("r:sum", OperatorAction::Cancel));
+        assert_eq!(state(&b), RunState::Paused);
+        let book = b.mem.waits(&rid("r")).unwrap();
+        assert_eq!(
+            book.waits[0].status,
+            WaitStatus::ChildEnded {
+                state: RunState::Cancelled,
+                checkpoint: None
+            }
+        );
+        // Resumed, the parent runs: its wait has ended.
+        b.ok(operate("r", OperatorAction::Resume));
+        assert_eq!(state(&b), RunState::Running);
+
+        let (mut b, g) = books_with_running_run("r");
+        start_child(&mut b, &g);
+        let c = claim_child(&mut b);
+        b.ok(transition("r:sum", &c, RunState::Failed));
+        let book = b.mem.waits(&rid("r")).unwrap();
+        assert!(matches!(
+            book.waits[0].status,
+            WaitStatus::ChildEnded {
+                state: RunState::Failed,
+                ..
+            }
+        ));
+        assert_eq!(state(&b), RunState::Running);
+    }
+
+    #[test]
+    fn cancelling_a_parent_cancels_the_child_it_awaits_and_its_grandchild() {
+        let (mut b, g) = books_with_running_run("r");
+        start_child(&mut b, &g);
+        let c = claim_child(&mut b);
+        b.ok(Command::Batch(vec![
+            create_child("r:sum", "r:sum:cite"),
+            open("r:sum", &c, "cite", on_child("r:sum:cite"), None),
+        ]));
+        let d = b.ok(operate("r", OperatorAction::Cancel));
+        for run in ["r", "r:sum", "r:sum:cite"] {
+            assert_eq!(
+                b.mem.run(&rid(run)).unwrap().state,
+                RunState::Cancelled,
+                "{run}"
+            );
+        }
+        // No wait ended: the parents were cancelled, not woken.
+        assert!(!d.ops.iter().any(|op| matches!(op, Op::WaitEnded { .. })));
+        // The child's holder is fenced.
+        assert!(b.run(transition("r:sum", &c, RunState::Completed)).is_err());
+    }
+
+    #[test]
+    fn waiting_for_a_child_that_ended_ends_at_once_and_only_a_child_can_be_awaited() {
+        let (mut b, g) = books_with_running_run("r");
+        b.ok(create_child("r", "r:sum"));
+        b.ok(create("other", b"o"));
+        b.ok(operate("r:sum", OperatorAction::Cancel));
+        let (wait, now) = waited(&b.ok(open("r", &g, "sum", on_child("r:sum"), None)));
+        assert_eq!(wait.status.name(), "child-ended");
+        assert_eq!(now, RunState::Running);
+        for (step, wait_for) in [
+            ("a", on_child("other")),
+            ("b", on_child("r")),
+            ("c", on_child("missing")),
+        ] {
+            let err = b.run(open("r", &g, step, wait_for, None)).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidCommand { .. } | Error::NotFound { .. }),
+                "{err}"
+            );
+        }
+        b.ok(operate("other", OperatorAction::Cancel));
+        // A child's deadline passing first ends the wait as elapsed.
+        let due = b.now_ms + 1_000;
+        b.ok(create_child("r", "r:late"));
+        b.ok(open("r", &g, "late", on_child("r:late"), Some(due)));
+        b.now_ms = due;
+        b.ok(acquire("r", "w2", LEASE_MS));
+        assert_eq!(
+            b.mem.waits(&rid("r")).unwrap().waits[1].status,
+            WaitStatus::Elapsed
+        );
+        // The child ending later changes nothing for the parent.
+        b.ok(operate("r:late", OperatorAction::Cancel));
+        assert_eq!(state(&b), RunState::Running);
+        assert_eq!(
+            b.mem.waits(&rid("r")).unwrap().waits[1].status,
+            WaitStatus::Elapsed
+        );
     }
 
     #[test]

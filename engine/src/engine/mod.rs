@@ -12,6 +12,7 @@
 
 mod answers;
 mod budgets;
+mod children;
 mod commands;
 mod commit;
 mod compensate;
@@ -24,6 +25,7 @@ mod waits;
 pub use crate::books::Begun;
 pub use crate::db::Recovery;
 pub use answers::{Created, LeaseGrant, Operated, Recorded, SavedCheckpoint};
+pub use children::{ChildSpec, ChildStarted};
 pub use compensate::CompensationRequest;
 pub use core::Engine;
 pub use options::{

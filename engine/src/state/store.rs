@@ -31,14 +31,16 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// reads (docs/FORMAT.md, "State store tables"): recorded by every commit,
 /// checked whenever a store is opened. Version 2 added the wait books table
 /// (`books_waits`) and version 3 the budget books table (`books_budgets`);
-/// the tables before them are unchanged.
-pub const STATE_SCHEMA_VERSION: u64 = 3;
+/// the tables before them are unchanged. Version 4 lets a wait book's rows
+/// hold the child-run wait (`WaitFor::Child`, `WaitStatus::ChildEnded`),
+/// appended variants that leave every older row's bytes as they were.
+pub const STATE_SCHEMA_VERSION: u64 = 4;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited or had a budget), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 3] = [1, 2, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 4] = [1, 2, 3, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -435,17 +437,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(4));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 4");
+        set_schema_version(&storage, &path, Some(5));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 5");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 4, supported: 3 } if file == &path
+                Error::UnsupportedFormat { file, found: 5, supported: 4 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 3"),
+            err.to_string().contains("this build reads version 4"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));
@@ -456,7 +458,7 @@ mod tests {
         // tables), and so is version 2 (it lacks the budget books table).
         set_schema_version(&storage, &path, None);
         StateStore::open(&storage, &path, true).expect("no version recorded");
-        for version in [1, 2, STATE_SCHEMA_VERSION] {
+        for version in [1, 2, 3, STATE_SCHEMA_VERSION] {
             set_schema_version(&storage, &path, Some(version));
             StateStore::open(&storage, &path, true).expect("an older version opens");
         }

@@ -67,6 +67,10 @@ pub struct AgentReport {
     pub budgets_exhausted: u64,
     /// Budgets an operator raised to let a paused run go on.
     pub budgets_raised: u64,
+    /// Child runs a parent's step started (with the parent's wait).
+    pub children_started: u64,
+    /// Completed children whose result a parent took.
+    pub children_joined: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -109,6 +113,8 @@ impl AgentReport {
         self.settles += other.settles;
         self.budgets_exhausted += other.budgets_exhausted;
         self.budgets_raised += other.budgets_raised;
+        self.children_started += other.children_started;
+        self.children_joined += other.children_joined;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -124,7 +130,7 @@ impl AgentReport {
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
              operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
              approvals decided ({} refused), {} signals, {} budget holds ({} settled, {} \
-             exhausted, {} raised)",
+             exhausted, {} raised), {} child runs started ({} results taken)",
             self.runs,
             self.completed,
             self.failed,
@@ -152,7 +158,9 @@ impl AgentReport {
             self.reserves,
             self.settles,
             self.budgets_exhausted,
-            self.budgets_raised
+            self.budgets_raised,
+            self.children_started,
+            self.children_joined
         )
     }
 }

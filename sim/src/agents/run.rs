@@ -159,7 +159,14 @@ impl Sim<'_> {
                 }
             }
             Event::Operate(action, n) => {
-                let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
+                // Any run the books hold: a schedule's, or a child.
+                let count = self.model.runs().count();
+                let run = self
+                    .model
+                    .runs()
+                    .nth(usize::from(n) % count)
+                    .map(|r| r.id.clone())
+                    .expect("the runs exist from the start");
                 // An operator who resumes a run its budget paused grants
                 // it one more search first.
                 if action == OperatorAction::Resume {
@@ -397,12 +404,10 @@ impl Sim<'_> {
             }
         }
         let stuck: Vec<String> = self
-            .runs
-            .iter()
-            .filter_map(|(run, _)| {
-                let record = self.model.runs().find(|r| r.id == *run)?;
-                (!record.state.is_terminal()).then(|| format!("{run} {}", record.state))
-            })
+            .model
+            .runs()
+            .filter(|r| !r.state.is_terminal())
+            .map(|r| format!("{} {}", r.id, r.state))
             .collect();
         Err(self.fail(
             "every run ends once the faults stop",
@@ -414,14 +419,10 @@ impl Sim<'_> {
     /// an exhausted budget, which it raises first), so every run can end.
     fn resume_paused(&mut self) -> Result<(), AgentFailure> {
         let paused: Vec<RunId> = self
-            .runs
-            .iter()
-            .filter(|(run, _)| {
-                self.model
-                    .run(run)
-                    .is_some_and(|r| r.state == RunState::Paused)
-            })
-            .map(|(run, _)| run.clone())
+            .model
+            .runs()
+            .filter(|r| r.state == RunState::Paused)
+            .map(|r| r.id.clone())
             .collect();
         for run in paused {
             self.raise_spent_budget(&run, "the calm phase")?;
@@ -430,29 +431,38 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// Raises the budget of `run` by one search if it is paused with its
-    /// searches spent (held or settled).
+    /// Raises by one search the budget that stops `run`, if it is paused
+    /// with the searches of its own budget, or of the nearest ancestor's
+    /// it draws on, spent (held or settled).
     fn raise_spent_budget(&mut self, run: &RunId, who: &'static str) -> Result<(), AgentFailure> {
         let paused = self
             .model
             .run(run)
             .is_some_and(|r| r.state == RunState::Paused);
-        let Some(book) = self.model.budget(run).filter(|_| paused) else {
+        if !paused {
             return Ok(());
-        };
-        let used = book.spent.tool_calls + book.reserved.tool_calls;
-        let Some(limits) = book
-            .limits
-            .filter(|l| l.tool_calls.is_some_and(|c| c <= used))
-        else {
-            return Ok(());
-        };
-        self.report.budgets_raised += 1;
-        let raised = BudgetLimits {
-            tool_calls: Some(used + 1),
-            ..limits
-        };
-        self.set_budget(run, raised, who)
+        }
+        let mut next = Some(run.clone());
+        while let Some(id) = next {
+            next = self.model.run(&id).and_then(|r| r.parent);
+            let Some(book) = self.model.budget(&id) else {
+                continue;
+            };
+            let used = book.spent.tool_calls + book.reserved.tool_calls;
+            let Some(limits) = book
+                .limits
+                .filter(|l| l.tool_calls.is_some_and(|c| c <= used))
+            else {
+                continue;
+            };
+            self.report.budgets_raised += 1;
+            let raised = BudgetLimits {
+                tool_calls: Some(used + 1),
+                ..limits
+            };
+            return self.set_budget(&id, raised, who);
+        }
+        Ok(())
     }
 
     /// The calm phase's approver and webhook: every open approval is
@@ -497,6 +507,10 @@ impl Sim<'_> {
         self.report.checked("a wait ends only on its own terms");
         check::waits_keep_their_terms(&books)
             .map_err(|e| self.fail("a wait ends only on its own terms", e))?;
+        self.report
+            .checked("a parent's step starts one child, and waits for it");
+        check::children_are_awaited(&books)
+            .map_err(|e| self.fail("a parent's step starts one child, and waits for it", e))?;
         self.check_budgets(&books, None)?;
         self.report.checked("every run ends once the faults stop");
         check::every_run_ends_settled(&books)
@@ -519,6 +533,8 @@ impl Sim<'_> {
         let stats = self.world.stats().clone();
         let elapsed_ms = self.clock.now_ms() - super::sim::START_MS;
         let report = &mut self.report;
+        // The schedule's runs and the children they started.
+        report.runs = books.runs().count() as u64;
         report.completed = books
             .runs()
             .filter(|r| r.state == RunState::Completed)

@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    Answer, BooksRead, BooksWrite, BudgetLimits, Command, CreateRun, MemBooks, Reserve, RunId,
-    SetBudget, Settle, apply, decide, digest_of,
+    Answer, BooksWrite, BudgetLimits, Command, CreateRun, MemBooks, Reserve, RunId, SetBudget,
+    Settle, apply, decide, digest_of,
 };
 use actum::db::DbOptions;
 use actum::engine::FinishedStep;
@@ -35,12 +35,12 @@ use crate::disk::SimDisk;
 use crate::rng::{PPM_ONE, Rng};
 use crate::world::World;
 
-/// The budget of a research run allowed `calls` searches: its model calls
-/// always fit.
+/// The budget of a research run allowed `calls` searches, its summary
+/// child's included: its model calls and its child's always fit.
 pub fn research_budget(calls: u64) -> BudgetLimits {
     BudgetLimits {
         tool_calls: Some(calls),
-        tokens_in: Some(u64::from(RESEARCH_ROUNDS) * DECISION_HOLD.tokens_in),
+        tokens_in: Some(u64::from(RESEARCH_ROUNDS + 1) * DECISION_HOLD.tokens_in),
         ..BudgetLimits::default()
     }
 }
@@ -190,9 +190,10 @@ impl<'s> Sim<'s> {
             }
             self.report.runs += 1;
             if workflow == Workflow::Research {
-                // From none of its searches to all of them: most research
-                // runs exhaust their budget somewhere mid-run.
-                let calls = budgets.below(u64::from(RESEARCH_ROUNDS) + 1);
+                // From none of its searches to all of them (its summary's
+                // one included): most research runs, or their summaries,
+                // exhaust the budget somewhere mid-run.
+                let calls = budgets.below(u64::from(RESEARCH_ROUNDS) + 2);
                 self.set_budget(&run, research_budget(calls), "its creator")?;
             }
         }
@@ -451,6 +452,10 @@ impl<'s> Sim<'s> {
         self.report.checked("a wait ends only on its own terms");
         check::waits_keep_their_terms(&found)
             .map_err(|e| self.fail("a wait ends only on its own terms", e))?;
+        self.report
+            .checked("a parent's step starts one child, and waits for it");
+        check::children_are_awaited(&found)
+            .map_err(|e| self.fail("a parent's step starts one child, and waits for it", e))?;
         self.check_budgets(&found, None)?;
         self.report
             .checked("after every recovery the books equal the model");
@@ -470,11 +475,19 @@ impl<'s> Sim<'s> {
         Ok(())
     }
 
-    /// True if every run is terminal in the model's books.
+    /// True if every run (children included) is terminal in the model's
+    /// books.
     pub fn all_runs_over(&self) -> bool {
+        self.model.runs().all(|r| r.state.is_terminal())
+    }
+
+    /// The workflow of `run`: a schedule's run, or a research run's
+    /// summary child.
+    pub fn workflow_of(&self, run: &RunId) -> Workflow {
         self.runs
             .iter()
-            .all(|(run, _)| self.model.run(run).is_some_and(|r| r.state.is_terminal()))
+            .find(|(id, _)| id == run)
+            .map_or(Workflow::Summary, |(_, w)| *w)
     }
 }
 

@@ -21,11 +21,13 @@
 use actum::Clock;
 use actum::Error;
 use actum::books::{
-    Charge, Command, Compensation, Cost, Guard, OpenWait, Outcome, RecordDecision, RenewLease,
-    Reserve, Reserved, RunId, RunState, SaveCheckpoint, Settle, StepId, ToolClass, Transition,
-    WaitFor, WaitStatus, WorkerId, digest_of,
+    Charge, Command, Compensation, Cost, CreateRun, Guard, OpenWait, Outcome, RecordDecision,
+    RenewLease, Reserve, Reserved, RunId, RunState, SaveCheckpoint, Settle, StepId, ToolClass,
+    Transition, WaitFor, WaitStatus, WorkerId, child_run_id, digest_of,
 };
-use actum::engine::{CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec};
+use actum::engine::{
+    ChildSpec, CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec,
+};
 
 use super::failure::AgentFailure;
 use super::sim::{Called, Sim};
@@ -117,7 +119,8 @@ impl Job {
     /// The charge the workflow's next action pays, if it is a research
     /// run's model call or search (the runs with budgets).
     fn charge_of(&self, action: &Action) -> Option<Charge> {
-        if self.workflow != Workflow::Research || self.state.failing.is_some() {
+        let budgeted = matches!(self.workflow, Workflow::Research | Workflow::Summary);
+        if !budgeted || self.state.failing.is_some() {
             return None;
         }
         match action {
@@ -391,12 +394,7 @@ impl Sim<'_> {
             Called::Ok(None) | Called::Died => return Ok(None),
             Called::Refused(e) => return Err(self.fail("claims succeed", e.to_string())),
         };
-        let workflow = self
-            .runs
-            .iter()
-            .find(|(run, _)| *run == grant.run)
-            .map(|(_, w)| *w)
-            .expect("only the schedule's runs exist");
+        let workflow = self.workflow_of(&grant.run);
         let who = self.who(w);
         self.note(|| format!("{who} claims {} (token {})", grant.run, grant.guard.token.0));
         Ok(Some(Job {
@@ -499,6 +497,7 @@ impl Sim<'_> {
             Action::Decide { position, prompt } => self.decide(w, job, position, &prompt),
             Action::Compensate { step } => self.begin_undo(w, job, step),
             Action::Wait(spec) => self.wait(w, job, &spec),
+            Action::Spawn { step } => self.spawn(w, job, step),
             Action::Finish { to, reason } => self.transition(w, &job, to, reason).map(|_| None),
         }
     }
@@ -986,6 +985,96 @@ impl Sim<'_> {
                 WaitStatus::Approved { .. } | WaitStatus::Elapsed | WaitStatus::Rejected { .. },
             ) => {
                 job.state.cursor += 1;
+            }
+            (_, WaitStatus::ChildEnded { .. }) => {
+                return Err(self.fail(
+                    "the engine accepts every step of a valid workflow",
+                    format!("a {} wait of {} ended as a child's", spec.wait_for, job.run),
+                ));
+            }
+        }
+        job.phase = Phase::Save;
+        Ok(Some(job))
+    }
+
+    /// Starts the step's child run and waits for it, in one commit (or
+    /// asks how the wait stands, after a resume). Still open: the parent
+    /// is parked and the lease gone, so the worker lets it go. Ended: a
+    /// completed child's result (its last checkpoint's notes) joins the
+    /// parent's notes; any other end fails the parent.
+    fn spawn(&mut self, w: usize, mut job: Job, step: &'static str) -> Next {
+        let step_id = StepId::new(step).expect("a valid step id");
+        let spec = ChildSpec {
+            input_digest: digest_of(&job.state.notes),
+            agent_version: format!("{} agent 1.0", Workflow::Summary.name()),
+            trace_id: format!("trace-{}", job.run),
+        };
+        let child = child_run_id(&job.run, &step_id).expect("a short child id");
+        let reason = "the research is summarized by a child run";
+        let cmd = Command::Batch(vec![
+            Command::CreateRun(CreateRun {
+                run: child.clone(),
+                input_digest: spec.input_digest,
+                agent_version: spec.agent_version.clone(),
+                trace_id: spec.trace_id.clone(),
+                parent: Some(job.run.clone()),
+            }),
+            Command::OpenWait(OpenWait {
+                run: job.run.clone(),
+                guard: job.guard.clone(),
+                step: step_id.clone(),
+                wait_for: WaitFor::Child { run: child.clone() },
+                deadline_ms: None,
+                reason: reason.to_string(),
+            }),
+        ]);
+        let started = match self.call(Some(&cmd), |e| {
+            e.start_child(&job.run, &job.guard, &step_id, spec, None, reason)
+        })? {
+            Called::Ok(started) => started,
+            Called::Refused(e) => return self.dropped(w, &job, &e),
+            Called::Died => return Ok(None),
+        };
+        let who = self.who(w);
+        let status = started.wait.status.clone();
+        self.note(|| {
+            format!(
+                "{who} {} child {} of {}: {}",
+                if started.created { "starts" } else { "finds" },
+                started.child,
+                job.run,
+                status.name()
+            )
+        });
+        match status {
+            WaitStatus::Open => {
+                self.report.children_started += u64::from(started.created);
+                self.report.waits_parked += 1;
+                return Ok(None);
+            }
+            WaitStatus::ChildEnded {
+                state: RunState::Completed,
+                checkpoint: Some(version),
+            } => {
+                let result = match self.call(None, |e| {
+                    e.load_version(&started.child, version, SCHEMA_VERSION)
+                })? {
+                    Called::Ok(loaded) => loaded,
+                    Called::Died => return Ok(None),
+                    Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+                };
+                let notes = AgentState::from_parts(&result.parts)
+                    .ok_or_else(|| {
+                        self.fail("reads succeed", "a child's checkpoint does not parse")
+                    })?
+                    .notes;
+                self.report.children_joined += 1;
+                job.state.notes.extend_from_slice(&notes);
+                job.state.cursor += 1;
+            }
+            _ => {
+                job.state.failing = Some(Failing::ChildFailed);
+                job.state.cursor = 0;
             }
         }
         job.phase = Phase::Save;

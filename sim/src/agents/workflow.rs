@@ -5,7 +5,9 @@
 //! journaled model decisions and searches with a growing checkpoint, and
 //! vendor onboarding: a 48-hour finance approval of the exact payment, the
 //! bank's verification webhook, a week's cooling-off timer, then the
-//! payment.
+//! payment. A research run ends by starting a child run, the summary (a
+//! model call and one more search, paid from the parent's budget), and
+//! waits for it: the child's result joins the parent's notes.
 //!
 //! A workflow is a pure function from where the agent stands (its
 //! checkpointed [`AgentState`]) to the next [`Action`], so a worker that
@@ -40,6 +42,8 @@ pub const COOL_OFF_MS: u64 = 7 * 24 * HOUR_MS;
 pub const FINANCE: &str = "finance";
 /// The name of the bank's verification signal.
 pub const VERIFIED: &str = "verified";
+/// The step at which a research run starts its summary child.
+pub const SUMMARY_STEP: &str = "summarize";
 
 /// A kind of agent run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -54,10 +58,14 @@ pub enum Workflow {
     Research,
     /// Seed 003: approval, webhook, cooling-off timer, payment.
     Vendor,
+    /// The child a research run starts: a model call and a search, with
+    /// no budget of its own (it draws on its parent's).
+    Summary,
 }
 
 impl Workflow {
-    /// Every workflow.
+    /// Every workflow a schedule starts (a summary is only ever a
+    /// research run's child).
     pub const ALL: [Workflow; 5] = [
         Workflow::Shop,
         Workflow::Refund,
@@ -74,6 +82,7 @@ impl Workflow {
             Workflow::Treasury => "treasury",
             Workflow::Research => "research",
             Workflow::Vendor => "vendor",
+            Workflow::Summary => "summary",
         }
     }
 
@@ -93,6 +102,9 @@ pub enum Failing {
     Unknown,
     /// Finance rejected the payment, or let its approval expire.
     NotApproved,
+    /// The child run ended without completing (it failed or was
+    /// cancelled).
+    ChildFailed,
 }
 
 /// Where an agent stands: what its checkpoint holds.
@@ -138,6 +150,12 @@ pub enum Action {
     },
     /// Wait at a step for an approval, a signal or a timer.
     Wait(WaitSpec),
+    /// Start the child run of a step (its workflow is `Summary`) and wait
+    /// for its end.
+    Spawn {
+        /// The step (the child is `<run>:<step>`).
+        step: &'static str,
+    },
     /// Move the run to a terminal state.
     Finish {
         /// Completed or failed.
@@ -191,6 +209,10 @@ impl Workflow {
                 to: RunState::Failed,
                 reason: "finance did not approve the payment",
             },
+            Some(Failing::ChildFailed) => Action::Finish {
+                to: RunState::Failed,
+                reason: "the summary run did not complete",
+            },
             Some(Failing::Declined) => match state.cursor {
                 0 => Action::Compensate { step: "sweep" },
                 _ => Action::Finish {
@@ -234,6 +256,14 @@ impl Workflow {
                     effect(format!("search-{round}"), "search.query", run)
                 }
             }
+            (Workflow::Research, c) if c == 2 * RESEARCH_ROUNDS => {
+                Action::Spawn { step: SUMMARY_STEP }
+            }
+            (Workflow::Summary, 0) => Action::Decide {
+                position: 0,
+                prompt: format!("summarize the notes of {run}").into_bytes(),
+            },
+            (Workflow::Summary, 1) => effect("cite", "search.query", run),
             (Workflow::Vendor, 0) => Action::Wait(WaitSpec {
                 step: "pay",
                 wait_for: WaitFor::Approval {
@@ -274,6 +304,7 @@ impl AgentState {
             Some(Failing::Declined) => 1,
             Some(Failing::Unknown) => 2,
             Some(Failing::NotApproved) => 3,
+            Some(Failing::ChildFailed) => 4,
         };
         let mut cursor = self.cursor.to_le_bytes().to_vec();
         cursor.push(failing);
@@ -306,6 +337,7 @@ impl AgentState {
             [1] => Some(Failing::Declined),
             [2] => Some(Failing::Unknown),
             [3] => Some(Failing::NotApproved),
+            [4] => Some(Failing::ChildFailed),
             _ => return None,
         };
         Some(AgentState {
@@ -333,7 +365,7 @@ mod tests {
 
     #[test]
     fn every_workflow_ends_in_a_terminal_state() {
-        for workflow in Workflow::ALL {
+        for workflow in Workflow::ALL.into_iter().chain([Workflow::Summary]) {
             let run = workflow.run_id(0);
             let mut state = AgentState::default();
             let mut steps = 0;

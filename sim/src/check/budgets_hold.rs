@@ -10,6 +10,11 @@
 //! without a hold, breaks it). And each charged tool call is one attempt:
 //! a run never spent more tool calls than its ledger holds attempts (a
 //! step replayed from the books and charged again breaks it).
+//!
+//! A child run draws on its ancestors' budgets: its holds are counted in
+//! each ancestor's book too, so an ancestor holds its own open
+//! reservations plus its descendants' that name it, and its calls are its
+//! own and its descendants'.
 
 use std::collections::BTreeSet;
 
@@ -24,20 +29,43 @@ pub fn budgets_hold(books: &MemBooks, only: Option<&RunId>) -> Result<(), String
         let Some(book) = books.budget(&run.id) else {
             continue;
         };
-        check_book(&book)?;
+        check_book(books, &book)?;
     }
     Ok(())
 }
 
-fn check_book(book: &BudgetBook) -> Result<(), String> {
-    let held = book
-        .open
+/// The runs whose calls `run` pays for: itself and its descendants.
+fn family(books: &MemBooks, run: &RunId) -> BTreeSet<RunId> {
+    books
+        .runs()
+        .filter(|r| {
+            let mut at = Some(r.id.clone());
+            while let Some(id) = at {
+                if id == *run {
+                    return true;
+                }
+                at = books.run(&id).and_then(|found| found.parent);
+            }
+            false
+        })
+        .map(|r| r.id.clone())
+        .collect()
+}
+
+fn check_book(books: &MemBooks, book: &BudgetBook) -> Result<(), String> {
+    let counted_here: Vec<_> = books
+        .runs()
+        .filter_map(|r| books.budget(&r.id))
+        .flat_map(|b| b.open)
+        .filter(|r| r.charged.contains(&book.run))
+        .collect();
+    let held = counted_here
         .iter()
         .try_fold(Cost::default(), |sum, r| sum.checked_add(&r.amount))
         .ok_or_else(|| format!("the holds of run {} overflow", book.run))?;
     if held != book.reserved {
         return Err(format!(
-            "run {} holds {} in open reservations but counts {} reserved",
+            "run {} holds {} in the open reservations counted in it but counts {} reserved",
             book.run, held, book.reserved
         ));
     }
@@ -75,9 +103,10 @@ pub fn calls_are_paid_once(books: &MemBooks, log: &[Application]) -> Result<(), 
         let Some(book) = books.budget(&run.id) else {
             continue;
         };
+        let family = family(books, &run.id);
         let made: BTreeSet<_> = log
             .iter()
-            .filter(|app| *app.key.run() == run.id && app.key.kind() == EffectKind::Act)
+            .filter(|app| family.contains(app.key.run()) && app.key.kind() == EffectKind::Act)
             .map(|app| &app.key)
             .collect();
         let paid = book.spent.tool_calls + book.reserved.tool_calls;
@@ -91,7 +120,7 @@ pub fn calls_are_paid_once(books: &MemBooks, log: &[Application]) -> Result<(), 
         }
         let attempts = books
             .effects()
-            .filter(|e| *e.key.run() == run.id && e.key.kind() == EffectKind::Act)
+            .filter(|e| family.contains(e.key.run()) && e.key.kind() == EffectKind::Act)
             .count() as u64;
         if book.spent.tool_calls > attempts {
             return Err(format!(
@@ -167,15 +196,62 @@ mod tests {
         }
     }
 
+    /// The books holding run `r` with `book` as its budget.
+    fn books_of(book: BudgetBook) -> MemBooks {
+        let mut books = MemBooks::new();
+        books.put_run(run_record("r", actum::books::RunState::Running));
+        books.put_budget(book);
+        books
+    }
+
     #[test]
     fn spending_past_a_limit_or_a_miscounted_hold_is_caught() {
-        assert!(check_book(&book(3, 2, 1)).is_ok());
-        let err = check_book(&book(3, 3, 1)).expect_err("overspent");
+        assert!(budgets_hold(&books_of(book(3, 2, 1)), None).is_ok());
+        let err = budgets_hold(&books_of(book(3, 3, 1)), None).expect_err("overspent");
         assert!(err.contains("past its limit of 3"), "{err}");
         let mut wrong = book(3, 0, 1);
         wrong.reserved.tool_calls = 2;
-        let err = check_book(&wrong).expect_err("miscounted");
+        let err = budgets_hold(&books_of(wrong), None).expect_err("miscounted");
         assert!(err.contains("counts"), "{err}");
+    }
+
+    #[test]
+    fn a_parent_counts_its_childs_holds_and_calls() {
+        let mut books = books_of(book(3, 0, 1));
+        let mut child = run_record("r:c", actum::books::RunState::Running);
+        child.parent = Some(RunId::new("r").expect("a valid id"));
+        books.put_run(child);
+        let mut child_book = book(3, 0, 1);
+        child_book.run = RunId::new("r:c").expect("a valid id");
+        child_book.limits = None;
+        for hold in &mut child_book.open {
+            hold.charged = vec![child_book.run.clone(), RunId::new("r").expect("valid")];
+        }
+        books.put_budget(child_book);
+        // The parent counts one hold of its own and its child's: two.
+        let err = budgets_hold(&books, None).expect_err("the child's hold is not counted");
+        assert!(err.contains("counts"), "{err}");
+        let mut parent = books
+            .budget(&RunId::new("r").expect("valid"))
+            .expect("a book");
+        parent.reserved.tool_calls = 2;
+        books.put_budget(parent);
+        assert!(budgets_hold(&books, None).is_ok());
+        // The child's call is one the parent paid for.
+        let class = actum::books::ToolClass::Idempotent {
+            dedup_window_ms: 1_000_000,
+        };
+        let mut with_calls = books.clone();
+        with_calls.put_effect(entry("r:c/s/1", confirmed("ok"), class));
+        let calls = [app(0, "r:c/s/1", 1, "x"), app(1, "r/a/1", 1, "y")];
+        assert!(calls_are_paid_once(&with_calls, &calls).is_ok());
+        let three = [
+            app(0, "r:c/s/1", 1, "x"),
+            app(1, "r/a/1", 1, "y"),
+            app(2, "r/b/1", 1, "z"),
+        ];
+        let err = calls_are_paid_once(&with_calls, &three).expect_err("unpaid call");
+        assert!(err.contains("run r "), "{err}");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!   the order they arrived (no older one is left in the inbox behind a
 //!   newer one taken);
 //! - an effect at a step that asked for an approval was approved, with the
-//!   arguments it carries, before its intent was written.
+//!   arguments it carries, before its intent was written;
+//! - a wait for a child run ends as the child's, only once the child ended,
+//!   with the state it ended in (and only a child's end ends it so).
 //!
 //! The books come from applying ops, not from the rules `decide` enforces,
 //! so these catch an engine that skips a rule.
@@ -57,6 +59,24 @@ pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
                     return Err(format!(
                         "the {other} at step {} of run {} was ended by signal {}",
                         wait.step, run.id, signal.seq
+                    ));
+                }
+                (WaitStatus::ChildEnded { state, .. }, WaitFor::Child { run: child }) => {
+                    let found = books.run(child).map(|c| c.state);
+                    if found != Some(*state) || !state.is_terminal() {
+                        return Err(format!(
+                            "the wait at step {} of run {} ended as child {child} ended {state}, \
+                             but the child is {}",
+                            wait.step,
+                            run.id,
+                            found.map_or_else(|| "gone".to_string(), |s| s.to_string())
+                        ));
+                    }
+                }
+                (WaitStatus::ChildEnded { .. }, other) => {
+                    return Err(format!(
+                        "the {other} at step {} of run {} ended as a child's",
+                        wait.step, run.id
                     ));
                 }
                 _ => {}

@@ -233,6 +233,31 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         at_ms: 1_700_000_005_000,
         token: FencingToken(3),
     };
+    let child = RunId::new("run-1:summarize").expect("a valid run name");
+    let child_step = StepId::new("summarize").expect("a valid step name");
+    let child_wait = Op::WaitOpened {
+        run: RunId::new("run-1").expect("a valid run name"),
+        wait: WaitRecord {
+            step: child_step.clone(),
+            seq: 2,
+            wait_for: WaitFor::Child { run: child },
+            deadline_ms: None,
+            opened_ms: 1_700_000_006_000,
+            token: FencingToken(3),
+            reason: "fan out".to_string(),
+            status: WaitStatus::Open,
+            ended_ms: None,
+        },
+    };
+    let child_ended = Op::WaitEnded {
+        run: RunId::new("run-1").expect("a valid run name"),
+        step: child_step,
+        status: WaitStatus::ChildEnded {
+            state: RunState::Completed,
+            checkpoint: Some(2),
+        },
+        at_ms: 1_700_000_007_000,
+    };
     let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
@@ -245,6 +270,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("budget-reserved", reserved.encode()),
         ("budget-settled", settled.encode()),
         ("budget-list", budgets),
+        ("child-wait-opened", child_wait.encode()),
+        ("child-wait-ended", child_ended.encode()),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

@@ -1,0 +1,154 @@
+//! Child runs through the engine: a parent's step starts a child run and
+//! waits for its end in one commit ([`Engine::start_child`]). The child is
+//! an ordinary run (claimed, leased, budgeted on its own and drawing on its
+//! ancestors' budgets); when it reaches a terminal state, the same commit
+//! ends the parent's wait with the child's state and the version of its
+//! last checkpoint, and the parent becomes claimable again.
+//!
+//! **Invariant:** a parent's step starts at most one child. The child's id
+//! is derived from the parent and the step ([`child_run_id`]), and the
+//! child and the parent's wait for it are committed together, so a crash
+//! leaves both or neither, and a parent re-running the step after a crash
+//! names the same child (created already: the create changes nothing) and
+//! is answered with its wait as it stands.
+
+use crate::books::{
+    Answer, Command, CreateRun, Digest, Guard, OpenWait, RunId, RunState, StepId, WaitFor,
+    WaitRecord, child_run_id,
+};
+use crate::error::Result;
+use crate::planted::PlantedBug;
+
+use super::answers::unexpected;
+use super::core::Engine;
+
+/// The child run a parent's step starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildSpec {
+    /// Digest of the child's input (a re-run of the step must present the
+    /// same one).
+    pub input_digest: Digest,
+    /// The agent build that runs the child.
+    pub agent_version: String,
+    /// The child's trace id (the parent's, typically).
+    pub trace_id: String,
+}
+
+/// What [`Engine::start_child`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildStarted {
+    /// The child run: `<parent>:<step>`.
+    pub child: RunId,
+    /// False if the child existed already (the step ran before).
+    pub created: bool,
+    /// The parent's wait for the child. `Open`: the parent is waiting and
+    /// the caller's lease is gone, so the worker drops the parent.
+    /// `ChildEnded`: the child had ended; the parent goes on under the
+    /// caller's lease with the child's state and last checkpoint.
+    pub wait: WaitRecord,
+    /// The parent's state now.
+    pub state: RunState,
+}
+
+impl Engine {
+    /// Starts the child run of `step` of the running run `parent` and
+    /// waits for its end, in one commit: the child is created `pending`
+    /// with `parent` as its parent, and the parent moves to
+    /// `waiting_tool`, its lease released. The child's end (completed,
+    /// failed or cancelled) ends the wait and wakes the parent; so does
+    /// `deadline_ms` passing first. Asking again (after a crash, or once
+    /// woken) creates nothing and answers with the wait as it stands.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, Part, RunId, RunState, SaveCheckpoint, StepId, Transition,
+    ///     WaitStatus, WorkerId, digest_of};
+    /// use actum::engine::{ChildSpec, Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let parent = RunId::new("research-1")?;
+    /// engine.create_run(CreateRun { run: parent.clone(), input_digest: digest_of(b"1"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// let start = |run: &RunId, lease: &actum::engine::LeaseGrant| engine.transition(Transition {
+    ///     run: run.clone(), guard: lease.guard.clone(), to: RunState::Running,
+    ///     expected_version: None, reason: "start".into() });
+    /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// start(&parent, &lease)?;
+    /// let step = StepId::new("summarize")?;
+    /// let spec = ChildSpec { input_digest: digest_of(b"notes"), agent_version: "1".into(),
+    ///     trace_id: "t".into() };
+    /// let started = engine.start_child(&parent, &lease.guard, &step, spec.clone(), None, "fan out")?;
+    /// assert_eq!((started.created, started.state), (true, RunState::WaitingTool));
+    /// // The child is the only run to claim; it runs, saves its result and ends.
+    /// let child_lease = engine.claim_next(&WorkerId::new("w2")?, 30_000)?.expect("the child");
+    /// assert_eq!(child_lease.run, started.child);
+    /// start(&started.child, &child_lease)?;
+    /// engine.save_checkpoint(SaveCheckpoint { run: started.child.clone(),
+    ///     guard: child_lease.guard.clone(), schema_version: 1,
+    ///     parts: vec![Part { name: "summary".into(), bytes: b"three findings".to_vec() }] })?;
+    /// engine.transition(Transition { run: started.child.clone(), guard: child_lease.guard,
+    ///     to: RunState::Completed, expected_version: None, reason: "done".into() })?;
+    /// // Its end woke the parent; asking again hands over the result.
+    /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("woken");
+    /// let again = engine.start_child(&parent, &lease.guard, &step, spec, None, "fan out")?;
+    /// assert!(!again.created);
+    /// let WaitStatus::ChildEnded { state, checkpoint: Some(version) } = again.wait.status else {
+    ///     panic!("the child ended")
+    /// };
+    /// assert_eq!(state, RunState::Completed);
+    /// let result = engine.load_version(&again.child, version, 1)?;
+    /// assert_eq!(result.parts[0].bytes, b"three findings");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start_child(
+        &self,
+        parent: &RunId,
+        guard: &Guard,
+        step: &StepId,
+        spec: ChildSpec,
+        deadline_ms: Option<u64>,
+        reason: &str,
+    ) -> Result<ChildStarted> {
+        let planted_split = self.planted(PlantedBug::SpawnChildTwice);
+        let child = if planted_split {
+            // A fresh id per lease: the very bug the derived id prevents.
+            crate::books::RunId::new(format!("{parent}:{step}.{}", guard.token.0))?
+        } else {
+            child_run_id(parent, step)?
+        };
+        let create = Command::CreateRun(CreateRun {
+            run: child.clone(),
+            input_digest: spec.input_digest,
+            agent_version: spec.agent_version,
+            trace_id: spec.trace_id,
+            parent: Some(parent.clone()),
+        });
+        let wait = Command::OpenWait(OpenWait {
+            run: parent.clone(),
+            guard: guard.clone(),
+            step: step.clone(),
+            wait_for: WaitFor::Child { run: child.clone() },
+            deadline_ms,
+            reason: reason.to_string(),
+        });
+        let answers = if planted_split {
+            // Planted `SpawnChildTwice`: two commits, so a crash between
+            // them leaves a child no wait names.
+            vec![self.answer(create)?, self.answer(wait)?]
+        } else {
+            match self.answer(Command::Batch(vec![create, wait]))? {
+                Answer::Batch(answers) => answers,
+                other => unexpected(&other, "start_child"),
+            }
+        };
+        match answers.as_slice() {
+            [created, Answer::Waited { wait, state }] => Ok(ChildStarted {
+                child,
+                created: matches!(created, Answer::RunCreated { .. }),
+                wait: wait.clone(),
+                state: *state,
+            }),
+            _ => unexpected(&Answer::Batch(answers), "start_child"),
+        }
+    }
+}
