@@ -57,6 +57,7 @@ fn one_run(engine: &Engine, n: u64, worker: usize) {
                 dedup_window_ms: DEDUP_WINDOW_MS,
             },
             args_digest: digest_of(&n.to_le_bytes()),
+            args: None,
             rationale: "memory bench".into(),
             compensation: None,
         })

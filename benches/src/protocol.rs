@@ -134,6 +134,7 @@ impl ProtocolEngine {
                     dedup_window_ms: DEDUP_WINDOW_MS,
                 },
                 args_digest: digest_of(&ticket.to_le_bytes()),
+                args: None,
                 rationale: "benchmark".into(),
                 compensation: None,
             })

@@ -61,6 +61,9 @@ pub enum PlantedBug {
     /// between them leaves a child no wait names, and the parent's re-run
     /// starts a second one.
     SpawnChildTwice,
+    /// The engine writes an intent without the arguments its caller
+    /// passed, so a resumed worker cannot read what was sent.
+    DropIntentArgs,
 }
 
 impl PlantedBug {
@@ -74,7 +77,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 14] = [
+    pub const ENGINE: [PlantedBug; 15] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -89,10 +92,11 @@ impl PlantedBug {
         PlantedBug::OverspendBudget,
         PlantedBug::ChargeReplays,
         PlantedBug::SpawnChildTwice,
+        PlantedBug::DropIntentArgs,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 19] = [
+    pub const ALL: [PlantedBug; 20] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -112,6 +116,7 @@ impl PlantedBug {
         PlantedBug::OverspendBudget,
         PlantedBug::ChargeReplays,
         PlantedBug::SpawnChildTwice,
+        PlantedBug::DropIntentArgs,
     ];
 
     /// The bug's command-line name.
@@ -136,6 +141,7 @@ impl PlantedBug {
             PlantedBug::OverspendBudget => "overspend-budget",
             PlantedBug::ChargeReplays => "charge-replays",
             PlantedBug::SpawnChildTwice => "spawn-child-twice",
+            PlantedBug::DropIntentArgs => "drop-intent-args",
         }
     }
 

@@ -142,6 +142,7 @@ fn act_then_crash(
             tool: "bank.pay".into(),
             tool_class: class,
             args_digest: digest_of(b"100 USD"),
+            args: None,
             rationale: "invoice 9 is due".into(),
             compensation: None,
         })

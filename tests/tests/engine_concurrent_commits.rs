@@ -27,6 +27,7 @@ fn charge(grant: &LeaseGrant, n: usize) -> BeginEffect {
         tool: "stripe.charge".into(),
         tool_class: idempotent(),
         args_digest: digest_of(&n.to_le_bytes()),
+        args: None,
         rationale: "concurrent".into(),
         compensation: None,
     }

@@ -76,6 +76,8 @@ fn begin(run: &str, step: &str, worker: &str, class: ToolClass) -> Command {
         tool: "tool.call".into(),
         tool_class: class,
         args_digest: digest_of(step.as_bytes()),
+        // Stored with the intent, by digest: a blob put in the same record.
+        args: Some(step.as_bytes().to_vec()),
         rationale: format!("why {step}"),
         compensation: None,
     })

@@ -28,6 +28,7 @@ fn begin_mail(engine: &actum::Engine, guard: &Guard, step: &str) -> EffectKey {
             tool: "mail.send".into(),
             tool_class: idempotent(),
             args_digest: digest_of(step.as_bytes()),
+            args: None,
             rationale: "follow up".into(),
             compensation: None,
         })

@@ -150,3 +150,19 @@ fn starting_a_second_child_for_one_step_is_caught() {
         "{invariant}"
     );
 }
+
+#[test]
+fn writing_an_intent_without_its_arguments_is_caught() {
+    // A resumed worker reads what the intent was sent with before it
+    // resends or queries; the model, which stored the arguments, shows the
+    // difference at the next recovery if no resend comes first.
+    let (_, invariant) = caught(PlantedBug::DropIntentArgs);
+    assert!(
+        [
+            "an intent keeps the arguments it was sent with",
+            "after every recovery the books equal the model",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}

@@ -116,6 +116,12 @@ pub struct BeginEffect {
     pub tool_class: ToolClass,
     /// Digest of the call's arguments.
     pub args_digest: Digest,
+    /// The arguments themselves, if the caller has them: stored by digest
+    /// in the blob store with the intent (once; a blob the store holds is
+    /// not written again), so a resumed worker or an operator reads exactly
+    /// what was sent ([`crate::Engine::effect_args`]). Must hash to
+    /// `args_digest`; at most [`ARGS_BYTES_MAX`](super::limits::ARGS_BYTES_MAX).
+    pub args: Option<Vec<u8>>,
     /// Why the agent chose this act.
     pub rationale: String,
     /// What undoes it.

@@ -14,11 +14,11 @@
 
 use super::command::{BeginEffect, FinishEffect, Reconcile};
 use super::decide::{Answer, Begun, Decided};
-use super::digest::Digest;
+use super::digest::{Digest, digest_of};
 use super::ids::{EffectKey, EffectKind, FencingToken, validate_name};
 use super::lease::{check_fact, check_live};
 use super::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
-use super::limits::{RECEIPT_LEN_BYTES_MAX, check_size};
+use super::limits::{ARGS_BYTES_MAX, RECEIPT_LEN_BYTES_MAX, check_size};
 use super::op::Op;
 use super::run::{check_running, check_text, existing};
 use super::state::BooksRead;
@@ -69,6 +69,26 @@ pub(crate) fn decide_begin(
             RECEIPT_LEN_BYTES_MAX,
         )?;
     }
+    if let Some(args) = &cmd.args {
+        check_size(
+            || format!("arguments of step {} of run {}", cmd.step, cmd.run),
+            args.len(),
+            ARGS_BYTES_MAX,
+        )?;
+        let found = digest_of(args);
+        if found != cmd.args_digest {
+            return Err(Error::InvalidCommand {
+                reason: format!(
+                    "the arguments of step {} of run {} hash to {}, not to the digest {} the \
+                     command names",
+                    cmd.step,
+                    cmd.run,
+                    found.short(),
+                    cmd.args_digest.short()
+                ),
+            });
+        }
+    }
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
     check_running(&run, "begin an effect")?;
@@ -91,7 +111,22 @@ pub(crate) fn decide_begin(
         compensation: cmd.compensation.as_ref(),
     };
     let first = EffectKey::new(cmd.run.clone(), cmd.step.clone(), 1)?;
-    begin_side(latest, first, &intent, cmd.guard.token, now_ms)
+    let mut decided = begin_side(latest, first, &intent, cmd.guard.token, now_ms)?;
+    // A fresh intent stores its arguments, unless the blob store has them.
+    let intends = decided
+        .ops
+        .iter()
+        .any(|op| matches!(op, Op::EffectIntended { .. }));
+    if let Some(args) = cmd.args.as_ref().filter(|_| intends)
+        && !state.blob_exists(&cmd.args_digest)
+    {
+        let put = Op::BlobPut {
+            digest: cmd.args_digest,
+            bytes: args.clone(),
+        };
+        decided.ops.insert(0, put);
+    }
+    Ok(decided)
 }
 
 /// Begins one side of a step, given its latest attempt (if any) and the key

@@ -32,6 +32,13 @@ pub const BATCH_COMMANDS_MAX: usize = 256;
 /// Largest signal payload, in bytes.
 pub const SIGNAL_PAYLOAD_BYTES_MAX: usize = 64 * 1024;
 
+/// Largest arguments an intent stores with it, in bytes (they go to the
+/// blob store by digest, like a checkpoint part).
+pub const ARGS_BYTES_MAX: usize = CHECKPOINT_PART_BYTES_MAX;
+
+/// Most runs one page of `Engine::runs` holds.
+pub const RUNS_PAGE_MAX: usize = 1_000;
+
 /// Most signals a run keeps waiting in its inbox (untaken by any wait).
 pub const INBOX_SIGNALS_MAX: usize = 64;
 

@@ -157,6 +157,7 @@ pub(crate) fn begin(
         tool: "bank.wire".into(),
         tool_class,
         args_digest: digest_of(args),
+        args: None,
         rationale: "policy says so".into(),
         compensation: None,
     })

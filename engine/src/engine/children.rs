@@ -16,7 +16,7 @@ use crate::books::{
     Answer, Command, CreateRun, Digest, Guard, OpenWait, RunId, RunState, StepId, WaitFor,
     WaitRecord, child_run_id,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::planted::PlantedBug;
 
 use super::answers::unexpected;
@@ -57,7 +57,10 @@ impl Engine {
     /// `waiting_tool`, its lease released. The child's end (completed,
     /// failed or cancelled) ends the wait and wakes the parent; so does
     /// `deadline_ms` passing first. Asking again (after a crash, or once
-    /// woken) creates nothing and answers with the wait as it stands.
+    /// woken) creates nothing and answers with the wait as it stands. A
+    /// refusal is the refused half's error (`RunNotRunning` for a parent
+    /// an operator paused, `Fenced`, `RunInputMismatch`, ...), and then
+    /// neither half landed.
     ///
     /// ```
     /// use actum::books::{CreateRun, Part, RunId, RunState, SaveCheckpoint, StepId, Transition,
@@ -136,7 +139,15 @@ impl Engine {
             // them leaves a child no wait names.
             vec![self.answer(create)?, self.answer(wait)?]
         } else {
-            match self.answer(Command::Batch(vec![create, wait]))? {
+            // The batch is how the two land together, not the caller's
+            // business: a refusal is answered as the refused command's.
+            let answered =
+                self.answer(Command::Batch(vec![create, wait]))
+                    .map_err(|e| match e {
+                        Error::BatchRefused { cause, .. } => *cause,
+                        other => other,
+                    })?;
+            match answered {
                 Answer::Batch(answers) => answers,
                 other => unexpected(&other, "start_child"),
             }

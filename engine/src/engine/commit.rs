@@ -198,7 +198,8 @@ impl Engine {
         };
         let refreshed = self
             .planted_refresh_guard(&view, cmd, now_ms)
-            .or_else(|| self.planted_any_digest(&view, cmd));
+            .or_else(|| self.planted_any_digest(&view, cmd))
+            .or_else(|| self.planted_drop_args(cmd));
         let unpaused = self
             .planted_unpause(&view, cmd)
             .or_else(|| self.planted_wake_early(inner, &view, cmd))
@@ -286,6 +287,20 @@ impl Engine {
     /// True if `bug` is planted (test-only `planted-bugs` feature).
     pub(crate) fn planted(&self, bug: PlantedBug) -> bool {
         planted(&self.options.db.wal, bug)
+    }
+
+    /// Planted `DropIntentArgs`: a begin is decided as if its caller had
+    /// passed only the arguments' digest.
+    fn planted_drop_args(&self, cmd: &Command) -> Option<Command> {
+        if !self.planted(PlantedBug::DropIntentArgs) {
+            return None;
+        }
+        let Command::BeginEffect(begin) = cmd else {
+            return None;
+        };
+        let mut stripped = begin.clone();
+        stripped.args = None;
+        Some(Command::BeginEffect(stripped))
     }
 
     /// Planted `BeginOnPausedRun`: a begin on a paused run is decided on a

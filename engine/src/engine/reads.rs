@@ -9,10 +9,10 @@
 
 use crate::books::{
     AuditEntry, BooksRead, DecisionRecord, Digest, EffectEntry, EffectKey, LoadedCheckpoint,
-    MemBooks, Part, Run, RunId, check_schema, load_parts, replay_at,
+    MemBooks, Part, RUNS_PAGE_MAX, Run, RunId, RunState, check_schema, load_parts, replay_at,
 };
 use crate::error::{Error, Result};
-use crate::hot::{ColdReader, HotView};
+use crate::hot::{ColdReader, HotState, HotView};
 
 use super::core::Engine;
 
@@ -125,6 +125,111 @@ impl Engine {
         input_digest: &Digest,
     ) -> Result<Option<DecisionRecord>> {
         self.read(|books| replay_at(books, run, position, input_digest))
+    }
+
+    /// Runs `read` over the hot books and the state store, under the lock;
+    /// like [`Engine::read`], it returns once what it saw is durable.
+    fn read_hot<T>(&self, read: impl FnOnce(&HotState, &ColdReader<'_>) -> T) -> Result<T> {
+        let (value, rests_on) = {
+            let inner = self.lock();
+            inner.check_running()?;
+            let cold = ColdReader::new(self.pipeline.state());
+            let value = read(&inner.hot, &cold);
+            cold.finish()?;
+            (value, inner.last_applied)
+        };
+        self.wait_durable(rests_on)?;
+        Ok(value)
+    }
+
+    /// A page of runs, in id order: up to `limit` (at most
+    /// [`RUNS_PAGE_MAX`](crate::books::RUNS_PAGE_MAX)) runs with ids after
+    /// `after` (from the first, if `None`), only those in `state` if
+    /// given. Pass the last id of a page as `after` to read the next; a
+    /// page shorter than `limit` is the last. Runs of every age are
+    /// listed, finished ones included (read from the state store); runs in
+    /// other states are skipped at the cost of a read each.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, RunState, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// for n in 0..5 {
+    ///     engine.create_run(CreateRun { run: RunId::new(format!("r{n}"))?,
+    ///         input_digest: digest_of(&[n]), agent_version: "1".into(), trace_id: "t".into(),
+    ///         parent: None })?;
+    /// }
+    /// engine.operate(&RunId::new("r1")?, actum::books::OperatorAction::Cancel, "ops", "dup")?;
+    /// let first = engine.runs(Some(RunState::Pending), None, 2)?;
+    /// let ids: Vec<&str> = first.iter().map(|r| r.id.as_str()).collect();
+    /// assert_eq!(ids, ["r0", "r2"]);
+    /// let next = engine.runs(Some(RunState::Pending), Some(&first[1].id), 2)?;
+    /// let ids: Vec<&str> = next.iter().map(|r| r.id.as_str()).collect();
+    /// assert_eq!(ids, ["r3", "r4"]);
+    /// assert_eq!(engine.runs(Some(RunState::Cancelled), None, 10)?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn runs(
+        &self,
+        state: Option<RunState>,
+        after: Option<&RunId>,
+        limit: usize,
+    ) -> Result<Vec<Run>> {
+        if limit == 0 || limit > RUNS_PAGE_MAX {
+            return Err(Error::InvalidCommand {
+                reason: format!("a page of runs holds 1 to {RUNS_PAGE_MAX} runs, not {limit}"),
+            });
+        }
+        self.read_hot(|hot, cold| hot.runs_page(cold, state, after, limit))
+    }
+
+    /// Every ledger entry of `run` (acts and compensations, every attempt),
+    /// in the order their intents were written; `NotFound` if the run does
+    /// not exist.
+    pub fn effects(&self, run: &RunId) -> Result<Vec<EffectEntry>> {
+        if self.run(run)?.is_none() {
+            return Err(Error::NotFound {
+                what: format!("run {run}"),
+            });
+        }
+        self.read_hot(|hot, cold| hot.effects_of(cold, run))
+    }
+
+    /// The arguments the intent of `key` was written with, as the caller
+    /// passed them (`StepRequest::args`, `BeginEffect::args`); `None` if it
+    /// passed only their digest. `NotFound` if there is no such effect.
+    ///
+    /// ```
+    /// use actum::books::{ToolClass, StepId};
+    /// use actum::engine::{Engine, EngineOptions, StepRequest, ToolOutcome, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("refund-9")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"9"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let step = StepId::new("refund")?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &step,
+    ///     tool: ToolSpec { name: "bank.refund".into(), class: ToolClass::Queryable },
+    ///     args: br#"{"amount_eur": 900}"#, rationale: "policy 4.2", compensation: None };
+    /// let done = engine.step(&request, |_| ToolOutcome::Confirmed { receipt: b"rf_1".to_vec() })?;
+    /// let key = match done { actum::engine::StepResult::Done { key, .. } => key, _ => panic!() };
+    /// assert_eq!(engine.effect_args(&key)?.as_deref(), Some(&br#"{"amount_eur": 900}"#[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn effect_args(&self, key: &EffectKey) -> Result<Option<Vec<u8>>> {
+        self.read(|books| {
+            let entry = books.effect(key).ok_or_else(|| Error::NotFound {
+                what: format!("effect {key}"),
+            })?;
+            Ok(books.blob(&entry.args_digest))
+        })
     }
 
     /// Every table of the books as a [`MemBooks`], to compare with the

@@ -68,7 +68,9 @@ pub struct StepRequest<'a> {
     pub step: &'a StepId,
     /// The tool.
     pub tool: ToolSpec,
-    /// The call's arguments; their digest is recorded with the intent.
+    /// The call's arguments: their digest is recorded with the intent, and
+    /// the bytes are stored by that digest in the blob store
+    /// ([`Engine::effect_args`]).
     pub args: &'a [u8],
     /// Why the agent chose this act (journaled).
     pub rationale: &'a str,
@@ -135,6 +137,7 @@ impl StepRequest<'_> {
             tool: self.tool.name.clone(),
             tool_class: self.tool.class,
             args_digest: digest_of(self.args),
+            args: Some(self.args.to_vec()),
             rationale: self.rationale.to_string(),
             compensation: self.compensation.clone(),
         })

@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, MemBooks, Run, RunId, StepId, WaitBook, Writes, claimable_from_ms,
-    wake_ms,
+    EffectKey, EffectKind, MemBooks, Run, RunId, RunState, StepId, WaitBook, Writes,
+    claimable_from_ms, wake_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;
@@ -387,6 +387,82 @@ impl HotState {
             books.put_blob(*digest, bytes.clone());
         }
         Ok(books)
+    }
+
+    /// Up to `limit` runs with ids after `after`, in id order, in `state`
+    /// if given: the state store's runs read in id order, each replaced by
+    /// its record in memory if it has one, merged with the runs only memory
+    /// holds. Runs in other states are skipped, which costs a read each.
+    pub(crate) fn runs_page(
+        &self,
+        cold: &ColdReader<'_>,
+        state: Option<RunState>,
+        after: Option<&RunId>,
+        limit: usize,
+    ) -> Vec<Run> {
+        const CHUNK: usize = 256;
+        let wanted = |run: &Run| state.is_none_or(|s| run.state == s);
+        let mut page = Vec::new();
+        let mut cursor = after.cloned();
+        while page.len() < limit {
+            let stored = cold.with(|books| books.runs_after(cursor.as_ref(), CHUNK));
+            // The stored chunk covers ids up to its last; past it, only the
+            // runs memory holds (if the chunk is the store's last).
+            let end = (stored.len() == CHUNK).then(|| stored.last().map(|r| r.id.clone()));
+            let end = end.flatten();
+            let from = cursor.as_ref();
+            let in_memory = self
+                .runs
+                .range::<RunId, _>((
+                    from.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+                    end.as_ref()
+                        .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included),
+                ))
+                .map(|(_, hot)| hot.run.clone());
+            let mut merged: BTreeMap<RunId, Run> =
+                stored.into_iter().map(|r| (r.id.clone(), r)).collect();
+            merged.extend(in_memory.map(|r| (r.id.clone(), r)));
+            let exhausted = end.is_none();
+            for (id, run) in merged {
+                if page.len() == limit {
+                    return page;
+                }
+                cursor = Some(id);
+                if wanted(&run) {
+                    page.push(run);
+                }
+            }
+            if exhausted {
+                break;
+            }
+        }
+        page
+    }
+
+    /// Every ledger entry of `run`: the state store's, each replaced by its
+    /// version in memory if it has one, and those only memory holds; in
+    /// the order their intents were written (the time of the intent, then
+    /// key order, which puts a step's attempts in order and its
+    /// compensation after its act).
+    pub(crate) fn effects_of(&self, cold: &ColdReader<'_>, run: &RunId) -> Vec<EffectEntry> {
+        let mut all: BTreeMap<EffectKey, EffectEntry> = if cold.holds_run(run) {
+            cold.with(|books| books.effects_of(run))
+                .into_iter()
+                .map(|e| (e.key.clone(), e))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        if let Some(hot) = self.runs.get(run) {
+            all.extend(
+                hot.effects
+                    .values()
+                    .map(|(e, _)| (e.key.clone(), e.clone())),
+            );
+        }
+        let mut entries: Vec<EffectEntry> = all.into_values().collect();
+        entries.sort_by(|a, b| (a.intended_ms, &a.key).cmp(&(b.intended_ms, &b.key)));
+        entries
     }
 
     /// How many runs are held in memory.

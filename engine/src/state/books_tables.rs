@@ -186,6 +186,28 @@ impl<'a> RedbBooks<'a> {
             .collect()
     }
 
+    /// Up to `max` runs with ids after `after` (all, if `None`), in id
+    /// order.
+    pub fn runs_after(&self, after: Option<&RunId>, max: usize) -> Vec<Run> {
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, |id| Bound::Excluded(id.as_str()));
+        let rows = with_table!(self, RUNS_TABLE, "list runs", |t| {
+            t.range::<&str>((from, Bound::Unbounded)).and_then(|iter| {
+                iter.take(max)
+                    .map(|item| item.map(|(k, v)| (k.value().to_string(), v.value().to_vec())))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+        })
+        .unwrap_or_default();
+        rows.iter()
+            .filter_map(|(key, bytes)| {
+                let run: Run = self.decode(RowTable::Run, bytes, &format!("run {key}"))?;
+                let same = run.id.as_str() == key;
+                self.keyed(run, same, || format!("the row of run {key}"))
+            })
+            .collect()
+    }
+
     /// The ids of the runs that are not terminal, as the live-runs table
     /// lists them.
     pub fn live_run_ids(&self) -> Vec<RunId> {

@@ -519,6 +519,7 @@ impl Sim<'_> {
             .checked("every done effect happened exactly once");
         check::effect_applied_exactly_once(&books, &log)
             .map_err(|e| self.fail("every done effect happened exactly once", e))?;
+        self.check_listing(&books)?;
         let engine = self.engine.take().expect("recovered");
         engine
             .close()
@@ -526,6 +527,49 @@ impl Sim<'_> {
         self.tally(&books);
         let history = self.history.lines().to_vec();
         Ok((self.report, history))
+    }
+
+    /// The engine's listing of runs by state, read in pages of a few, is
+    /// the books' runs in that state, record for record.
+    fn check_listing(&mut self, books: &actum::books::MemBooks) -> Result<(), AgentFailure> {
+        const PAGE: usize = 3;
+        for state in std::iter::once(None).chain(RunState::ALL.map(Some)) {
+            let mut listed = Vec::new();
+            let mut after: Option<RunId> = None;
+            loop {
+                let engine = self.engine.as_ref().expect("recovered");
+                let page = engine
+                    .runs(state, after.as_ref(), PAGE)
+                    .map_err(|e| self.fail("reads succeed", e.to_string()))?;
+                after = page.last().map(|r| r.id.clone());
+                let last = page.len() < PAGE;
+                listed.extend(page);
+                if last {
+                    break;
+                }
+            }
+            let expected: Vec<_> = books
+                .runs()
+                .filter(|r| state.is_none_or(|s| r.state == s))
+                .cloned()
+                .collect();
+            self.report
+                .checked("the runs listed by state are the books'");
+            if listed != expected {
+                let ids = |runs: &[actum::books::Run]| {
+                    runs.iter().map(|r| r.id.to_string()).collect::<Vec<_>>()
+                };
+                return Err(self.fail(
+                    "the runs listed by state are the books'",
+                    format!(
+                        "{state:?}: the engine lists {:?}, the books hold {:?}",
+                        ids(&listed),
+                        ids(&expected)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn tally(&mut self, books: &actum::books::MemBooks) {

@@ -633,6 +633,14 @@ impl Sim<'_> {
         let cmd = request.command();
         match self.call(Some(&cmd), |e| e.begin_step(&request))? {
             Called::Ok(plan) => {
+                if let StepPlan::Act(EffectCtx {
+                    key, resend: true, ..
+                })
+                | StepPlan::Query(EffectCtx { key, .. }) = &plan
+                    && !self.intent_kept_its_args(key, &spec.args)?
+                {
+                    return Ok(None);
+                }
                 let digest = digest_of(&spec.args);
                 self.follow(w, job, plan, Side::Act(spec.tool), digest)
             }
@@ -647,6 +655,34 @@ impl Sim<'_> {
             Called::Refused(e) => self.dropped(w, &job, &e),
             Called::Died => Ok(None),
         }
+    }
+
+    /// Before a resend or a query of an intent written before, the worker
+    /// reads what the intent was sent with: it must be the arguments the
+    /// workflow asks for now. `false` if the process died meanwhile.
+    fn intent_kept_its_args(
+        &mut self,
+        key: &actum::books::EffectKey,
+        args: &[u8],
+    ) -> Result<bool, AgentFailure> {
+        let stored = match self.call(None, |e| e.effect_args(key))? {
+            Called::Ok(stored) => stored,
+            Called::Died => return Ok(false),
+            Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+        };
+        self.report
+            .checked("an intent keeps the arguments it was sent with");
+        if stored.as_deref() != Some(args) {
+            return Err(self.fail(
+                "an intent keeps the arguments it was sent with",
+                format!(
+                    "the intent of {key} holds {:?} as its arguments; it was sent with {:?}",
+                    stored.as_deref().map(String::from_utf8_lossy),
+                    String::from_utf8_lossy(args)
+                ),
+            ));
+        }
+        Ok(true)
     }
 
     fn begin_undo(&mut self, w: usize, job: Job, step: &str) -> Next {

@@ -54,6 +54,7 @@ mod tests {
             tool: "bank.pay".into(),
             tool_class: ToolClass::NotIdempotent,
             args_digest: digest_of(b"10"),
+            args: None,
             rationale: "due".into(),
             compensation: None,
         })
