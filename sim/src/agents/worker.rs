@@ -668,7 +668,14 @@ impl Sim<'_> {
         let stored = match self.call(None, |e| e.effect_args(key))? {
             Called::Ok(stored) => stored,
             Called::Died => return Ok(false),
-            Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+            // The engine planned a resend or a query of a key it never
+            // wrote an intent for.
+            Called::Refused(e) => {
+                return Err(self.fail(
+                    "an intent keeps the arguments it was sent with",
+                    format!("the engine plans to resend or query {key}, which has no intent: {e}"),
+                ));
+            }
         };
         self.report
             .checked("an intent keeps the arguments it was sent with");
