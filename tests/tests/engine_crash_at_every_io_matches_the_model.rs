@@ -22,6 +22,7 @@ use actum::books::{
     Transition, Usage, WaitFor, digest_of,
 };
 use actum::db::DbOptions;
+use actum::engine::{ChildSpec, start_child_command};
 use actum::wal::WalOptions;
 use actum::{Clock, DatabaseId, Engine, EngineOptions, Storage};
 use actum_sim::{FaultConfig, Rng, SimClock, SimDisk};
@@ -347,21 +348,13 @@ fn children() -> Vec<Work> {
         })
     };
     let start_child = |parent: &str, worker: &str, token: u64| {
-        let child = format!("{parent}:sum");
-        Command::Batch(vec![
-            Command::CreateRun(CreateRun {
-                parent: Some(rid(parent)),
-                ..create_cmd(&child)
-            }),
-            Command::OpenWait(OpenWait {
-                run: rid(parent),
-                guard: guard_at(worker, token),
-                step: sid("sum"),
-                wait_for: WaitFor::Child { run: rid(&child) },
-                deadline_ms: None,
-                reason: "summarize".into(),
-            }),
-        ])
+        let spec = ChildSpec {
+            input_digest: digest_of(format!("{parent}:sum").as_bytes()),
+            agent_version: "agent 1.0".into(),
+            trace_id: format!("trace-{parent}:sum"),
+        };
+        let guard = guard_at(worker, token);
+        start_child_command(&rid(parent), &guard, &sid("sum"), spec, None, "summarize").unwrap()
     };
     vec![
         Cmd(Command::CreateRun(create_cmd("r6"))),

@@ -55,6 +55,7 @@ pub use op::{
     Op, PAYLOAD_VERSION, PAYLOAD_VERSIONS_READ, decode_ops, encode_ops, unsupported_payload_version,
 };
 pub use overlay::{Overlay, Writes};
+pub(crate) use run::existing;
 pub use run::{Run, RunState, transition_allowed};
 pub use state::{BooksRead, BooksWrite};
 pub use wait::{SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus, wake_ms};

@@ -11,7 +11,7 @@ use crate::books::{
     Answer, BudgetBook, BudgetLimits, Charge, Command, Cost, Guard, Reserve, Reserved, RunId,
     RunState, SetBudget, Settle, SettledCharge,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 use super::answers::unexpected;
 use super::core::Engine;
@@ -155,11 +155,7 @@ impl Engine {
     /// (no limits, nothing spent) if it never had one.
     pub fn budget(&self, run: &RunId) -> Result<BudgetBook> {
         self.read(|books| {
-            if books.run(run).is_none() {
-                return Err(Error::NotFound {
-                    what: format!("run {run}"),
-                });
-            }
+            crate::books::existing(books, run)?;
             // No book: no limits, nothing spent, and no time counted (a
             // book counts time running from when it is made).
             Ok(books

@@ -50,6 +50,52 @@ pub struct ChildStarted {
     pub state: RunState,
 }
 
+/// The commands [`Engine::start_child`] commits as one batch: the child's
+/// `CreateRun` (the child named by [`child_run_id`]) and the parent's
+/// `OpenWait` for it. A runtime or a test that mirrors the engine's
+/// decisions holds this batch to its model.
+pub fn start_child_command(
+    parent: &RunId,
+    guard: &Guard,
+    step: &StepId,
+    spec: ChildSpec,
+    deadline_ms: Option<u64>,
+    reason: &str,
+) -> Result<Command> {
+    let child = child_run_id(parent, step)?;
+    let commands = child_commands(parent, &child, guard, step, spec, deadline_ms, reason);
+    Ok(Command::Batch(commands.into()))
+}
+
+/// The child's creation and the parent's wait for it.
+fn child_commands(
+    parent: &RunId,
+    child: &RunId,
+    guard: &Guard,
+    step: &StepId,
+    spec: ChildSpec,
+    deadline_ms: Option<u64>,
+    reason: &str,
+) -> [Command; 2] {
+    [
+        Command::CreateRun(CreateRun {
+            run: child.clone(),
+            input_digest: spec.input_digest,
+            agent_version: spec.agent_version,
+            trace_id: spec.trace_id,
+            parent: Some(parent.clone()),
+        }),
+        Command::OpenWait(OpenWait {
+            run: parent.clone(),
+            guard: guard.clone(),
+            step: step.clone(),
+            wait_for: WaitFor::Child { run: child.clone() },
+            deadline_ms,
+            reason: reason.to_string(),
+        }),
+    ]
+}
+
 impl Engine {
     /// Starts the child run of `step` of the running run `parent` and
     /// waits for its end, in one commit: the child is created `pending`
@@ -115,25 +161,11 @@ impl Engine {
         let planted_split = self.planted(PlantedBug::SpawnChildTwice);
         let child = if planted_split {
             // A fresh id per lease: the very bug the derived id prevents.
-            crate::books::RunId::new(format!("{parent}:{step}.{}", guard.token.0))?
+            RunId::new(format!("{parent}:{step}.{}", guard.token.0))?
         } else {
             child_run_id(parent, step)?
         };
-        let create = Command::CreateRun(CreateRun {
-            run: child.clone(),
-            input_digest: spec.input_digest,
-            agent_version: spec.agent_version,
-            trace_id: spec.trace_id,
-            parent: Some(parent.clone()),
-        });
-        let wait = Command::OpenWait(OpenWait {
-            run: parent.clone(),
-            guard: guard.clone(),
-            step: step.clone(),
-            wait_for: WaitFor::Child { run: child.clone() },
-            deadline_ms,
-            reason: reason.to_string(),
-        });
+        let [create, wait] = child_commands(parent, &child, guard, step, spec, deadline_ms, reason);
         let answers = if planted_split {
             // Planted `SpawnChildTwice`: two commits, so a crash between
             // them leaves a child no wait names.

@@ -25,7 +25,7 @@ mod waits;
 pub use crate::books::Begun;
 pub use crate::db::Recovery;
 pub use answers::{Created, LeaseGrant, Operated, Recorded, SavedCheckpoint};
-pub use children::{ChildSpec, ChildStarted};
+pub use children::{ChildSpec, ChildStarted, start_child_command};
 pub use compensate::CompensationRequest;
 pub use core::Engine;
 pub use options::{

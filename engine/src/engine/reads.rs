@@ -9,7 +9,8 @@
 
 use crate::books::{
     AuditEntry, BooksRead, DecisionRecord, Digest, EffectEntry, EffectKey, LoadedCheckpoint,
-    MemBooks, Part, RUNS_PAGE_MAX, Run, RunId, RunState, check_schema, load_parts, replay_at,
+    MemBooks, Part, RUNS_PAGE_MAX, Run, RunId, RunState, check_schema, existing, load_parts,
+    replay_at,
 };
 use crate::error::{Error, Result};
 use crate::hot::{ColdReader, HotState, HotView};
@@ -20,15 +21,19 @@ impl Engine {
     /// Runs `read` over a consistent view of the books: every acknowledged
     /// command, and, once this returns, nothing a crash could undo.
     pub fn read<T>(&self, read: impl FnOnce(&dyn BooksRead) -> Result<T>) -> Result<T> {
+        self.read_hot(|hot, cold| read(&HotView { hot, cold }))
+    }
+
+    /// Runs `read` over the hot books and a reader of the state store for
+    /// what left memory, under the engine lock; the one way every read
+    /// goes, so each sees every acknowledged command and returns once what
+    /// it saw is durable. A failed state store read is an `Err`.
+    fn read_hot<T>(&self, read: impl FnOnce(&HotState, &ColdReader<'_>) -> Result<T>) -> Result<T> {
         let (value, rests_on) = {
             let inner = self.lock();
             inner.check_running()?;
             let cold = ColdReader::new(self.pipeline.state());
-            let view = HotView {
-                hot: &inner.hot,
-                cold: &cold,
-            };
-            let value = read(&view);
+            let value = read(&inner.hot, &cold);
             cold.finish()?;
             (value, inner.last_applied)
         };
@@ -50,11 +55,7 @@ impl Engine {
     /// which lease token, one entry per change, from the first.
     pub fn audit(&self, run: &RunId) -> Result<Vec<AuditEntry>> {
         self.read(|books| {
-            if books.run(run).is_none() {
-                return Err(Error::NotFound {
-                    what: format!("run {run}"),
-                });
-            }
+            existing(books, run)?;
             let entries = books.audit(run, 1);
             assert!(entries.iter().zip(1u64..).all(|(e, seq)| e.seq == seq));
             Ok(entries)
@@ -127,21 +128,6 @@ impl Engine {
         self.read(|books| replay_at(books, run, position, input_digest))
     }
 
-    /// Runs `read` over the hot books and the state store, under the lock;
-    /// like [`Engine::read`], it returns once what it saw is durable.
-    fn read_hot<T>(&self, read: impl FnOnce(&HotState, &ColdReader<'_>) -> T) -> Result<T> {
-        let (value, rests_on) = {
-            let inner = self.lock();
-            inner.check_running()?;
-            let cold = ColdReader::new(self.pipeline.state());
-            let value = read(&inner.hot, &cold);
-            cold.finish()?;
-            (value, inner.last_applied)
-        };
-        self.wait_durable(rests_on)?;
-        Ok(value)
-    }
-
     /// A page of runs, in id order: up to `limit` (at most
     /// [`RUNS_PAGE_MAX`](crate::books::RUNS_PAGE_MAX)) runs with ids after
     /// `after` (from the first, if `None`), only those in `state` if
@@ -182,19 +168,17 @@ impl Engine {
                 reason: format!("a page of runs holds 1 to {RUNS_PAGE_MAX} runs, not {limit}"),
             });
         }
-        self.read_hot(|hot, cold| hot.runs_page(cold, state, after, limit))
+        self.read_hot(|hot, cold| Ok(hot.runs_page(cold, state, after, limit)))
     }
 
     /// Every ledger entry of `run` (acts and compensations, every attempt),
     /// in the order their intents were written; `NotFound` if the run does
     /// not exist.
     pub fn effects(&self, run: &RunId) -> Result<Vec<EffectEntry>> {
-        if self.run(run)?.is_none() {
-            return Err(Error::NotFound {
-                what: format!("run {run}"),
-            });
-        }
-        self.read_hot(|hot, cold| hot.effects_of(cold, run))
+        self.read_hot(|hot, cold| {
+            existing(&HotView { hot, cold }, run)?;
+            Ok(hot.effects_of(cold, run))
+        })
     }
 
     /// The arguments the intent of `key` was written with, as the caller
@@ -235,15 +219,6 @@ impl Engine {
     /// Every table of the books as a [`MemBooks`], to compare with the
     /// reference model.
     pub fn snapshot(&self) -> Result<MemBooks> {
-        let (books, rests_on) = {
-            let inner = self.lock();
-            inner.check_running()?;
-            let cold = ColdReader::new(self.pipeline.state());
-            let books = inner.hot.snapshot(&cold);
-            cold.finish()?;
-            (books, inner.last_applied)
-        };
-        self.wait_durable(rests_on)?;
-        books
+        self.read_hot(|hot, cold| hot.snapshot(cold))
     }
 }

@@ -11,7 +11,7 @@ use crate::books::{
     Answer, Command, DecideApproval, Guard, OpenWait, RunId, RunState, SendSignal, StepId,
     WaitBook, WaitFor, WaitRecord,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 use super::answers::unexpected;
 use super::core::Engine;
@@ -209,11 +209,7 @@ impl Engine {
     /// no wait has taken yet; an empty book if it never waited.
     pub fn waits(&self, run: &RunId) -> Result<WaitBook> {
         self.read(|books| {
-            if books.run(run).is_none() {
-                return Err(Error::NotFound {
-                    what: format!("run {run}"),
-                });
-            }
+            crate::books::existing(books, run)?;
             Ok(books
                 .waits(run)
                 .unwrap_or_else(|| WaitBook::new(run.clone())))

@@ -21,12 +21,13 @@
 use actum::Clock;
 use actum::Error;
 use actum::books::{
-    Charge, Command, Compensation, Cost, CreateRun, Guard, OpenWait, Outcome, RecordDecision,
-    RenewLease, Reserve, Reserved, RunId, RunState, SaveCheckpoint, Settle, StepId, ToolClass,
-    Transition, WaitFor, WaitStatus, WorkerId, child_run_id, digest_of,
+    Charge, Command, Compensation, Cost, Guard, OpenWait, Outcome, RecordDecision, RenewLease,
+    Reserve, Reserved, RunId, RunState, SaveCheckpoint, Settle, StepId, ToolClass, Transition,
+    WaitFor, WaitStatus, WorkerId, digest_of,
 };
 use actum::engine::{
     ChildSpec, CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec,
+    start_child_command,
 };
 
 use super::failure::AgentFailure;
@@ -1052,25 +1053,9 @@ impl Sim<'_> {
             agent_version: format!("{} agent 1.0", Workflow::Summary.name()),
             trace_id: format!("trace-{}", job.run),
         };
-        let child = child_run_id(&job.run, &step_id).expect("a short child id");
         let reason = "the research is summarized by a child run";
-        let cmd = Command::Batch(vec![
-            Command::CreateRun(CreateRun {
-                run: child.clone(),
-                input_digest: spec.input_digest,
-                agent_version: spec.agent_version.clone(),
-                trace_id: spec.trace_id.clone(),
-                parent: Some(job.run.clone()),
-            }),
-            Command::OpenWait(OpenWait {
-                run: job.run.clone(),
-                guard: job.guard.clone(),
-                step: step_id.clone(),
-                wait_for: WaitFor::Child { run: child.clone() },
-                deadline_ms: None,
-                reason: reason.to_string(),
-            }),
-        ]);
+        let cmd = start_child_command(&job.run, &job.guard, &step_id, spec.clone(), None, reason)
+            .expect("a short child id");
         let started = match self.call(Some(&cmd), |e| {
             e.start_child(&job.run, &job.guard, &step_id, spec, None, reason)
         })? {
