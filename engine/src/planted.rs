@@ -64,6 +64,12 @@ pub enum PlantedBug {
     /// The engine writes an intent without the arguments its caller
     /// passed, so a resumed worker cannot read what was sent.
     DropIntentArgs,
+    /// `deliver_reply` ends the run's wait for the reply and wakes it, but
+    /// drops the outcome, so the ledger never learns what the tool did.
+    ReplyWithoutOutcome,
+    /// A run parked in a wait leaves memory at a checkpoint without its
+    /// entry in the claim index, so its deadline never wakes it.
+    ForgetParkedDeadlines,
 }
 
 impl PlantedBug {
@@ -77,7 +83,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 15] = [
+    pub const ENGINE: [PlantedBug; 17] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -93,10 +99,12 @@ impl PlantedBug {
         PlantedBug::ChargeReplays,
         PlantedBug::SpawnChildTwice,
         PlantedBug::DropIntentArgs,
+        PlantedBug::ReplyWithoutOutcome,
+        PlantedBug::ForgetParkedDeadlines,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 20] = [
+    pub const ALL: [PlantedBug; 22] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -117,6 +125,8 @@ impl PlantedBug {
         PlantedBug::ChargeReplays,
         PlantedBug::SpawnChildTwice,
         PlantedBug::DropIntentArgs,
+        PlantedBug::ReplyWithoutOutcome,
+        PlantedBug::ForgetParkedDeadlines,
     ];
 
     /// The bug's command-line name.
@@ -142,6 +152,8 @@ impl PlantedBug {
             PlantedBug::ChargeReplays => "charge-replays",
             PlantedBug::SpawnChildTwice => "spawn-child-twice",
             PlantedBug::DropIntentArgs => "drop-intent-args",
+            PlantedBug::ReplyWithoutOutcome => "reply-without-outcome",
+            PlantedBug::ForgetParkedDeadlines => "forget-parked-deadlines",
         }
     }
 

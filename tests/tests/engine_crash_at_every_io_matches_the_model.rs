@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    BeginEffect, BudgetLimits, Charge, Command, Cost, CreateRun, DecideApproval, EffectKey,
-    FencingToken, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Outcome, Part,
+    BeginEffect, BudgetLimits, Charge, Command, Cost, CreateRun, DecideApproval, DeliverReply,
+    EffectKey, FencingToken, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Outcome, Part,
     RecordDecision, Reserve, RunState, SaveCheckpoint, SendSignal, SetBudget, Settle, ToolClass,
     Transition, Usage, WaitFor, digest_of,
 };
@@ -377,6 +377,62 @@ fn children() -> Vec<Work> {
     ]
 }
 
+/// Run r8 sends an asynchronous tool its request and waits for the reply
+/// with no lease; the webhook's reply settles the effect and wakes r8 in
+/// one commit, and a retried webhook changes nothing. Run r9's reply
+/// arrives before its wait, which then ends as it opens.
+fn replies() -> Vec<Work> {
+    #[expect(non_snake_case, reason = "reads like the variant")]
+    let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
+    let acquire = |run: &str, worker: &str| {
+        Command::AcquireLease(actum::books::AcquireLease {
+            run: rid(run),
+            worker: wid(worker),
+            ttl_ms: LEASE_MS,
+        })
+    };
+    let on_reply = |run: &str, worker: &str, token: u64| {
+        Command::OpenWait(OpenWait {
+            run: rid(run),
+            guard: guard_at(worker, token),
+            step: sid("screen"),
+            wait_for: WaitFor::Reply {
+                key: key(run, "screen", 1),
+            },
+            deadline_ms: None,
+            reason: "the screening answers by webhook".into(),
+        })
+    };
+    let reply = |run: &str| {
+        Command::DeliverReply(DeliverReply {
+            key: key(run, "screen", 1),
+            outcome: Outcome::Confirmed {
+                receipt: b"clear".to_vec(),
+            },
+            sender: "kyc-webhook".into(),
+        })
+    };
+    vec![
+        Cmd(Command::CreateRun(create_cmd("r8"))),
+        Cmd(acquire("r8", "w10")),
+        Cmd(transition("r8", "w10", RunState::Running)),
+        Cmd(begin("r8", "screen", "w10", idempotent())),
+        Cmd(on_reply("r8", "w10", 1)),
+        Work::Checkpoint,
+        Cmd(reply("r8")),
+        Cmd(reply("r8")),
+        Cmd(acquire("r8", "w11")),
+        Cmd(on_reply("r8", "w11", 2)),
+        Cmd(Command::CreateRun(create_cmd("r9"))),
+        Cmd(acquire("r9", "w10")),
+        Cmd(transition("r9", "w10", RunState::Running)),
+        Cmd(begin("r9", "screen", "w10", idempotent())),
+        Cmd(reply("r9")),
+        Work::Checkpoint,
+        Cmd(on_reply("r9", "w10", 1)),
+    ]
+}
+
 fn workload() -> Vec<Work> {
     use Work::Checkpoint;
     #[expect(non_snake_case, reason = "reads like the variant")]
@@ -452,6 +508,7 @@ fn workload() -> Vec<Work> {
     .chain(waits())
     .chain(budgets())
     .chain(children())
+    .chain(replies())
     .collect()
 }
 

@@ -65,12 +65,14 @@ op.wait_ended.elapsed           0c02723102733204d836
 op.wait_opened.child            0b02723102733202030572313a733200f02e03037768790000
 op.wait_ended.child_ended       0c02723102733205050103d836
 op.wait_ended.child_ended_bare  0c027231027332050700d836
+op.wait_opened.reply            0b0272310273320204027231027331000200f02e03037768790000
+op.wait_ended.replied           0c027231027332060102aabbd836
 op.signal_received              0d02723104047061696402beef037073708827
 op.budget_set                   0e02723101a08d060001c096b10201280180dddb01036f707303776879c865
 op.budget_reserved              0f0272310102733314151617e05d030202027231027031
 op.budget_settled               1002723100070a0b0c0db06d03
-payload.two_ops                 04020302723103f02e09882704027231030ad836
-payload.no_ops                  0400
+payload.two_ops                 05020302723103f02e09882704027231030ad836
+payload.no_ops                  0500
 row.run                         931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                    a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                      f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
@@ -564,6 +566,21 @@ fn ops() -> Vec<(&'static str, Op)> {
             }),
         ),
         (
+            "op.wait_opened.reply",
+            Op::WaitOpened {
+                run: run_id(),
+                wait: wait(WaitFor::Reply { key: act_key() }, None, WaitStatus::Open),
+            },
+        ),
+        (
+            "op.wait_ended.replied",
+            wait_ended(WaitStatus::Replied {
+                status: EffectStatus::Confirmed {
+                    receipt: vec![0xaa, 0xbb],
+                },
+            }),
+        ),
+        (
             "op.signal_received",
             Op::SignalReceived {
                 run: run_id(),
@@ -1014,6 +1031,7 @@ fn wait_status_index(status: &WaitStatus) -> u8 {
         WaitStatus::Signalled { .. } => 3,
         WaitStatus::Elapsed => 4,
         WaitStatus::ChildEnded { .. } => 5,
+        WaitStatus::Replied { .. } => 6,
     }
 }
 
@@ -1023,6 +1041,7 @@ fn wait_for_index(wait_for: &WaitFor) -> u8 {
         WaitFor::Signal { .. } => 1,
         WaitFor::Timer => 2,
         WaitFor::Child { .. } => 3,
+        WaitFor::Reply { .. } => 4,
     }
 }
 
@@ -1145,12 +1164,12 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
         Op::WaitEnded { status, .. } => Some(wait_status_index(status)),
         _ => None,
     });
-    assert_all(wait_statuses, &[0, 1, 2, 3, 4, 5], "wait status");
+    assert_all(wait_statuses, &[0, 1, 2, 3, 4, 5, 6], "wait status");
     let wait_fors = ops.iter().filter_map(|(_, op)| match op {
         Op::WaitOpened { wait, .. } => Some(wait_for_index(&wait.wait_for)),
         _ => None,
     });
-    assert_all(wait_fors, &[0, 1, 2, 3], "wait for");
+    assert_all(wait_fors, &[0, 1, 2, 3, 4], "wait for");
     let mut states = Vec::new();
     for (_, op) in &ops {
         match op {
@@ -1186,12 +1205,13 @@ fn a_payload_is_the_version_byte_then_the_op_list() {
 /// 2 or 3 record (the bytes `payload.two_ops` had when those versions were
 /// written) still decodes to the same ops.
 #[test]
-fn version_1_to_3_payloads_still_decode() {
+fn version_1_to_4_payloads_still_decode() {
     let v1 = unhex("01020302723103f02e09882704027231030ad836").unwrap();
     let v2 = unhex("02020302723103f02e09882704027231030ad836").unwrap();
     let v3 = unhex("03020302723103f02e09882704027231030ad836").unwrap();
-    assert_eq!((v1[0], v2[0], v3[0]), (1, 2, 3));
-    for old in [&v1, &v2, &v3] {
+    let v4 = unhex("04020302723103f02e09882704027231030ad836").unwrap();
+    assert_eq!((v1[0], v2[0], v3[0], v4[0]), (1, 2, 3, 4));
+    for old in [&v1, &v2, &v3, &v4] {
         assert_eq!(
             decode_ops(old).unwrap(),
             vec![lease_renewed(), lease_released()]

@@ -111,10 +111,13 @@ fn a_record_in_an_unknown_payload_version_is_refused_naming_version_file_and_off
         "{err}"
     );
     assert!(*offset > 0, "the record's offset: {err}");
-    assert_eq!((*lsn, *found, *supported), (Lsn(2), 7, &[1u8, 2, 3, 4][..]));
+    assert_eq!(
+        (*lsn, *found, *supported),
+        (Lsn(2), 7, &[1u8, 2, 3, 4, 5][..])
+    );
     let message = err.to_string();
     assert!(
-        message.contains("record payload version 7; this build reads versions 1, 2, 3, 4"),
+        message.contains("record payload version 7; this build reads versions 1, 2, 3, 4, 5"),
         "{message}"
     );
     assert!(

@@ -47,9 +47,19 @@ fn accepting_a_stale_token_is_caught_by_the_fencing_check() {
 }
 
 #[test]
-fn skipping_the_ledger_on_resume_is_caught_by_at_most_once() {
+fn skipping_the_ledger_on_resume_is_caught_by_at_most_once_or_the_ledger_check() {
+    // Caught in the world when a tool applies the second send, or in the
+    // ledger when the engine plans a call for a step the books hold
+    // confirmed (a tool that deduplicates hides the second send).
     let (_, invariant) = caught(PlantedBug::SkipLedgerOnResume);
-    assert_eq!(invariant, "no side effect fires twice");
+    assert!(
+        [
+            "no side effect fires twice",
+            "a confirmed step is never acted on again"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
 }
 
 #[test]
@@ -161,6 +171,39 @@ fn writing_an_intent_without_its_arguments_is_caught() {
         [
             "an intent keeps the arguments it was sent with",
             "after every recovery the books equal the model",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
+fn a_reply_that_wakes_the_run_without_its_outcome_is_caught() {
+    // The woken worker resends a step the model holds confirmed, or finds
+    // the wait replied and reads the ledger; a recovery in between shows
+    // the books differ from the model first.
+    let (_, invariant) = caught(PlantedBug::ReplyWithoutOutcome);
+    assert!(
+        [
+            "a confirmed step is never acted on again",
+            "a wait ends only on its own terms",
+            "after every recovery the books equal the model",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
+fn a_parked_run_that_forgets_its_deadline_is_caught() {
+    // A vendor run parked on its week-long timer leaves memory at a
+    // checkpoint; without its claim index entry nothing wakes it, so it
+    // never ends, or the model grants a claim the engine does not.
+    let (_, invariant) = caught(PlantedBug::ForgetParkedDeadlines);
+    assert!(
+        [
+            "every run ends once the faults stop",
+            "the engine decides as the reference model does",
         ]
         .contains(&invariant.as_str()),
         "{invariant}"

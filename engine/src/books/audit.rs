@@ -389,6 +389,7 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                     Some(version) => format!("the child ended {state} at checkpoint {version}"),
                     None => format!("the child ended {state} with no checkpoint"),
                 },
+                WaitStatus::Replied { status } => format!("the effect is {}", status.name()),
                 WaitStatus::Open | WaitStatus::Elapsed => String::new(),
             };
             let what = AuditWhat::WaitEnded {

@@ -6,8 +6,8 @@
 //! (worker and fencing token), except `AcquireLease` and `ClaimNext`, which
 //! are how a guard is obtained, `CreateRun`, `Operate` (an operator's
 //! pause, resume or cancel, which overrides the holder), `SetBudget` (an
-//! operator's too), and the two that come from outside the run:
-//! `DecideApproval` and `SendSignal`.
+//! operator's too), and the three that come from outside the run:
+//! `DecideApproval`, `SendSignal` and `DeliverReply`.
 
 use serde::{Deserialize, Serialize};
 
@@ -277,6 +277,20 @@ pub struct SendSignal {
     pub sender: String,
 }
 
+/// The reply of an asynchronous tool, delivered from outside (a webhook),
+/// with no lease: it settles the effect `key` the run's step began, and
+/// ends the run's wait for that reply if one is open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliverReply {
+    /// The effect the reply answers: the key the tool was sent.
+    pub key: EffectKey,
+    /// What the tool says happened: confirmed or failed (a reply is never
+    /// unknown).
+    pub outcome: Outcome,
+    /// Who delivers it (journaled in the settle's note).
+    pub sender: String,
+}
+
 /// Record a model call at its position in the run's decision journal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordDecision {
@@ -372,6 +386,8 @@ pub enum Command {
     DecideApproval(DecideApproval),
     /// See [`SendSignal`].
     SendSignal(SendSignal),
+    /// See [`DeliverReply`].
+    DeliverReply(DeliverReply),
     /// See [`SetBudget`].
     SetBudget(SetBudget),
     /// See [`Reserve`].
@@ -407,6 +423,7 @@ impl Command {
             | Command::Operate(_)
             | Command::DecideApproval(_)
             | Command::SendSignal(_)
+            | Command::DeliverReply(_)
             | Command::SetBudget(_)
             | Command::Batch(_) => None,
         }

@@ -13,7 +13,7 @@ use super::checkpoint::decide_save;
 use super::command::Command;
 use super::compensation::decide_begin_compensation;
 use super::decision::{DecisionRecord, decide_record};
-use super::effect::{decide_begin, decide_finish, decide_reconcile};
+use super::effect::{decide_begin, decide_deliver_reply, decide_finish, decide_reconcile};
 use super::ids::{EffectKey, FencingToken, RunId, StepId};
 use super::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
 use super::limits::{BATCH_COMMANDS_MAX, check_size};
@@ -131,6 +131,16 @@ pub enum Answer {
         key: EffectKey,
         /// Its status now (`confirmed`, ...).
         status: &'static str,
+    },
+    /// An asynchronous tool's reply was recorded (or the entry already held
+    /// exactly this outcome).
+    Replied {
+        /// The attempt it answers.
+        key: EffectKey,
+        /// Its status now (`confirmed` or `failed`).
+        status: &'static str,
+        /// The step whose wait for the reply it ended, if one was open.
+        wait_ended: Option<StepId>,
     },
     /// The checkpoint was saved.
     CheckpointSaved {
@@ -261,6 +271,7 @@ fn decide_command(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<D
         Command::OpenWait(c) => decide_open_wait(state, c, now_ms),
         Command::DecideApproval(c) => decide_approval(state, c, now_ms),
         Command::SendSignal(c) => decide_signal(state, c, now_ms),
+        Command::DeliverReply(c) => decide_deliver_reply(state, c, now_ms),
         Command::SetBudget(c) => decide_set_budget(state, c, now_ms),
         Command::Reserve(c) => decide_reserve(state, c, now_ms),
         Command::Settle(c) => decide_settle(state, c, now_ms),

@@ -12,17 +12,17 @@
 //! (never resent) otherwise. An outcome is a fact: it is recorded under the
 //! run's current token even after the lease expired.
 
-use super::command::{BeginEffect, FinishEffect, Reconcile};
+use super::command::{BeginEffect, DeliverReply, FinishEffect, Reconcile};
 use super::decide::{Answer, Begun, Decided};
 use super::digest::{Digest, digest_of};
 use super::ids::{EffectKey, EffectKind, FencingToken, validate_name};
-use super::lease::{check_fact, check_live};
+use super::lease::{check_fact, check_live, current_token};
 use super::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 use super::limits::{ARGS_BYTES_MAX, RECEIPT_LEN_BYTES_MAX, check_size};
 use super::op::Op;
-use super::run::{check_running, check_text, existing};
+use super::run::{Run, check_running, check_text, existing};
 use super::state::BooksRead;
-use super::wait::check_approved;
+use super::wait::{check_approved, wake_on_reply};
 use crate::error::{Error, Result};
 
 /// What an intent records about the act it announces.
@@ -289,7 +289,7 @@ pub(crate) fn decide_finish(
     }
     settle(
         state,
-        &found,
+        (&run, &found),
         status,
         cmd.guard.token,
         now_ms,
@@ -329,7 +329,7 @@ pub(crate) fn decide_reconcile(
     let status = cmd.outcome.status();
     settle(
         state,
-        &found,
+        (&run, &found),
         status,
         cmd.guard.token,
         now_ms,
@@ -337,11 +337,71 @@ pub(crate) fn decide_reconcile(
     )
 }
 
-/// The ops settling `found` into `status`. A confirmed compensation also
-/// marks the act it undoes `Compensated`, in the same decision.
+/// Decides `DeliverReply`: an asynchronous tool's reply, delivered from
+/// outside with no lease, settles an intended (or unknown) entry to
+/// confirmed or failed under the run's current token, and ends the run's
+/// wait for it in the same decision. The same reply delivered again is
+/// answered without a new op (a webhook retries); another outcome for a
+/// settled entry is `EffectNotOpen`. The run may have ended meanwhile: a
+/// reply is a fact about the world, and the ledger records it.
+pub(crate) fn decide_deliver_reply(
+    state: &dyn BooksRead,
+    cmd: &DeliverReply,
+    now_ms: u64,
+) -> Result<Decided> {
+    super::wait::check_name("reply sender", &cmd.sender)?;
+    cmd.outcome.check_sizes(&cmd.key)?;
+    if let Outcome::Unknown { .. } = cmd.outcome {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "a reply to effect {} from {} must say what happened: confirmed or failed, not \
+                 unknown",
+                cmd.key, cmd.sender
+            ),
+        });
+    }
+    let run = existing(state, cmd.key.run())?;
+    let found = entry(state, &cmd.key)?;
+    let status = cmd.outcome.status();
+    let name = status.name();
+    if found.status == status {
+        let answer = Answer::Replied {
+            key: cmd.key.clone(),
+            status: name,
+            wait_ended: None,
+        };
+        return decided(None, answer);
+    }
+    if !matches!(
+        found.status,
+        EffectStatus::Intended | EffectStatus::Unknown { .. }
+    ) {
+        return Err(Error::EffectNotOpen {
+            key: cmd.key.clone(),
+            status: found.status.name(),
+        });
+    }
+    let note = format!("reply from {}", cmd.sender);
+    let token = current_token(&run);
+    let Decided { ops, .. } = settle(state, (&run, &found), status, token, now_ms, note)?;
+    let wait_ended = ops.iter().find_map(|op| match op {
+        Op::WaitEnded { step, .. } => Some(step.clone()),
+        _ => None,
+    });
+    let answer = Answer::Replied {
+        key: cmd.key.clone(),
+        status: name,
+        wait_ended,
+    };
+    Ok(Decided { ops, answer })
+}
+
+/// The ops settling `found` (an entry of `run`) into `status`. A confirmed
+/// compensation also marks the act it undoes `Compensated`, and a wait of
+/// the run for this reply ends, in the same decision.
 fn settle(
     state: &dyn BooksRead,
-    found: &EffectEntry,
+    (run, found): (&Run, &EffectEntry),
     status: EffectStatus,
     token: FencingToken,
     now_ms: u64,
@@ -362,6 +422,7 @@ fn settle(
         }
         _ => None,
     };
+    let woken = wake_on_reply(state, run, &key, &status, now_ms);
     let op = Op::EffectSettled {
         key,
         status,
@@ -369,7 +430,7 @@ fn settle(
         token,
         note,
     };
-    let ops = std::iter::once(op).chain(undone).collect();
+    let ops = std::iter::once(op).chain(undone).chain(woken).collect();
     Ok(Decided { ops, answer })
 }
 

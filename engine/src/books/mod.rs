@@ -39,8 +39,9 @@ pub use checkpoint::{
 };
 pub use command::{
     AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, DecideApproval,
-    FinishEffect, Guard, OpenWait, Operate, OperatorAction, Reconcile, RecordDecision,
-    ReleaseLease, RenewLease, Reserve, SaveCheckpoint, SendSignal, SetBudget, Settle, Transition,
+    DeliverReply, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Reconcile,
+    RecordDecision, ReleaseLease, RenewLease, Reserve, SaveCheckpoint, SendSignal, SetBudget,
+    Settle, Transition,
 };
 pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};

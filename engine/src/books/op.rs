@@ -269,17 +269,18 @@ impl Op {
 /// payload [`encode_ops`] makes. Version 2 appended the wait and signal
 /// ops (`WaitOpened`, `WaitEnded`, `SignalReceived`) to version 1's, and
 /// version 3 the budget ops (`BudgetSet`, `BudgetReserved`,
-/// `BudgetSettled`), and version 4 the child-run wait (`WaitFor::Child`,
-/// `WaitStatus::ChildEnded`), so that an older build refuses a log holding
-/// them by name instead of as damage.
-pub const PAYLOAD_VERSION: u8 = 4;
+/// `BudgetSettled`), version 4 the child-run wait (`WaitFor::Child`,
+/// `WaitStatus::ChildEnded`), and version 5 the wait for an asynchronous
+/// tool's reply (`WaitFor::Reply`, `WaitStatus::Replied`), so that an older
+/// build refuses a log holding them by name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 5;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 4] = [1, 2, 3, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 5] = [1, 2, 3, 4, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 
@@ -708,6 +709,7 @@ mod tests {
             Just(WaitStatus::Elapsed),
             (state(), proptest::option::of(any::<u64>()))
                 .prop_map(|(state, checkpoint)| WaitStatus::ChildEnded { state, checkpoint }),
+            status().prop_map(|status| WaitStatus::Replied { status }),
         ]
     }
 
@@ -718,6 +720,7 @@ mod tests {
             name().prop_map(|name| WaitFor::Signal { name }),
             Just(WaitFor::Timer),
             run_id().prop_map(|run| WaitFor::Child { run }),
+            key().prop_map(|key| WaitFor::Reply { key }),
         ];
         (
             name(),
@@ -811,7 +814,7 @@ mod tests {
         assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
         assert_eq!(decode_ops(&payload).unwrap(), ops);
         assert_eq!(unsupported_payload_version(&payload), None);
-        for old in [1u8, 2, 3] {
+        for old in [1u8, 2, 3, 4] {
             let mut before = payload.clone();
             before[0] = old;
             assert_eq!(
@@ -820,13 +823,14 @@ mod tests {
                 "version {old} is still read"
             );
         }
-        for version in [0u8, 5, 7, 255] {
+        for version in [0u8, 6, 7, 255] {
             let mut other = payload.clone();
             other[0] = version;
             assert_eq!(unsupported_payload_version(&other), Some(version));
             let err = decode_ops(&other).unwrap_err();
-            let expected =
-                format!("record payload version {version}; this build reads versions 1, 2, 3, 4");
+            let expected = format!(
+                "record payload version {version}; this build reads versions 1, 2, 3, 4, 5"
+            );
             assert!(err.to_string().contains(&expected), "{err}");
         }
     }

@@ -28,8 +28,9 @@ use serde::{Deserialize, Serialize};
 use super::command::{DecideApproval, OpenWait, SendSignal};
 use super::decide::{Answer, Decided};
 use super::digest::Digest;
-use super::ids::{FencingToken, RunId, StepId};
+use super::ids::{EffectKey, FencingToken, RunId, StepId};
 use super::lease::check_live;
+use super::ledger::EffectStatus;
 use super::limits::{INBOX_SIGNALS_MAX, NAME_LEN_BYTES_MAX, SIGNAL_PAYLOAD_BYTES_MAX, check_size};
 use super::op::Op;
 use super::run::{Run, RunState, check_running, check_text, existing, move_under_current_token};
@@ -62,6 +63,15 @@ pub enum WaitFor {
         /// The child run; its parent must be the waiting run.
         run: RunId,
     },
+    /// The reply of an asynchronous tool: the step began the effect `key`
+    /// and sent it; the tool answers later, from outside
+    /// ([`DeliverReply`](super::command::DeliverReply), a webhook), and that
+    /// reply settles the effect and ends the wait in one commit, with
+    /// nobody holding the run.
+    Reply {
+        /// The effect awaited: one the waiting step began.
+        key: EffectKey,
+    },
 }
 
 impl WaitFor {
@@ -69,9 +79,10 @@ impl WaitFor {
     pub fn waiting_state(&self) -> RunState {
         match self {
             WaitFor::Approval { .. } => RunState::WaitingHuman,
-            WaitFor::Signal { .. } | WaitFor::Timer | WaitFor::Child { .. } => {
-                RunState::WaitingTool
-            }
+            WaitFor::Signal { .. }
+            | WaitFor::Timer
+            | WaitFor::Child { .. }
+            | WaitFor::Reply { .. } => RunState::WaitingTool,
         }
     }
 }
@@ -85,6 +96,7 @@ impl fmt::Display for WaitFor {
             WaitFor::Signal { name } => write!(f, "signal {name}"),
             WaitFor::Timer => f.write_str("timer"),
             WaitFor::Child { run } => write!(f, "end of child run {run}"),
+            WaitFor::Reply { key } => write!(f, "reply to effect {key}"),
         }
     }
 }
@@ -139,6 +151,12 @@ pub enum WaitStatus {
         /// returns to its parent), if it saved one.
         checkpoint: Option<u64>,
     },
+    /// The awaited effect settled: its tool's reply arrived (or a worker
+    /// or a reconcile recorded the outcome); the ledger holds it.
+    Replied {
+        /// The status the effect settled into (confirmed or failed).
+        status: EffectStatus,
+    },
 }
 
 impl WaitStatus {
@@ -151,6 +169,7 @@ impl WaitStatus {
             WaitStatus::Signalled { .. } => "signalled",
             WaitStatus::Elapsed => "elapsed",
             WaitStatus::ChildEnded { .. } => "child-ended",
+            WaitStatus::Replied { .. } => "replied",
         }
     }
 }
@@ -239,7 +258,7 @@ fn terms(wait_for: &WaitFor, deadline_ms: Option<u64>) -> String {
     }
 }
 
-fn check_name(what: &str, name: &str) -> Result<()> {
+pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::InvalidCommand {
             reason: format!("the {what} is empty"),
@@ -260,6 +279,16 @@ fn check_terms(cmd: &OpenWait) -> Result<()> {
             });
         }
         WaitFor::Child { .. } => {}
+        WaitFor::Reply { key } if *key.run() != cmd.run || *key.step() != cmd.step => {
+            return Err(Error::InvalidCommand {
+                reason: format!(
+                    "step {} of run {} cannot wait for the reply to effect {key}: only to an \
+                     effect it began",
+                    cmd.step, cmd.run
+                ),
+            });
+        }
+        WaitFor::Reply { .. } => {}
     }
     let needs_deadline = matches!(cmd.wait_for, WaitFor::Approval { .. } | WaitFor::Timer);
     if needs_deadline && cmd.deadline_ms.is_none() {
@@ -326,8 +355,14 @@ pub(crate) fn decide_open_wait(
     }
     check_running(&run, "open a wait")?;
     check_not_expired(cmd, now_ms)?;
-    let child_ended = match &cmd.wait_for {
+    let ended_already = match &cmd.wait_for {
         WaitFor::Child { run: child } => check_child(state, &run, child)?,
+        WaitFor::Reply { key } => {
+            let entry = state.effect(key).ok_or_else(|| Error::NotFound {
+                what: format!("effect {key}, whose reply step {} would wait for", cmd.step),
+            })?;
+            replied(&entry.status)
+        }
         _ => None,
     };
     assert!(
@@ -354,7 +389,7 @@ pub(crate) fn decide_open_wait(
         WaitFor::Signal { name } => book.first_signal(name).map(|signal| WaitStatus::Signalled {
             signal: signal.clone(),
         }),
-        _ => child_ended,
+        _ => ended_already,
     }
     .or_else(|| {
         cmd.deadline_ms
@@ -427,6 +462,58 @@ fn child_ended(state: &dyn BooksRead, child: &RunId, ended_in: RunState) -> Wait
         state: ended_in,
         checkpoint: state.checkpoint_latest(child).map(|meta| meta.version),
     }
+}
+
+/// The status ending a wait for the reply to an effect now in `status`:
+/// `None` while no reply is in (intended, or unknown: the caller could not
+/// tell, the tool may still answer).
+fn replied(status: &EffectStatus) -> Option<WaitStatus> {
+    match status {
+        EffectStatus::Intended | EffectStatus::Unknown { .. } => None,
+        settled => Some(WaitStatus::Replied {
+            status: settled.clone(),
+        }),
+    }
+}
+
+/// The ops that end `run`'s wait for the reply to effect `key`, which
+/// settles into `status` now, and wake the run (if it sat waiting; a
+/// paused run stays paused); none if no such wait is open or `status` is
+/// no reply. Whoever settles the effect (a delivered reply, a worker's
+/// outcome, a reconcile) calls this in the same decision, so a run never
+/// waits for a reply its ledger already holds.
+pub(crate) fn wake_on_reply(
+    state: &dyn BooksRead,
+    run: &Run,
+    key: &EffectKey,
+    status: &EffectStatus,
+    now_ms: u64,
+) -> Vec<Op> {
+    // Only a waiting or paused run has an open wait: a running one, the
+    // common case on this path, costs no read of its wait book.
+    if !matches!(run.state, RunState::WaitingTool | RunState::Paused) {
+        return Vec::new();
+    }
+    let Some(status) = replied(status) else {
+        return Vec::new();
+    };
+    let book = state.waits(&run.id);
+    let Some(wait) = book.as_ref().and_then(|b| b.open_wait()) else {
+        return Vec::new();
+    };
+    if wait.wait_for != (WaitFor::Reply { key: key.clone() }) {
+        return Vec::new();
+    }
+    let ended = Op::WaitEnded {
+        run: run.id.clone(),
+        step: wait.step.clone(),
+        status,
+        at_ms: now_ms,
+    };
+    let reason = format!("the reply to effect {key} arrived");
+    std::iter::once(ended)
+        .chain(wake(run, RunState::WaitingTool, now_ms, reason))
+        .collect()
 }
 
 /// The ops that end the parents' waits for the children that `ops` end:
@@ -745,9 +832,11 @@ pub(crate) fn check_no_open_wait(state: &dyn BooksRead, run: &Run) -> Result<()>
 )]
 mod tests {
     use super::*;
-    use crate::books::command::{Command, Operate, OperatorAction};
+    use crate::books::command::{Command, DeliverReply, Operate, OperatorAction};
+    use crate::books::decide::Begun;
     use crate::books::digest::digest_of;
-    use crate::books::ledger::ToolClass;
+    use crate::books::ids::EffectKind;
+    use crate::books::ledger::{Outcome, ToolClass};
     use crate::books::test_support::*;
 
     const DAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -1031,6 +1120,181 @@ mod tests {
             b.mem.waits(&rid("r")).unwrap().waits[1].status,
             WaitStatus::Elapsed
         );
+    }
+
+    fn deliver(key: &EffectKey, outcome: Outcome) -> Command {
+        Command::DeliverReply(DeliverReply {
+            key: key.clone(),
+            outcome,
+            sender: "kyc-webhook".into(),
+        })
+    }
+
+    /// Run `r`, running under `g`, begins step `screen` on an idempotent
+    /// tool and returns the key it must send.
+    fn begin_screen(b: &mut Books, g: &Guard) -> EffectKey {
+        let class = ToolClass::Idempotent {
+            dedup_window_ms: DAY_MS,
+        };
+        let d = b.ok(begin("r", "screen", g, class, b"screen acme"));
+        let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        key
+    }
+
+    fn replied_at(d: &Decided) -> Option<StepId> {
+        match &d.answer {
+            Answer::Replied { wait_ended, .. } => wait_ended.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_delivered_reply_settles_the_effect_and_wakes_the_run_without_a_lease() {
+        let (mut b, g) = books_with_running_run("r");
+        let key = begin_screen(&mut b, &g);
+        let on_reply = WaitFor::Reply { key: key.clone() };
+        let (wait, now) = waited(&b.ok(open("r", &g, "screen", on_reply.clone(), None)));
+        assert_eq!(
+            (wait.status, now),
+            (WaitStatus::Open, RunState::WaitingTool)
+        );
+        assert!(b.mem.run(&rid("r")).unwrap().lease.is_none());
+        assert!(
+            nothing_to_claim(&mut b),
+            "a run waiting for a reply is not claimable"
+        );
+        // A reply is never "unknown", and the webhook needs no lease.
+        let vague = Outcome::Unknown { reason: "?".into() };
+        assert!(matches!(
+            b.run(deliver(&key, vague)),
+            Err(Error::InvalidCommand { .. })
+        ));
+        let d = b.ok(deliver(&key, confirmed(b"clear")));
+        assert_eq!(replied_at(&d), Some(sid("screen")));
+        // The settle, the wait's end and the wake are one decision.
+        assert!(matches!(
+            d.ops.as_slice(),
+            [
+                Op::EffectSettled { .. },
+                Op::WaitEnded { .. },
+                Op::RunTransitioned {
+                    to: RunState::Running,
+                    ..
+                }
+            ]
+        ));
+        assert_eq!(state(&b), RunState::Running);
+        // The webhook retries: nothing new; another outcome is refused.
+        let again = b.ok(deliver(&key, confirmed(b"clear")));
+        assert!(again.ops.is_empty());
+        assert_eq!(replied_at(&again), None);
+        let failed = Outcome::Failed {
+            retryable: false,
+            reason: "match".into(),
+        };
+        assert!(matches!(
+            b.run(deliver(&key, failed)),
+            Err(Error::EffectNotOpen { .. })
+        ));
+        // The next worker learns the reply from the wait and from the ledger.
+        let g2 = claim_r(&mut b, "w2");
+        let (wait, _) = waited(&b.ok(open("r", &g2, "screen", on_reply, None)));
+        assert_eq!(
+            wait.status,
+            WaitStatus::Replied {
+                status: EffectStatus::Confirmed {
+                    receipt: b"clear".to_vec()
+                }
+            }
+        );
+        let class = ToolClass::Idempotent {
+            dedup_window_ms: DAY_MS,
+        };
+        let d = b.ok(begin("r", "screen", &g2, class, b"screen acme"));
+        assert!(matches!(d.answer, Answer::Begun(Begun::Replay { .. })));
+    }
+
+    #[test]
+    fn a_reply_before_the_wait_ends_it_as_it_opens_and_any_settle_ends_an_open_one() {
+        // The webhook beats the worker to it: the wait ends as it opens.
+        let (mut b, g) = books_with_running_run("r");
+        let key = begin_screen(&mut b, &g);
+        assert_eq!(replied_at(&b.ok(deliver(&key, confirmed(b"clear")))), None);
+        let on_reply = WaitFor::Reply { key: key.clone() };
+        let (wait, now) = waited(&b.ok(open("r", &g, "screen", on_reply, None)));
+        assert!(matches!(wait.status, WaitStatus::Replied { .. }));
+        assert_eq!(now, RunState::Running, "the worker goes on under its lease");
+        // An outcome recorded by the worker (or a reconcile) ends the wait
+        // too: a run never waits for a reply its ledger holds.
+        let (mut b, g) = books_with_running_run("r");
+        let key = begin_screen(&mut b, &g);
+        b.ok(open(
+            "r",
+            &g,
+            "screen",
+            WaitFor::Reply { key: key.clone() },
+            None,
+        ));
+        let d = b.ok(finish(&key, &g, confirmed(b"clear")));
+        assert!(d.ops.iter().any(|op| matches!(op, Op::WaitEnded { .. })));
+        assert_eq!(state(&b), RunState::Running);
+        // A paused run's wait ends, and the run stays paused.
+        let (mut b, g) = books_with_running_run("r");
+        let key = begin_screen(&mut b, &g);
+        b.ok(open(
+            "r",
+            &g,
+            "screen",
+            WaitFor::Reply { key: key.clone() },
+            None,
+        ));
+        b.ok(operate("r", OperatorAction::Pause));
+        assert_eq!(
+            replied_at(&b.ok(deliver(&key, confirmed(b"clear")))),
+            Some(sid("screen"))
+        );
+        assert_eq!(state(&b), RunState::Paused);
+        assert!(b.mem.waits(&rid("r")).unwrap().open_wait().is_none());
+    }
+
+    #[test]
+    fn a_reply_wait_names_an_effect_its_own_step_began() {
+        let (mut b, g) = books_with_running_run("r");
+        let key = begin_screen(&mut b, &g);
+        let before = b.mem.clone();
+        // Another step's effect, another run's, one never begun.
+        for (step, key) in [
+            ("other", key.clone()),
+            (
+                "screen",
+                EffectKey::of_kind(rid("q"), sid("screen"), EffectKind::Act, 1).unwrap(),
+            ),
+        ] {
+            let err = b
+                .run(open("r", &g, step, WaitFor::Reply { key }, None))
+                .unwrap_err();
+            assert!(matches!(err, Error::InvalidCommand { .. }), "{err}");
+        }
+        let unbegun = EffectKey::of_kind(rid("r"), sid("screen"), EffectKind::Act, 2).unwrap();
+        let err = b
+            .run(open(
+                "r",
+                &g,
+                "screen",
+                WaitFor::Reply {
+                    key: unbegun.clone(),
+                },
+                None,
+            ))
+            .unwrap_err();
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+        assert!(matches!(
+            b.run(deliver(&unbegun, confirmed(b"x"))),
+            Err(Error::NotFound { .. })
+        ));
+        assert_eq!(b.mem, before);
     }
 
     #[test]

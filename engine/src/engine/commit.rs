@@ -213,6 +213,7 @@ impl Engine {
         };
         let decided = decided_on.and_then(|mut decided| {
             tamper(&mut decided);
+            self.planted_unsettled_reply(cmd, &mut decided);
             let mut overlay = Overlay::new(&view);
             for op in &decided.ops {
                 apply(&mut overlay, op)?;
@@ -301,6 +302,17 @@ impl Engine {
         let mut stripped = begin.clone();
         stripped.args = None;
         Some(Command::BeginEffect(stripped))
+    }
+
+    /// Planted `ReplyWithoutOutcome`: a delivered reply ends the wait and
+    /// wakes the run, but its outcome never reaches the ledger.
+    fn planted_unsettled_reply(&self, cmd: &Command, decided: &mut Decided) {
+        if self.planted(PlantedBug::ReplyWithoutOutcome) && matches!(cmd, Command::DeliverReply(_))
+        {
+            decided
+                .ops
+                .retain(|op| !matches!(op, crate::books::Op::EffectSettled { .. }));
+        }
     }
 
     /// Planted `BeginOnPausedRun`: a begin on a paused run is decided on a

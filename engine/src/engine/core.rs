@@ -28,7 +28,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::combine::Combiner;
 use crate::db::{Pipeline, RecordAt, Recovery};
 use crate::error::{Error, Result};
-use crate::hot::{ColdReader, HotState, HotView};
+use crate::hot::{ColdReader, Forget, HotState, HotView};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
 use crate::state::RedbBooks;
@@ -221,7 +221,10 @@ impl Engine {
         match written {
             Ok(lsn) => {
                 assert_eq!(lsn, last);
-                let forget = self.planted(PlantedBug::ForgetEvictedSteps);
+                let forget = Forget {
+                    steps: self.planted(PlantedBug::ForgetEvictedSteps),
+                    deadlines: self.planted(PlantedBug::ForgetParkedDeadlines),
+                };
                 inner.hot.evict_through(lsn, forget);
                 Ok(lsn)
             }

@@ -2,14 +2,16 @@
 //! ([`Engine::open_wait`]) until an approver decides
 //! ([`Engine::decide_approval`]), a signal arrives ([`Engine::signal`]) or
 //! the wait's deadline passes (the next claim of the run); meanwhile the run
-//! holds no lease. [`Engine::waits`] reads a run's waits and inbox.
+//! holds no lease. A step that sent an asynchronous tool its request waits
+//! for the reply ([`WaitFor::Reply`]), which [`Engine::deliver_reply`]
+//! records from outside. [`Engine::waits`] reads a run's waits and inbox.
 //!
 //! **Invariant:** like every typed method, these only build a command and
 //! narrow its answer; the rules live in `books::wait`.
 
 use crate::books::{
-    Answer, Command, DecideApproval, Guard, OpenWait, RunId, RunState, SendSignal, StepId,
-    WaitBook, WaitFor, WaitRecord,
+    Answer, Command, DecideApproval, DeliverReply, EffectKey, Guard, OpenWait, Outcome, RunId,
+    RunState, SendSignal, StepId, WaitBook, WaitFor, WaitRecord,
 };
 use crate::error::Result;
 
@@ -202,6 +204,65 @@ impl Engine {
         match self.answer(cmd)? {
             Answer::Signalled { seq, taken_by, .. } => Ok(Signalled { seq, taken_by }),
             other => unexpected(&other, "signal"),
+        }
+    }
+
+    /// Records the reply of an asynchronous tool to the effect `key`, from
+    /// outside (a webhook: no lease): the effect settles to `outcome`
+    /// (confirmed or failed; `Unknown` is refused) and, if the run waits
+    /// for this reply, the wait ends and the run wakes, in one commit. The
+    /// same reply delivered again is answered as before, with nothing
+    /// written; another outcome for a settled effect is `EffectNotOpen`.
+    /// Returns the step whose wait it ended, if one was open.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, EffectStatus, Outcome, RunId, RunState, StepId, ToolClass,
+    ///     Transition, WaitFor, WaitStatus, WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions, StepPlan, StepRequest, ToolSpec};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("vendor-8")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"8"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// // The step sends the screening request, then waits for its webhook.
+    /// let step = StepId::new("screen")?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &step,
+    ///     tool: ToolSpec { name: "kyc.screen".into(),
+    ///         class: ToolClass::Idempotent { dedup_window_ms: 86_400_000 } },
+    ///     args: b"screen vendor 8", rationale: "onboarding", compensation: None };
+    /// let StepPlan::Act(ctx) = engine.begin_step(&request)? else { panic!("a fresh step acts") };
+    /// let reply = WaitFor::Reply { key: ctx.key.clone() };
+    /// let waited = engine.open_wait(&run, &lease.guard, &step, reply.clone(), None, "kyc")?;
+    /// assert_eq!(waited.state, RunState::WaitingTool);
+    /// let clear = Outcome::Confirmed { receipt: b"clear".to_vec() };
+    /// assert_eq!(engine.deliver_reply(&ctx.key, clear.clone(), "kyc-webhook")?, Some(step.clone()));
+    /// // A retried webhook changes nothing.
+    /// assert_eq!(engine.deliver_reply(&ctx.key, clear, "kyc-webhook")?, None);
+    /// assert!(matches!(engine.effect(&ctx.key)?.expect("intended").status,
+    ///     EffectStatus::Confirmed { .. }));
+    /// let lease = engine.claim_next(&WorkerId::new("w2")?, 30_000)?.expect("woken");
+    /// let again = engine.open_wait(&run, &lease.guard, &step, reply, None, "")?;
+    /// assert!(matches!(again.wait.status, WaitStatus::Replied { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn deliver_reply(
+        &self,
+        key: &EffectKey,
+        outcome: Outcome,
+        sender: &str,
+    ) -> Result<Option<StepId>> {
+        let cmd = Command::DeliverReply(DeliverReply {
+            key: key.clone(),
+            outcome,
+            sender: sender.to_string(),
+        });
+        match self.answer(cmd)? {
+            Answer::Replied { wait_ended, .. } => Ok(wait_ended),
+            other => unexpected(&other, "deliver_reply"),
         }
     }
 

@@ -21,5 +21,5 @@ mod state;
 mod view;
 
 pub(crate) use cold::ColdReader;
-pub(crate) use state::HotState;
+pub(crate) use state::{Forget, HotState};
 pub(crate) use view::HotView;

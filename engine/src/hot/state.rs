@@ -9,9 +9,18 @@
 //! step whose entries left, so a step never begun is answered "absent"
 //! without a read.
 //!
+//! A run parked in a wait (waiting for a person, a signal, a reply, a child
+//! or a timer, with no lease) leaves memory too once a checkpoint wrote
+//! it: it costs its stored bytes and, if its wait has a deadline, one entry
+//! of the claim index. Whatever changes it (an approval, a signal, a
+//! reply, a claim at its deadline, an operator) brings it back first, as it
+//! brings back any run that left.
+//!
 //! **Invariant:** the claim index holds exactly `(claimable_from_ms, id)`
 //! of every run in memory that has a claimable instant (from its record
-//! and its open wait's deadline), and each run remembers its entry; a run's `last_lsn`
+//! and its open wait's deadline), and each run remembers its entry, and of
+//! every parked run out of memory whose wait has a deadline, remembered in
+//! `parked`; a run's `last_lsn`
 //! is the LSN of the last record that changed anything of it (`ZERO` if
 //! loaded from the state store unchanged); every ledger entry of a run in
 //! memory is either in `effects` or in the state store with its step's
@@ -138,6 +147,17 @@ pub(crate) fn step_fingerprint(step: &StepId, kind: EffectKind) -> u32 {
     hasher.finalize()
 }
 
+/// What an eviction forgets that it must remember: the planted bugs
+/// `ForgetEvictedSteps` and `ForgetParkedDeadlines`; both off in a build
+/// without them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Forget {
+    /// The fingerprints of the steps whose entries leave memory.
+    pub(crate) steps: bool,
+    /// The claim index entry of a parked run that leaves memory.
+    pub(crate) deadlines: bool,
+}
+
 /// The hot books' data (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct HotState {
@@ -147,16 +167,47 @@ pub(crate) struct HotState {
     pub(crate) blobs: BTreeMap<Digest, (Vec<u8>, Lsn)>,
     /// The runs holding something a checkpoint may let go of (each once).
     listed: Vec<RunId>,
+    /// Parked runs out of memory whose wait has a deadline: the instant
+    /// under which the claim index holds each.
+    parked: BTreeMap<RunId, u64>,
+}
+
+/// True for a run that may wait out of memory: waiting for a person or a
+/// tool, with no lease (a wait releases it), so nothing happens to it
+/// until something from outside does or its wait's deadline comes.
+fn parks(run: &Run) -> bool {
+    matches!(run.state, RunState::WaitingHuman | RunState::WaitingTool) && run.lease.is_none()
 }
 
 impl HotState {
     /// The hot books of a state store: every run it lists as live.
     pub(crate) fn load(cold: &ColdReader<'_>) -> HotState {
         let mut hot = HotState::default();
-        for run in cold.live_runs() {
-            hot.fault_in(&run, cold);
+        for id in cold.live_runs() {
+            let parked = cold.run(&id).filter(parks).map(|run| {
+                let waits = cold.with(|books| {
+                    use crate::books::BooksRead;
+                    books.waits(&id)
+                });
+                claimable_from_ms(&run, wake_ms(waits.as_ref()))
+            });
+            match parked {
+                // A parked run stays out of memory; only its deadline, if
+                // it has one, joins the claim index.
+                Some(from_ms) => hot.park(id, from_ms),
+                None => hot.fault_in(&id, cold),
+            }
         }
         hot
+    }
+
+    /// Keeps the parked run `id`, out of memory, in the claim index under
+    /// `from_ms`, if it has a claimable instant.
+    fn park(&mut self, id: RunId, from_ms: Option<u64>) {
+        if let Some(from_ms) = from_ms {
+            self.claims.insert((from_ms, id.clone()));
+            self.parked.insert(id, from_ms);
+        }
     }
 
     /// Brings `run` into memory from the state store, if it is not in
@@ -170,6 +221,10 @@ impl HotState {
         let Some(run) = cold.run(id) else {
             return;
         };
+        if let Some(from_ms) = self.parked.remove(id) {
+            let removed = self.claims.remove(&(from_ms, id.clone()));
+            assert!(removed, "the claim index held parked run {id}");
+        }
         let mut hot = HotRun::new(run);
         let (effects, decision_count, latest, audit_len, (waits, budget)) = cold.with(|books| {
             use crate::books::BooksRead;
@@ -321,16 +376,16 @@ impl HotState {
 
     /// A checkpoint wrote every record up to `lsn` to the state store: what
     /// those records changed may leave memory if no decision needs it, and
-    /// so may terminal runs nothing changed since. Only the runs changed
+    /// so may terminal and parked runs nothing changed since. Only the runs changed
     /// since the last eviction are looked at. Returns how many runs left.
-    /// (`forget`: the planted bug `ForgetEvictedSteps`.)
-    pub(crate) fn evict_through(&mut self, lsn: Lsn, forget: bool) -> usize {
+    /// (`forget`: the planted bugs that forget what must be remembered.)
+    pub(crate) fn evict_through(&mut self, lsn: Lsn, forget: Forget) -> usize {
         self.blobs.retain(|_, (_, at)| *at > lsn);
         let mut gone = 0;
         let listed = std::mem::take(&mut self.listed);
         for id in listed {
             let hot = self.runs.get_mut(&id).expect("a listed run is in memory");
-            let still_held = hot.evict_through(lsn, forget);
+            let still_held = hot.evict_through(lsn, forget.steps);
             if hot.run.state.is_terminal() && hot.last_lsn <= lsn {
                 assert!(
                     !still_held,
@@ -341,6 +396,18 @@ impl HotState {
                     hot.claimable_from_ms().is_none() && hot.claim_from.is_none(),
                     "a terminal run is never claimable"
                 );
+                gone += 1;
+            } else if parks(&hot.run) && hot.last_lsn <= lsn && !still_held {
+                // Its claim index entry, if any, stays where it is.
+                let hot = self.runs.remove(&id).expect("looked up above");
+                assert_eq!(hot.claim_from, hot.claimable_from_ms());
+                if let Some(from_ms) = hot.claim_from {
+                    if forget.deadlines {
+                        self.claims.remove(&(from_ms, id.clone()));
+                    } else {
+                        self.parked.insert(id, from_ms);
+                    }
+                }
                 gone += 1;
             } else if still_held {
                 self.listed.push(id);

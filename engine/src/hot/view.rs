@@ -49,18 +49,22 @@ impl BooksRead for HotView<'_> {
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
-        // Only runs in memory are ever claimable: a run leaves memory only
-        // once it is terminal.
+        // A claimable run is in memory, or parked out of it until its
+        // wait's deadline: read from the state store, where it is as the
+        // checkpoint that let it go wrote it.
         for (from_ms, id) in &self.hot.claims {
             if *from_ms > now_ms {
                 return;
             }
-            let hot = self
-                .hot
-                .runs
-                .get(id)
-                .expect("the claim index names runs in memory");
-            if !visit(&hot.run) {
+            let keep_going = match self.hot.runs.get(id) {
+                Some(hot) => visit(&hot.run),
+                None => match self.cold.run(id) {
+                    Some(run) => visit(&run),
+                    // A failed read; the reader reports it.
+                    None => false,
+                },
+            };
+            if !keep_going {
                 return;
             }
         }

@@ -58,6 +58,8 @@ pub struct AgentReport {
     pub approvals_refused: u64,
     /// Signals sent to runs (acknowledged).
     pub signals: u64,
+    /// Webhook replies of an asynchronous tool recorded (acknowledged).
+    pub replies: u64,
     /// Budget holds granted for a call (research runs).
     pub reserves: u64,
     /// Holds settled with a recorded call's cost.
@@ -109,6 +111,7 @@ impl AgentReport {
         self.approvals += other.approvals;
         self.approvals_refused += other.approvals_refused;
         self.signals += other.signals;
+        self.replies += other.replies;
         self.reserves += other.reserves;
         self.settles += other.settles;
         self.budgets_exhausted += other.budgets_exhausted;
@@ -129,7 +132,7 @@ impl AgentReport {
              {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
              operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
-             approvals decided ({} refused), {} signals, {} budget holds ({} settled, {} \
+             approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
              exhausted, {} raised), {} child runs started ({} results taken)",
             self.runs,
             self.completed,
@@ -155,6 +158,7 @@ impl AgentReport {
             self.approvals,
             self.approvals_refused,
             self.signals,
+            self.replies,
             self.reserves,
             self.settles,
             self.budgets_exhausted,

@@ -8,8 +8,8 @@
 
 use actum::Clock;
 use actum::books::{
-    BooksRead, BudgetLimits, Command, DecideApproval, EffectStatus, Operate, OperatorAction, RunId,
-    RunState, SendSignal, StepId, WaitFor, digest_of,
+    BooksRead, BudgetLimits, Command, DecideApproval, DeliverReply, EffectKey, EffectStatus,
+    Operate, OperatorAction, Outcome, RunId, RunState, SendSignal, StepId, WaitFor, digest_of,
 };
 
 use super::config::AgentConfig;
@@ -159,14 +159,25 @@ impl Sim<'_> {
                 }
             }
             Event::Operate(action, n) => {
-                // Any run the books hold: a schedule's, or a child.
-                let count = self.model.runs().count();
-                let run = self
+                // Any run the books hold: a schedule's, or a child. A
+                // pause goes to a run a worker holds, if any does: an
+                // operator pauses what is busy, and a pause between a
+                // worker's last check and its next call is the race the
+                // lifecycle rules exist for.
+                let now_ms = self.clock.now_ms();
+                let held: Vec<RunId> = self
                     .model
                     .runs()
-                    .nth(usize::from(n) % count)
+                    .filter(|r| r.lease.as_ref().is_some_and(|l| l.is_live(now_ms)))
                     .map(|r| r.id.clone())
-                    .expect("the runs exist from the start");
+                    .collect();
+                let all: Vec<RunId> = self.model.runs().map(|r| r.id.clone()).collect();
+                let pool = if action == OperatorAction::Pause && !held.is_empty() {
+                    held
+                } else {
+                    all
+                };
+                let run = pool[usize::from(n) % pool.len()].clone();
                 // An operator who resumes a run its budget paused grants
                 // it one more search first.
                 if action == OperatorAction::Resume {
@@ -191,6 +202,13 @@ impl Sim<'_> {
                         }
                     }
                     SignalMove::Noise => self.signal(&run, "noise")?,
+                    SignalMove::Reply => self.webhook_replies(&run)?,
+                    SignalMove::ReplyTwice => {
+                        self.webhook_replies(&run)?;
+                        if !self.dead {
+                            self.webhook_replies(&run)?;
+                        }
+                    }
                 }
             }
             Event::Checkpoint => {
@@ -313,6 +331,46 @@ impl Sim<'_> {
             Called::Died => "the process died".to_string(),
         };
         self.note(|| format!("a webhook signals {name} to {run}: {outcome}"));
+        Ok(())
+    }
+
+    /// The screening service's webhook replies to every request of `run`
+    /// it took, with no lease; nothing if it took none.
+    fn webhook_replies(&mut self, run: &RunId) -> Result<(), AgentFailure> {
+        for (key, receipt) in self.world.webhook_replies(run) {
+            if self.dead {
+                break;
+            }
+            self.deliver_reply(&key, receipt)?;
+        }
+        Ok(())
+    }
+
+    /// Delivers one webhook reply: the effect `key` confirmed with
+    /// `receipt`. The model decides it too: a reply to a settled effect,
+    /// or to a cancelled run's, is refused or answered as the model does.
+    fn deliver_reply(&mut self, key: &EffectKey, receipt: Vec<u8>) -> Result<(), AgentFailure> {
+        let reply = DeliverReply {
+            key: key.clone(),
+            outcome: Outcome::Confirmed { receipt },
+            sender: "kyc-webhook".into(),
+        };
+        let cmd = Command::DeliverReply(reply.clone());
+        let called = self.call(Some(&cmd), |e| {
+            e.deliver_reply(&reply.key, reply.outcome.clone(), &reply.sender)
+        })?;
+        let outcome = match called {
+            Called::Ok(ended) => {
+                self.report.replies += 1;
+                match ended {
+                    Some(step) => format!("recorded, ends the wait at {step}"),
+                    None => "recorded".to_string(),
+                }
+            }
+            Called::Refused(e) => format!("refused: {e}"),
+            Called::Died => "the process died".to_string(),
+        };
+        self.note(|| format!("a webhook replies to {key}: {outcome}"));
         Ok(())
     }
 
@@ -465,9 +523,10 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// The calm phase's approver and webhook: every open approval is
+    /// The calm phase's approver and webhooks: every open approval is
     /// approved (unless this seed lets them expire), every open wait for
-    /// the bank's verification is signalled.
+    /// the bank's verification is signalled, every open wait for a
+    /// screening's reply gets it.
     fn answer_open_waits(&mut self, lets_expire: bool) -> Result<(), AgentFailure> {
         let open: Vec<(RunId, WaitFor)> = self
             .runs
@@ -488,6 +547,20 @@ impl Sim<'_> {
                     self.approve(&run, ApproverMove::Approve)?;
                 }
                 WaitFor::Signal { name } => self.signal(&run, &name)?,
+                WaitFor::Reply { key } => {
+                    // A worker parks a run for a reply only once the
+                    // service took the request.
+                    let owed = self.world.webhook_replies(&run);
+                    let Some((_, receipt)) = owed.into_iter().find(|(k, _)| *k == key) else {
+                        return Err(self.fail(
+                            "a run waits only for a reply that is owed",
+                            format!(
+                                "{run} waits for the reply to {key}, a request no service took"
+                            ),
+                        ));
+                    };
+                    self.deliver_reply(&key, receipt)?;
+                }
                 _ => {}
             }
         }

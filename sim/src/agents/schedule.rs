@@ -53,8 +53,9 @@ pub enum Event {
     /// the run count), holding no lease; the first field picks how
     /// ([`ApproverMove::of`]).
     Approve(u8, u8),
-    /// A webhook signals run `n` (second field), holding no lease; the
-    /// first picks what ([`SignalMove::of`]).
+    /// A webhook signals run `n` (second field), or replies to its
+    /// requests, holding no lease; the first picks what
+    /// ([`SignalMove::of`]).
     Signal(u8, u8),
 }
 
@@ -91,15 +92,23 @@ pub enum SignalMove {
     VerifiedTwice,
     /// A signal no wait waits for.
     Noise,
+    /// The screening service's webhook: the reply to each screening
+    /// request of the run it took (settling the effect, and ending the
+    /// run's wait for it if one is open).
+    Reply,
+    /// The same replies delivered twice (a retried webhook).
+    ReplyTwice,
 }
 
 impl SignalMove {
     /// The move an event's first field stands for.
     pub fn of(code: u8) -> SignalMove {
-        match code % 3 {
+        match code % 5 {
             0 => SignalMove::Verified,
             1 => SignalMove::VerifiedTwice,
-            _ => SignalMove::Noise,
+            2 => SignalMove::Noise,
+            3 => SignalMove::Reply,
+            _ => SignalMove::ReplyTwice,
         }
     }
 }
@@ -249,7 +258,7 @@ fn draw_event(rng: &mut Rng, rates: &Rates) -> Event {
     } else if next(rates.approve) {
         Event::Approve((after % 4) as u8, (after / 4) as u8)
     } else if next(rates.signal) {
-        Event::Signal((after % 3) as u8, (after / 3) as u8)
+        Event::Signal((after % 5) as u8, (after / 5) as u8)
     } else if next(rates.tick) {
         Event::Tick(tick)
     } else {

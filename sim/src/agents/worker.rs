@@ -36,7 +36,7 @@ use super::workflow::{
     Action, AgentState, EffectSpec, Failing, SCHEMA_VERSION, WaitSpec, Workflow,
 };
 use crate::check;
-use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Tool, tool};
+use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Reply, Tool, tool};
 
 /// The lease every worker takes and renews, in ms.
 pub const LEASE_TTL_MS: u64 = 30_000;
@@ -288,6 +288,9 @@ enum Phase {
         deadline_ms: u64,
         query: bool,
     },
+    /// An asynchronous tool took the request: wait for its webhook's
+    /// reply, with no lease.
+    Park { ctx: EffectCtx },
     /// The reply (or the timeout) is in; record it.
     Report {
         ctx: EffectCtx,
@@ -354,6 +357,7 @@ impl Sim<'_> {
                 outcome,
                 query,
             } => self.report_outcome(w, job, (ctx, side, query), outcome),
+            Phase::Park { ctx } => self.park(w, job, &ctx),
             Phase::Save => self.save(w, job),
         }
     }
@@ -634,6 +638,12 @@ impl Sim<'_> {
         let cmd = request.command();
         match self.call(Some(&cmd), |e| e.begin_step(&request))? {
             Called::Ok(plan) => {
+                if let StepPlan::Act(ctx) | StepPlan::Query(ctx) = &plan {
+                    self.report
+                        .checked("a confirmed step is never acted on again");
+                    check::step_not_confirmed(&self.model, &ctx.key)
+                        .map_err(|e| self.fail("a confirmed step is never acted on again", e))?;
+                }
                 if let StepPlan::Act(EffectCtx {
                     key, resend: true, ..
                 })
@@ -783,6 +793,10 @@ impl Sim<'_> {
         deadline_ms: u64,
     ) -> Next {
         let outcome = match self.world.take_reply(call) {
+            Some(Reply::Accepted) => {
+                job.phase = Phase::Park { ctx };
+                return Ok(Some(job));
+            }
             Some(reply) => reply.outcome(),
             None if self.clock.now_ms() >= deadline_ms => {
                 if self.world.in_flight(call) {
@@ -835,8 +849,94 @@ impl Sim<'_> {
         };
         match called {
             Called::Ok(result) => self.settle(w, job, side, result, false),
+            // The webhook settled the effect while the worker timed out
+            // on the request: the next begin reads the reply from the
+            // ledger.
+            Called::Refused(Error::EffectNotOpen { key, status })
+                if side.tool().replies_by_webhook =>
+            {
+                let who = self.who(w);
+                self.note(|| format!("{who} finds {key} {status} by webhook already"));
+                let mut job = job;
+                job.phase = Phase::Ready;
+                Ok(Some(job))
+            }
             Called::Refused(e) => self.dropped(w, &job, &e),
             Called::Died => Ok(None),
+        }
+    }
+
+    /// Waits for the webhook's reply to an asynchronous tool's request
+    /// (or learns it came already). Still open: the run is parked and the
+    /// lease gone, so the worker lets it go. Replied: the next begin of the
+    /// step reads the outcome from the ledger.
+    fn park(&mut self, w: usize, mut job: Job, ctx: &EffectCtx) -> Next {
+        let step = ctx.key.step().clone();
+        let open = OpenWait {
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            step: step.clone(),
+            wait_for: WaitFor::Reply {
+                key: ctx.key.clone(),
+            },
+            deadline_ms: None,
+            reason: "the screening answers by webhook".into(),
+        };
+        let cmd = Command::OpenWait(open.clone());
+        let waited = match self.call(Some(&cmd), |e| {
+            e.open_wait(
+                &open.run,
+                &open.guard,
+                &open.step,
+                open.wait_for.clone(),
+                open.deadline_ms,
+                &open.reason,
+            )
+        })? {
+            Called::Ok(waited) => waited,
+            Called::Refused(e) => return self.dropped(w, &job, &e),
+            Called::Died => return Ok(None),
+        };
+        let who = self.who(w);
+        let status = waited.wait.status.clone();
+        self.note(|| {
+            format!(
+                "{who} waits for the reply to {}: {}",
+                ctx.key,
+                status.name()
+            )
+        });
+        match status {
+            WaitStatus::Open => {
+                self.report.waits_parked += 1;
+                Ok(None)
+            }
+            WaitStatus::Replied { status } => {
+                // The reply that ended the wait is in the engine's ledger.
+                let held = match self.call(None, |e| e.effect(&ctx.key))? {
+                    Called::Ok(entry) => entry.map(|e| e.status),
+                    Called::Died => return Ok(None),
+                    Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+                };
+                self.report.checked("a wait ends only on its own terms");
+                if held.as_ref() != Some(&status) {
+                    return Err(self.fail(
+                        "a wait ends only on its own terms",
+                        format!(
+                            "the wait for the reply to {} ended {}, but the ledger holds {}",
+                            ctx.key,
+                            status.name(),
+                            held.as_ref().map_or("nothing", |s| s.name())
+                        ),
+                    ));
+                }
+                job.phase = Phase::Ready;
+                Ok(Some(job))
+            }
+            other => Err(self.fail(
+                "the engine accepts every step of a valid workflow",
+                format!("the wait for the reply to {} ended {other:?}", ctx.key),
+            )),
         }
     }
 
@@ -1030,10 +1130,15 @@ impl Sim<'_> {
             ) => {
                 job.state.cursor += 1;
             }
-            (_, WaitStatus::ChildEnded { .. }) => {
+            (_, other @ (WaitStatus::ChildEnded { .. } | WaitStatus::Replied { .. })) => {
                 return Err(self.fail(
                     "the engine accepts every step of a valid workflow",
-                    format!("a {} wait of {} ended as a child's", spec.wait_for, job.run),
+                    format!(
+                        "a {} wait of {} ended {}",
+                        spec.wait_for,
+                        job.run,
+                        other.name()
+                    ),
                 ));
             }
         }

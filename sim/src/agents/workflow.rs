@@ -4,8 +4,9 @@
 //! the hedge, compensate the sweep and fail), a long research run of
 //! journaled model decisions and searches with a growing checkpoint, and
 //! vendor onboarding: a 48-hour finance approval of the exact payment, the
-//! bank's verification webhook, a week's cooling-off timer, then the
-//! payment. A research run ends by starting a child run, the summary (a
+//! bank's verification webhook, a sanctions screening whose outcome comes
+//! back by webhook (an asynchronous tool: the run waits for the reply with
+//! no lease), a week's cooling-off timer, then the payment. A research run ends by starting a child run, the summary (a
 //! model call and one more search, paid from the parent's budget), and
 //! waits for it: the child's result joins the parent's notes.
 //!
@@ -42,6 +43,8 @@ pub const COOL_OFF_MS: u64 = 7 * 24 * HOUR_MS;
 pub const FINANCE: &str = "finance";
 /// The name of the bank's verification signal.
 pub const VERIFIED: &str = "verified";
+/// The vendor's screening step: an asynchronous tool, answered by webhook.
+pub const SCREEN_STEP: &str = "screen";
 /// The step at which a research run starts its summary child.
 pub const SUMMARY_STEP: &str = "summarize";
 
@@ -56,7 +59,7 @@ pub enum Workflow {
     Treasury,
     /// Seeds 003/004: a long run of decisions and searches.
     Research,
-    /// Seed 003: approval, webhook, cooling-off timer, payment.
+    /// Seed 003: approval, webhook, screening, cooling-off timer, payment.
     Vendor,
     /// The child a research run starts: a model call and a search, with
     /// no budget of its own (it draws on its parent's).
@@ -279,12 +282,18 @@ impl Workflow {
                 },
                 deadline_ms: None,
             }),
-            (Workflow::Vendor, 2) => Action::Wait(WaitSpec {
+            (Workflow::Vendor, 2) => Action::Effect(EffectSpec {
+                step: SCREEN_STEP.into(),
+                tool: tool("kyc.screen"),
+                args: format!("screen the owners of {run}").into_bytes(),
+                compensation: None,
+            }),
+            (Workflow::Vendor, 3) => Action::Wait(WaitSpec {
                 step: "cool-off",
                 wait_for: WaitFor::Timer,
                 deadline_ms: Some(EPOCH_MS + COOL_OFF_MS),
             }),
-            (Workflow::Vendor, 3) => Action::Effect(EffectSpec {
+            (Workflow::Vendor, 4) => Action::Effect(EffectSpec {
                 step: "pay".into(),
                 tool: tool("bank.pay"),
                 args: vendor_payment(run),

@@ -1,10 +1,13 @@
 //! Invariant: no side effect fires twice. For each logical step of a run,
 //! each side (the act, its compensation) is applied in the world at most
-//! once, over every attempt and every key.
+//! once, over every attempt and every key. And its ledger half: the engine
+//! never plans an act or a query for a step side whose latest attempt the
+//! books hold confirmed (a tool that deduplicates would hide the second
+//! send from the world's log).
 
 use std::collections::BTreeMap;
 
-use actum::books::{EffectKind, RunId, StepId};
+use actum::books::{BooksRead, EffectKey, EffectKind, EffectStatus, MemBooks, RunId, StepId};
 
 use crate::world::Application;
 
@@ -35,6 +38,23 @@ pub fn effect_applied_at_most_once(log: &[Application]) -> Result<(), String> {
     Ok(())
 }
 
+/// `Err` if the step side of `key`, for which the engine just planned a
+/// call, is confirmed (or compensated) in `model`, the books of the
+/// acknowledged commands.
+pub fn step_not_confirmed(model: &MemBooks, key: &EffectKey) -> Result<(), String> {
+    let Some(latest) = model.latest_effect(key.run(), key.step(), key.kind()) else {
+        return Ok(());
+    };
+    match latest.status {
+        EffectStatus::Confirmed { .. } | EffectStatus::Compensated { .. } => Err(format!(
+            "the engine planned a call of {key} while {} is {} in the books",
+            latest.key,
+            latest.status.name()
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +67,25 @@ mod tests {
         let twice = [app(0, "r/pay/1", 1, "a"), app(1, "r/pay/2", 2, "b")];
         let err = effect_applied_at_most_once(&twice).expect_err("applied twice");
         assert!(err.contains("r/pay") && err.contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn a_call_planned_for_a_confirmed_step_is_caught() {
+        use crate::check::test_support::key;
+        use actum::books::{BooksWrite, ToolClass};
+        let mut books = MemBooks::new();
+        let done = EffectStatus::Confirmed {
+            receipt: b"r".to_vec(),
+        };
+        books.put_effect(entry("r/pay/1", done, ToolClass::Queryable));
+        assert!(step_not_confirmed(&books, &key("r/pay/1")).is_err());
+        assert!(step_not_confirmed(&books, &key("r/pay/2")).is_err());
+        assert!(step_not_confirmed(&books, &key("r/ship/1")).is_ok());
+        books.put_effect(entry(
+            "r/ship/1",
+            EffectStatus::Intended,
+            ToolClass::Queryable,
+        ));
+        assert!(step_not_confirmed(&books, &key("r/ship/1")).is_ok());
     }
 }

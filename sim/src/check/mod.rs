@@ -38,7 +38,7 @@ pub use budgets_hold::{budgets_hold, calls_are_paid_once, reserve_granted_by_the
 pub use children_awaited::children_are_awaited;
 pub use corruption_detected::corruption_is_detected;
 pub use decision_not_repaid::decision_not_paid_twice;
-pub use effect_at_most_once::effect_applied_at_most_once;
+pub use effect_at_most_once::{effect_applied_at_most_once, step_not_confirmed};
 pub use effect_begins_running::effect_begins_on_a_running_run;
 pub use effect_exactly_once::effect_applied_exactly_once;
 pub use intent_before_act::{applications_have_intents, intent_durable_before_act};

@@ -10,12 +10,15 @@
 //! - an effect at a step that asked for an approval was approved, with the
 //!   arguments it carries, before its intent was written;
 //! - a wait for a child run ends as the child's, only once the child ended,
-//!   with the state it ended in (and only a child's end ends it so).
+//!   with the state it ended in (and only a child's end ends it so);
+//! - a wait for a tool's reply ends as replied only with the outcome the
+//!   ledger holds for that effect (a confirmed one may since have been
+//!   compensated), and only a reply ends it so.
 //!
 //! The books come from applying ops, not from the rules `decide` enforces,
 //! so these catch an engine that skips a rule.
 
-use actum::books::{BooksRead, EffectKind, MemBooks, WaitFor, WaitStatus};
+use actum::books::{BooksRead, EffectKind, EffectStatus, MemBooks, WaitFor, WaitStatus};
 
 /// `Err` naming the first wait, signal or effect that breaks a wait's terms.
 pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
@@ -76,6 +79,33 @@ pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
                 (WaitStatus::ChildEnded { .. }, other) => {
                     return Err(format!(
                         "the {other} at step {} of run {} ended as a child's",
+                        wait.step, run.id
+                    ));
+                }
+                (WaitStatus::Replied { status }, WaitFor::Reply { key }) => {
+                    let held = books.effect(key).map(|e| e.status);
+                    let holds = match (status, &held) {
+                        (
+                            EffectStatus::Confirmed { receipt },
+                            Some(EffectStatus::Compensated { receipt: r, .. }),
+                        ) => receipt == r,
+                        (status, Some(held)) => status == held,
+                        (_, None) => false,
+                    };
+                    if !holds {
+                        return Err(format!(
+                            "the wait at step {} of run {} ended with a {} reply to effect {key}, \
+                             but the ledger holds it {}",
+                            wait.step,
+                            run.id,
+                            status.name(),
+                            held.map_or("nowhere", |s| s.name())
+                        ));
+                    }
+                }
+                (WaitStatus::Replied { .. }, other) => {
+                    return Err(format!(
+                        "the {other} at step {} of run {} ended as a reply",
                         wait.step, run.id
                     ));
                 }
@@ -252,5 +282,43 @@ mod tests {
         act.args_digest = digest_of(b"pay 90");
         other_args.put_effect(act);
         assert!(waits_keep_their_terms(&other_args).is_err());
+    }
+
+    #[test]
+    fn a_reply_the_ledger_does_not_hold_is_caught() {
+        let screen = entry("r/screen/1", EffectStatus::Intended, ToolClass::Queryable);
+        let on_reply = WaitFor::Reply {
+            key: screen.key.clone(),
+        };
+        let clear = EffectStatus::Confirmed {
+            receipt: b"clear".to_vec(),
+        };
+        let replied = WaitStatus::Replied {
+            status: clear.clone(),
+        };
+        let with = |status: EffectStatus| {
+            let mut b = books(
+                vec![wait("screen", on_reply.clone(), u64::MAX, replied.clone())],
+                vec![],
+            );
+            b.put_effect(actum::books::EffectEntry {
+                status,
+                ..screen.clone()
+            });
+            b
+        };
+        assert!(
+            waits_keep_their_terms(&with(EffectStatus::Intended))
+                .unwrap_err()
+                .contains("the ledger holds it intended")
+        );
+        assert_eq!(waits_keep_their_terms(&with(clear)), Ok(()));
+        let undone = EffectStatus::Compensated {
+            receipt: b"clear".to_vec(),
+            compensation_receipt: b"undo".to_vec(),
+        };
+        assert_eq!(waits_keep_their_terms(&with(undone)), Ok(()));
+        let timer = books(vec![wait("t", WaitFor::Timer, 1, replied)], vec![]);
+        assert!(waits_keep_their_terms(&timer).is_err());
     }
 }

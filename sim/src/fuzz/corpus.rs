@@ -152,6 +152,30 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         version: 3,
         at_ms: 1_700_000_000_500,
     };
+    let reply_wait = Op::WaitOpened {
+        run: RunId::new("run-1").expect("a valid run name"),
+        wait: WaitRecord {
+            step: key.step().clone(),
+            seq: 3,
+            wait_for: WaitFor::Reply { key: key.clone() },
+            deadline_ms: None,
+            opened_ms: 1_700_000_008_000,
+            token: FencingToken(3),
+            reason: "the screening answers by webhook".to_string(),
+            status: WaitStatus::Open,
+            ended_ms: None,
+        },
+    };
+    let replied = Op::WaitEnded {
+        run: RunId::new("run-1").expect("a valid run name"),
+        step: key.step().clone(),
+        status: WaitStatus::Replied {
+            status: actum::books::EffectStatus::Confirmed {
+                receipt: b"clear".to_vec(),
+            },
+        },
+        at_ms: 1_700_000_009_000,
+    };
     let resent = Op::EffectResent {
         key,
         token: FencingToken(3),
@@ -272,6 +296,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("budget-list", budgets),
         ("child-wait-opened", child_wait.encode()),
         ("child-wait-ended", child_ended.encode()),
+        ("reply-wait-opened", reply_wait.encode()),
+        ("reply-wait-ended", replied.encode()),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

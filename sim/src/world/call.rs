@@ -94,6 +94,9 @@ pub enum Reply {
     },
     /// The service saw a newer token for this run and refused the call.
     Fenced,
+    /// An asynchronous service took the request (now or before, for a
+    /// deduplicated key); its outcome comes later, by webhook.
+    Accepted,
 }
 
 impl Reply {
@@ -101,7 +104,8 @@ impl Reply {
     /// query's "not found" a retryable failure (nothing happened and, with
     /// bounded request lifetime, nothing will), a decline a failure
     /// (retryable unless final), a fenced call unknown (the caller is
-    /// stale; only the current holder may say more).
+    /// stale; only the current holder may say more), an accepted one
+    /// unknown (its outcome is yet to come).
     pub fn outcome(self) -> Outcome {
         match self {
             Reply::Done { receipt } => Outcome::Confirmed { receipt },
@@ -115,6 +119,11 @@ impl Reply {
             },
             Reply::Fenced => Outcome::Unknown {
                 reason: "the service has seen a newer token".into(),
+            },
+            // The caller parks the run for the webhook instead; were it to
+            // report now, all it knows is that no outcome is in yet.
+            Reply::Accepted => Outcome::Unknown {
+                reason: "accepted; the outcome comes by webhook".into(),
             },
         }
     }

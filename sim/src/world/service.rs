@@ -14,7 +14,7 @@ use actum::books::{Digest, EffectKey, FencingToken, RunId, ToolClass};
 
 use super::call::{Ask, Call, CallId, Fate, Reply};
 use super::model::Model;
-use super::tools::{REQUEST_LIFETIME_MS_MAX, Tool};
+use super::tools::{REQUEST_LIFETIME_MS_MAX, Tool, tool};
 
 /// One act that happened in the world.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -256,7 +256,22 @@ impl World {
             }
         };
         self.deliveries.push(delivery);
-        Some(reply)
+        // An asynchronous service acknowledges what it took; what came of
+        // it, its receipt, goes out by webhook.
+        Some(match reply {
+            Reply::Done { .. } if tool.replies_by_webhook => Reply::Accepted,
+            other => other,
+        })
+    }
+
+    /// The webhook replies an asynchronous service owes `run`: for each key
+    /// of the run it applied, the receipt of its latest application.
+    pub fn webhook_replies(&self, run: &RunId) -> Vec<(EffectKey, Vec<u8>)> {
+        self.by_key
+            .iter()
+            .filter(|((name, key), _)| key.run() == run && tool(name).replies_by_webhook)
+            .map(|((_, key), seq)| (key.clone(), self.log[*seq].receipt.clone()))
+            .collect()
     }
 
     /// The stored receipt if `call` repeats a key an idempotent service

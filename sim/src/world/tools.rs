@@ -1,6 +1,7 @@
 //! The catalogue of simulated tools, drawn from the seeds' agents: a card
 //! processor and a bank that deduplicate by key, a warehouse and an FX desk
-//! that answer queries, a mailer that does neither.
+//! that answer queries, a mailer that does neither, and a screening service
+//! that answers later, by webhook.
 //!
 //! **Invariant:** every tool's dedup window is far longer than the longest
 //! a request can stay in flight ([`REQUEST_LIFETIME_MS_MAX`]), and a caller
@@ -35,6 +36,9 @@ pub struct Tool {
     /// Whether a decline is final (the FX desk refuses a hedge) or
     /// transient (a 503: try again with a new attempt).
     pub declines_for_good: bool,
+    /// True for an asynchronous tool: a request it takes is answered
+    /// "accepted" at once, and its outcome comes later, by webhook.
+    pub replies_by_webhook: bool,
 }
 
 impl Tool {
@@ -46,6 +50,17 @@ impl Tool {
                 dedup_window_ms: DAY_MS,
             },
             declines_for_good: false,
+            replies_by_webhook: false,
+        }
+    }
+
+    /// An asynchronous tool that deduplicates by key for a day (a
+    /// screening service): it accepts a request at once and sends its
+    /// outcome by webhook.
+    pub const fn asynchronous(name: &'static str) -> Tool {
+        Tool {
+            replies_by_webhook: true,
+            ..Tool::idempotent(name)
         }
     }
 
@@ -56,6 +71,7 @@ impl Tool {
             name,
             class: ToolClass::Queryable,
             declines_for_good,
+            replies_by_webhook: false,
         }
     }
 
@@ -65,12 +81,13 @@ impl Tool {
             name,
             class: ToolClass::NotIdempotent,
             declines_for_good: false,
+            replies_by_webhook: false,
         }
     }
 }
 
 /// Every tool of the world.
-const TOOLS: [Tool; 10] = [
+const TOOLS: [Tool; 11] = [
     Tool::idempotent("stripe.charge"),
     Tool::queryable("warehouse.ship", false),
     Tool::queryable("bank.refund", false),
@@ -81,6 +98,7 @@ const TOOLS: [Tool; 10] = [
     Tool::idempotent("ledger.post"),
     Tool::idempotent("search.query"),
     Tool::queryable("bank.pay", false),
+    Tool::asynchronous("kyc.screen"),
 ];
 
 /// The tool named `name`; panics on a name outside the catalogue (a bug in
