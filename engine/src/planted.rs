@@ -70,6 +70,9 @@ pub enum PlantedBug {
     /// A run parked in a wait leaves memory at a checkpoint without its
     /// entry in the claim index, so its deadline never wakes it.
     ForgetParkedDeadlines,
+    /// The sweep of stuck runs looks only at the runs in memory, missing
+    /// the parked runs that wait longest.
+    SweepSkipsParked,
 }
 
 impl PlantedBug {
@@ -83,7 +86,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 17] = [
+    pub const ENGINE: [PlantedBug; 18] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -101,10 +104,11 @@ impl PlantedBug {
         PlantedBug::DropIntentArgs,
         PlantedBug::ReplyWithoutOutcome,
         PlantedBug::ForgetParkedDeadlines,
+        PlantedBug::SweepSkipsParked,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 22] = [
+    pub const ALL: [PlantedBug; 23] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -127,6 +131,7 @@ impl PlantedBug {
         PlantedBug::DropIntentArgs,
         PlantedBug::ReplyWithoutOutcome,
         PlantedBug::ForgetParkedDeadlines,
+        PlantedBug::SweepSkipsParked,
     ];
 
     /// The bug's command-line name.
@@ -154,6 +159,7 @@ impl PlantedBug {
             PlantedBug::DropIntentArgs => "drop-intent-args",
             PlantedBug::ReplyWithoutOutcome => "reply-without-outcome",
             PlantedBug::ForgetParkedDeadlines => "forget-parked-deadlines",
+            PlantedBug::SweepSkipsParked => "sweep-skips-parked",
         }
     }
 

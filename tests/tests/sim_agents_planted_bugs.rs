@@ -209,3 +209,9 @@ fn a_parked_run_that_forgets_its_deadline_is_caught() {
         "{invariant}"
     );
 }
+
+#[test]
+fn a_sweep_that_skips_parked_runs_is_caught() {
+    let (_, invariant) = caught(PlantedBug::SweepSkipsParked);
+    assert_eq!(invariant, "the stuck runs swept are the books'");
+}

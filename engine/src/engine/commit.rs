@@ -144,6 +144,13 @@ impl Engine {
         inner.check_running()?;
         let now_ms = self.clock.now_ms();
         let (decided, writes) = self.decide_on_hot(inner, cold, cmd, now_ms, tamper)?;
+        let view = HotView {
+            hot: &inner.hot,
+            cold,
+        };
+        inner
+            .counters
+            .count(cmd, &decided.answer, &decided.ops, &view);
         if decided.ops.is_empty() {
             Ok((decided.answer, inner.last_applied, false))
         } else {

@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     pub(crate) last_applied: Lsn,
     /// Set when a failure left the in-memory state uncertain.
     pub(crate) halted: Option<String>,
+    /// What the engine decided since it was opened, for `metrics`.
+    pub(crate) counters: super::operations::Counters,
 }
 
 /// The agent's books, durable: share one `Arc<Engine>` across worker
@@ -132,6 +134,7 @@ impl Engine {
             unmaterialized_bytes: 0,
             last_applied: recovering.state().applied_lsn(),
             halted: None,
+            counters: super::operations::Counters::default(),
         };
         let strip = planted(&options.db.wal, PlantedBug::LoseCompensationOnCrash);
         let replayed = recovering

@@ -593,6 +593,8 @@ impl Sim<'_> {
         check::effect_applied_exactly_once(&books, &log)
             .map_err(|e| self.fail("every done effect happened exactly once", e))?;
         self.check_listing(&books)?;
+        self.check_stuck(&books)?;
+        self.check_audit_export(&books)?;
         let engine = self.engine.take().expect("recovered");
         engine
             .close()
@@ -638,6 +640,48 @@ impl Sim<'_> {
                         "{state:?}: the engine lists {:?}, the books hold {:?}",
                         ids(&listed),
                         ids(&expected)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every run's audit export, read back, is its journal in the books:
+    /// one JSON line per entry, in order, with its time and words.
+    fn check_audit_export(&mut self, books: &actum::books::MemBooks) -> Result<(), AgentFailure> {
+        for run in books.runs() {
+            let mut out = Vec::new();
+            let engine = self.engine.as_ref().expect("recovered");
+            engine
+                .export_audit(&run.id, &mut out)
+                .map_err(|e| self.fail("reads succeed", e.to_string()))?;
+            let journal = books.audit(&run.id, 1);
+            let exported: Vec<(u64, u64, String)> = String::from_utf8_lossy(&out)
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .map(|v| {
+                    let what = v["what"].as_str().unwrap_or_default().to_string();
+                    (
+                        v["seq"].as_u64().unwrap_or(0),
+                        v["time_ms"].as_u64().unwrap_or(0),
+                        what,
+                    )
+                })
+                .collect();
+            let expected: Vec<(u64, u64, String)> = journal
+                .iter()
+                .map(|e| (e.seq, e.at_ms, e.what.to_string()))
+                .collect();
+            self.report.checked("the audit export is the journal");
+            if exported != expected {
+                return Err(self.fail(
+                    "the audit export is the journal",
+                    format!(
+                        "run {}: the export holds {} lines, the journal {} entries",
+                        run.id,
+                        exported.len(),
+                        expected.len()
                     ),
                 ));
             }

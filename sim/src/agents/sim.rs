@@ -443,6 +443,20 @@ impl<'s> Sim<'s> {
         })
     }
 
+    /// The engine's sweep of stuck runs (a minute's SLA, so the waits of
+    /// the fault phase count) against `books`.
+    pub(crate) fn check_stuck(&mut self, books: &MemBooks) -> Result<(), AgentFailure> {
+        const SLA_MS: u64 = 60_000;
+        let now_ms = self.clock.now_ms();
+        let engine = self.engine.as_ref().expect("a process is up");
+        let found = engine
+            .stuck(SLA_MS)
+            .map_err(|e| self.fail("reads succeed", e.to_string()))?;
+        self.report.checked("the stuck runs swept are the books'");
+        check::stuck_runs_are_the_books(books, &found, now_ms, SLA_MS)
+            .map_err(|e| self.fail("the stuck runs swept are the books'", e))
+    }
+
     /// The recovered books against the model and the world.
     fn verify_recovery(&mut self) -> Result<(), AgentFailure> {
         let engine = self.engine.as_ref().expect("just opened");
@@ -457,6 +471,7 @@ impl<'s> Sim<'s> {
         check::children_are_awaited(&found)
             .map_err(|e| self.fail("a parent's step starts one child, and waits for it", e))?;
         self.check_budgets(&found, None)?;
+        self.check_stuck(&found)?;
         self.report
             .checked("after every recovery the books equal the model");
         let inflight = self.inflight.take();

@@ -1,0 +1,337 @@
+//! What an operator reads: a metrics snapshot ([`Engine::metrics`]), a sweep
+//! of runs stuck past an SLA ([`Engine::stuck`]) and a run's audit journal
+//! as JSON lines ([`Engine::export_audit`], schema in docs/AUDIT.md).
+//!
+//! The counters count what the engine decided since it was opened (they
+//! are not persisted); the sweep and the export read the books. Times come
+//! from the engine's clock, never the wall clock.
+//!
+//! **Invariant:** counting reads the decided answer and ops only; it never
+//! changes a decision.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::books::{
+    Answer, AuditWhat, Begun, BooksRead, Command, EffectKey, EffectStatus, Op, RunId, StepId,
+    WorkerId,
+};
+use crate::error::{Error, Result};
+
+use super::core::Engine;
+
+/// How many ended waits the wait-time percentiles are taken over (the
+/// latest ones).
+pub const WAIT_SAMPLES_MAX: usize = 4_096;
+
+/// Counters of what the engine decided since it was opened.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    resumes: u64,
+    receipts_served: u64,
+    acts_prevented: u64,
+    resends: u64,
+    queries: u64,
+    unknowns: u64,
+    decisions_replayed: u64,
+    /// How long each of the latest ended waits lasted, ms.
+    wait_ms: VecDeque<u64>,
+}
+
+impl Counters {
+    /// Counts one decided command: its answer, and its ops read against
+    /// `books`, the books before them.
+    pub(crate) fn count(
+        &mut self,
+        cmd: &Command,
+        answer: &Answer,
+        ops: &[Op],
+        books: &dyn BooksRead,
+    ) {
+        self.count_answer(cmd, answer);
+        for op in ops {
+            match op {
+                Op::EffectSettled {
+                    status: EffectStatus::Unknown { .. },
+                    ..
+                } => self.unknowns += 1,
+                Op::WaitEnded {
+                    run, step, at_ms, ..
+                } => {
+                    if let Some(opened_ms) = books
+                        .waits(run)
+                        .and_then(|book| book.wait_at(step).map(|w| w.opened_ms))
+                    {
+                        if self.wait_ms.len() == WAIT_SAMPLES_MAX {
+                            self.wait_ms.pop_front();
+                        }
+                        self.wait_ms.push_back(at_ms.saturating_sub(opened_ms));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn count_answer(&mut self, cmd: &Command, answer: &Answer) {
+        match (cmd, answer) {
+            (Command::Batch(cmds), Answer::Batch(answers)) => {
+                for (cmd, answer) in cmds.iter().zip(answers) {
+                    self.count_answer(cmd, answer);
+                }
+            }
+            // A run leased again: picked up after a crash, a lost lease or
+            // a wait (its first lease has the first token).
+            (Command::ClaimNext(_) | Command::AcquireLease(_), Answer::Leased { token, .. })
+                if token.0 > 1 =>
+            {
+                self.resumes += 1;
+            }
+            (_, Answer::Begun(begun)) => match begun {
+                Begun::Proceed { .. } => {}
+                Begun::Replay { .. } => {
+                    self.receipts_served += 1;
+                    self.acts_prevented += 1;
+                }
+                Begun::Resend { .. } => self.resends += 1,
+                Begun::Reconcile { .. } => {
+                    self.queries += 1;
+                    self.acts_prevented += 1;
+                }
+                Begun::Unknown { .. } | Begun::Compensated { .. } => self.acts_prevented += 1,
+            },
+            (_, Answer::DecisionReplay { .. }) => self.decisions_replayed += 1,
+            _ => {}
+        }
+    }
+}
+
+/// A snapshot of what the engine did since it was opened, and of what is
+/// stuck now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Metrics {
+    /// Records logged (each a commit of one or more commands).
+    pub commits: u64,
+    /// `fdatasync` calls of the log.
+    pub fsyncs: u64,
+    /// Runs leased again after their first lease: picked up after a
+    /// crash, a lost lease or a wait.
+    pub resumes: u64,
+    /// Begins answered with the receipt the ledger holds (`Replay`).
+    pub receipts_served: u64,
+    /// Begins that told the caller not to act: a receipt served, a query
+    /// asked instead, an unknown outcome left for a person, a compensated
+    /// step.
+    pub acts_prevented: u64,
+    /// Begins that resent an intent with its own key.
+    pub resends: u64,
+    /// Begins that asked the caller to query the tool.
+    pub queries: u64,
+    /// Outcomes recorded unknown.
+    pub unknowns: u64,
+    /// Model calls answered from the decision journal.
+    pub decisions_replayed: u64,
+    /// Waits ended, among the latest `WAIT_SAMPLES_MAX`, the percentiles
+    /// are over.
+    pub waits_ended: usize,
+    /// The median time a wait lasted, ms (0 with no wait ended).
+    pub wait_p50_ms: u64,
+    /// The 95th percentile of the time a wait lasted, ms.
+    pub wait_p95_ms: u64,
+    /// Runs [`Engine::stuck`] finds past the SLA the snapshot was asked
+    /// with.
+    pub stuck: usize,
+}
+
+impl Metrics {
+    /// Records per fsync: the mean group commit (0 before any fsync).
+    pub fn mean_group(&self) -> f64 {
+        if self.fsyncs == 0 {
+            return 0.0;
+        }
+        self.commits as f64 / self.fsyncs as f64
+    }
+}
+
+/// Why a run is stuck.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum StuckReason {
+    /// Its wait at `step` has been open since `since_ms`.
+    Waiting {
+        /// The waiting step.
+        step: StepId,
+        /// What it waits for, in words.
+        waits_for: String,
+        /// When the wait opened, ms since the epoch.
+        since_ms: u64,
+    },
+    /// The outcome of effect `key` has been unknown since `since_ms`: a
+    /// person must reconcile it.
+    Unknown {
+        /// The effect.
+        key: EffectKey,
+        /// When it was recorded unknown, ms since the epoch.
+        since_ms: u64,
+    },
+}
+
+/// A run stuck past an SLA, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Stuck {
+    /// The run.
+    pub run: RunId,
+    /// Why.
+    pub reason: StuckReason,
+}
+
+/// One line of the audit export (docs/AUDIT.md).
+#[derive(Serialize)]
+struct AuditLine<'a> {
+    run: &'a str,
+    seq: u64,
+    time_ms: u64,
+    what: String,
+    why: &'a str,
+    token: Option<u64>,
+    worker: Option<String>,
+    effect_key: Option<String>,
+}
+
+/// The `p`-th percentile (0 to 100) of sorted `values`, nearest rank.
+fn percentile(sorted: &[u64], p: usize) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+impl Engine {
+    /// What the engine did since it was opened, and how many runs are
+    /// stuck past `stuck_after_ms` (see [`Engine::stuck`]).
+    pub fn metrics(&self, stuck_after_ms: u64) -> Result<Metrics> {
+        let counters = self.lock().counters.clone();
+        let wal = self.wal_stats();
+        let mut waits: Vec<u64> = counters.wait_ms.iter().copied().collect();
+        waits.sort_unstable();
+        Ok(Metrics {
+            commits: wal.appends,
+            fsyncs: wal.fsyncs,
+            resumes: counters.resumes,
+            receipts_served: counters.receipts_served,
+            acts_prevented: counters.acts_prevented,
+            resends: counters.resends,
+            queries: counters.queries,
+            unknowns: counters.unknowns,
+            decisions_replayed: counters.decisions_replayed,
+            waits_ended: waits.len(),
+            wait_p50_ms: percentile(&waits, 50),
+            wait_p95_ms: percentile(&waits, 95),
+            stuck: self.stuck(stuck_after_ms)?.len(),
+        })
+    }
+
+    /// The runs not over that are stuck: a wait open for at least
+    /// `older_than_ms`, or an effect whose outcome has been unknown that
+    /// long. In run id order; a run may be listed once per reason. Reads
+    /// every run (it is a sweep, not a query).
+    pub fn stuck(&self, older_than_ms: u64) -> Result<Vec<Stuck>> {
+        const PAGE: usize = 1_000;
+        let now_ms = self.clock.now_ms();
+        let cutoff = now_ms.saturating_sub(older_than_ms);
+        let mut stuck = Vec::new();
+        let mut after: Option<RunId> = None;
+        loop {
+            let page = self.runs(None, after.as_ref(), PAGE)?;
+            let last = page.len() < PAGE;
+            after = page.last().map(|r| r.id.clone());
+            let missed = |run: &crate::books::Run| {
+                self.planted(crate::planted::PlantedBug::SweepSkipsParked)
+                    && !self.lock().hot.runs.contains_key(&run.id)
+            };
+            for run in page
+                .into_iter()
+                .filter(|r| !r.state.is_terminal() && !missed(r))
+            {
+                let book = self.waits(&run.id)?;
+                if let Some(wait) = book.open_wait().filter(|w| w.opened_ms <= cutoff) {
+                    stuck.push(Stuck {
+                        run: run.id.clone(),
+                        reason: StuckReason::Waiting {
+                            step: wait.step.clone(),
+                            waits_for: wait.wait_for.to_string(),
+                            since_ms: wait.opened_ms,
+                        },
+                    });
+                }
+                for entry in self.effects(&run.id)? {
+                    let EffectStatus::Unknown { .. } = entry.status else {
+                        continue;
+                    };
+                    let since_ms = entry.settled_ms.unwrap_or(entry.intended_ms);
+                    if since_ms <= cutoff {
+                        stuck.push(Stuck {
+                            run: run.id.clone(),
+                            reason: StuckReason::Unknown {
+                                key: entry.key,
+                                since_ms,
+                            },
+                        });
+                    }
+                }
+            }
+            if last {
+                return Ok(stuck);
+            }
+        }
+    }
+
+    /// Writes the audit journal of `run` to `out` as JSON lines, one entry
+    /// a line, in order (schema: docs/AUDIT.md); returns how many lines.
+    /// `NotFound` for a run that does not exist; a failed write names the
+    /// run and the line.
+    pub fn export_audit(&self, run: &RunId, out: &mut dyn Write) -> Result<u64> {
+        let entries = self.audit(run)?;
+        // The worker behind each token: every lease grant is journaled
+        // with the worker it went to, and tokens only grow.
+        let mut holders: BTreeMap<u64, &WorkerId> = BTreeMap::new();
+        let mut lines = 0;
+        for entry in &entries {
+            if let (AuditWhat::LeaseAcquired { worker, .. }, Some(token)) =
+                (&entry.what, entry.token)
+            {
+                holders.insert(token.0, worker);
+            }
+            let worker = entry.token.and_then(|t| holders.get(&t.0).copied());
+            let effect_key = match &entry.what {
+                AuditWhat::Intended { key, .. }
+                | AuditWhat::Resent { key }
+                | AuditWhat::Settled { key, .. } => Some(key),
+                _ => None,
+            };
+            let line = AuditLine {
+                run: run.as_str(),
+                seq: entry.seq,
+                time_ms: entry.at_ms,
+                what: entry.what.to_string(),
+                why: &entry.why,
+                token: entry.token.map(|t| t.0),
+                worker: worker.map(|w| w.as_str().to_string()),
+                effect_key: effect_key.map(|k| k.to_string()),
+            };
+            let written = serde_json::to_writer(&mut *out, &line)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"));
+            written.map_err(|source| Error::Io {
+                op: "write a line of an audit export",
+                path: PathBuf::from(format!("<audit of run {run}, line {}>", entry.seq)),
+                source,
+            })?;
+            lines += 1;
+        }
+        Ok(lines)
+    }
+}

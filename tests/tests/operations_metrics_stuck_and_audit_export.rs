@@ -1,0 +1,154 @@
+//! What an operator reads: the metrics snapshot counts what the engine
+//! decided (receipts served, resends, queries, unknowns, resumes, wait
+//! times), the sweep finds the runs stuck in a wait or on an unknown
+//! effect past an SLA and no other, and the audit export is the journal,
+//! line for line, as JSON.
+
+#![expect(clippy::unwrap_used, reason = "a test fails loudly")]
+
+mod support;
+
+use std::sync::Arc;
+
+use actum::ManualClock;
+use actum::books::{ToolClass, WaitFor};
+use actum::engine::{StepResult, StuckReason, ToolOutcome};
+use support::*;
+
+const HOUR_MS: u64 = 3_600_000;
+
+#[test]
+fn metrics_count_what_was_decided_and_the_sweep_finds_what_is_stuck() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open_fs(dir.path(), &clock);
+
+    // Run a: one step, then the same step again (a receipt from the books).
+    let a = create_and_lease(&engine, "a", "w1");
+    let charge = |args: &'static [u8]| {
+        move |_: &actum::engine::EffectCtx| ToolOutcome::Confirmed {
+            receipt: args.to_vec(),
+        }
+    };
+    let (run_a, pay) = (rid("a"), sid("pay"));
+    let req = request(&a.guard, &run_a, &pay, "psp", idempotent(), b"9");
+    assert!(matches!(
+        engine.step(&req, charge(b"ch_1")).unwrap(),
+        StepResult::Done {
+            replayed: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        engine.step(&req, charge(b"ch_2")).unwrap(),
+        StepResult::Done { replayed: true, .. }
+    ));
+    // Run b: a mail whose ack is lost stays unknown (never resent).
+    let b = create_and_lease(&engine, "b", "w1");
+    let (run_b, mail_step) = (rid("b"), sid("mail"));
+    let mail = request(
+        &b.guard,
+        &run_b,
+        &mail_step,
+        "smtp",
+        ToolClass::NotIdempotent,
+        b"hi",
+    );
+    let lost = |_: &actum::engine::EffectCtx| ToolOutcome::Unknown {
+        reason: "timeout".into(),
+    };
+    assert!(matches!(
+        engine.step(&mail, lost).unwrap(),
+        StepResult::Unknown { .. }
+    ));
+    // Run c waits for a signal that comes an hour later; run d waits for
+    // one that never comes.
+    for run in ["c", "d"] {
+        let g = create_and_lease(&engine, run, "w1");
+        let hook = WaitFor::Signal {
+            name: "paid".into(),
+        };
+        engine
+            .open_wait(&rid(run), &g.guard, &sid("hook"), hook, None, "psp")
+            .unwrap();
+    }
+    clock.advance_ms(HOUR_MS);
+    engine.signal(&rid("c"), "paid", b"", "psp").unwrap();
+    engine
+        .acquire_lease(&rid("c"), &wid("w2"), LEASE_MS)
+        .unwrap();
+
+    let metrics = engine.metrics(2 * HOUR_MS).unwrap();
+    assert_eq!(metrics.receipts_served, 1);
+    assert_eq!(metrics.acts_prevented, 1);
+    assert_eq!(metrics.unknowns, 1);
+    assert_eq!(metrics.resumes, 1, "c was leased again after its wait");
+    assert_eq!((metrics.waits_ended, metrics.wait_p50_ms), (1, HOUR_MS));
+    assert_eq!(metrics.stuck, 0, "nothing is two hours old yet");
+    assert!(metrics.commits >= metrics.fsyncs && metrics.fsyncs > 0);
+    assert!(metrics.mean_group() >= 1.0);
+
+    // A day later: d's wait and b's unknown mail are stuck; c and a are not.
+    clock.advance_ms(24 * HOUR_MS);
+    let stuck = engine.stuck(2 * HOUR_MS).unwrap();
+    let names: Vec<(&str, bool)> = stuck
+        .iter()
+        .map(|s| {
+            let waiting = matches!(s.reason, StuckReason::Waiting { .. });
+            (s.run.as_str(), waiting)
+        })
+        .collect();
+    assert_eq!(names, [("b", false), ("d", true)]);
+    assert!(
+        matches!(&stuck[1].reason, StuckReason::Waiting { since_ms, .. } if *since_ms == START_MS)
+    );
+    assert_eq!(engine.metrics(2 * HOUR_MS).unwrap().stuck, 2);
+    assert!(engine.stuck(48 * HOUR_MS).unwrap().is_empty());
+}
+
+#[test]
+fn the_audit_export_is_the_journal_line_for_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open_fs(dir.path(), &clock);
+    let a = create_and_lease(&engine, "a", "w1");
+    let (run_a, pay) = (rid("a"), sid("pay"));
+    let req = request(&a.guard, &run_a, &pay, "psp", idempotent(), b"9");
+    engine
+        .step(&req, |_| ToolOutcome::Confirmed {
+            receipt: b"ch \"1\"\n".to_vec(),
+        })
+        .unwrap();
+    let mut out = Vec::new();
+    let lines = engine.export_audit(&rid("a"), &mut out).unwrap();
+    let journal = engine.audit(&rid("a")).unwrap();
+    assert_eq!(lines, journal.len() as u64);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text.lines().count(), journal.len());
+    for (line, entry) in text.lines().zip(&journal) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["run"], "a");
+        assert_eq!(v["seq"], entry.seq);
+        assert_eq!(v["time_ms"], entry.at_ms);
+        assert_eq!(v["what"], entry.what.to_string());
+        assert_eq!(v["why"], entry.why.as_str());
+        match entry.token {
+            Some(token) => {
+                assert_eq!(v["token"], token.0);
+                assert_eq!(v["worker"], "w1", "{line}");
+            }
+            None => assert!(v["token"].is_null() && v["worker"].is_null(), "{line}"),
+        }
+    }
+    let keys: Vec<&str> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter_map(|v| v["effect_key"].as_str().map(str::to_string))
+        .map(|k| if k == "a/pay/1" { "a/pay/1" } else { "other" })
+        .collect();
+    assert_eq!(keys, ["a/pay/1", "a/pay/1"], "the intent and its outcome");
+    assert!(matches!(
+        engine.export_audit(&rid("nobody"), &mut Vec::new()),
+        Err(actum::Error::NotFound { .. })
+    ));
+}
