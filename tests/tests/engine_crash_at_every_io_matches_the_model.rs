@@ -154,6 +154,14 @@ fn open_wait(
     })
 }
 
+fn acquire(run: &str, worker: &str) -> Command {
+    Command::AcquireLease(actum::books::AcquireLease {
+        run: rid(run),
+        worker: wid(worker),
+        ttl_ms: LEASE_MS,
+    })
+}
+
 fn claim(worker: &str) -> Command {
     Command::ClaimNext(actum::books::ClaimNext {
         worker: wid(worker),
@@ -178,11 +186,7 @@ fn waits() -> Vec<Work> {
     let hour_ms = 3_600_000;
     vec![
         Cmd(Command::CreateRun(create_cmd("r3"))),
-        Cmd(Command::AcquireLease(actum::books::AcquireLease {
-            run: rid("r3"),
-            worker: wid("w3"),
-            ttl_ms: LEASE_MS,
-        })),
+        Cmd(acquire("r3", "w3")),
         Cmd(transition("r3", "w3", RunState::Running)),
         Cmd(open_wait(
             "r3",
@@ -283,13 +287,6 @@ fn budgets() -> Vec<Work> {
             actual: Cost::tool_call(60),
         })
     };
-    let acquire = |run: &str, worker: &str| {
-        Command::AcquireLease(actum::books::AcquireLease {
-            run: rid(run),
-            worker: wid(worker),
-            ttl_ms: LEASE_MS,
-        })
-    };
     let confirmed = || Outcome::Confirmed {
         receipt: b"ok".to_vec(),
     };
@@ -340,13 +337,6 @@ fn budgets() -> Vec<Work> {
 fn children() -> Vec<Work> {
     #[expect(non_snake_case, reason = "reads like the variant")]
     let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
-    let acquire = |run: &str, worker: &str| {
-        Command::AcquireLease(actum::books::AcquireLease {
-            run: rid(run),
-            worker: wid(worker),
-            ttl_ms: LEASE_MS,
-        })
-    };
     let start_child = |parent: &str, worker: &str, token: u64| {
         let spec = ChildSpec {
             input_digest: digest_of(format!("{parent}:sum").as_bytes()),
@@ -384,13 +374,6 @@ fn children() -> Vec<Work> {
 fn replies() -> Vec<Work> {
     #[expect(non_snake_case, reason = "reads like the variant")]
     let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
-    let acquire = |run: &str, worker: &str| {
-        Command::AcquireLease(actum::books::AcquireLease {
-            run: rid(run),
-            worker: wid(worker),
-            ttl_ms: LEASE_MS,
-        })
-    };
     let on_reply = |run: &str, worker: &str, token: u64| {
         Command::OpenWait(OpenWait {
             run: rid(run),
@@ -443,11 +426,7 @@ fn workload() -> Vec<Work> {
     vec![
         Cmd(Command::CreateRun(create_cmd("r1"))),
         Cmd(Command::CreateRun(create_cmd("r2"))),
-        Cmd(Command::AcquireLease(actum::books::AcquireLease {
-            run: rid("r1"),
-            worker: wid("w1"),
-            ttl_ms: LEASE_MS,
-        })),
+        Cmd(acquire("r1", "w1")),
         Cmd(transition("r1", "w1", RunState::Running)),
         Cmd(begin("r1", "pay", "w1", idempotent())),
         Cmd(finish(key("r1", "pay", 1), "w1", confirmed(b"ch_1"))),

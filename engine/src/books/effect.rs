@@ -46,6 +46,18 @@ fn entry(state: &dyn BooksRead, key: &EffectKey) -> Result<EffectEntry> {
     })
 }
 
+/// Refuses settling `found` unless it awaits an outcome (intended or
+/// unknown): a settled entry is `EffectNotOpen`.
+fn check_open(found: &EffectEntry) -> Result<()> {
+    if found.status.is_open() {
+        return Ok(());
+    }
+    Err(Error::EffectNotOpen {
+        key: found.key.clone(),
+        status: found.status.name(),
+    })
+}
+
 fn decided(op: Option<Op>, answer: Answer) -> Result<Decided> {
     Ok(Decided {
         ops: op.into_iter().collect(),
@@ -317,15 +329,7 @@ pub(crate) fn decide_reconcile(
     let run = existing(state, cmd.key.run())?;
     check_fact(&run, &cmd.guard)?;
     let found = entry(state, &cmd.key)?;
-    if !matches!(
-        found.status,
-        EffectStatus::Intended | EffectStatus::Unknown { .. }
-    ) {
-        return Err(Error::EffectNotOpen {
-            key: cmd.key.clone(),
-            status: found.status.name(),
-        });
-    }
+    check_open(&found)?;
     let status = cmd.outcome.status();
     settle(
         state,
@@ -372,15 +376,7 @@ pub(crate) fn decide_deliver_reply(
         };
         return decided(None, answer);
     }
-    if !matches!(
-        found.status,
-        EffectStatus::Intended | EffectStatus::Unknown { .. }
-    ) {
-        return Err(Error::EffectNotOpen {
-            key: cmd.key.clone(),
-            status: found.status.name(),
-        });
-    }
+    check_open(&found)?;
     let note = format!("reply from {}", cmd.sender);
     let token = current_token(&run);
     let Decided { ops, .. } = settle(state, (&run, &found), status, token, now_ms, note)?;

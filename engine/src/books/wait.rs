@@ -1143,6 +1143,20 @@ mod tests {
         key
     }
 
+    /// Run `r` began step `screen` and waits for its reply.
+    fn waiting_for_screen() -> (Books, Guard, EffectKey) {
+        let (mut b, g) = books_with_running_run("r");
+        let key = begin_screen(&mut b, &g);
+        b.ok(open(
+            "r",
+            &g,
+            "screen",
+            WaitFor::Reply { key: key.clone() },
+            None,
+        ));
+        (b, g, key)
+    }
+
     fn replied_at(d: &Decided) -> Option<StepId> {
         match &d.answer {
             Answer::Replied { wait_ended, .. } => wait_ended.clone(),
@@ -1228,28 +1242,12 @@ mod tests {
         assert_eq!(now, RunState::Running, "the worker goes on under its lease");
         // An outcome recorded by the worker (or a reconcile) ends the wait
         // too: a run never waits for a reply its ledger holds.
-        let (mut b, g) = books_with_running_run("r");
-        let key = begin_screen(&mut b, &g);
-        b.ok(open(
-            "r",
-            &g,
-            "screen",
-            WaitFor::Reply { key: key.clone() },
-            None,
-        ));
+        let (mut b, g, key) = waiting_for_screen();
         let d = b.ok(finish(&key, &g, confirmed(b"clear")));
         assert!(d.ops.iter().any(|op| matches!(op, Op::WaitEnded { .. })));
         assert_eq!(state(&b), RunState::Running);
         // A paused run's wait ends, and the run stays paused.
-        let (mut b, g) = books_with_running_run("r");
-        let key = begin_screen(&mut b, &g);
-        b.ok(open(
-            "r",
-            &g,
-            "screen",
-            WaitFor::Reply { key: key.clone() },
-            None,
-        ));
+        let (mut b, _, key) = waiting_for_screen();
         b.ok(operate("r", OperatorAction::Pause));
         assert_eq!(
             replied_at(&b.ok(deliver(&key, confirmed(b"clear")))),

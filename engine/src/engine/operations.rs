@@ -22,6 +22,7 @@ use crate::books::{
 use crate::error::{Error, Result};
 
 use super::core::Engine;
+use crate::hot::{ColdReader, HotState, HotView};
 
 /// How many ended waits the wait-time percentiles are taken over (the
 /// latest ones).
@@ -209,6 +210,48 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
     sorted[rank - 1]
 }
 
+/// Why `run` is stuck at `cutoff` (a wait opened, or an effect unknown,
+/// no later than it), in the order the sweep lists them.
+fn stuck_for(
+    view: &HotView<'_>,
+    hot: &HotState,
+    cold: &ColdReader<'_>,
+    run: &RunId,
+    cutoff: u64,
+) -> Vec<Stuck> {
+    let mut stuck = Vec::new();
+    if let Some(wait) = view
+        .waits(run)
+        .and_then(|book| book.open_wait().cloned())
+        .filter(|w| w.opened_ms <= cutoff)
+    {
+        stuck.push(Stuck {
+            run: run.clone(),
+            reason: StuckReason::Waiting {
+                step: wait.step,
+                waits_for: wait.wait_for.to_string(),
+                since_ms: wait.opened_ms,
+            },
+        });
+    }
+    for entry in hot.effects_of(cold, run) {
+        let EffectStatus::Unknown { .. } = entry.status else {
+            continue;
+        };
+        let since_ms = entry.settled_ms.unwrap_or(entry.intended_ms);
+        if since_ms <= cutoff {
+            stuck.push(Stuck {
+                run: run.clone(),
+                reason: StuckReason::Unknown {
+                    key: entry.key,
+                    since_ms,
+                },
+            });
+        }
+    }
+    stuck
+}
+
 impl Engine {
     /// What the engine did since it was opened, and how many runs are
     /// stuck past `stuck_after_ms` (see [`Engine::stuck`]).
@@ -240,49 +283,25 @@ impl Engine {
     /// every run (it is a sweep, not a query).
     pub fn stuck(&self, older_than_ms: u64) -> Result<Vec<Stuck>> {
         const PAGE: usize = 1_000;
-        let now_ms = self.clock.now_ms();
-        let cutoff = now_ms.saturating_sub(older_than_ms);
+        let cutoff = self.clock.now_ms().saturating_sub(older_than_ms);
+        let skips_parked = self.planted(crate::planted::PlantedBug::SweepSkipsParked);
         let mut stuck = Vec::new();
         let mut after: Option<RunId> = None;
         loop {
-            let page = self.runs(None, after.as_ref(), PAGE)?;
-            let last = page.len() < PAGE;
-            after = page.last().map(|r| r.id.clone());
-            let missed = |run: &crate::books::Run| {
-                self.planted(crate::planted::PlantedBug::SweepSkipsParked)
-                    && !self.lock().hot.runs.contains_key(&run.id)
-            };
-            for run in page
-                .into_iter()
-                .filter(|r| !r.state.is_terminal() && !missed(r))
-            {
-                let book = self.waits(&run.id)?;
-                if let Some(wait) = book.open_wait().filter(|w| w.opened_ms <= cutoff) {
-                    stuck.push(Stuck {
-                        run: run.id.clone(),
-                        reason: StuckReason::Waiting {
-                            step: wait.step.clone(),
-                            waits_for: wait.wait_for.to_string(),
-                            since_ms: wait.opened_ms,
-                        },
-                    });
-                }
-                for entry in self.effects(&run.id)? {
-                    let EffectStatus::Unknown { .. } = entry.status else {
+            // One read of the books per page: the lock is let go between
+            // pages, so commits go on while a long sweep runs.
+            let last = self.read_hot(|hot, cold| {
+                let page = hot.runs_page(cold, None, after.as_ref(), PAGE);
+                after = page.last().map(|r| r.id.clone());
+                let view = HotView { hot, cold };
+                for run in page.iter().filter(|r| !r.state.is_terminal()) {
+                    if skips_parked && !hot.runs.contains_key(&run.id) {
                         continue;
-                    };
-                    let since_ms = entry.settled_ms.unwrap_or(entry.intended_ms);
-                    if since_ms <= cutoff {
-                        stuck.push(Stuck {
-                            run: run.id.clone(),
-                            reason: StuckReason::Unknown {
-                                key: entry.key,
-                                since_ms,
-                            },
-                        });
                     }
+                    stuck.extend(stuck_for(&view, hot, cold, &run.id, cutoff));
                 }
-            }
+                Ok(page.len() < PAGE)
+            })?;
             if last {
                 return Ok(stuck);
             }

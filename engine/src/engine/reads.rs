@@ -28,7 +28,10 @@ impl Engine {
     /// what left memory, under the engine lock; the one way every read
     /// goes, so each sees every acknowledged command and returns once what
     /// it saw is durable. A failed state store read is an `Err`.
-    fn read_hot<T>(&self, read: impl FnOnce(&HotState, &ColdReader<'_>) -> Result<T>) -> Result<T> {
+    pub(crate) fn read_hot<T>(
+        &self,
+        read: impl FnOnce(&HotState, &ColdReader<'_>) -> Result<T>,
+    ) -> Result<T> {
         let (value, rests_on) = {
             let inner = self.lock();
             inner.check_running()?;

@@ -184,18 +184,19 @@ impl HotState {
     pub(crate) fn load(cold: &ColdReader<'_>) -> HotState {
         let mut hot = HotState::default();
         for id in cold.live_runs() {
-            let parked = cold.run(&id).filter(parks).map(|run| {
+            let Some(run) = cold.run(&id) else {
+                continue;
+            };
+            if parks(&run) {
+                // A parked run stays out of memory; only its deadline, if
+                // it has one, joins the claim index.
                 let waits = cold.with(|books| {
                     use crate::books::BooksRead;
                     books.waits(&id)
                 });
-                claimable_from_ms(&run, wake_ms(waits.as_ref()))
-            });
-            match parked {
-                // A parked run stays out of memory; only its deadline, if
-                // it has one, joins the claim index.
-                Some(from_ms) => hot.park(id, from_ms),
-                None => hot.fault_in(&id, cold),
+                hot.park(id, claimable_from_ms(&run, wake_ms(waits.as_ref())));
+            } else {
+                hot.bring_in(run, cold);
             }
         }
         hot
@@ -225,7 +226,14 @@ impl HotState {
             let removed = self.claims.remove(&(from_ms, id.clone()));
             assert!(removed, "the claim index held parked run {id}");
         }
+        self.bring_in(run, cold);
+    }
+
+    /// Brings `run`, just read from the state store and not in memory, in
+    /// whole (see `fault_in`).
+    fn bring_in(&mut self, run: Run, cold: &ColdReader<'_>) {
         let mut hot = HotRun::new(run);
+        let id = &hot.run.id;
         let (effects, decision_count, latest, audit_len, (waits, budget)) = cold.with(|books| {
             use crate::books::BooksRead;
             (

@@ -866,6 +866,33 @@ impl Sim<'_> {
         }
     }
 
+    /// Opens `open` (or asks how it stands) for the worker's run: the
+    /// wait's status, or `None` if the worker lets the run go (its call was
+    /// refused, or the process died).
+    fn open_wait(
+        &mut self,
+        w: usize,
+        job: &Job,
+        open: OpenWait,
+    ) -> Result<Option<WaitStatus>, AgentFailure> {
+        let cmd = Command::OpenWait(open.clone());
+        let called = self.call(Some(&cmd), |e| {
+            e.open_wait(
+                &open.run,
+                &open.guard,
+                &open.step,
+                open.wait_for.clone(),
+                open.deadline_ms,
+                &open.reason,
+            )
+        })?;
+        match called {
+            Called::Ok(waited) => Ok(Some(waited.wait.status)),
+            Called::Refused(e) => self.dropped(w, job, &e).map(|_| None),
+            Called::Died => Ok(None),
+        }
+    }
+
     /// Waits for the webhook's reply to an asynchronous tool's request
     /// (or learns it came already). Still open: the run is parked and the
     /// lease gone, so the worker lets it go. Replied: the next begin of the
@@ -882,23 +909,10 @@ impl Sim<'_> {
             deadline_ms: None,
             reason: "the screening answers by webhook".into(),
         };
-        let cmd = Command::OpenWait(open.clone());
-        let waited = match self.call(Some(&cmd), |e| {
-            e.open_wait(
-                &open.run,
-                &open.guard,
-                &open.step,
-                open.wait_for.clone(),
-                open.deadline_ms,
-                &open.reason,
-            )
-        })? {
-            Called::Ok(waited) => waited,
-            Called::Refused(e) => return self.dropped(w, &job, &e),
-            Called::Died => return Ok(None),
+        let Some(status) = self.open_wait(w, &job, open)? else {
+            return Ok(None);
         };
         let who = self.who(w);
-        let status = waited.wait.status.clone();
         self.note(|| {
             format!(
                 "{who} waits for the reply to {}: {}",
@@ -1093,23 +1107,10 @@ impl Sim<'_> {
             deadline_ms: spec.deadline_ms,
             reason: format!("the workflow waits for {}", spec.wait_for),
         };
-        let cmd = Command::OpenWait(open.clone());
-        let waited = match self.call(Some(&cmd), |e| {
-            e.open_wait(
-                &open.run,
-                &open.guard,
-                &open.step,
-                open.wait_for.clone(),
-                open.deadline_ms,
-                &open.reason,
-            )
-        })? {
-            Called::Ok(waited) => waited,
-            Called::Refused(e) => return self.dropped(w, &job, &e),
-            Called::Died => return Ok(None),
+        let Some(status) = self.open_wait(w, &job, open)? else {
+            return Ok(None);
         };
         let who = self.who(w);
-        let status = waited.wait.status.clone();
         self.note(|| format!("{who} waits at {step} of {}: {}", job.run, status.name()));
         match (&spec.wait_for, status) {
             (_, WaitStatus::Open) => {
