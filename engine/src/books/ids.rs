@@ -260,6 +260,23 @@ impl EffectKey {
         })
     }
 
+    /// Every key of `kind` of `step` in `run`, first attempt to last: keys
+    /// order by run, step, kind, then attempt, so the latest attempt is the
+    /// last key of this range.
+    pub fn attempts_of(
+        run: &RunId,
+        step: &StepId,
+        kind: EffectKind,
+    ) -> std::ops::RangeInclusive<EffectKey> {
+        let key = |attempt| EffectKey {
+            run: run.clone(),
+            step: step.clone(),
+            kind,
+            attempt,
+        };
+        key(1)..=key(u32::MAX)
+    }
+
     /// The run the effect belongs to.
     pub fn run(&self) -> &RunId {
         &self.run

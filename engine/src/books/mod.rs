@@ -27,7 +27,7 @@ mod overlay;
 mod run;
 mod state;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod wait;
 
 pub use apply::{ApplyError, apply};

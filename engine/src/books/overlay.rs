@@ -145,12 +145,13 @@ impl BooksRead for Overlay<'_> {
     }
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
+        // Keys order by run, step, kind, then attempt: the step's latest
+        // attempt of `kind` is the last key of its range.
         let mine = self
             .effects
-            .values()
-            .filter(|e| e.key.run() == run && e.key.step() == step && e.key.kind() == kind)
-            .max_by_key(|e| e.key.attempt())
-            .cloned();
+            .range(EffectKey::attempts_of(run, step, kind))
+            .next_back()
+            .map(|(_, e)| e.clone());
         let base = self.base.latest_effect(run, step, kind);
         match (mine, base) {
             (Some(m), Some(b)) if b.key.attempt() > m.key.attempt() => Some(b),

@@ -374,7 +374,10 @@ pub(crate) enum ApplyFailure {
     Read(Error),
 }
 
-/// Applies `ops` to the books in `txn` (a checkpoint's records). Every op
+/// Applies `ops` to the books in `txn` (a checkpoint's records): on an
+/// overlay of the state store first, so a row the records change many
+/// times (a run's version, an entry intended then settled) is read once and
+/// written once, then every row the overlay wrote, table by table. Every op
 /// was applied to the hot books before it was logged, so an `Err` here
 /// means the state store diverged from them.
 pub(crate) fn apply_ops<'a>(
@@ -382,15 +385,23 @@ pub(crate) fn apply_ops<'a>(
     path: &Path,
     ops: impl Iterator<Item = &'a Op>,
 ) -> Result<()> {
-    let mut books = RedbBooks::writer(txn, path);
+    let books = RedbBooks::writer(txn, path);
+    let mut overlay = Overlay::new(&books);
     for op in ops {
-        if let Err(e) = apply(&mut books, op) {
+        if let Err(e) = apply(&mut overlay, op) {
             // A failed read answers "absent"; report it, not its symptom.
+            drop(overlay);
             books.finish()?;
             return Err(Error::Inconsistent {
                 what: format!("a durable op no longer applies to the state store ({e})"),
             });
         }
+    }
+    let writes = overlay.into_writes();
+    // A read that failed while applying would have misled the overlay: the
+    // rows are written only if every read succeeded.
+    if books.error.borrow().is_none() {
+        books.put_writes(writes);
     }
     books.finish()
 }
@@ -451,4 +462,143 @@ fn replay_record(
         ops,
     });
     Ok(())
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::test_support::*;
+    use crate::books::{
+        Answer, Begun, BudgetLimits, Command, Compensation, FinishEffect, MemBooks, OpenWait, Part,
+        RunState, SendSignal, SetBudget, ToolClass, WaitFor,
+    };
+    use crate::state::read_books;
+
+    /// Every op of a workload touching every table: runs (one ends), acts
+    /// and their compensation, checkpoint parts (blobs) saved twice,
+    /// decisions, waits and signals, a budget, and the audit of it all.
+    fn workload() -> (MemBooks, Vec<Op>) {
+        let mut b = Books::default();
+        let mut ops = Vec::new();
+        let mut run = |b: &mut Books, cmd: Command| {
+            let decided = b.ok(cmd);
+            ops.extend(decided.ops);
+            decided.answer
+        };
+        let mut lease = |b: &mut Books, name: &str, worker: &str| {
+            run(b, create(name, name.as_bytes()));
+            let Answer::Leased { token, .. } = run(b, acquire(name, worker, LEASE_MS)) else {
+                panic!("a free run is leased")
+            };
+            let guard = Guard {
+                worker: wid(worker),
+                token,
+            };
+            run(b, transition(name, &guard, RunState::Running));
+            guard
+        };
+        let g = lease(&mut b, "r", "w1");
+        let gq = lease(&mut b, "q", "w2");
+        let limits = BudgetLimits {
+            tool_calls: Some(9),
+            ..BudgetLimits::default()
+        };
+        let budget = SetBudget {
+            run: rid("r"),
+            limits,
+            by: "ops".into(),
+            reason: "test".into(),
+        };
+        run(&mut b, Command::SetBudget(budget));
+        for step in ["s1", "s2"] {
+            let mut cmd = begin("r", step, &g, ToolClass::Queryable, step.as_bytes());
+            if let Command::BeginEffect(begin) = &mut cmd {
+                begin.compensation = Some(Compensation {
+                    tool: "refund".into(),
+                    args: b"undo".to_vec(),
+                    class: ToolClass::Queryable,
+                });
+            }
+            let Answer::Begun(Begun::Proceed { key, .. }) = run(&mut b, cmd) else {
+                panic!("a fresh step proceeds")
+            };
+            let finish = FinishEffect {
+                key,
+                guard: g.clone(),
+                outcome: confirmed(step.as_bytes()),
+            };
+            run(&mut b, Command::FinishEffect(finish));
+            let parts = vec![
+                Part {
+                    name: "plan".into(),
+                    bytes: b"same".to_vec(),
+                },
+                Part {
+                    name: "cursor".into(),
+                    bytes: step.as_bytes().to_vec(),
+                },
+            ];
+            run(&mut b, save("r", &g, 1, parts));
+        }
+        run(&mut b, decision("r", &g, 0, b"in", b"out"));
+        run(&mut b, compensate("r", "s1", &g));
+        let open = OpenWait {
+            run: rid("r"),
+            guard: g.clone(),
+            step: sid("s3"),
+            wait_for: WaitFor::Signal { name: "go".into() },
+            deadline_ms: None,
+            reason: "test".into(),
+        };
+        run(&mut b, Command::OpenWait(open));
+        let signal = SendSignal {
+            run: rid("r"),
+            name: "go".into(),
+            payload: b"now".to_vec(),
+            sender: "hook".into(),
+        };
+        run(&mut b, Command::SendSignal(signal));
+        run(&mut b, transition("q", &gq, RunState::Completed));
+        (b.mem, ops)
+    }
+
+    /// The books a state store holds after `ops` were checkpointed in
+    /// chunks of `chunk` ops (each chunk one transaction, as a checkpoint).
+    fn checkpointed(ops: &[Op], chunk: usize) -> MemBooks {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let db = redb::Database::create(&path).unwrap();
+        for ops in ops.chunks(chunk) {
+            let txn = db.begin_write().unwrap();
+            apply_ops(&txn, &path, ops.iter()).unwrap();
+            txn.commit().unwrap();
+        }
+        let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+        read_books(&txn, &path).unwrap()
+    }
+
+    #[test]
+    fn a_checkpoint_writes_what_applying_its_ops_one_by_one_writes() {
+        let (model, ops) = workload();
+        // Every table has rows to write.
+        let r = rid("r");
+        assert!(model.waits(&r).is_some() && model.budget(&r).is_some());
+        assert_eq!(model.decision_count(&r), 1);
+        assert_eq!(model.checkpoint_latest(&r).map(|m| m.version), Some(2));
+        assert!(model.audit_len(&r) > 10);
+        let undo = model.latest_effect(&r, &sid("s1"), crate::books::EffectKind::Undo);
+        assert!(undo.is_some());
+        assert_eq!(
+            model.run(&rid("q")).map(|q| q.state),
+            Some(RunState::Completed)
+        );
+        assert!(ops.len() > 20, "the workload is not trivial: {}", ops.len());
+        for chunk in [1, 2, 7, ops.len()] {
+            assert_eq!(checkpointed(&ops, chunk), model, "chunks of {chunk} ops");
+        }
+    }
 }

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use redb::{ReadTransaction, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{Key, ReadTransaction, ReadableTable, Table, TableDefinition, Value, WriteTransaction};
 use serde::de::DeserializeOwned;
 
 use super::rows::{
@@ -49,28 +49,74 @@ pub struct RedbBooks<'a> {
     /// a checkpoint appends many entries per run, and each append checks
     /// its sequence number, so the length is read from the table once.
     pub(crate) audit_lens: RefCell<BTreeMap<RunId, u64>>,
+    /// A write view's open tables (a read view opens them per read).
+    pub(crate) tables: RefCell<OpenTables<'a>>,
 }
 
-/// Opens `$def` in the view's transaction and evaluates `$body` (a
+/// Opens `$def` in the view's transaction (a write view keeps it open in
+/// `$slot` of its [`OpenTables`]) and evaluates `$body` (a
 /// `Result<_, redb::StorageError>`) with the table bound to `$t`. Yields
 /// `Some(value)`, or `None` if the table does not exist yet (a read
 /// transaction) or something failed (recorded in the view).
 macro_rules! with_table {
-    ($view:expr, $def:expr, $op:expr, |$t:ident| $body:expr) => {{
+    ($view:expr, $def:expr => $slot:ident, $op:expr, |$t:ident| $body:expr) => {{
         let view: &RedbBooks<'_> = $view;
         let outcome: std::result::Result<Option<_>, String> = match view.txn {
             Txn::Read(txn) => match txn.open_table($def) {
-                Ok($t) => ($body).map(Some).map_err(|e| e.to_string()),
+                Ok(table) => {
+                    let $t = &table;
+                    ($body).map(Some).map_err(|e| e.to_string())
+                }
                 Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
                 Err(e) => Err(e.to_string()),
             },
-            Txn::Write(txn) => match txn.open_table($def) {
-                Ok($t) => ($body).map(Some).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            },
+            Txn::Write(txn) => {
+                let mut tables = view.tables.borrow_mut();
+                match open_in(txn, &mut tables.$slot, $def) {
+                    Ok(table) => {
+                        let $t = &*table;
+                        ($body).map(Some).map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
         };
         view.settle(outcome, $op)
     }};
+}
+
+/// A redb table of the books, open in a write transaction.
+pub(crate) type OpenTable<'a, K, V> = Option<Table<'a, K, V>>;
+
+/// The tables a write view has opened, kept open until the view is
+/// dropped: redb's `open_table` costs several times a lookup, and a
+/// checkpoint reads and writes thousands of rows. (redb refuses to open a
+/// table twice at once, so every read and write of the view goes through
+/// these.)
+#[derive(Default)]
+pub(crate) struct OpenTables<'a> {
+    pub(crate) runs: OpenTable<'a, &'static str, &'static [u8]>,
+    pub(crate) live_runs: OpenTable<'a, &'static str, ()>,
+    pub(crate) effects: OpenTable<'a, (&'static str, &'static str, u8, u32), &'static [u8]>,
+    pub(crate) blobs: OpenTable<'a, &'static [u8], &'static [u8]>,
+    pub(crate) checkpoints: OpenTable<'a, (&'static str, u64), &'static [u8]>,
+    pub(crate) decisions: OpenTable<'a, (&'static str, u64), &'static [u8]>,
+    pub(crate) audit: OpenTable<'a, (&'static str, u64), &'static [u8]>,
+    pub(crate) waits: OpenTable<'a, &'static str, &'static [u8]>,
+    pub(crate) budgets: OpenTable<'a, &'static str, &'static [u8]>,
+}
+
+/// The table `def` of `txn`, opened into `slot` the first time.
+pub(crate) fn open_in<'s, 'a, K: Key + 'static, V: Value + 'static>(
+    txn: &'a WriteTransaction,
+    slot: &'s mut OpenTable<'a, K, V>,
+    def: TableDefinition<K, V>,
+) -> std::result::Result<&'s mut Table<'a, K, V>, redb::TableError> {
+    let table = match slot.take() {
+        Some(table) => table,
+        None => txn.open_table(def)?,
+    };
+    Ok(slot.insert(table))
 }
 
 impl<'a> RedbBooks<'a> {
@@ -81,6 +127,7 @@ impl<'a> RedbBooks<'a> {
             path,
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
+            tables: RefCell::new(OpenTables::default()),
         }
     }
 
@@ -91,6 +138,7 @@ impl<'a> RedbBooks<'a> {
             path,
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
+            tables: RefCell::new(OpenTables::default()),
         }
     }
 
@@ -167,7 +215,7 @@ impl<'a> RedbBooks<'a> {
     /// then its compensation's).
     pub fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
         let r = run.as_str();
-        let rows = with_table!(self, EFFECTS_TABLE, "read a run's effects", |t| {
+        let rows = with_table!(self, EFFECTS_TABLE => effects, "read a run's effects", |t| {
             t.range((r, "", 0u8, 0u32)..).and_then(|iter| {
                 iter.map(|item| item.map(|(k, v)| (k.value().0 == r, v.value().to_vec())))
                     .take_while(|row| row.as_ref().map_or(true, |(same, _)| *same))
@@ -191,7 +239,7 @@ impl<'a> RedbBooks<'a> {
     pub fn runs_after(&self, after: Option<&RunId>, max: usize) -> Vec<Run> {
         use std::ops::Bound;
         let from = after.map_or(Bound::Unbounded, |id| Bound::Excluded(id.as_str()));
-        let rows = with_table!(self, RUNS_TABLE, "list runs", |t| {
+        let rows = with_table!(self, RUNS_TABLE => runs, "list runs", |t| {
             t.range::<&str>((from, Bound::Unbounded)).and_then(|iter| {
                 iter.take(max)
                     .map(|item| item.map(|(k, v)| (k.value().to_string(), v.value().to_vec())))
@@ -211,7 +259,7 @@ impl<'a> RedbBooks<'a> {
     /// The ids of the runs that are not terminal, as the live-runs table
     /// lists them.
     pub fn live_run_ids(&self) -> Vec<RunId> {
-        let names = with_table!(self, LIVE_RUNS_TABLE, "list live runs", |t| {
+        let names = with_table!(self, LIVE_RUNS_TABLE => live_runs, "list live runs", |t| {
             t.iter().and_then(|iter| {
                 iter.map(|item| item.map(|(k, _)| k.value().to_string()))
                     .collect::<std::result::Result<Vec<_>, _>>()
@@ -237,7 +285,7 @@ impl<'a> RedbBooks<'a> {
     /// Every journaled decision of `run`, by position.
     pub fn decisions_of(&self, run: &RunId) -> Vec<DecisionRecord> {
         let r = run.as_str();
-        let rows = with_table!(self, DECISIONS_TABLE, "read a run's decisions", |t| {
+        let rows = with_table!(self, DECISIONS_TABLE => decisions, "read a run's decisions", |t| {
             t.range((r, 0u64)..=(r, u64::MAX)).and_then(|iter| {
                 iter.map(|item| item.map(|(_, v)| v.value().to_vec()))
                     .collect::<std::result::Result<Vec<_>, _>>()
@@ -254,27 +302,44 @@ impl<'a> RedbBooks<'a> {
             .collect()
     }
 
-    /// The last (key's second half, value) of `run`'s range in `def`.
-    fn last_in(
-        &self,
-        def: TableDefinition<(&str, u64), &[u8]>,
-        run: &RunId,
-        op: &'static str,
-    ) -> Option<(u64, Vec<u8>)> {
-        with_table!(self, def, op, |t| {
-            let range = t.range((run.as_str(), 0u64)..=(run.as_str(), u64::MAX));
-            range.and_then(|mut r| match r.next_back() {
-                None => Ok(None),
-                Some(item) => item.map(|(k, v)| Some((k.value().1, v.value().to_vec()))),
-            })
-        })
+    /// The last (key's second half, value) of `run`'s range in `journal`.
+    fn last_in(&self, journal: Journal, run: &RunId, op: &'static str) -> Option<(u64, Vec<u8>)> {
+        match journal {
+            Journal::Checkpoints => {
+                with_table!(self, CHECKPOINTS_TABLE => checkpoints, op, |t| last_of(t, run))
+            }
+            Journal::Decisions => {
+                with_table!(self, DECISIONS_TABLE => decisions, op, |t| last_of(t, run))
+            }
+            Journal::Audit => with_table!(self, AUDIT_TABLE => audit, op, |t| last_of(t, run)),
+        }
         .flatten()
+    }
+}
+
+/// The tables keyed by (run, a number growing per run).
+#[derive(Clone, Copy, Debug)]
+enum Journal {
+    Checkpoints,
+    Decisions,
+    Audit,
+}
+
+/// The last (number, value) of `run`'s range in `table`.
+fn last_of(
+    table: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    run: &RunId,
+) -> std::result::Result<Option<(u64, Vec<u8>)>, redb::StorageError> {
+    let mut range = table.range((run.as_str(), 0u64)..=(run.as_str(), u64::MAX))?;
+    match range.next_back() {
+        None => Ok(None),
+        Some(item) => item.map(|(k, v)| Some((k.value().1, v.value().to_vec()))),
     }
 }
 
 impl BooksRead for RedbBooks<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
-        let bytes = with_table!(self, RUNS_TABLE, "read run", |t| t
+        let bytes = with_table!(self, RUNS_TABLE => runs, "read run", |t| t
             .get(id.as_str())
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
@@ -286,7 +351,7 @@ impl BooksRead for RedbBooks<'_> {
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
         // A scan of every run: the engine decides on its hot books, which
         // keep an index; this serves tools reading a closed database.
-        let all = with_table!(self, RUNS_TABLE, "scan runs", |t| {
+        let all = with_table!(self, RUNS_TABLE => runs, "scan runs", |t| {
             t.iter().and_then(|iter| {
                 iter.map(|item| item.map(|(_, v)| v.value().to_vec()))
                     .collect::<std::result::Result<Vec<_>, _>>()
@@ -313,7 +378,7 @@ impl BooksRead for RedbBooks<'_> {
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
         let k = effect_row_key(key);
-        let bytes = with_table!(self, EFFECTS_TABLE, "read effect", |t| t
+        let bytes = with_table!(self, EFFECTS_TABLE => effects, "read effect", |t| t
             .get(k)
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
@@ -324,7 +389,7 @@ impl BooksRead for RedbBooks<'_> {
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
         let (r, s, k) = (run.as_str(), step.as_str(), effect_kind_code(kind));
-        let bytes = with_table!(self, EFFECTS_TABLE, "read latest effect", |t| {
+        let bytes = with_table!(self, EFFECTS_TABLE => effects, "read latest effect", |t| {
             t.range((r, s, k, 0u32)..=(r, s, k, u32::MAX))
                 .and_then(|mut range| match range.next_back() {
                     None => Ok(None),
@@ -344,7 +409,7 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
-        let (version, bytes) = self.last_in(CHECKPOINTS_TABLE, run, "read latest checkpoint")?;
+        let (version, bytes) = self.last_in(Journal::Checkpoints, run, "read latest checkpoint")?;
         let meta: CheckpointMeta = self.decode(
             RowTable::Checkpoint,
             &bytes,
@@ -357,7 +422,7 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
-        let bytes = with_table!(self, CHECKPOINTS_TABLE, "read checkpoint", |t| t
+        let bytes = with_table!(self, CHECKPOINTS_TABLE => checkpoints, "read checkpoint", |t| t
             .get((run.as_str(), version))
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
@@ -373,21 +438,21 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
-        with_table!(self, BLOBS_TABLE, "look up blob", |t| t
+        with_table!(self, BLOBS_TABLE => blobs, "look up blob", |t| t
             .get(digest.0.as_slice())
             .map(|g| g.is_some()))
         .unwrap_or(false)
     }
 
     fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
-        with_table!(self, BLOBS_TABLE, "read blob", |t| t
+        with_table!(self, BLOBS_TABLE => blobs, "read blob", |t| t
             .get(digest.0.as_slice())
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()
     }
 
     fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
-        let bytes = with_table!(self, DECISIONS_TABLE, "read decision", |t| t
+        let bytes = with_table!(self, DECISIONS_TABLE => decisions, "read decision", |t| t
             .get((run.as_str(), position))
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
@@ -403,7 +468,7 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn decision_count(&self, run: &RunId) -> u64 {
-        self.last_in(DECISIONS_TABLE, run, "count decisions")
+        self.last_in(Journal::Decisions, run, "count decisions")
             .map_or(0, |(position, _)| position + 1)
     }
 
@@ -412,7 +477,7 @@ impl BooksRead for RedbBooks<'_> {
             return *len;
         }
         let len = self
-            .last_in(AUDIT_TABLE, run, "count audit entries")
+            .last_in(Journal::Audit, run, "count audit entries")
             .map_or(0, |(seq, _)| seq);
         // A failed read answers 0 but proves nothing: not remembered.
         if self.error.borrow().is_none() {
@@ -423,7 +488,7 @@ impl BooksRead for RedbBooks<'_> {
 
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
         let r = run.as_str();
-        let all = with_table!(self, AUDIT_TABLE, "read audit", |t| {
+        let all = with_table!(self, AUDIT_TABLE => audit, "read audit", |t| {
             t.range((r, from_seq)..=(r, u64::MAX)).and_then(|iter| {
                 iter.map(|item| item.map(|(k, v)| (k.value().1, v.value().to_vec())))
                     .collect::<std::result::Result<Vec<_>, _>>()
@@ -443,7 +508,7 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn budget(&self, run: &RunId) -> Option<BudgetBook> {
-        let bytes = with_table!(self, BUDGETS_TABLE, "read budget book", |t| t
+        let bytes = with_table!(self, BUDGETS_TABLE => budgets, "read budget book", |t| t
             .get(run.as_str())
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
@@ -459,7 +524,7 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {
-        let bytes = with_table!(self, WAITS_TABLE, "read wait book", |t| t
+        let bytes = with_table!(self, WAITS_TABLE => waits, "read wait book", |t| t
             .get(run.as_str())
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;

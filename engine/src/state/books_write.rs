@@ -2,23 +2,28 @@
 //! `apply` makes, as redb inserts in the transaction `StateStore::apply`
 //! commits together with the record's LSN.
 //!
+//! A checkpoint writes many records at once: [`RedbBooks::put_writes`]
+//! takes what an overlay gathered from all of their ops (each row once, in
+//! key order) and writes it with each table opened once, rather than
+//! running every op's reads and puts against redb one by one.
+//!
 //! **Invariant:** a write through a read-only view is a bug (asserted); a
 //! failed insert is recorded in the view and surfaces from
 //! [`RedbBooks::finish`], so the transaction is dropped, not committed.
 
-use redb::TableDefinition;
+use redb::{ReadableTable, WriteTransaction};
 
-use super::books_tables::{RedbBooks, Txn};
+use super::books_tables::{OpenTables, RedbBooks, Txn, open_in};
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
     LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, WAITS_TABLE, effect_row_key, encode_row,
 };
 use crate::books::{
     AuditEntry, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
-    EffectEntry, Run, RunId, WaitBook,
+    EffectEntry, Run, RunId, WaitBook, Writes,
 };
 
-impl RedbBooks<'_> {
+impl<'a> RedbBooks<'a> {
     fn assert_writable(&self, what: &str) {
         assert!(
             matches!(self.txn, Txn::Write(_)),
@@ -26,93 +31,176 @@ impl RedbBooks<'_> {
         );
     }
 
-    /// Inserts `value` under `key` in `def`, recording any failure.
-    fn insert<K: redb::Key + 'static>(
+    /// Runs `write` on the view's open tables, recording any failure.
+    fn write_with(
         &self,
-        def: TableDefinition<K, &[u8]>,
-        key: K::SelfType<'_>,
-        value: &[u8],
         op: &'static str,
+        write: impl FnOnce(&'a WriteTransaction, &mut OpenTables<'a>) -> Result<(), redb::Error>,
     ) {
         let Txn::Write(txn) = self.txn else {
             panic!("{op} through a read-only view of the books");
         };
-        let outcome = txn
-            .open_table(def)
-            .map_err(|e| e.to_string())
-            .and_then(|mut table| {
-                table
-                    .insert(key, value)
-                    .map(|_| Some(()))
-                    .map_err(|e| e.to_string())
-            });
+        let outcome = write(txn, &mut self.tables.borrow_mut())
+            .map(Some)
+            .map_err(|e| e.to_string());
         self.settle(outcome, op);
     }
 }
 
 impl RedbBooks<'_> {
-    /// Keeps [`LIVE_RUNS_TABLE`] in step with `run`: listed while it is not
-    /// terminal, removed when it is.
-    fn mark_live(&self, run: &Run) {
-        let Txn::Write(txn) = self.txn else {
-            panic!("mark_live through a read-only view of the books");
-        };
-        let outcome = txn
-            .open_table(LIVE_RUNS_TABLE)
-            .map_err(|e| e.to_string())
-            .and_then(|mut table| {
-                let id = run.id.as_str();
-                let done = if run.state.is_terminal() {
-                    table.remove(id).map(|_| ())
-                } else {
-                    table.insert(id, ()).map(|_| ())
-                };
-                done.map(Some).map_err(|e| e.to_string())
-            });
-        self.settle(outcome, "index live run");
+    /// Writes everything `writes` holds, as `apply` of the ops that made
+    /// it would have: runs (and the live-runs index), ledger entries, new
+    /// blobs, checkpoint metadata, decisions, appended audit entries, wait
+    /// and budget books. Each table is opened once and filled in key order.
+    pub(crate) fn put_writes(&self, writes: Writes) {
+        self.write_with("write a checkpoint's rows", |txn, tables| {
+            write_all(txn, tables, writes)
+        });
     }
+}
+
+/// [`RedbBooks::put_writes`]'s inserts; the first failure stops them.
+fn write_all<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    writes: Writes,
+) -> Result<(), redb::Error> {
+    let Writes {
+        runs,
+        effects,
+        blobs,
+        checkpoints,
+        decisions,
+        audit,
+        waits,
+        budgets,
+    } = writes;
+    for run in runs.values() {
+        put_run(txn, tables, run)?;
+    }
+    for entry in effects.values() {
+        let row = encode_row(RowTable::Effect, entry);
+        let table = open_in(txn, &mut tables.effects, EFFECTS_TABLE)?;
+        table.insert(effect_row_key(&entry.key), row.as_slice())?;
+    }
+    for (digest, bytes) in &blobs {
+        put_blob(txn, tables, digest, bytes)?;
+    }
+    for meta in checkpoints.values() {
+        let row = encode_row(RowTable::Checkpoint, meta);
+        let table = open_in(txn, &mut tables.checkpoints, CHECKPOINTS_TABLE)?;
+        table.insert((meta.run.as_str(), meta.version), row.as_slice())?;
+    }
+    for record in decisions.values() {
+        let row = encode_row(RowTable::Decision, record);
+        let table = open_in(txn, &mut tables.decisions, DECISIONS_TABLE)?;
+        table.insert((record.run.as_str(), record.position), row.as_slice())?;
+    }
+    for (run, entries) in &audit {
+        for entry in entries {
+            put_audit(txn, tables, run, entry)?;
+        }
+    }
+    for book in waits.values() {
+        let row = encode_row(RowTable::Waits, book);
+        let table = open_in(txn, &mut tables.waits, WAITS_TABLE)?;
+        table.insert(book.run.as_str(), row.as_slice())?;
+    }
+    for book in budgets.values() {
+        let row = encode_row(RowTable::Budgets, book);
+        let table = open_in(txn, &mut tables.budgets, BUDGETS_TABLE)?;
+        table.insert(book.run.as_str(), row.as_slice())?;
+    }
+    Ok(())
+}
+
+/// Writes `run`'s row and keeps [`LIVE_RUNS_TABLE`] in step with it:
+/// listed while it is not terminal, removed when it is.
+fn put_run<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    run: &Run,
+) -> Result<(), redb::Error> {
+    let id = run.id.as_str();
+    let row = encode_row(RowTable::Run, run);
+    open_in(txn, &mut tables.runs, RUNS_TABLE)?.insert(id, row.as_slice())?;
+    let live = open_in(txn, &mut tables.live_runs, LIVE_RUNS_TABLE)?;
+    if run.state.is_terminal() {
+        live.remove(id)?;
+    } else {
+        live.insert(id, ())?;
+    }
+    Ok(())
+}
+
+/// Stores `bytes` under `digest` unless it is there: content addressed, a
+/// stored digest already holds these bytes.
+fn put_blob<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    digest: &Digest,
+    bytes: &[u8],
+) -> Result<(), redb::Error> {
+    let table = open_in(txn, &mut tables.blobs, BLOBS_TABLE)?;
+    if table.get(digest.0.as_slice())?.is_none() {
+        table.insert(digest.0.as_slice(), bytes)?;
+    }
+    Ok(())
+}
+
+fn put_audit<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    run: &RunId,
+    entry: &AuditEntry,
+) -> Result<(), redb::Error> {
+    let row = encode_row(RowTable::Audit, entry);
+    let table = open_in(txn, &mut tables.audit, AUDIT_TABLE)?;
+    table.insert((run.as_str(), entry.seq), row.as_slice())?;
+    Ok(())
 }
 
 impl BooksWrite for RedbBooks<'_> {
     fn put_run(&mut self, run: Run) {
         self.assert_writable("put_run");
-        let bytes = encode_row(RowTable::Run, &run);
-        self.insert(RUNS_TABLE, run.id.as_str(), &bytes, "write run");
-        self.mark_live(&run);
+        self.write_with("write run", |txn, tables| put_run(txn, tables, &run));
     }
 
     fn put_effect(&mut self, entry: EffectEntry) {
         self.assert_writable("put_effect");
-        let bytes = encode_row(RowTable::Effect, &entry);
-        self.insert(
-            EFFECTS_TABLE,
-            effect_row_key(&entry.key),
-            &bytes,
-            "write effect",
-        );
+        let row = encode_row(RowTable::Effect, &entry);
+        self.write_with("write effect", |txn, tables| {
+            let table = open_in(txn, &mut tables.effects, EFFECTS_TABLE)?;
+            table.insert(effect_row_key(&entry.key), row.as_slice())?;
+            Ok(())
+        });
     }
 
     fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
         self.assert_writable("put_blob");
-        // Content addressed: a second put of the same digest is a no-op.
-        if self.blob_exists(&digest) {
-            return;
-        }
-        self.insert(BLOBS_TABLE, digest.0.as_slice(), &bytes, "write blob");
+        self.write_with("write blob", |txn, tables| {
+            put_blob(txn, tables, &digest, &bytes)
+        });
     }
 
     fn put_checkpoint(&mut self, meta: CheckpointMeta) {
         self.assert_writable("put_checkpoint");
-        let bytes = encode_row(RowTable::Checkpoint, &meta);
-        let key = (meta.run.as_str(), meta.version);
-        self.insert(CHECKPOINTS_TABLE, key, &bytes, "write checkpoint");
+        let row = encode_row(RowTable::Checkpoint, &meta);
+        self.write_with("write checkpoint", |txn, tables| {
+            let table = open_in(txn, &mut tables.checkpoints, CHECKPOINTS_TABLE)?;
+            table.insert((meta.run.as_str(), meta.version), row.as_slice())?;
+            Ok(())
+        });
     }
 
     fn put_decision(&mut self, record: DecisionRecord) {
         self.assert_writable("put_decision");
-        let bytes = encode_row(RowTable::Decision, &record);
-        let key = (record.run.as_str(), record.position);
-        self.insert(DECISIONS_TABLE, key, &bytes, "write decision");
+        let row = encode_row(RowTable::Decision, &record);
+        self.write_with("write decision", |txn, tables| {
+            let table = open_in(txn, &mut tables.decisions, DECISIONS_TABLE)?;
+            table.insert((record.run.as_str(), record.position), row.as_slice())?;
+            Ok(())
+        });
     }
 
     fn push_audit(&mut self, run: &RunId, entry: AuditEntry) {
@@ -122,26 +210,29 @@ impl BooksWrite for RedbBooks<'_> {
             self.audit_len(run) + 1,
             "audit of run {run} out of sequence"
         );
-        let bytes = encode_row(RowTable::Audit, &entry);
-        let key = (run.as_str(), entry.seq);
-        self.insert(AUDIT_TABLE, key, &bytes, "write audit entry");
+        self.write_with("write audit entry", |txn, tables| {
+            put_audit(txn, tables, run, &entry)
+        });
         self.audit_lens.borrow_mut().insert(run.clone(), entry.seq);
     }
 
     fn put_budget(&mut self, book: BudgetBook) {
         self.assert_writable("put_budget");
-        let bytes = encode_row(RowTable::Budgets, &book);
-        self.insert(
-            BUDGETS_TABLE,
-            book.run.as_str(),
-            &bytes,
-            "write budget book",
-        );
+        let row = encode_row(RowTable::Budgets, &book);
+        self.write_with("write budget book", |txn, tables| {
+            let table = open_in(txn, &mut tables.budgets, BUDGETS_TABLE)?;
+            table.insert(book.run.as_str(), row.as_slice())?;
+            Ok(())
+        });
     }
 
     fn put_waits(&mut self, book: WaitBook) {
         self.assert_writable("put_waits");
-        let bytes = encode_row(RowTable::Waits, &book);
-        self.insert(WAITS_TABLE, book.run.as_str(), &bytes, "write wait book");
+        let row = encode_row(RowTable::Waits, &book);
+        self.write_with("write wait book", |txn, tables| {
+            let table = open_in(txn, &mut tables.waits, WAITS_TABLE)?;
+            table.insert(book.run.as_str(), row.as_slice())?;
+            Ok(())
+        });
     }
 }

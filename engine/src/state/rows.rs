@@ -102,11 +102,16 @@ fn row_crc(table: RowTable, body: &[u8]) -> u32 {
 
 /// The bytes of `value` as a row of `table`.
 pub fn encode_row<T: Serialize>(table: RowTable, value: &T) -> Vec<u8> {
-    let body = postcard::to_stdvec(value).expect("encoding a books value into a Vec cannot fail");
-    let mut row = Vec::with_capacity(ROW_CRC_BYTES + body.len());
-    row.extend_from_slice(&row_crc(table, &body).to_le_bytes());
-    row.extend_from_slice(&body);
-    assert_eq!(row.len(), ROW_CRC_BYTES + body.len());
+    // The body is encoded behind room for its checksum: one buffer, no copy.
+    let room = vec![0u8; ROW_CRC_BYTES];
+    let mut row =
+        postcard::to_extend(value, room).expect("encoding a books value into a Vec cannot fail");
+    assert!(
+        row.len() > ROW_CRC_BYTES,
+        "a books value encodes to some bytes"
+    );
+    let crc = row_crc(table, &row[ROW_CRC_BYTES..]);
+    row[..ROW_CRC_BYTES].copy_from_slice(&crc.to_le_bytes());
     row
 }
 
