@@ -348,6 +348,14 @@ pub enum Error {
         /// Where its approval stands (`open`, `rejected`, `elapsed`).
         status: &'static str,
     },
+    /// A saga cannot end yet: something it must undo, or learn, is
+    /// outstanding.
+    SagaOutstanding {
+        /// The compensating run.
+        run: RunId,
+        /// What is outstanding, in words (the step or the attempt).
+        next: String,
+    },
     /// An approval came in another role than the wait asks for.
     ApproverRole {
         /// The run.
@@ -493,6 +501,8 @@ impl fmt::Display for Error {
                 match state {
                     RunState::Paused => " until an operator resumes it",
                     RunState::Pending => " before a worker starts it (transition to running)",
+                    RunState::Compensating =>
+                        " while it compensates (its saga undoes its acts, then ends it)",
                     _ => " while it waits (it runs again when the wait ends)",
                 }
             ),
@@ -657,6 +667,11 @@ impl fmt::Display for Error {
                 f,
                 "step {step} of run {run} asked for an approval that is {status}; its effect \
                  does not begin without one"
+            ),
+            Error::SagaOutstanding { run, next } => write!(
+                f,
+                "the saga of run {run} cannot end yet: {next} (Engine::saga_next says what to \
+                 do; an operator may abandon it)"
             ),
             Error::ApproverRole {
                 run,

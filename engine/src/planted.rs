@@ -73,6 +73,12 @@ pub enum PlantedBug {
     /// The sweep of stuck runs looks only at the runs in memory, missing
     /// the parked runs that wait longest.
     SweepSkipsParked,
+    /// `saga_next` walks a saga's steps first to last, so compensations
+    /// run in the order the acts did, not backwards.
+    UndoFirstStepFirst,
+    /// A run that fails or is cancelled ends at once, without its saga:
+    /// its confirmed acts are never compensated.
+    EndWithoutCompensating,
 }
 
 impl PlantedBug {
@@ -86,7 +92,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 18] = [
+    pub const ENGINE: [PlantedBug; 20] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -105,10 +111,12 @@ impl PlantedBug {
         PlantedBug::ReplyWithoutOutcome,
         PlantedBug::ForgetParkedDeadlines,
         PlantedBug::SweepSkipsParked,
+        PlantedBug::UndoFirstStepFirst,
+        PlantedBug::EndWithoutCompensating,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 23] = [
+    pub const ALL: [PlantedBug; 25] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -132,6 +140,8 @@ impl PlantedBug {
         PlantedBug::ReplyWithoutOutcome,
         PlantedBug::ForgetParkedDeadlines,
         PlantedBug::SweepSkipsParked,
+        PlantedBug::UndoFirstStepFirst,
+        PlantedBug::EndWithoutCompensating,
     ];
 
     /// The bug's command-line name.
@@ -160,6 +170,8 @@ impl PlantedBug {
             PlantedBug::ReplyWithoutOutcome => "reply-without-outcome",
             PlantedBug::ForgetParkedDeadlines => "forget-parked-deadlines",
             PlantedBug::SweepSkipsParked => "sweep-skips-parked",
+            PlantedBug::UndoFirstStepFirst => "undo-first-step-first",
+            PlantedBug::EndWithoutCompensating => "end-without-compensating",
         }
     }
 

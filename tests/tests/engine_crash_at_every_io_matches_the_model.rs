@@ -16,10 +16,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    BeginEffect, BudgetLimits, Charge, Command, Cost, CreateRun, DecideApproval, DeliverReply,
-    EffectKey, FencingToken, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Outcome, Part,
-    RecordDecision, Reserve, RunState, SaveCheckpoint, SendSignal, SetBudget, Settle, ToolClass,
-    Transition, Usage, WaitFor, digest_of,
+    BeginCompensation, BeginEffect, BudgetLimits, Charge, Command, Compensation, Cost, CreateRun,
+    DecideApproval, DeliverReply, EffectKey, EffectKind, EndSaga, FencingToken, FinishEffect,
+    Guard, OpenWait, Operate, OperatorAction, Outcome, Part, RecordDecision, Reserve, RunState,
+    SaveCheckpoint, SendSignal, SetBudget, Settle, ToolClass, Transition, Usage, WaitFor,
+    digest_of,
 };
 use actum::db::DbOptions;
 use actum::engine::{ChildSpec, start_child_command};
@@ -416,6 +417,93 @@ fn replies() -> Vec<Work> {
     ]
 }
 
+/// Run r10 sweeps then funds, both registering a compensation; its hedge
+/// fails, so it moves to compensating; the saga undoes the funding, then
+/// (after a checkpoint and a new holder) the sweep, and ends the run
+/// failed. Run r11 is cancelled by an operator with an act in flight: its
+/// saga resends the act, then undoes it, and ends it cancelled.
+fn sagas() -> Vec<Work> {
+    #[expect(non_snake_case, reason = "reads like the variant")]
+    let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
+    let compensable = |run: &str, step: &str, worker: &str, token: u64| {
+        let Command::BeginEffect(mut begin) = begin(run, step, worker, idempotent()) else {
+            unreachable!("begin builds a BeginEffect")
+        };
+        begin.guard = guard_at(worker, token);
+        begin.compensation = Some(Compensation {
+            tool: format!("undo.{step}"),
+            args: format!("undo {step}").into_bytes(),
+            class: idempotent(),
+        });
+        Command::BeginEffect(begin)
+    };
+    let undo = |run: &str, step: &str, worker: &str, token: u64| {
+        Command::BeginCompensation(BeginCompensation {
+            run: rid(run),
+            step: sid(step),
+            guard: guard_at(worker, token),
+            rationale: "the saga".into(),
+        })
+    };
+    let undo_key = |run: &str, step: &str| {
+        EffectKey::of_kind(rid(run), sid(step), EffectKind::Undo, 1).unwrap()
+    };
+    let done = |k: EffectKey, worker: &str, token: u64| {
+        Command::FinishEffect(FinishEffect {
+            key: k,
+            guard: guard_at(worker, token),
+            outcome: Outcome::Confirmed {
+                receipt: b"ok".to_vec(),
+            },
+        })
+    };
+    let end = |run: &str, worker: &str, token: u64| {
+        Command::EndSaga(EndSaga {
+            run: rid(run),
+            guard: guard_at(worker, token),
+            reason: "saga done".into(),
+        })
+    };
+    vec![
+        Cmd(Command::CreateRun(create_cmd("r10"))),
+        Cmd(acquire("r10", "w12")),
+        Cmd(transition("r10", "w12", RunState::Running)),
+        Cmd(compensable("r10", "sweep", "w12", 1)),
+        Cmd(done(key("r10", "sweep", 1), "w12", 1)),
+        Cmd(compensable("r10", "fund", "w12", 1)),
+        Cmd(done(key("r10", "fund", 1), "w12", 1)),
+        Cmd(begin("r10", "hedge", "w12", ToolClass::Queryable)),
+        Cmd(finish(
+            key("r10", "hedge", 1),
+            "w12",
+            Outcome::Failed {
+                retryable: false,
+                reason: "declined".into(),
+            },
+        )),
+        Cmd(transition("r10", "w12", RunState::Failed)),
+        Cmd(undo("r10", "fund", "w12", 1)),
+        Cmd(done(undo_key("r10", "fund"), "w12", 1)),
+        Work::Checkpoint,
+        Work::Advance(LEASE_MS),
+        Cmd(acquire("r10", "w13")),
+        Cmd(undo("r10", "sweep", "w13", 2)),
+        Cmd(done(undo_key("r10", "sweep"), "w13", 2)),
+        Cmd(end("r10", "w13", 2)),
+        Cmd(Command::CreateRun(create_cmd("r11"))),
+        Cmd(acquire("r11", "w12")),
+        Cmd(transition("r11", "w12", RunState::Running)),
+        Cmd(compensable("r11", "book", "w12", 1)),
+        Cmd(operate("r11", OperatorAction::Cancel)),
+        Work::Checkpoint,
+        Cmd(compensable("r11", "book", "w12", 1)),
+        Cmd(done(key("r11", "book", 1), "w12", 1)),
+        Cmd(undo("r11", "book", "w12", 1)),
+        Cmd(done(undo_key("r11", "book"), "w12", 1)),
+        Cmd(end("r11", "w12", 1)),
+    ]
+}
+
 fn workload() -> Vec<Work> {
     use Work::Checkpoint;
     #[expect(non_snake_case, reason = "reads like the variant")]
@@ -488,6 +576,7 @@ fn workload() -> Vec<Work> {
     .chain(budgets())
     .chain(children())
     .chain(replies())
+    .chain(sagas())
     .collect()
 }
 

@@ -75,13 +75,15 @@ fn losing_a_registered_compensation_in_a_crash_is_caught_by_the_model() {
 
 #[test]
 fn forgetting_a_step_whose_entry_left_memory_is_caught_by_at_most_once_or_replay() {
-    // The step is intended again under its old key: the model replays the
-    // step where the engine begins it afresh, or the world sees a second
-    // act, or the state store refuses the second intent (at the next
-    // checkpoint, which halts the engine, or at the next open).
+    // The step is intended again under its old key: the engine plans an act
+    // of a step the books hold confirmed, or the model replays the step
+    // where the engine begins it afresh, or the world sees a second act, or
+    // the state store refuses the second intent (at the next checkpoint,
+    // which halts the engine, or at the next open).
     let (_, invariant) = caught(PlantedBug::ForgetEvictedSteps);
     assert!(
         [
+            "a confirmed step is never acted on again",
             "the engine decides as the reference model does",
             "no side effect fires twice",
             "no error without a fault",
@@ -94,8 +96,18 @@ fn forgetting_a_step_whose_entry_left_memory_is_caught_by_at_most_once_or_replay
 
 #[test]
 fn losing_an_outcome_whose_follow_ups_were_refused_is_caught_by_the_model() {
+    // Caught at the next recovery, or earlier: the worker asks again for
+    // the step whose outcome the engine lost, and the engine plans to act
+    // on a step the model holds confirmed.
     let (_, invariant) = caught(PlantedBug::LoseOutcomeWithRefusedFollowUps);
-    assert_eq!(invariant, "after every recovery the books equal the model");
+    assert!(
+        [
+            "after every recovery the books equal the model",
+            "a confirmed step is never acted on again"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
 }
 
 #[test]
@@ -214,4 +226,30 @@ fn a_parked_run_that_forgets_its_deadline_is_caught() {
 fn a_sweep_that_skips_parked_runs_is_caught() {
     let (_, invariant) = caught(PlantedBug::SweepSkipsParked);
     assert_eq!(invariant, "the stuck runs swept are the books'");
+}
+
+#[test]
+fn a_saga_that_undoes_its_first_step_first_is_caught_by_the_saga_check() {
+    let (_, invariant) = caught(PlantedBug::UndoFirstStepFirst);
+    assert_eq!(
+        invariant,
+        "a saga undoes what its run did, last first, each once"
+    );
+}
+
+#[test]
+fn a_run_that_ends_without_its_saga_is_caught() {
+    // The engine ends the run where the model compensates: the worker's
+    // next call (or the books at recovery) disagrees with the model, or
+    // the end-of-run saga check finds the act never undone.
+    let (_, invariant) = caught(PlantedBug::EndWithoutCompensating);
+    assert!(
+        [
+            "the engine decides as the reference model does",
+            "after every recovery the books equal the model",
+            "a saga undoes what its run did, last first, each once"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
 }

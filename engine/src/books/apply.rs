@@ -23,6 +23,7 @@ use super::lease::Lease;
 use super::ledger::{EffectEntry, EffectStatus};
 use super::op::Op;
 use super::run::{Run, RunState, transition_allowed};
+use super::saga::{is_saga_end, note_intent};
 use super::state::BooksWrite;
 use super::wait::{SignalRecord, WaitBook, WaitRecord, WaitStatus};
 
@@ -145,6 +146,7 @@ pub fn apply(state: &mut (impl BooksWrite + ?Sized), op: &Op) -> Result<(), Appl
             actual,
             ..
         } => budget_settled(state, run, charge, actual, op)?,
+        Op::SagaOpened { run, end, .. } => saga_opened(state, run, *end, op)?,
     }
     if let Some((run, mut entry)) = describe(op) {
         entry.seq = state.audit_len(&run) + 1;
@@ -250,7 +252,36 @@ fn effect_intended(
     require(state.run(entry.key.run()).is_some(), op, || {
         format!("run {} does not exist", entry.key.run())
     })?;
+    let saga = note_intent(state.saga(entry.key.run()), entry);
     state.put_effect(entry.clone());
+    if let Some(book) = saga {
+        state.put_saga(book);
+    }
+    Ok(())
+}
+
+/// The saga of a run that just moved to compensating records its end.
+fn saga_opened(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    end: RunState,
+    op: &Op,
+) -> Applied {
+    let run = run_of(state, id, op)?;
+    require(run.state == RunState::Compensating, op, || {
+        format!("run {id} is {}, not compensating", run.state)
+    })?;
+    require(is_saga_end(end), op, || {
+        format!("a saga ends a run failed or cancelled, not {end}")
+    })?;
+    let book = state.saga(id);
+    require(book.as_ref().is_some_and(|b| b.end.is_none()), op, || {
+        format!("run {id} has no saga to open, or opened it already")
+    })?;
+    if let Some(mut book) = book {
+        book.end = Some(end);
+        state.put_saga(book);
+    }
     Ok(())
 }
 

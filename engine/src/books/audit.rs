@@ -147,6 +147,11 @@ pub enum AuditWhat {
         /// What it cost.
         actual: Cost,
     },
+    /// The run's saga began: its compensations run, then it ends `end`.
+    SagaOpened {
+        /// Failed or cancelled.
+        end: RunState,
+    },
 }
 
 impl fmt::Display for AuditWhat {
@@ -204,6 +209,9 @@ impl fmt::Display for AuditWhat {
             }
             AuditWhat::ChargeSettled { charge, actual } => {
                 write!(f, "{charge} cost {actual}")
+            }
+            AuditWhat::SagaOpened { end } => {
+                write!(f, "saga opened: compensations run, then the run ends {end}")
             }
         }
     }
@@ -456,6 +464,20 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                     charge: charge.clone(),
                     actual: *actual,
                 },
+                "",
+            ),
+        ),
+        Op::SagaOpened {
+            run,
+            end,
+            at_ms,
+            token,
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::SagaOpened { end: *end },
                 "",
             ),
         ),

@@ -196,6 +196,11 @@ pub enum OperatorAction {
     /// dropped, so the holder's next call is refused. Effects already
     /// committed stand, and outcomes of acts in flight are still recorded.
     Cancel,
+    /// Give up the saga of a `compensating` run: it ends now, at the end
+    /// its saga was headed for, and the compensations not yet done are
+    /// not done (the audit names what was left). For a saga a person has
+    /// settled by hand, or one that cannot go on.
+    Abandon,
 }
 
 impl OperatorAction {
@@ -205,8 +210,21 @@ impl OperatorAction {
             OperatorAction::Pause => "pause",
             OperatorAction::Resume => "resume",
             OperatorAction::Cancel => "cancel",
+            OperatorAction::Abandon => "abandon",
         }
     }
+}
+
+/// End the saga of a compensating run whose compensations are all done:
+/// the run reaches the end its saga recorded (failed or cancelled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndSaga {
+    /// The run.
+    pub run: RunId,
+    /// Ownership proof.
+    pub guard: Guard,
+    /// Why (journaled).
+    pub reason: String,
 }
 
 /// An operator pauses, resumes or cancels a run. Idempotent: asking for the
@@ -397,6 +415,8 @@ pub enum Command {
     /// Several commands committed atomically: all are decided, each against
     /// the state the earlier ones leave, or none is. Batches do not nest.
     Batch(Vec<Command>),
+    /// End a compensating run's saga.
+    EndSaga(EndSaga),
 }
 
 impl Command {
@@ -417,6 +437,7 @@ impl Command {
             Command::OpenWait(c) => Some((c.run.clone(), &mut c.guard)),
             Command::Reserve(c) => Some((c.run.clone(), &mut c.guard)),
             Command::Settle(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::EndSaga(c) => Some((c.run.clone(), &mut c.guard)),
             Command::CreateRun(_)
             | Command::AcquireLease(_)
             | Command::ClaimNext(_)

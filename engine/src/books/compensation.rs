@@ -16,7 +16,7 @@ use super::effect::{Intent, begin_side};
 use super::ids::{EffectKey, EffectKind};
 use super::lease::check_live;
 use super::ledger::EffectStatus;
-use super::run::{check_running, check_text, existing};
+use super::run::{RunState, check_running, check_text, existing};
 use super::state::BooksRead;
 use crate::error::{Error, Result};
 
@@ -29,7 +29,10 @@ pub(crate) fn decide_begin_compensation(
     check_text("compensation rationale", &cmd.rationale)?;
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
-    check_running(&run, "begin a compensation")?;
+    // A running run may undo a step itself; a compensating one's saga does.
+    if run.state != RunState::Compensating {
+        check_running(&run, "begin a compensation")?;
+    }
     let act = state
         .latest_effect(&cmd.run, &cmd.step, EffectKind::Act)
         .ok_or_else(|| Error::NotFound {

@@ -20,6 +20,7 @@ use super::limits::{BATCH_COMMANDS_MAX, check_size};
 use super::op::Op;
 use super::overlay::Overlay;
 use super::run::{RunState, decide_create, decide_operate, decide_transition};
+use super::saga::decide_end_saga;
 use super::state::BooksRead;
 use super::wait::{WaitRecord, decide_approval, decide_open_wait, decide_signal, wake_parents};
 use crate::error::{Error, Result};
@@ -275,6 +276,7 @@ fn decide_command(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<D
         Command::SetBudget(c) => decide_set_budget(state, c, now_ms),
         Command::Reserve(c) => decide_reserve(state, c, now_ms),
         Command::Settle(c) => decide_settle(state, c, now_ms),
+        Command::EndSaga(c) => decide_end_saga(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),

@@ -15,12 +15,12 @@
 use super::command::{BeginEffect, DeliverReply, FinishEffect, Reconcile};
 use super::decide::{Answer, Begun, Decided};
 use super::digest::{Digest, digest_of};
-use super::ids::{EffectKey, EffectKind, FencingToken, validate_name};
+use super::ids::{EffectKey, EffectKind, FencingToken, RunId, validate_name};
 use super::lease::{check_fact, check_live, current_token};
 use super::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
-use super::limits::{ARGS_BYTES_MAX, RECEIPT_LEN_BYTES_MAX, check_size};
+use super::limits::{ARGS_BYTES_MAX, RECEIPT_LEN_BYTES_MAX, SAGA_STEPS_MAX, check_size};
 use super::op::Op;
-use super::run::{Run, check_running, check_text, existing};
+use super::run::{Run, RunState, check_running, check_text, existing};
 use super::state::BooksRead;
 use super::wait::{check_approved, wake_on_reply};
 use crate::error::{Error, Result};
@@ -103,9 +103,18 @@ pub(crate) fn decide_begin(
     }
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;
-    check_running(&run, "begin an effect")?;
-    check_approved(state, &run, &cmd.step, &cmd.args_digest)?;
     let latest = state.latest_effect(&cmd.run, &cmd.step, EffectKind::Act);
+    // A compensating run's saga may resolve an act in flight by its tool's
+    // class (a resend or a query), but never begins one.
+    let resolving =
+        run.state == RunState::Compensating && latest.as_ref().is_some_and(|e| e.status.is_open());
+    if !resolving {
+        check_running(&run, "begin an effect")?;
+    }
+    check_approved(state, &run, &cmd.step, &cmd.args_digest)?;
+    if cmd.compensation.is_some() && latest.is_none() {
+        check_saga_room(state, &run.id)?;
+    }
     if let Some(latest) = &latest
         && (latest.tool != cmd.tool || latest.args_digest != cmd.args_digest)
     {
@@ -139,6 +148,17 @@ pub(crate) fn decide_begin(
         decided.ops.insert(0, put);
     }
     Ok(decided)
+}
+
+/// Refuses a new step registering a compensation once the run's saga
+/// lists [`SAGA_STEPS_MAX`] of them.
+fn check_saga_room(state: &dyn BooksRead, run: &RunId) -> Result<()> {
+    let listed = state.saga(run).map_or(0, |book| book.steps.len());
+    check_size(
+        || format!("saga of run {run} (in compensable steps)"),
+        listed + 1,
+        SAGA_STEPS_MAX,
+    )
 }
 
 /// Begins one side of a step, given its latest attempt (if any) and the key

@@ -130,8 +130,9 @@ fn expiry_ms(ttl_ms: u64, now_ms: u64) -> Result<u64> {
 }
 
 /// When `run` can be claimed without anyone's help, ms since the epoch: a
-/// pending or running run nobody holds, since its last change; a pending,
-/// running or waiting run whose holder's lease runs out, at the expiry; a
+/// pending, running or compensating run nobody holds, since its last
+/// change; one of those or a waiting run whose holder's lease runs out, at
+/// the expiry; a
 /// waiting run nobody holds, at its open wait's deadline `wake_ms` (see
 /// [`wake_ms`](super::wait::wake_ms)). `None` for a waiting run that
 /// released its lease and has no deadline (parked until an approval or a
@@ -142,10 +143,16 @@ fn expiry_ms(ttl_ms: u64, now_ms: u64) -> Result<u64> {
 /// answers `claim_next` with one lookup.
 pub fn claimable_from_ms(run: &Run, wake_ms: Option<u64>) -> Option<u64> {
     match (run.state, &run.lease) {
-        (RunState::Pending | RunState::Running, None) => Some(run.updated_ms),
+        (RunState::Pending | RunState::Running | RunState::Compensating, None) => {
+            Some(run.updated_ms)
+        }
         (RunState::WaitingTool | RunState::WaitingHuman, None) => wake_ms,
         (
-            RunState::Pending | RunState::Running | RunState::WaitingTool | RunState::WaitingHuman,
+            RunState::Pending
+            | RunState::Running
+            | RunState::WaitingTool
+            | RunState::WaitingHuman
+            | RunState::Compensating,
             Some(lease),
         ) => Some(lease.expires_ms),
         _ => None,
@@ -533,7 +540,9 @@ mod tests {
             run.lease = expired.clone();
             let dead = claimable(&run, None, now);
             let expect = match state {
-                RunState::Pending | RunState::Running => (true, true, true, true),
+                RunState::Pending | RunState::Running | RunState::Compensating => {
+                    (true, true, true, true)
+                }
                 RunState::WaitingTool | RunState::WaitingHuman => (false, true, false, true),
                 _ => (false, false, false, false),
             };

@@ -53,6 +53,10 @@ pub const BUDGET_ANCESTORS_MAX: usize = 32;
 /// shallower).
 pub const CHILD_DEPTH_MAX: usize = 32;
 
+/// Most steps of one run that register a compensation: the steps a saga
+/// may have to undo (`SagaBook::steps`).
+pub const SAGA_STEPS_MAX: usize = 1_024;
+
 /// Longest lease a worker may take or renew, in milliseconds (one day).
 pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 

@@ -17,6 +17,7 @@ use super::ids::{EffectKey, EffectKind, RunId, StepId};
 use super::lease::{claim_order, claimable};
 use super::ledger::EffectEntry;
 use super::run::Run;
+use super::saga::SagaBook;
 use super::state::{BooksRead, BooksWrite};
 use super::wait::{WaitBook, wake_ms};
 
@@ -31,6 +32,7 @@ pub struct MemBooks {
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
     waits: BTreeMap<RunId, WaitBook>,
     budgets: BTreeMap<RunId, BudgetBook>,
+    sagas: BTreeMap<RunId, SagaBook>,
 }
 
 impl MemBooks {
@@ -76,6 +78,7 @@ impl MemBooks {
             .or_else(|| first("audit", &self.audit, &other.audit))
             .or_else(|| first("waits", &self.waits, &other.waits))
             .or_else(|| first("budgets", &self.budgets, &other.budgets))
+            .or_else(|| first("sagas", &self.sagas, &other.sagas))
     }
 
     /// Replaces a blob's bytes without checking them, to test corruption
@@ -180,6 +183,10 @@ impl BooksRead for MemBooks {
     fn budget(&self, run: &RunId) -> Option<BudgetBook> {
         self.budgets.get(run).cloned()
     }
+
+    fn saga(&self, run: &RunId) -> Option<SagaBook> {
+        self.sagas.get(run).cloned()
+    }
 }
 
 impl BooksWrite for MemBooks {
@@ -221,5 +228,9 @@ impl BooksWrite for MemBooks {
 
     fn put_budget(&mut self, book: BudgetBook) {
         self.budgets.insert(book.run.clone(), book);
+    }
+
+    fn put_saga(&mut self, book: SagaBook) {
+        self.sagas.insert(book.run.clone(), book);
     }
 }

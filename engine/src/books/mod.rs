@@ -25,6 +25,7 @@ mod mem;
 mod op;
 mod overlay;
 mod run;
+mod saga;
 mod state;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -39,7 +40,7 @@ pub use checkpoint::{
 };
 pub use command::{
     AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, DecideApproval,
-    DeliverReply, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Reconcile,
+    DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Reconcile,
     RecordDecision, ReleaseLease, RenewLease, Reserve, SaveCheckpoint, SendSignal, SetBudget,
     Settle, Transition,
 };
@@ -58,5 +59,7 @@ pub use op::{
 pub use overlay::{Overlay, Writes};
 pub(crate) use run::existing;
 pub use run::{Run, RunState, transition_allowed};
+pub use saga::{SagaBook, SagaNext, next as saga_next};
+pub(crate) use saga::{next_walking as saga_next_walking, skip_sagas};
 pub use state::{BooksRead, BooksWrite};
 pub use wait::{SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus, wake_ms};

@@ -190,6 +190,19 @@ pub enum Op {
         /// The token it was settled under.
         token: FencingToken,
     },
+    /// The run's saga began: it moved to `compensating` (a
+    /// `RunTransitioned` just before, in the same record) and reaches
+    /// `end` once its compensations are done.
+    SagaOpened {
+        /// The run.
+        run: RunId,
+        /// Failed or cancelled.
+        end: RunState,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// The token the move was made under.
+        token: FencingToken,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -229,6 +242,7 @@ impl Op {
             Op::BudgetSet { .. } => "BudgetSet",
             Op::BudgetReserved { .. } => "BudgetReserved",
             Op::BudgetSettled { .. } => "BudgetSettled",
+            Op::SagaOpened { .. } => "SagaOpened",
         }
     }
 
@@ -245,7 +259,8 @@ impl Op {
             | Op::SignalReceived { run, .. }
             | Op::BudgetSet { run, .. }
             | Op::BudgetReserved { run, .. }
-            | Op::BudgetSettled { run, .. } => Some(run),
+            | Op::BudgetSettled { run, .. }
+            | Op::SagaOpened { run, .. } => Some(run),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
             Op::BlobPut { .. } => None,
@@ -271,16 +286,17 @@ impl Op {
 /// version 3 the budget ops (`BudgetSet`, `BudgetReserved`,
 /// `BudgetSettled`), version 4 the child-run wait (`WaitFor::Child`,
 /// `WaitStatus::ChildEnded`), and version 5 the wait for an asynchronous
-/// tool's reply (`WaitFor::Reply`, `WaitStatus::Replied`), so that an older
-/// build refuses a log holding them by name instead of as damage.
-pub const PAYLOAD_VERSION: u8 = 5;
+/// tool's reply (`WaitFor::Reply`, `WaitStatus::Replied`), and version 6
+/// sagas (`RunState::Compensating`, `SagaOpened`), so that an older build
+/// refuses a log holding them by name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 6;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 5] = [1, 2, 3, 4, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 6] = [1, 2, 3, 4, 5, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 
@@ -635,6 +651,14 @@ mod tests {
                     token
                 }
             ),
+            (run_id(), state(), any::<u64>(), token()).prop_map(|(run, end, at_ms, token)| {
+                Op::SagaOpened {
+                    run,
+                    end,
+                    at_ms,
+                    token,
+                }
+            }),
         ]
     }
 
@@ -814,7 +838,7 @@ mod tests {
         assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
         assert_eq!(decode_ops(&payload).unwrap(), ops);
         assert_eq!(unsupported_payload_version(&payload), None);
-        for old in [1u8, 2, 3, 4] {
+        for old in [1u8, 2, 3, 4, 5] {
             let mut before = payload.clone();
             before[0] = old;
             assert_eq!(
@@ -823,13 +847,13 @@ mod tests {
                 "version {old} is still read"
             );
         }
-        for version in [0u8, 6, 7, 255] {
+        for version in [0u8, 7, 8, 255] {
             let mut other = payload.clone();
             other[0] = version;
             assert_eq!(unsupported_payload_version(&other), Some(version));
             let err = decode_ops(&other).unwrap_err();
             let expected = format!(
-                "record payload version {version}; this build reads versions 1, 2, 3, 4, 5"
+                "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6"
             );
             assert!(err.to_string().contains(&expected), "{err}");
         }

@@ -18,6 +18,7 @@ use super::ids::{EffectKey, EffectKind, RunId, StepId};
 use super::lease::{claim_order, claimable_from_ms};
 use super::ledger::EffectEntry;
 use super::run::Run;
+use super::saga::SagaBook;
 use super::state::{BooksRead, BooksWrite};
 use super::wait::{WaitBook, wake_ms};
 
@@ -32,6 +33,7 @@ pub struct Overlay<'a> {
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
     waits: BTreeMap<RunId, WaitBook>,
     budgets: BTreeMap<RunId, BudgetBook>,
+    sagas: BTreeMap<RunId, SagaBook>,
 }
 
 impl<'a> Overlay<'a> {
@@ -47,6 +49,7 @@ impl<'a> Overlay<'a> {
             audit: BTreeMap::new(),
             waits: BTreeMap::new(),
             budgets: BTreeMap::new(),
+            sagas: BTreeMap::new(),
         }
     }
 }
@@ -71,6 +74,8 @@ pub struct Writes {
     pub waits: BTreeMap<RunId, WaitBook>,
     /// Budget books, by run.
     pub budgets: BTreeMap<RunId, BudgetBook>,
+    /// Saga books, by run.
+    pub sagas: BTreeMap<RunId, SagaBook>,
 }
 
 impl Overlay<'_> {
@@ -86,6 +91,7 @@ impl Overlay<'_> {
             audit: self.audit,
             waits: self.waits,
             budgets: self.budgets,
+            sagas: self.sagas,
         }
     }
 }
@@ -229,6 +235,10 @@ impl BooksRead for Overlay<'_> {
             .cloned()
             .or_else(|| self.base.budget(run))
     }
+
+    fn saga(&self, run: &RunId) -> Option<SagaBook> {
+        self.sagas.get(run).cloned().or_else(|| self.base.saga(run))
+    }
 }
 
 impl BooksWrite for Overlay<'_> {
@@ -273,6 +283,10 @@ impl BooksWrite for Overlay<'_> {
 
     fn put_budget(&mut self, book: BudgetBook) {
         self.budgets.insert(book.run.clone(), book);
+    }
+
+    fn put_saga(&mut self, book: SagaBook) {
+        self.sagas.insert(book.run.clone(), book);
     }
 }
 

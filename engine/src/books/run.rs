@@ -18,6 +18,7 @@ use super::ids::{FencingToken, RunId};
 use super::lease::{self, Lease};
 use super::limits::{CHILD_DEPTH_MAX, TEXT_LEN_BYTES_MAX, check_size};
 use super::op::Op;
+use super::saga::{ending, is_saga_end};
 use super::state::BooksRead;
 use super::wait::{WaitFor, check_no_open_wait};
 use crate::error::{Error, Result};
@@ -41,11 +42,15 @@ pub enum RunState {
     Failed,
     /// Aborted by a user or a policy (terminal); effects already committed stand.
     Cancelled,
+    /// Failed or cancelled after acts that registered a compensation: its
+    /// saga undoes them, last first, then the run ends as it was headed
+    /// (`saga.rs`). Appended last: postcard encodes a state by its index.
+    Compensating,
 }
 
 impl RunState {
     /// Every state, in declaration order.
-    pub const ALL: [RunState; 8] = [
+    pub const ALL: [RunState; 9] = [
         RunState::Pending,
         RunState::Running,
         RunState::WaitingTool,
@@ -54,6 +59,7 @@ impl RunState {
         RunState::Completed,
         RunState::Failed,
         RunState::Cancelled,
+        RunState::Compensating,
     ];
 
     /// True for completed, failed and cancelled: nothing follows them.
@@ -75,6 +81,7 @@ impl RunState {
             RunState::Completed => "completed",
             RunState::Failed => "failed",
             RunState::Cancelled => "cancelled",
+            RunState::Compensating => "compensating",
         }
     }
 }
@@ -87,22 +94,26 @@ impl fmt::Display for RunState {
 
 /// The legal transitions, as one table. A state never moves to itself (a
 /// no-op is not a change and would only bump the version), and terminal
-/// states move nowhere.
+/// states move nowhere. Every state that may fail or be cancelled may
+/// compensate instead, and a compensating run moves only to its end.
 pub fn transition_allowed(from: RunState, to: RunState) -> bool {
     use RunState::*;
     matches!(
         (from, to),
-        (Pending, Running | Paused | Cancelled)
+        (Pending, Running | Paused | Cancelled | Compensating)
             | (
                 Running,
-                WaitingTool | WaitingHuman | Paused | Completed | Failed | Cancelled
+                WaitingTool | WaitingHuman | Paused | Completed | Failed | Cancelled | Compensating
             )
-            | (WaitingTool, Running | Paused | Failed | Cancelled)
-            | (WaitingHuman, Running | Paused | Failed | Cancelled)
+            | (
+                WaitingTool | WaitingHuman,
+                Running | Paused | Failed | Cancelled | Compensating
+            )
             | (
                 Paused,
-                Running | WaitingTool | WaitingHuman | Failed | Cancelled
+                Running | WaitingTool | WaitingHuman | Failed | Cancelled | Compensating
             )
+            | (Compensating, Failed | Cancelled)
     )
 }
 
@@ -270,6 +281,13 @@ pub(crate) fn decide_transition(
             refused: "move a paused run (only an operator resumes or cancels it)",
         });
     }
+    if run.state == RunState::Compensating {
+        return Err(Error::RunNotRunning {
+            run: run.id.clone(),
+            state: run.state,
+            refused: "move a compensating run (its saga ends it: end_saga)",
+        });
+    }
     if let Some(expected) = cmd.expected_version
         && expected != run.version
     {
@@ -285,26 +303,34 @@ pub(crate) fn decide_transition(
     if cmd.to == RunState::Running {
         check_no_open_wait(state, &run)?;
     }
+    if cmd.to == RunState::Compensating {
+        // A run compensates because it fails or is cancelled, never by
+        // being asked to.
+        return Err(illegal());
+    }
     let version = run.version + 1;
-    let op = Op::RunTransitioned {
-        run: run.id.clone(),
-        from: run.state,
-        to: cmd.to,
-        version,
-        at_ms: now_ms,
-        token: cmd.guard.token,
-        reason: cmd.reason.clone(),
+    let (ops, to) = if is_saga_end(cmd.to) {
+        let at = (cmd.guard.token, now_ms);
+        ending(state, &run, cmd.to, at, cmd.reason.clone())
+    } else {
+        let op = Op::RunTransitioned {
+            run: run.id.clone(),
+            from: run.state,
+            to: cmd.to,
+            version,
+            at_ms: now_ms,
+            token: cmd.guard.token,
+            reason: cmd.reason.clone(),
+        };
+        (vec![op], cmd.to)
     };
     let answer = Answer::Transitioned {
         run: run.id.clone(),
         from: run.state,
-        to: cmd.to,
+        to,
         version,
     };
-    Ok(Decided {
-        ops: vec![op],
-        answer,
-    })
+    Ok(Decided { ops, answer })
 }
 
 /// Decides `Operate`: an operator pauses, resumes or cancels a run with no
@@ -334,6 +360,10 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
         OperatorAction::Pause => RunState::Paused,
         OperatorAction::Resume => waiting_in.unwrap_or(RunState::Running),
         OperatorAction::Cancel => RunState::Cancelled,
+        OperatorAction::Abandon => state
+            .saga(&run.id)
+            .and_then(|book| book.end)
+            .unwrap_or(RunState::Failed),
     };
     let unchanged = || Decided {
         ops: Vec::new(),
@@ -346,7 +376,9 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
     };
     match (cmd.action, run.state) {
         (OperatorAction::Pause, RunState::Paused)
-        | (OperatorAction::Cancel, RunState::Cancelled) => return Ok(unchanged()),
+        | (OperatorAction::Cancel, RunState::Cancelled)
+        // A compensating run is being ended already; its saga goes on.
+        | (OperatorAction::Cancel, RunState::Compensating) => return Ok(unchanged()),
         (OperatorAction::Resume, from) if from == to => return Ok(unchanged()),
         (_, from) if from.is_terminal() => {
             return Err(Error::RunTerminal {
@@ -361,6 +393,21 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
                 to,
             });
         }
+        (OperatorAction::Abandon, from) if from != RunState::Compensating => {
+            return Err(Error::InvalidCommand {
+                reason: format!(
+                    "only a compensating run's saga can be abandoned; run {} is {from}",
+                    run.id
+                ),
+            });
+        }
+        (OperatorAction::Pause, RunState::Compensating) => {
+            return Err(Error::IllegalTransition {
+                run: run.id.clone(),
+                from: run.state,
+                to,
+            });
+        }
         _ => {}
     }
     assert!(
@@ -368,14 +415,26 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
         "an operator's move {} -> {to} is in the table",
         run.state
     );
-    let reason = format!(
+    let mut reason = format!(
         "operator {} ({}): {}",
         cmd.operator,
         cmd.action.name(),
         cmd.reason
     );
-    let (op, version) = move_under_current_token(&run, to, now_ms, reason);
-    let mut ops = vec![op];
+    if cmd.action == OperatorAction::Abandon {
+        let left = super::saga::next(state, &run.id, now_ms);
+        reason.push_str(&format!("; left: {}", super::saga::describe_next(&left)));
+    }
+    let version = run.version + 1;
+    let (mut ops, to) = if cmd.action == OperatorAction::Cancel {
+        let at = (lease::current_token(&run), now_ms);
+        ending(state, &run, RunState::Cancelled, at, reason)
+    } else {
+        (
+            vec![move_under_current_token(&run, to, now_ms, reason).0],
+            to,
+        )
+    };
     if cmd.action == OperatorAction::Cancel {
         ops.extend(cancel_awaited_children(state, &run, now_ms));
     }
@@ -407,11 +466,15 @@ fn cancel_awaited_children(state: &dyn BooksRead, run: &Run, now_ms: u64) -> Vec
         else {
             break;
         };
-        let Some(child) = state.run(child).filter(|c| !c.state.is_terminal()) else {
+        let Some(child) = state
+            .run(child)
+            .filter(|c| !c.state.is_terminal() && c.state != RunState::Compensating)
+        else {
             break;
         };
         let reason = format!("its parent run {} was cancelled", run.id);
-        ops.push(move_under_current_token(&child, RunState::Cancelled, now_ms, reason).0);
+        let at = (lease::current_token(&child), now_ms);
+        ops.extend(ending(state, &child, RunState::Cancelled, at, reason).0);
         parent = child.id;
     }
     ops
@@ -429,16 +492,17 @@ mod tests {
 
     /// The expected table, written out independently of the function:
     /// rows are `from`, columns are `to`, in `RunState::ALL` order
-    /// (P R WT WH Pa C F Ca).
-    const EXPECTED: [[u8; 8]; 8] = [
-        [0, 1, 0, 0, 1, 0, 0, 1], // pending
-        [0, 0, 1, 1, 1, 1, 1, 1], // running
-        [0, 1, 0, 0, 1, 0, 1, 1], // waiting_tool
-        [0, 1, 0, 0, 1, 0, 1, 1], // waiting_human
-        [0, 1, 1, 1, 0, 0, 1, 1], // paused
-        [0, 0, 0, 0, 0, 0, 0, 0], // completed
-        [0, 0, 0, 0, 0, 0, 0, 0], // failed
-        [0, 0, 0, 0, 0, 0, 0, 0], // cancelled
+    /// (P R WT WH Pa C F Ca Co).
+    const EXPECTED: [[u8; 9]; 9] = [
+        [0, 1, 0, 0, 1, 0, 0, 1, 1], // pending
+        [0, 0, 1, 1, 1, 1, 1, 1, 1], // running
+        [0, 1, 0, 0, 1, 0, 1, 1, 1], // waiting_tool
+        [0, 1, 0, 0, 1, 0, 1, 1, 1], // waiting_human
+        [0, 1, 1, 1, 0, 0, 1, 1, 1], // paused
+        [0, 0, 0, 0, 0, 0, 0, 0, 0], // completed
+        [0, 0, 0, 0, 0, 0, 0, 0, 0], // failed
+        [0, 0, 0, 0, 0, 0, 0, 0, 0], // cancelled
+        [0, 0, 0, 0, 0, 0, 1, 1, 0], // compensating
     ];
 
     #[test]
@@ -452,12 +516,20 @@ mod tests {
                 );
             }
         }
-        assert_eq!(EXPECTED.iter().flatten().filter(|x| **x == 1).count(), 22);
+        assert_eq!(EXPECTED.iter().flatten().filter(|x| **x == 1).count(), 29);
     }
 
-    /// Drives a run into `from` through legal transitions.
+    /// Drives a run into `from` through legal transitions (to compensating:
+    /// a confirmed act that registered a compensation, then a failure).
     fn run_in(from: RunState) -> (Books, Guard) {
         let (mut b, g) = books_with_leased_run("r");
+        if from == Compensating {
+            b.ok(transition("r", &g, Running));
+            crate::books::saga::tests::confirm_compensable(&mut b, &g, "r", "sweep");
+            b.ok(transition("r", &g, Failed));
+            assert_eq!(b.mem.run(&rid("r")).unwrap().state, from);
+            return (b, g);
+        }
         let path: &[RunState] = match from {
             Pending => &[],
             Running => &[Running],
@@ -467,6 +539,7 @@ mod tests {
             Completed => &[Running, Completed],
             Failed => &[Running, Failed],
             Cancelled => &[Cancelled],
+            Compensating => unreachable!("driven above"),
         };
         for to in path {
             b.ok(transition("r", &g, *to));
@@ -488,14 +561,15 @@ mod tests {
                         "{from} -> {to}: {result:?}"
                     );
                     assert_eq!(b.mem, before, "a refused transition changed the books");
-                } else if from == Paused {
-                    // Only an operator moves a paused run (see below).
+                } else if from == Paused || from == Compensating {
+                    // Only an operator moves a paused run (see below); a
+                    // compensating one ends with its saga (saga.rs).
                     assert!(
-                        matches!(result, Err(Error::RunNotRunning { state: Paused, .. })),
+                        matches!(result, Err(Error::RunNotRunning { state, .. }) if state == from),
                         "{from} -> {to}: {result:?}"
                     );
                     assert_eq!(b.mem, before, "a refused transition changed the books");
-                } else if transition_allowed(from, to) {
+                } else if transition_allowed(from, to) && to != Compensating {
                     let run = b.mem.run(&rid("r")).unwrap();
                     assert!(result.is_ok(), "{from} -> {to}: {result:?}");
                     assert_eq!(run.state, to);
@@ -572,7 +646,7 @@ mod tests {
     #[test]
     fn an_operator_moves_every_live_state_and_repeating_an_action_changes_nothing() {
         use OperatorAction::*;
-        for from in RunState::ALL {
+        for from in RunState::ALL.into_iter().filter(|s| *s != Compensating) {
             for action in [Pause, Resume, Cancel] {
                 let (mut b, _) = run_in(from);
                 let before = b.mem.clone();
@@ -582,6 +656,7 @@ mod tests {
                     Pause => Paused,
                     Resume => Running,
                     Cancel => Cancelled,
+                    Abandon => unreachable!("not in this loop"),
                 };
                 if from == target {
                     let d = result.unwrap();

@@ -16,6 +16,7 @@ use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, RunId, StepId};
 use super::ledger::EffectEntry;
 use super::run::Run;
+use super::saga::SagaBook;
 use super::wait::WaitBook;
 
 /// The reads that deciding needs.
@@ -68,6 +69,10 @@ pub trait BooksRead {
     /// The budget book of `run`; `None` if it never had a budget nor
     /// reserved any.
     fn budget(&self, run: &RunId) -> Option<BudgetBook>;
+
+    /// The saga book of `run`; `None` if none of its acts registered a
+    /// compensation.
+    fn saga(&self, run: &RunId) -> Option<SagaBook>;
 }
 
 /// The writes that applying needs: puts keyed by the values' own ids.
@@ -96,4 +101,7 @@ pub trait BooksWrite: BooksRead {
 
     /// Stores `book`, replacing the budget book of its run.
     fn put_budget(&mut self, book: BudgetBook);
+
+    /// Stores `book`, replacing the saga book of its run.
+    fn put_saga(&mut self, book: SagaBook);
 }

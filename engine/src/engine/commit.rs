@@ -221,6 +221,9 @@ impl Engine {
         let decided = decided_on.and_then(|mut decided| {
             tamper(&mut decided);
             self.planted_unsettled_reply(cmd, &mut decided);
+            if self.planted(PlantedBug::EndWithoutCompensating) {
+                crate::books::skip_sagas(&mut decided.ops);
+            }
             let mut overlay = Overlay::new(&view);
             for op in &decided.ops {
                 apply(&mut overlay, op)?;

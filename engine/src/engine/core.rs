@@ -336,7 +336,8 @@ impl Inner {
             .chain(writes.decisions.keys().map(|(r, _)| r))
             .chain(writes.audit.keys())
             .chain(writes.waits.keys())
-            .chain(writes.budgets.keys());
+            .chain(writes.budgets.keys())
+            .chain(writes.sagas.keys());
         for run in touched {
             self.hot.fault_in(run, cold);
         }

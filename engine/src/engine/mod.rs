@@ -20,6 +20,7 @@ mod core;
 mod operations;
 mod options;
 mod reads;
+mod sagas;
 mod step;
 mod waits;
 
@@ -34,5 +35,6 @@ pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
     MAX_RECORD_BYTES_DEFAULT,
 };
+pub use sagas::SagaProgress;
 pub use step::{EffectCtx, FinishedStep, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};
 pub use waits::{Signalled, Waited};

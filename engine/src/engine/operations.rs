@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::books::{
-    Answer, AuditWhat, Begun, BooksRead, Command, EffectKey, EffectStatus, Op, RunId, StepId,
-    WorkerId,
+    Answer, AuditWhat, Begun, BooksRead, Command, EffectKey, EffectKind, EffectStatus, Op, RunId,
+    RunState, StepId, WorkerId,
 };
 use crate::error::{Error, Result};
 
@@ -177,6 +177,15 @@ pub enum StuckReason {
         /// When it was recorded unknown, ms since the epoch.
         since_ms: u64,
     },
+    /// The run compensates, and its compensation `key` failed for good
+    /// since `since_ms`: the saga cannot end by itself (a person settles
+    /// the step by hand, then an operator abandons the saga).
+    CompensationFailed {
+        /// The compensation's attempt.
+        key: EffectKey,
+        /// When it failed, ms since the epoch.
+        since_ms: u64,
+    },
 }
 
 /// A run stuck past an SLA, and why.
@@ -235,21 +244,40 @@ fn stuck_for(
         });
     }
     for entry in hot.effects_of(cold, run) {
-        let EffectStatus::Unknown { .. } = entry.status else {
-            continue;
-        };
         let since_ms = entry.settled_ms.unwrap_or(entry.intended_ms);
+        let reason = match (&entry.status, entry.key.kind()) {
+            (EffectStatus::Unknown { .. }, _) => StuckReason::Unknown {
+                key: entry.key,
+                since_ms,
+            },
+            (EffectStatus::Failed { retryable, .. }, EffectKind::Undo)
+                if !retryable && compensation_blocks(view, &entry.key) =>
+            {
+                StuckReason::CompensationFailed {
+                    key: entry.key,
+                    since_ms,
+                }
+            }
+            _ => continue,
+        };
         if since_ms <= cutoff {
             stuck.push(Stuck {
                 run: run.clone(),
-                reason: StuckReason::Unknown {
-                    key: entry.key,
-                    since_ms,
-                },
+                reason,
             });
         }
     }
     stuck
+}
+
+/// True if `undo`, failed for good, is the latest compensation of its step
+/// in a compensating run: what holds the saga.
+fn compensation_blocks(view: &HotView<'_>, undo: &EffectKey) -> bool {
+    let compensating = view
+        .run(undo.run())
+        .is_some_and(|r| r.state == RunState::Compensating);
+    let latest = view.latest_effect(undo.run(), undo.step(), EffectKind::Undo);
+    compensating && latest.is_some_and(|l| l.key == *undo)
 }
 
 impl Engine {

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, MemBooks, Run, RunId, RunState, StepId, WaitBook, Writes,
+    EffectKey, EffectKind, MemBooks, Run, RunId, RunState, SagaBook, StepId, WaitBook, Writes,
     claimable_from_ms, wake_ms,
 };
 use crate::error::Result;
@@ -66,6 +66,8 @@ pub(crate) struct HotRun {
     pub(crate) waits: Option<Box<WaitBook>>,
     /// The run's budget book, boxed like its wait book.
     pub(crate) budget: Option<Box<BudgetBook>>,
+    /// The run's saga book, boxed like its wait book.
+    pub(crate) saga: Option<Box<SagaBook>>,
     /// The instant under which the claim index holds the run, if it does.
     claim_from: Option<u64>,
     /// True while the run is on the list a checkpoint looks at to evict.
@@ -87,6 +89,7 @@ impl HotRun {
             last_lsn: Lsn::ZERO,
             waits: None,
             budget: None,
+            saga: None,
             claim_from: None,
             listed: false,
         }
@@ -234,18 +237,20 @@ impl HotState {
     fn bring_in(&mut self, run: Run, cold: &ColdReader<'_>) {
         let mut hot = HotRun::new(run);
         let id = &hot.run.id;
-        let (effects, decision_count, latest, audit_len, (waits, budget)) = cold.with(|books| {
+        let (effects, decision_count, latest, audit_len, books_of_run) = cold.with(|books| {
             use crate::books::BooksRead;
             (
                 books.effects_of(id),
                 books.decision_count(id),
                 books.checkpoint_latest(id),
                 books.audit_len(id),
-                (books.waits(id), books.budget(id)),
+                (books.waits(id), books.budget(id), books.saga(id)),
             )
         });
+        let (waits, budget, saga) = books_of_run;
         hot.waits = waits.map(Box::new);
         hot.budget = budget.map(Box::new);
+        hot.saga = saga.map(Box::new);
         for entry in effects {
             if entry.status.is_open() {
                 hot.effects.insert(entry.key.clone(), (entry, Lsn::ZERO));
@@ -329,6 +334,7 @@ impl HotState {
             audit,
             waits,
             budgets,
+            sagas,
         } = writes;
         for run in runs.into_values() {
             self.set_run(run, lsn);
@@ -339,6 +345,9 @@ impl HotState {
         }
         for (run, book) in budgets {
             self.run_mut(&run, lsn).budget = Some(Box::new(book));
+        }
+        for (run, book) in sagas {
+            self.run_mut(&run, lsn).saga = Some(Box::new(book));
         }
         for (key, entry) in effects {
             self.run_mut(key.run(), lsn)
@@ -437,6 +446,9 @@ impl HotState {
             }
             if let Some(book) = hot.budget.as_deref() {
                 books.put_budget(book.clone());
+            }
+            if let Some(book) = hot.saga.as_deref() {
+                books.put_saga(book.clone());
             }
             for held in hot.effects.values() {
                 books.put_effect(held.0.clone());

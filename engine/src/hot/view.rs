@@ -11,7 +11,7 @@
 
 use crate::books::{
     AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, Run, RunId, StepId, WaitBook,
+    EffectKey, EffectKind, Run, RunId, SagaBook, StepId, WaitBook,
 };
 
 use super::cold::ColdReader;
@@ -190,6 +190,13 @@ impl BooksRead for HotView<'_> {
         match self.hot_run(run) {
             Some(hot) => hot.budget.as_deref().cloned(),
             None => self.cold_of(run, |b| b.budget(run)),
+        }
+    }
+
+    fn saga(&self, run: &RunId) -> Option<SagaBook> {
+        match self.hot_run(run) {
+            Some(hot) => hot.saga.as_deref().cloned(),
+            None => self.cold_of(run, |b| b.saga(run)),
         }
     }
 }

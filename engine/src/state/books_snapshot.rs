@@ -13,12 +13,12 @@ use serde::de::DeserializeOwned;
 
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    RUNS_TABLE, RowTable, WAITS_TABLE, decode_row,
+    RUNS_TABLE, RowTable, SAGAS_TABLE, WAITS_TABLE, decode_row,
 };
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    MemBooks, Run, RunId, WaitBook,
+    MemBooks, Run, RunId, SagaBook, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -106,6 +106,14 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
             RowTable::Budgets,
             &bytes,
             "budget book",
+        )?);
+    }
+    for bytes in values(txn, path, SAGAS_TABLE)? {
+        books.put_saga(decode::<SagaBook>(
+            path,
+            RowTable::Sagas,
+            &bytes,
+            "saga book",
         )?);
     }
     push_audit(txn, path, &mut books)?;

@@ -24,13 +24,13 @@ use serde::de::DeserializeOwned;
 
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, WAITS_TABLE, decode_row, effect_kind_code,
+    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, WAITS_TABLE, decode_row, effect_kind_code,
     effect_row_key,
 };
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, Run, RunId, StepId, WaitBook,
+    EffectKey, EffectKind, Run, RunId, SagaBook, StepId, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -104,6 +104,7 @@ pub(crate) struct OpenTables<'a> {
     pub(crate) audit: OpenTable<'a, (&'static str, u64), &'static [u8]>,
     pub(crate) waits: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) budgets: OpenTable<'a, &'static str, &'static [u8]>,
+    pub(crate) sagas: OpenTable<'a, &'static str, &'static [u8]>,
 }
 
 /// The table `def` of `txn`, opened into `slot` the first time.
@@ -520,6 +521,19 @@ impl BooksRead for RedbBooks<'_> {
         let same = book.run == *run;
         self.keyed(book, same, || {
             format!("the row of the budget book of run {run}")
+        })
+    }
+
+    fn saga(&self, run: &RunId) -> Option<SagaBook> {
+        let bytes = with_table!(self, SAGAS_TABLE => sagas, "read saga book", |t| t
+            .get(run.as_str())
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let book: SagaBook =
+            self.decode(RowTable::Sagas, &bytes, &format!("saga book of run {run}"))?;
+        let same = book.run == *run;
+        self.keyed(book, same, || {
+            format!("the row of the saga book of run {run}")
         })
     }
 

@@ -16,11 +16,11 @@ use redb::{ReadableTable, WriteTransaction};
 use super::books_tables::{OpenTables, RedbBooks, Txn, open_in};
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, WAITS_TABLE, effect_row_key, encode_row,
+    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, WAITS_TABLE, effect_row_key, encode_row,
 };
 use crate::books::{
     AuditEntry, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
-    EffectEntry, Run, RunId, WaitBook, Writes,
+    EffectEntry, Run, RunId, SagaBook, WaitBook, Writes,
 };
 
 impl<'a> RedbBooks<'a> {
@@ -74,6 +74,7 @@ fn write_all<'a>(
         audit,
         waits,
         budgets,
+        sagas,
     } = writes;
     for run in runs.values() {
         put_run(txn, tables, run)?;
@@ -109,6 +110,11 @@ fn write_all<'a>(
     for book in budgets.values() {
         let row = encode_row(RowTable::Budgets, book);
         let table = open_in(txn, &mut tables.budgets, BUDGETS_TABLE)?;
+        table.insert(book.run.as_str(), row.as_slice())?;
+    }
+    for book in sagas.values() {
+        let row = encode_row(RowTable::Sagas, book);
+        let table = open_in(txn, &mut tables.sagas, SAGAS_TABLE)?;
         table.insert(book.run.as_str(), row.as_slice())?;
     }
     Ok(())
@@ -221,6 +227,16 @@ impl BooksWrite for RedbBooks<'_> {
         let row = encode_row(RowTable::Budgets, &book);
         self.write_with("write budget book", |txn, tables| {
             let table = open_in(txn, &mut tables.budgets, BUDGETS_TABLE)?;
+            table.insert(book.run.as_str(), row.as_slice())?;
+            Ok(())
+        });
+    }
+
+    fn put_saga(&mut self, book: SagaBook) {
+        self.assert_writable("put_saga");
+        let row = encode_row(RowTable::Sagas, &book);
+        self.write_with("write saga book", |txn, tables| {
+            let table = open_in(txn, &mut tables.sagas, SAGAS_TABLE)?;
             table.insert(book.run.as_str(), row.as_slice())?;
             Ok(())
         });

@@ -51,6 +51,9 @@ pub const WAITS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("book
 /// Budget books (a run's limits, spending and open reservations), by run
 /// id. Added in schema version 3.
 pub const BUDGETS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_budgets");
+/// Saga books (the steps a run may have to undo, and its saga's end), by
+/// run id. Added in schema version 6.
+pub const SAGAS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_sagas");
 
 /// The byte an [`EffectKind`] is stored as in an effects row key: acts
 /// before compensations, as [`EffectKey`]'s own order has them.
@@ -89,6 +92,8 @@ pub enum RowTable {
     Waits = 6,
     /// [`BUDGETS_TABLE`].
     Budgets = 7,
+    /// [`SAGAS_TABLE`].
+    Sagas = 8,
 }
 
 /// Bytes of a row's checksum.

@@ -73,6 +73,16 @@ pub struct AgentReport {
     pub children_started: u64,
     /// Completed children whose result a parent took.
     pub children_joined: u64,
+    /// Runs a worker saw move to compensating when it ended them.
+    pub sagas_opened: u64,
+    /// Compensations a saga began (or resumed).
+    pub saga_undos: u64,
+    /// Sagas ended, the run reaching its end.
+    pub sagas_ended: u64,
+    /// Times a worker left a saga only a person could move on.
+    pub sagas_stuck: u64,
+    /// A person's findings recorded for a stuck saga (calm phase).
+    pub person_reconciles: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -118,6 +128,11 @@ impl AgentReport {
         self.budgets_raised += other.budgets_raised;
         self.children_started += other.children_started;
         self.children_joined += other.children_joined;
+        self.sagas_opened += other.sagas_opened;
+        self.saga_undos += other.saga_undos;
+        self.sagas_ended += other.sagas_ended;
+        self.sagas_stuck += other.sagas_stuck;
+        self.person_reconciles += other.person_reconciles;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -133,7 +148,8 @@ impl AgentReport {
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
              operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
-             exhausted, {} raised), {} child runs started ({} results taken)",
+             exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
+             ({} undos begun, {} left stuck, {} settled by a person)",
             self.runs,
             self.completed,
             self.failed,
@@ -164,7 +180,11 @@ impl AgentReport {
             self.budgets_exhausted,
             self.budgets_raised,
             self.children_started,
-            self.children_joined
+            self.children_joined,
+            self.sagas_ended,
+            self.saga_undos,
+            self.sagas_stuck,
+            self.person_reconciles
         )
     }
 }

@@ -592,6 +592,10 @@ impl Sim<'_> {
             .checked("every done effect happened exactly once");
         check::effect_applied_exactly_once(&books, &log)
             .map_err(|e| self.fail("every done effect happened exactly once", e))?;
+        self.report
+            .checked("a saga undoes what its run did, last first, each once");
+        check::sagas_undo_last_first(&books, &log)
+            .map_err(|e| self.fail("a saga undoes what its run did, last first, each once", e))?;
         self.check_listing(&books)?;
         self.check_stuck(&books)?;
         self.check_audit_export(&books)?;

@@ -21,9 +21,9 @@
 use actum::Clock;
 use actum::Error;
 use actum::books::{
-    Charge, Command, Compensation, Cost, Guard, OpenWait, Outcome, RecordDecision, RenewLease,
-    Reserve, Reserved, RunId, RunState, SaveCheckpoint, Settle, StepId, ToolClass, Transition,
-    WaitFor, WaitStatus, WorkerId, digest_of,
+    Charge, Command, Compensation, Cost, EffectKey, EndSaga, Guard, OpenWait, Outcome, Reconcile,
+    RecordDecision, RenewLease, Reserve, Reserved, RunId, RunState, SagaNext, SaveCheckpoint,
+    Settle, StepId, ToolClass, Transition, WaitFor, WaitStatus, WorkerId, digest_of,
 };
 use actum::engine::{
     ChildSpec, CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec,
@@ -102,6 +102,9 @@ pub struct Job {
     phase: Phase,
     /// The budget asked for the current action's call, if it pays one.
     budget: Option<Asked>,
+    /// True once the run compensates: the worker runs its saga (the books'
+    /// `saga_next` decides each step), not the workflow.
+    saga: bool,
 }
 
 /// A reserve the worker made for the current action's call.
@@ -157,6 +160,11 @@ impl Job {
     /// already knew it): the new state and phase. `false` for a result no
     /// valid workflow gets.
     fn take(&mut self, side: Side, result: &StepResult, planned: bool) -> bool {
+        if self.saga {
+            // Whatever a saga's call came to, the books say what is next.
+            self.phase = Phase::Saga;
+            return true;
+        }
         if matches!(side, Side::Act(_)) {
             self.recorded(Cost::tool_call(SEARCH_COST_MICROS));
         }
@@ -200,6 +208,9 @@ impl Job {
     /// the run's transition. `None` if the result leads to no checkpoint
     /// (the outcome is then recorded alone).
     fn follow_ups(&self, side: Side, result: &StepResult) -> Option<FollowUps> {
+        if self.saga {
+            return None;
+        }
         let mut next = self.clone();
         if !next.take(side, result, false) || !matches!(next.phase, Phase::Save) {
             return None;
@@ -300,6 +311,8 @@ enum Phase {
     },
     /// Save the checkpoint of the new state.
     Save,
+    /// The run compensates: ask the books what its saga does next.
+    Saga,
 }
 
 type Next = Result<Option<Job>, AgentFailure>;
@@ -343,7 +356,8 @@ impl Sim<'_> {
         match job.phase.clone() {
             Phase::Load => self.load(w, job),
             Phase::Start => self.start_run(w, job),
-            Phase::Ready => self.ready(w, job),
+            Phase::Ready | Phase::Saga if job.saga => self.saga_step(w, job),
+            Phase::Ready | Phase::Saga => self.ready(w, job),
             Phase::Await {
                 ctx,
                 side,
@@ -369,6 +383,22 @@ impl Sim<'_> {
     /// A refusal that ends the worker's hold on the run; anything else is
     /// a valid workflow refused, which is a failure.
     fn dropped(&mut self, w: usize, job: &Job, error: &Error) -> Next {
+        if let Error::RunNotRunning {
+            state: RunState::Compensating,
+            ..
+        } = error
+            && !job.saga
+        {
+            // An operator cancelled the run under this worker, and it
+            // compensates: the worker, still holding the lease, runs the
+            // saga.
+            let who = self.who(w);
+            self.note(|| format!("{who} finds {} compensating: {error}", job.run));
+            let mut job = job.clone();
+            job.saga = true;
+            job.phase = Phase::Saga;
+            return Ok(Some(job));
+        }
         match error {
             Error::Fenced { .. } => self.report.zombies_fenced += 1,
             Error::LeaseLost { .. } => self.report.leases_lost += 1,
@@ -410,6 +440,7 @@ impl Sim<'_> {
             state: AgentState::default(),
             phase: Phase::Load,
             budget: None,
+            saga: false,
         }))
     }
 
@@ -429,8 +460,10 @@ impl Sim<'_> {
             Some(c) => AgentState::from_parts(&c.parts)
                 .ok_or_else(|| self.fail("reads succeed", "a checkpoint does not parse"))?,
         };
+        job.saga = record.state == RunState::Compensating;
         job.phase = match record.state {
             RunState::Pending => Phase::Start,
+            RunState::Compensating => Phase::Saga,
             _ => Phase::Ready,
         };
         let who = self.who(w);
@@ -500,10 +533,12 @@ impl Sim<'_> {
         match action {
             Action::Effect(spec) => self.begin_effect(w, job, spec),
             Action::Decide { position, prompt } => self.decide(w, job, position, &prompt),
-            Action::Compensate { step } => self.begin_undo(w, job, step),
             Action::Wait(spec) => self.wait(w, job, &spec),
             Action::Spawn { step } => self.spawn(w, job, step),
-            Action::Finish { to, reason } => self.transition(w, &job, to, reason).map(|_| None),
+            Action::Finish { to, reason } => match self.transition(w, &job, to, reason)? {
+                Some(()) => self.saga_if_compensating(w, job),
+                None => Ok(None),
+            },
         }
     }
 
@@ -655,6 +690,12 @@ impl Sim<'_> {
                 let digest = digest_of(&spec.args);
                 self.follow(w, job, plan, Side::Act(spec.tool), digest)
             }
+            Called::Refused(Error::EffectFailed { key, reason }) if job.saga => {
+                let who = self.who(w);
+                self.note(|| format!("{who} finds {key} failed for good ({reason})"));
+                job.phase = Phase::Saga;
+                Ok(Some(job))
+            }
             Called::Refused(Error::EffectFailed { key, reason }) => {
                 let who = self.who(w);
                 self.note(|| format!("{who} finds {key} failed for good ({reason})"));
@@ -709,7 +750,7 @@ impl Sim<'_> {
             guard: &job.guard,
             run: &job.run,
             step: &step,
-            rationale: "a later step was refused for good",
+            rationale: "the run's saga undoes what it did",
         };
         let cmd = request.command();
         match self.call(Some(&cmd), |e| e.begin_compensation(&request))? {
@@ -1038,7 +1079,7 @@ impl Sim<'_> {
         self.note(|| format!("{who} saves {} v{version} in the same record", next.run));
         if let Some(to) = finish_to {
             self.note(|| format!("{who} moves {} to {to} in the same record", next.run));
-            return Ok(None);
+            return self.saga_if_compensating(w, next);
         }
         next.phase = Phase::Ready;
         Ok(Some(next))
@@ -1223,6 +1264,121 @@ impl Sim<'_> {
                 let who = self.who(w);
                 self.note(|| format!("{who} saves {} v{}", job.run, saved.version));
                 job.phase = Phase::Ready;
+                Ok(Some(job))
+            }
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+}
+
+impl Sim<'_> {
+    /// After the worker moved its run to an end: if the run compensates
+    /// instead (its saga has acts to undo), the worker, holding the lease,
+    /// runs the saga; otherwise it is done with the run.
+    fn saga_if_compensating(&mut self, w: usize, mut job: Job) -> Next {
+        let run = job.run.clone();
+        let state = match self.call(None, |e| e.run(&run))? {
+            Called::Ok(record) => record.map(|r| r.state),
+            Called::Died => return Ok(None),
+            Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+        };
+        if state != Some(RunState::Compensating) {
+            return Ok(None);
+        }
+        self.report.sagas_opened += 1;
+        let who = self.who(w);
+        self.note(|| format!("{who} runs the saga of {run}"));
+        job.saga = true;
+        job.phase = Phase::Saga;
+        Ok(Some(job))
+    }
+
+    /// One step of a compensating run's saga, as the books decide it: undo
+    /// the latest step not undone, resolve an act in flight by its tool's
+    /// class, have a person settle what nobody else can (once the faults
+    /// stop), or end the saga.
+    fn saga_step(&mut self, w: usize, job: Job) -> Next {
+        let run = job.run.clone();
+        let next = match self.call(None, |e| e.saga_next(&run))? {
+            Called::Ok(next) => next,
+            Called::Died => return Ok(None),
+            Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+        };
+        let who = self.who(w);
+        self.note(|| format!("{who}: the saga of {run} is at {next:?}"));
+        match next {
+            SagaNext::Undo { step } => {
+                self.report.saga_undos += 1;
+                self.begin_undo(w, job, step.as_str())
+            }
+            SagaNext::Resolve { key } => {
+                let spec = job
+                    .workflow
+                    .effect_at(&job.run, key.step().as_str())
+                    .ok_or_else(|| {
+                        self.fail(
+                            "a saga resolves only the acts its workflow made",
+                            format!("{key} is no effect of a {} run", job.workflow.name()),
+                        )
+                    })?;
+                self.begin_effect(w, job, spec)
+            }
+            SagaNext::Stuck { key, status } if self.calm => {
+                self.person_settles(w, job, &key, status)
+            }
+            SagaNext::Stuck { key, status } => {
+                self.report.sagas_stuck += 1;
+                self.note(|| format!("{who} leaves {run}: {key} is {status}, for a person"));
+                Ok(None)
+            }
+            SagaNext::End { .. } => self.end_saga(w, &job),
+        }
+    }
+
+    /// Ends the saga: the run reaches the end it was headed for.
+    fn end_saga(&mut self, w: usize, job: &Job) -> Next {
+        let end = EndSaga {
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            reason: "every compensation is done".into(),
+        };
+        let cmd = Command::EndSaga(end.clone());
+        match self.call(Some(&cmd), |e| {
+            e.end_saga(&end.run, &end.guard, &end.reason)
+        })? {
+            Called::Ok(state) => {
+                self.report.sagas_ended += 1;
+                let who = self.who(w);
+                self.note(|| format!("{who} ends the saga of {}: {state}", job.run));
+                Ok(None)
+            }
+            Called::Refused(e) => self.dropped(w, job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+
+    /// A person looks in the world for what `key` did (the bank's
+    /// statement) and the worker records it: confirmed with its receipt,
+    /// or failed if nothing happened and no request for it is on its way.
+    fn person_settles(&mut self, w: usize, mut job: Job, key: &EffectKey, status: &str) -> Next {
+        let who = self.who(w);
+        let Some(outcome) = self.world.person_checks(key) else {
+            self.note(|| format!("{who} waits: a request for {key} is still on its way"));
+            return Ok(Some(job));
+        };
+        let reconcile = Reconcile {
+            key: key.clone(),
+            guard: job.guard.clone(),
+            outcome: outcome.clone(),
+            note: format!("a person checked the statement ({status} before)"),
+        };
+        let cmd = Command::Reconcile(reconcile.clone());
+        match self.call(Some(&cmd), |e| e.reconcile(reconcile))? {
+            Called::Ok(_) => {
+                self.report.person_reconciles += 1;
+                self.note(|| format!("{who} records a person's finding for {key}: {outcome:?}"));
+                job.phase = Phase::Saga;
                 Ok(Some(job))
             }
             Called::Refused(e) => self.dropped(w, &job, &e),

@@ -1,7 +1,8 @@
 //! The agents' workflows, drawn from the seeds: the shop (charge the card,
 //! ship the order), the refund (ask the model, refund, tell the customer),
-//! the treasury end-of-day run (sweep, hedge, post; when the FX desk refuses
-//! the hedge, compensate the sweep and fail), a long research run of
+//! the treasury end-of-day run (sweep, fund, hedge, post; when the FX desk
+//! refuses the hedge, the run fails and its saga undoes the funding, then
+//! the sweep), a long research run of
 //! journaled model decisions and searches with a growing checkpoint, and
 //! vendor onboarding: a 48-hour finance approval of the exact payment, the
 //! bank's verification webhook, a sanctions screening whose outcome comes
@@ -23,6 +24,8 @@ use actum::books::{Part, RunId, RunState, WaitFor, digest_of};
 use crate::world::Tool;
 use crate::world::tool;
 
+/// More actions than any workflow's forward path holds.
+const FORWARD_ACTIONS_MAX: u32 = 32;
 /// The checkpoint schema version the workflows write.
 pub const SCHEMA_VERSION: u32 = 1;
 /// Rounds of the research workflow.
@@ -55,7 +58,8 @@ pub enum Workflow {
     Shop,
     /// Seed 000: the model decides, then refund, then mail.
     Refund,
-    /// Seed 002: sweep, hedge, post; a refused hedge undoes the sweep.
+    /// Seed 002: sweep, fund, hedge, post; a refused hedge fails the run,
+    /// and its saga undoes the funding, then the sweep.
     Treasury,
     /// Seeds 003/004: a long run of decisions and searches.
     Research,
@@ -146,11 +150,6 @@ pub enum Action {
         /// The prompt.
         prompt: Vec<u8>,
     },
-    /// Undo a confirmed step with its registered compensation.
-    Compensate {
-        /// The step.
-        step: &'static str,
-    },
     /// Wait at a step for an approval, a signal or a timer.
     Wait(WaitSpec),
     /// Start the child run of a step (its workflow is `Summary`) and wait
@@ -216,15 +215,21 @@ impl Workflow {
                 to: RunState::Failed,
                 reason: "the summary run did not complete",
             },
-            Some(Failing::Declined) => match state.cursor {
-                0 => Action::Compensate { step: "sweep" },
-                _ => Action::Finish {
-                    to: RunState::Failed,
-                    reason: "the hedge was refused; the sweep is compensated",
-                },
+            Some(Failing::Declined) => Action::Finish {
+                to: RunState::Failed,
+                reason: "the hedge was refused; the saga undoes what the run did",
             },
             None => self.forward(run, state.cursor),
         }
+    }
+
+    /// The effect the workflow's forward path makes at `step`, if any: what
+    /// a saga resends or queries to learn the outcome of an act in flight.
+    pub fn effect_at(self, run: &RunId, step: &str) -> Option<EffectSpec> {
+        (0..FORWARD_ACTIONS_MAX).find_map(|cursor| match self.forward(run, cursor) {
+            Action::Effect(spec) if spec.step == step => Some(spec),
+            _ => None,
+        })
     }
 
     fn forward(self, run: &RunId, cursor: u32) -> Action {
@@ -246,8 +251,17 @@ impl Workflow {
                     format!("return the sweep of {run}").into_bytes(),
                 )),
             }),
-            (Workflow::Treasury, 1) => effect("hedge", "fx.hedge", run),
-            (Workflow::Treasury, 2) => effect("post", "ledger.post", run),
+            (Workflow::Treasury, 1) => Action::Effect(EffectSpec {
+                step: "fund".into(),
+                tool: tool("bank.fund"),
+                args: format!("fund the subsidiaries of {run}").into_bytes(),
+                compensation: Some((
+                    tool("bank.unfund"),
+                    format!("return the funding of {run}").into_bytes(),
+                )),
+            }),
+            (Workflow::Treasury, 2) => effect("hedge", "fx.hedge", run),
+            (Workflow::Treasury, 3) => effect("post", "ledger.post", run),
             (Workflow::Research, c) if c < 2 * RESEARCH_ROUNDS => {
                 let round = c / 2;
                 if c % 2 == 0 {
@@ -387,9 +401,15 @@ mod tests {
                 failing: Some(Failing::Declined),
                 ..AgentState::default()
             };
-            assert_eq!(
-                workflow.action(&run, &failing),
-                Action::Compensate { step: "sweep" }
+            assert!(
+                matches!(
+                    workflow.action(&run, &failing),
+                    Action::Finish {
+                        to: RunState::Failed,
+                        ..
+                    }
+                ),
+                "{workflow:?}"
             );
         }
     }

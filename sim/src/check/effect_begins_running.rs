@@ -2,25 +2,36 @@
 //! or `begin_compensation` the engine acknowledged (an intent written, a
 //! resend or a query handed out, or a receipt replayed) was made on a run
 //! the reference model held in `running` (the books before the command):
-//! not pending, paused by an operator, waiting, or over.
+//! not pending, paused by an operator, waiting, or over. A compensating
+//! run's saga is the exception it needs: it begins compensations, and
+//! resolves an act already in flight (its latest attempt open), but never
+//! begins an act.
 //!
 //! The model's run state comes from applying acknowledged ops, not from
 //! the rule `decide` enforces, so this catches an engine that skips the
 //! rule.
 
-use actum::books::{BooksRead, Command, MemBooks, RunState};
+use actum::books::{BooksRead, Command, EffectKind, MemBooks, RunState};
 
 /// `Err` if `cmd`, just acknowledged, begins an effect (or compensation)
 /// on a run that `model` (the books before the command) holds in a state
 /// other than `running`. Batches are not looked into: a begin inside one
 /// may follow a transition of the same batch.
 pub fn effect_begins_on_a_running_run(model: &MemBooks, cmd: &Command) -> Result<(), String> {
-    let (run, what) = match cmd {
-        Command::BeginEffect(c) => (&c.run, format!("an effect of step {}", c.step)),
-        Command::BeginCompensation(c) => (&c.run, format!("a compensation of step {}", c.step)),
+    let (run, what, saga_may) = match cmd {
+        Command::BeginEffect(c) => {
+            let in_flight = model
+                .latest_effect(&c.run, &c.step, EffectKind::Act)
+                .is_some_and(|e| e.status.is_open());
+            (&c.run, format!("an effect of step {}", c.step), in_flight)
+        }
+        Command::BeginCompensation(c) => {
+            (&c.run, format!("a compensation of step {}", c.step), true)
+        }
         _ => return Ok(()),
     };
     match model.run(run) {
+        Some(record) if record.state == RunState::Compensating && saga_may => Ok(()),
         Some(record) if record.state != RunState::Running => Err(format!(
             "the engine began {what} on run {run}, which is {}",
             record.state

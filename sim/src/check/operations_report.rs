@@ -3,7 +3,7 @@
 //! than the SLA in the books; the audit export is the run's journal, line
 //! for line.
 
-use actum::books::{BooksRead, EffectStatus, MemBooks};
+use actum::books::{BooksRead, EffectKind, EffectStatus, MemBooks, RunState};
 use actum::engine::{Stuck, StuckReason};
 
 /// `Err` if `found` (the engine's sweep at `now_ms` for `older_than_ms`)
@@ -38,6 +38,30 @@ pub fn stuck_runs_are_the_books(
         for (since, key) in unknown {
             expected.push((run.id.clone(), format!("unknown {key} since {since}")));
         }
+        // A compensating run whose latest compensation of a step failed
+        // for good: its saga cannot end by itself.
+        for undo in books.effects().filter(|e| {
+            *e.key.run() == run.id
+                && run.state == RunState::Compensating
+                && e.key.kind() == EffectKind::Undo
+                && matches!(
+                    e.status,
+                    EffectStatus::Failed {
+                        retryable: false,
+                        ..
+                    }
+                )
+        }) {
+            let latest = books.latest_effect(&run.id, undo.key.step(), EffectKind::Undo);
+            let since = undo.settled_ms.unwrap_or(undo.intended_ms);
+            if latest.is_some_and(|l| l.key == undo.key) && since <= cutoff {
+                let key = &undo.key;
+                expected.push((
+                    run.id.clone(),
+                    format!("compensation {key} failed since {since}"),
+                ));
+            }
+        }
     }
     let mut listed: Vec<_> = found
         .iter()
@@ -47,6 +71,9 @@ pub fn stuck_runs_are_the_books(
                     format!("wait {step} since {since_ms}")
                 }
                 StuckReason::Unknown { key, since_ms } => format!("unknown {key} since {since_ms}"),
+                StuckReason::CompensationFailed { key, since_ms } => {
+                    format!("compensation {key} failed since {since_ms}")
+                }
             };
             (s.run.clone(), what)
         })

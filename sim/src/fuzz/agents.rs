@@ -100,9 +100,10 @@ fn event(b: &mut Bytes<'_>) -> Event {
         8 => Event::Approve(b.u8(), b.u8()),
         9 => Event::Signal(b.u8(), b.u8()),
         _ => {
-            let action = match b.u8() % 3 {
+            let action = match b.u8() % 4 {
                 0 => OperatorAction::Pause,
                 1 => OperatorAction::Resume,
+                3 => OperatorAction::Abandon,
                 _ => OperatorAction::Cancel,
             };
             Event::Operate(action, b.u8())
@@ -172,6 +173,7 @@ pub fn encode(schedule: &AgentSchedule) -> Vec<u8> {
                     OperatorAction::Pause => 0,
                     OperatorAction::Resume => 1,
                     OperatorAction::Cancel => 2,
+                    OperatorAction::Abandon => 3,
                 };
                 out.extend_from_slice(&[10, code, run]);
             }

@@ -282,6 +282,22 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         },
         at_ms: 1_700_000_007_000,
     };
+    let compensating = Op::RunTransitioned {
+        run: RunId::new("run-1").expect("a valid run name"),
+        from: RunState::Running,
+        to: RunState::Compensating,
+        version: 9,
+        at_ms: 1_700_000_008_000,
+        token: FencingToken(3),
+        reason: "the hedge was refused".to_string(),
+    };
+    let saga = Op::SagaOpened {
+        run: RunId::new("run-1").expect("a valid run name"),
+        end: RunState::Failed,
+        at_ms: 1_700_000_008_000,
+        token: FencingToken(3),
+    };
+    let sagas = encode_ops(&[compensating, saga.clone()]);
     let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
@@ -298,6 +314,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("child-wait-ended", child_ended.encode()),
         ("reply-wait-opened", reply_wait.encode()),
         ("reply-wait-ended", replied.encode()),
+        ("saga-opened", saga.encode()),
+        ("saga-list", sagas),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

@@ -179,6 +179,25 @@ impl World {
         self.replies.clear();
     }
 
+    /// What a person finds when they check `key` at its service (a bank
+    /// statement): confirmed with the receipt if it was applied, failed if
+    /// not; `None` while a request for it is still on its way (it may yet
+    /// be applied).
+    pub fn person_checks(&self, key: &EffectKey) -> Option<actum::books::Outcome> {
+        if self.in_flight.values().any(|c| c.key == *key) {
+            return None;
+        }
+        Some(match self.log.iter().find(|a| a.key == *key) {
+            Some(applied) => actum::books::Outcome::Confirmed {
+                receipt: applied.receipt.clone(),
+            },
+            None => actum::books::Outcome::Failed {
+                retryable: true,
+                reason: "the statement shows no such request".into(),
+            },
+        })
+    }
+
     /// Every act that happened, in order.
     pub fn log(&self) -> &[Application] {
         &self.log

@@ -87,13 +87,15 @@ impl Tool {
 }
 
 /// Every tool of the world.
-const TOOLS: [Tool; 11] = [
+const TOOLS: [Tool; 13] = [
     Tool::idempotent("stripe.charge"),
     Tool::queryable("warehouse.ship", false),
     Tool::queryable("bank.refund", false),
     Tool::not_idempotent("mail.send"),
     Tool::idempotent("bank.sweep"),
     Tool::idempotent("bank.unsweep"),
+    Tool::idempotent("bank.fund"),
+    Tool::idempotent("bank.unfund"),
     Tool::queryable("fx.hedge", true),
     Tool::idempotent("ledger.post"),
     Tool::idempotent("search.query"),
