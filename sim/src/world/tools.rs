@@ -95,7 +95,7 @@ const TOOLS: [Tool; 13] = [
     Tool::idempotent("bank.sweep"),
     Tool::idempotent("bank.unsweep"),
     Tool::idempotent("bank.fund"),
-    Tool::idempotent("bank.unfund"),
+    Tool::not_idempotent("bank.unfund"),
     Tool::queryable("fx.hedge", true),
     Tool::idempotent("ledger.post"),
     Tool::idempotent("search.query"),
