@@ -39,6 +39,15 @@ pub enum Error {
         /// The database directory.
         dir: PathBuf,
     },
+    /// A read-only open or a verify found no database in the directory, and
+    /// created none.
+    NoDatabase {
+        /// The directory.
+        dir: PathBuf,
+        /// What is there instead (nothing, other files, an interrupted
+        /// creation).
+        found: String,
+    },
     /// An earlier `fsync` failed, so the log no longer knows what is on disk.
     /// Every write fails until the database is reopened.
     Poisoned {
@@ -406,6 +415,11 @@ impl fmt::Display for Error {
                 f,
                 "database directory {} is already open (its LOCK is held by another process or \
                  handle); close that one first",
+                dir.display()
+            ),
+            Error::NoDatabase { dir, found } => write!(
+                f,
+                "no actum database in {}: {found}; nothing was created or changed",
                 dir.display()
             ),
             Error::Poisoned { cause } => write!(
