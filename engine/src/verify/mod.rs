@@ -4,7 +4,7 @@
 //! weigh ([`disk_usage`]).
 //!
 //! The checks are the engine's own code paths run on a
-//! [`ReadOnlyStorage`](crate::storage::ReadOnlyStorage): the manifest
+//! [`ReadOnlyStorage`]: the manifest
 //! decoder on each copy and the engine's choice between them; WAL recovery
 //! (segment headers, both checksums of every record along the chain, a
 //! torn tail told from damage to acknowledged records by the ack
