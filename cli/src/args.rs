@@ -164,7 +164,7 @@ pub struct ReconcileArgs {
 /// `demo`'s arguments.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Runs of the workflow (default 400, or 80 with `--quick`).
+    /// Runs of the workflow (default 600, or 80 with `--quick`).
     #[arg(long)]
     pub runs: Option<u32>,
     /// Times a worker process is killed with SIGKILL (default 100, or 25

@@ -43,7 +43,8 @@ impl CliError {
                  again once that process has closed it",
                 dir.display()
             ),
-            Error::NoDatabase { .. } | Error::NotFound { .. } => error.to_string(),
+            // It names the directory itself.
+            Error::NoDatabase { .. } => error.to_string(),
             Error::Corrupt { .. }
             | Error::NoValidManifest { .. }
             | Error::ForeignFile { .. }

@@ -44,7 +44,7 @@ pub struct Plan {
 
 impl Plan {
     fn from(args: &DemoArgs) -> Plan {
-        let (runs, kills) = if args.quick { (80, 25) } else { (400, 100) };
+        let (runs, kills) = if args.quick { (80, 25) } else { (600, 100) };
         let runs = args.runs.unwrap_or(runs).max(1);
         let kills = args.kills.unwrap_or(kills);
         Plan {
