@@ -39,8 +39,9 @@ pub enum Error {
         /// The database directory.
         dir: PathBuf,
     },
-    /// A read-only open or a verify found no database in the directory, and
-    /// created none.
+    /// An open that needs a database (`Engine::open_read_only`,
+    /// `Engine::open_existing`) or a verify found none in the directory,
+    /// and created none.
     NoDatabase {
         /// The directory.
         dir: PathBuf,
