@@ -39,6 +39,16 @@ pub enum Error {
         /// The database directory.
         dir: PathBuf,
     },
+    /// An open that needs a database (`Engine::open_read_only`,
+    /// `Engine::open_existing`) or a verify found none in the directory,
+    /// and created none.
+    NoDatabase {
+        /// The directory.
+        dir: PathBuf,
+        /// What is there instead (nothing, other files, an interrupted
+        /// creation).
+        found: String,
+    },
     /// An earlier `fsync` failed, so the log no longer knows what is on disk.
     /// Every write fails until the database is reopened.
     Poisoned {
@@ -414,6 +424,11 @@ impl fmt::Display for Error {
                 f,
                 "database directory {} is already open (its LOCK is held by another process or \
                  handle); close that one first",
+                dir.display()
+            ),
+            Error::NoDatabase { dir, found } => write!(
+                f,
+                "no actum database in {}: {found}; nothing was created or changed",
                 dir.display()
             ),
             Error::Poisoned { cause } => write!(

@@ -14,6 +14,8 @@
 //! - [`books`]: the pure decide/apply core of runs, leases, the effect
 //!   ledger, checkpoints and decisions;
 //! - [`engine`]: the [`Engine`] facade joining them (start here);
+//! - [`verify`]: every checksum of a database directory, checked without
+//!   writing;
 //! - [`Clock`]: time behind a trait, so the simulator can drive it.
 
 pub mod books;
@@ -29,6 +31,7 @@ pub mod planted;
 pub mod state;
 pub mod storage;
 pub(crate) mod sync;
+pub mod verify;
 pub mod wal;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -14,5 +14,6 @@ mod create;
 mod open;
 mod pipeline;
 
+pub(crate) use create::{CREATING_MARKER, MANIFEST_FILES, STATE_FILE, WAL_DIR};
 pub use open::{Db, DbOptions, OpenReport};
 pub use pipeline::{Pipeline, PipelineOptions, RecordAt, Recovering, Recovery};

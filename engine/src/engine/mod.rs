@@ -17,6 +17,7 @@ mod commands;
 mod commit;
 mod compensate;
 mod core;
+mod existing;
 mod operations;
 mod options;
 mod reads;
@@ -30,6 +31,7 @@ pub use answers::{Created, LeaseGrant, Operated, Recorded, SavedCheckpoint};
 pub use children::{ChildSpec, ChildStarted, start_child_command};
 pub use compensate::CompensationRequest;
 pub use core::Engine;
+pub(crate) use existing::require_database;
 pub use operations::{Metrics, Stuck, StuckReason, WAIT_SAMPLES_MAX};
 pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,

@@ -4,13 +4,17 @@
 //! depends on for durability, goes through [`Storage`] and [`StorageFile`].
 //! [`FsStorage`] is the real implementation; the simulator in `actum-sim`
 //! provides a faulty one, and [`RedbBackend`] lets redb run on either.
+//! [`ReadOnlyStorage`] wraps any of them so a database can be opened, and
+//! recovered, in memory only, for an operator who only reads.
 //!
 //! **Invariant:** no module outside `storage/` names `std::fs`.
 
 mod fs;
+mod read_only;
 mod redb_backend;
 mod traits;
 
 pub use fs::FsStorage;
+pub use read_only::ReadOnlyStorage;
 pub use redb_backend::RedbBackend;
 pub use traits::{DirLock, OpenMode, Storage, StorageFile};

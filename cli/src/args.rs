@@ -1,0 +1,209 @@
+//! The command line, declared with clap: one struct per command's
+//! arguments, each documented as `actum help` shows it.
+//!
+//! **Invariant:** every argument is parsed and checked here (durations,
+//! outcomes), so a command's code receives values, never raw text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::text::parse_duration_ms;
+
+/// The operator's command for an actum database directory.
+#[derive(Debug, Parser)]
+#[command(name = "actum", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Runs by state, leases held, pending and unknown effects, open waits
+    /// and file sizes (read-only).
+    Inspect(ReadArgs),
+    /// Checks every checksum of the manifest, the WAL and the state store
+    /// and says what is damaged and where (read-only; exit 1 if damaged).
+    Verify(ReadArgs),
+    /// Writes the audit journal of one run, or of every run, as JSON lines
+    /// (read-only; schema in docs/AUDIT.md).
+    Export(ExportArgs),
+    /// Lists the runs waiting, or holding an unknown effect, for longer
+    /// than a time (read-only).
+    Stuck(StuckArgs),
+    /// Pauses a run: no worker moves it and no effect begins until it is
+    /// resumed (writes).
+    Pause(OperateArgs),
+    /// Resumes a paused run (writes).
+    Resume(OperateArgs),
+    /// Cancels a run; effects already made stand (writes).
+    Cancel(OperateArgs),
+    /// Settles an intended or unknown effect to confirmed or failed, from
+    /// what the operator found out (writes).
+    Reconcile(ReconcileArgs),
+    /// Runs an agent workflow with a file-backed bank and mailer in child
+    /// processes killed at random, and checks every effect happened once.
+    Demo(DemoArgs),
+    /// One worker process of the demo (started by `actum demo`).
+    #[command(hide = true)]
+    DemoWorker(WorkerArgs),
+    /// The demo's end check alone, on a demo directory kept after a run.
+    #[command(hide = true)]
+    DemoCheck(CheckArgs),
+}
+
+/// A read-only command's arguments.
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Which runs to export.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct Which {
+    /// The run to export.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Every run, in id order.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `export`'s arguments.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// One run (`--run ID`) or all of them (`--all`).
+    #[command(flatten)]
+    pub which: Which,
+}
+
+/// `stuck`'s arguments.
+#[derive(Debug, Args)]
+pub struct StuckArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// How long a wait or an unknown outcome may last: `90s`, `15m`, `1h`,
+    /// `2d` (or `500ms`).
+    #[arg(long = "older-than", value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub older_than_ms: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// An operator's move on a run: who, on which run, and why.
+#[derive(Debug, Args)]
+pub struct OperateArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The run.
+    #[arg(long)]
+    pub run: String,
+    /// Who does it (journaled).
+    #[arg(long)]
+    pub operator: String,
+    /// Why (journaled).
+    #[arg(long)]
+    pub reason: String,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the operator found an effect's act did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Found {
+    /// The act happened: give its `--receipt`.
+    Confirmed,
+    /// The act did not happen: give the `--error`.
+    Failed,
+}
+
+/// `reconcile`'s arguments.
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The effect's key, `run/step/attempt` (or `run/step/undo/attempt`).
+    #[arg(long)]
+    pub key: String,
+    /// What the act did.
+    #[arg(long, value_enum)]
+    pub outcome: Found,
+    /// The tool's receipt, for `--outcome confirmed`.
+    #[arg(long, required_if_eq("outcome", "confirmed"), conflicts_with = "error")]
+    pub receipt: Option<String>,
+    /// What went wrong, for `--outcome failed`.
+    #[arg(long, required_if_eq("outcome", "failed"))]
+    pub error: Option<String>,
+    /// With `--outcome failed`: the step may be tried again (a new attempt,
+    /// with a new key).
+    #[arg(long, requires = "error")]
+    pub retryable: bool,
+    /// Who settles it (journaled).
+    #[arg(long)]
+    pub operator: String,
+    /// How it was found out (journaled).
+    #[arg(long)]
+    pub reason: String,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `demo`'s arguments.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Runs of the workflow (default 600, or 80 with `--quick`).
+    #[arg(long)]
+    pub runs: Option<u32>,
+    /// Times a worker process is killed with SIGKILL (default 100, or 25
+    /// with `--quick`).
+    #[arg(long)]
+    pub kills: Option<u32>,
+    /// Seeds every random choice: the kill delays and the tools' latency.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A short run for CI: fewer runs and kills.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to keep the database, bank and mailer (default: a new
+    /// temporary directory, removed after a passing run).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// A demo worker's arguments.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The demo directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Seeds the tools' latency in this process.
+    #[arg(long)]
+    pub seed: u64,
+    /// Worker threads in this process.
+    #[arg(long, default_value_t = 2)]
+    pub threads: u32,
+}
+
+/// `demo-check`'s arguments.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The demo directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// How many runs the demo made.
+    #[arg(long)]
+    pub runs: u32,
+}

@@ -1,0 +1,104 @@
+//! `actum stuck DIR --older-than 1h`: the runs whose wait has been open,
+//! or whose effect's outcome has been unknown, for at least that long
+//! (`Engine::stuck`), by the system clock, read through a read-only open.
+//!
+//! **Invariant:** the list is the engine's sweep, in its order (run id).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use actum::engine::{Engine, EngineOptions, Stuck, StuckReason};
+use serde::Serialize;
+
+use crate::failure::CliError;
+use crate::text::{Table, fmt_duration, fmt_time};
+
+/// One stuck run, flat, for `--json`.
+#[derive(Debug, Serialize)]
+struct Row {
+    run: String,
+    /// `waiting` or `unknown`.
+    kind: &'static str,
+    /// The waiting step, or the unknown effect's key.
+    at: String,
+    /// What the run waits for, or why the outcome is unknown.
+    what: String,
+    since_ms: u64,
+    for_ms: u64,
+}
+
+/// Runs `stuck`.
+pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliError> {
+    let fail = |e| CliError::engine(dir, e);
+    let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
+    let now_ms = engine.clock().now_ms();
+    let stuck = engine.stuck(older_than_ms).map_err(fail)?;
+    drop(engine);
+    let rows: Vec<Row> = stuck.into_iter().map(|s| row(s, now_ms)).collect();
+    let mut out = std::io::stdout().lock();
+    let written = if json {
+        serde_json::to_writer_pretty(&mut out, &rows)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+    } else {
+        write_table(&rows, older_than_ms, &mut out)
+    };
+    written.map_err(CliError::output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn row(stuck: Stuck, now_ms: u64) -> Row {
+    let (kind, at, what, since_ms) = match stuck.reason {
+        StuckReason::Waiting {
+            step,
+            waits_for,
+            since_ms,
+        } => ("waiting", step.to_string(), waits_for, since_ms),
+        StuckReason::Unknown { key, since_ms } => (
+            "unknown",
+            key.to_string(),
+            "the outcome of this effect is unknown: reconcile it".to_string(),
+            since_ms,
+        ),
+        StuckReason::CompensationFailed { key, since_ms } => (
+            "compensation failed",
+            key.to_string(),
+            "this compensation failed for good: settle the step by hand, then abandon the saga"
+                .to_string(),
+            since_ms,
+        ),
+    };
+    Row {
+        run: stuck.run.to_string(),
+        kind,
+        at,
+        what,
+        since_ms,
+        for_ms: now_ms.saturating_sub(since_ms),
+    }
+}
+
+fn write_table(rows: &[Row], older_than_ms: u64, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} run(s) stuck for {} or longer",
+        rows.len(),
+        fmt_duration(older_than_ms)
+    )?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut table = Table::new(&["RUN", "KIND", "STEP OR EFFECT", "FOR", "SINCE", "WHAT"]);
+    for r in rows {
+        table.row(vec![
+            r.run.clone(),
+            r.kind.to_string(),
+            r.at.clone(),
+            fmt_duration(r.for_ms),
+            fmt_time(r.since_ms),
+            r.what.clone(),
+        ]);
+    }
+    table.write(out)
+}
