@@ -358,6 +358,32 @@ pub enum Error {
         /// Where its approval stands (`open`, `rejected`, `elapsed`).
         status: &'static str,
     },
+    /// Another run holds the resource's live lease.
+    ResourceHeld {
+        /// The resource.
+        resource: crate::books::ResourceId,
+        /// The run that holds it.
+        holder: RunId,
+        /// When its hold expires, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// The run does not hold the resource's live lease (it expired, was
+    /// released, or another run holds it).
+    ResourceNotHeld {
+        /// The resource.
+        resource: crate::books::ResourceId,
+        /// The run.
+        run: RunId,
+    },
+    /// A shared key's compare-and-set named a version the key is not at.
+    SharedVersionConflict {
+        /// The key.
+        key: crate::books::SharedKeyId,
+        /// The version the setter read.
+        expected: u64,
+        /// The key's version now.
+        actual: u64,
+    },
     /// A saga cannot end yet: something it must undo, or learn, is
     /// outstanding.
     SagaOutstanding {
@@ -682,6 +708,29 @@ impl fmt::Display for Error {
                 f,
                 "step {step} of run {run} asked for an approval that is {status}; its effect \
                  does not begin without one"
+            ),
+            Error::ResourceHeld {
+                resource,
+                holder,
+                expires_ms,
+            } => write!(
+                f,
+                "resource {resource} is held by run {holder} until {expires_ms} ms; try again \
+                 after that, or once it is released"
+            ),
+            Error::ResourceNotHeld { resource, run } => write!(
+                f,
+                "run {run} does not hold resource {resource} (its hold expired, was released, \
+                 or went to another run); acquire it again before acting on it"
+            ),
+            Error::SharedVersionConflict {
+                key,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "shared key {key} is at version {actual}, not {expected}: someone set it since \
+                 it was read; read it again and decide again"
             ),
             Error::SagaOutstanding { run, next } => write!(
                 f,

@@ -79,6 +79,10 @@ pub enum PlantedBug {
     /// A run that fails or is cancelled ends at once, without its saga:
     /// its confirmed acts are never compensated.
     EndWithoutCompensating,
+    /// A run is granted a resource another run holds live.
+    ResourceIgnoresHolder,
+    /// A shared key's compare-and-set ignores the version its setter read.
+    SharedSetBlind,
 }
 
 impl PlantedBug {
@@ -92,7 +96,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 20] = [
+    pub const ENGINE: [PlantedBug; 22] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -113,10 +117,12 @@ impl PlantedBug {
         PlantedBug::SweepSkipsParked,
         PlantedBug::UndoFirstStepFirst,
         PlantedBug::EndWithoutCompensating,
+        PlantedBug::ResourceIgnoresHolder,
+        PlantedBug::SharedSetBlind,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 25] = [
+    pub const ALL: [PlantedBug; 27] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -142,6 +148,8 @@ impl PlantedBug {
         PlantedBug::SweepSkipsParked,
         PlantedBug::UndoFirstStepFirst,
         PlantedBug::EndWithoutCompensating,
+        PlantedBug::ResourceIgnoresHolder,
+        PlantedBug::SharedSetBlind,
     ];
 
     /// The bug's command-line name.
@@ -172,6 +180,8 @@ impl PlantedBug {
             PlantedBug::SweepSkipsParked => "sweep-skips-parked",
             PlantedBug::UndoFirstStepFirst => "undo-first-step-first",
             PlantedBug::EndWithoutCompensating => "end-without-compensating",
+            PlantedBug::ResourceIgnoresHolder => "resource-ignores-holder",
+            PlantedBug::SharedSetBlind => "shared-set-blind",
         }
     }
 

@@ -16,11 +16,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    BeginCompensation, BeginEffect, BudgetLimits, Charge, Command, Compensation, Cost, CreateRun,
-    DecideApproval, DeliverReply, EffectKey, EffectKind, EndSaga, FencingToken, FinishEffect,
-    Guard, OpenWait, Operate, OperatorAction, Outcome, Part, RecordDecision, Reserve, RunState,
-    SaveCheckpoint, SendSignal, SetBudget, Settle, ToolClass, Transition, Usage, WaitFor,
-    digest_of,
+    AcquireResource, BeginCompensation, BeginEffect, BudgetLimits, Charge, Command, Compensation,
+    Cost, CreateRun, DecideApproval, DeliverReply, EffectKey, EffectKind, EndSaga, FencingToken,
+    FinishEffect, Guard, OpenWait, Operate, OperatorAction, Outcome, Part, RecordDecision,
+    ReleaseResource, Reserve, ResourceId, RunState, SaveCheckpoint, SendSignal, SetBudget,
+    SetShared, Settle, SharedKeyId, SharedSetter, ToolClass, Transition, Usage, WaitFor, digest_of,
 };
 use actum::db::DbOptions;
 use actum::engine::{ChildSpec, start_child_command};
@@ -504,6 +504,66 @@ fn sagas() -> Vec<Work> {
     ]
 }
 
+/// Runs r12 and r13 take turns on resource customer:9 (a release, then an
+/// expiry hands it over, each grant a larger token) and compare-and-set a
+/// shared key, a run and an operator in turn.
+fn coordination() -> Vec<Work> {
+    #[expect(non_snake_case, reason = "reads like the variant")]
+    let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
+    let customer = || ResourceId::new("customer:9").unwrap();
+    let hold = |run: &str, worker: &str, token: u64| {
+        Command::AcquireResource(AcquireResource {
+            resource: customer(),
+            run: rid(run),
+            guard: guard_at(worker, token),
+            ttl_ms: 5_000,
+        })
+    };
+    let release = |run: &str, worker: &str, token: u64| {
+        Command::ReleaseResource(ReleaseResource {
+            resource: customer(),
+            run: rid(run),
+            guard: guard_at(worker, token),
+        })
+    };
+    let set = |version: u64, value: &[u8], by: SharedSetter| {
+        Command::SetShared(SetShared {
+            key: SharedKeyId::new("dnc:customer-9").unwrap(),
+            expected_version: version,
+            value: Some(value.to_vec()),
+            by,
+            reason: "do not contact".into(),
+        })
+    };
+    let by_run = |run: &str, worker: &str| SharedSetter::Run {
+        run: rid(run),
+        guard: guard_at(worker, 1),
+    };
+    vec![
+        Cmd(Command::CreateRun(create_cmd("r12"))),
+        Cmd(Command::CreateRun(create_cmd("r13"))),
+        Cmd(acquire("r12", "w14")),
+        Cmd(acquire("r13", "w15")),
+        Cmd(hold("r12", "w14", 1)),
+        Cmd(set(0, b"asked", by_run("r12", "w14"))),
+        Work::Checkpoint,
+        Cmd(release("r12", "w14", 1)),
+        Cmd(hold("r13", "w15", 1)),
+        Cmd(set(
+            1,
+            b"confirmed",
+            SharedSetter::Operator {
+                name: "ops-anna".into(),
+            },
+        )),
+        Work::Advance(5_000),
+        Cmd(hold("r12", "w14", 1)),
+        Work::Checkpoint,
+        Cmd(hold("r12", "w14", 1)),
+        Cmd(set(2, b"lifted", by_run("r13", "w15"))),
+    ]
+}
+
 fn workload() -> Vec<Work> {
     use Work::Checkpoint;
     #[expect(non_snake_case, reason = "reads like the variant")]
@@ -577,6 +637,7 @@ fn workload() -> Vec<Work> {
     .chain(children())
     .chain(replies())
     .chain(sagas())
+    .chain(coordination())
     .collect()
 }
 

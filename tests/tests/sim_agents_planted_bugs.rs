@@ -98,12 +98,14 @@ fn forgetting_a_step_whose_entry_left_memory_is_caught_by_at_most_once_or_replay
 fn losing_an_outcome_whose_follow_ups_were_refused_is_caught_by_the_model() {
     // Caught at the next recovery, or earlier: the worker asks again for
     // the step whose outcome the engine lost, and the engine plans to act
-    // on a step the model holds confirmed.
+    // on a step the model holds confirmed, or answers it otherwise than
+    // the model does.
     let (_, invariant) = caught(PlantedBug::LoseOutcomeWithRefusedFollowUps);
     assert!(
         [
             "after every recovery the books equal the model",
-            "a confirmed step is never acted on again"
+            "a confirmed step is never acted on again",
+            "the engine decides as the reference model does"
         ]
         .contains(&invariant.as_str()),
         "{invariant}"
@@ -248,6 +250,34 @@ fn a_run_that_ends_without_its_saga_is_caught() {
             "the engine decides as the reference model does",
             "after every recovery the books equal the model",
             "a saga undoes what its run did, last first, each once"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
+fn granting_a_resource_another_run_holds_is_caught() {
+    // The model, which holds the other run's live hold, refuses the grant;
+    // had it not, the world would see two runs act under one customer.
+    let (_, invariant) = caught(PlantedBug::ResourceIgnoresHolder);
+    assert!(
+        [
+            "the engine decides as the reference model does",
+            "a resource is held by one run at a time"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
+fn a_compare_and_set_that_ignores_the_version_read_is_caught() {
+    let (_, invariant) = caught(PlantedBug::SharedSetBlind);
+    assert!(
+        [
+            "the engine decides as the reference model does",
+            "a registry written by compare-and-set loses no update"
         ]
         .contains(&invariant.as_str()),
         "{invariant}"

@@ -15,10 +15,11 @@ use std::fmt;
 use super::audit::describe;
 use super::budget::{BudgetBook, BudgetLimits, Charge, Cost, Reservation, note_transition};
 use super::checkpoint::CheckpointMeta;
+use super::coord::{ResourceBook, ResourceHold, SharedChange, with_change};
 use super::decision::DecisionRecord;
 use super::digest::{Digest, digest_of};
 use super::ids::StepId;
-use super::ids::{EffectKey, FencingToken, RunId};
+use super::ids::{EffectKey, FencingToken, ResourceId, RunId, SharedKeyId};
 use super::lease::Lease;
 use super::ledger::{EffectEntry, EffectStatus};
 use super::op::Op;
@@ -147,6 +148,32 @@ pub fn apply(state: &mut (impl BooksWrite + ?Sized), op: &Op) -> Result<(), Appl
             ..
         } => budget_settled(state, run, charge, actual, op)?,
         Op::SagaOpened { run, end, .. } => saga_opened(state, run, *end, op)?,
+        Op::ResourceAcquired {
+            resource,
+            run,
+            token,
+            expires_ms,
+            at_ms,
+        } => resource_acquired(state, resource, run, (*token, *expires_ms, *at_ms), op)?,
+        Op::ResourceRenewed {
+            resource,
+            run,
+            token,
+            expires_ms,
+            ..
+        } => resource_held(state, resource, run, *token, Some(*expires_ms), op)?,
+        Op::ResourceReleased {
+            resource,
+            run,
+            token,
+            ..
+        } => resource_held(state, resource, run, *token, None, op)?,
+        Op::SharedSet {
+            key,
+            version,
+            value,
+            change,
+        } => shared_set(state, key, *version, value, change, op)?,
     }
     if let Some((run, mut entry)) = describe(op) {
         entry.seq = state.audit_len(&run) + 1;
@@ -257,6 +284,88 @@ fn effect_intended(
     if let Some(book) = saga {
         state.put_saga(book);
     }
+    Ok(())
+}
+
+/// A new hold of `resource` by `run`, under the resource's next token.
+fn resource_acquired(
+    state: &mut (impl BooksWrite + ?Sized),
+    resource: &ResourceId,
+    run: &RunId,
+    (token, expires_ms, at_ms): (FencingToken, u64, u64),
+    op: &Op,
+) -> Applied {
+    run_of(state, run, op)?;
+    let mut book = state.resource(resource).unwrap_or_else(|| ResourceBook {
+        resource: resource.clone(),
+        hold: None,
+        next_token: FencingToken::FIRST,
+    });
+    require(book.next_token == token, op, || {
+        format!(
+            "resource {resource} hands out {} next, the op grants {token}",
+            book.next_token
+        )
+    })?;
+    book.hold = Some(ResourceHold {
+        run: run.clone(),
+        token,
+        expires_ms,
+        acquired_ms: at_ms,
+    });
+    book.next_token = token.next();
+    state.put_resource(book);
+    Ok(())
+}
+
+/// A renewal (`expires_ms`) or a release (`None`) of `run`'s hold of
+/// `resource` under `token`.
+fn resource_held(
+    state: &mut (impl BooksWrite + ?Sized),
+    resource: &ResourceId,
+    run: &RunId,
+    token: FencingToken,
+    expires_ms: Option<u64>,
+    op: &Op,
+) -> Applied {
+    let book = state.resource(resource);
+    let held = book
+        .as_ref()
+        .and_then(|b| b.hold.as_ref())
+        .is_some_and(|h| h.run == *run && h.token == token);
+    require(held, op, || {
+        format!("run {run} holds no lease of resource {resource} under {token}")
+    })?;
+    if let Some(mut book) = book {
+        match (expires_ms, book.hold.as_mut()) {
+            (Some(expires_ms), Some(hold)) => hold.expires_ms = expires_ms,
+            _ => book.hold = None,
+        }
+        state.put_resource(book);
+    }
+    Ok(())
+}
+
+/// A shared key set at `version`, its version before plus one.
+fn shared_set(
+    state: &mut (impl BooksWrite + ?Sized),
+    key: &SharedKeyId,
+    version: u64,
+    value: &Option<Vec<u8>>,
+    change: &SharedChange,
+    op: &Op,
+) -> Applied {
+    let entry = state.shared(key);
+    let before = entry.as_ref().map_or(0, |e| e.version);
+    require(
+        version == before + 1 && change.version == version,
+        op,
+        || format!("shared key {key} is at version {before}, the op sets version {version}"),
+    )?;
+    if let Some(run) = &change.run {
+        run_of(state, run, op)?;
+    }
+    state.put_shared(with_change(entry, key, value.clone(), change.clone()));
     Ok(())
 }
 

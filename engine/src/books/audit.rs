@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{BudgetLimits, Charge, Cost};
 use super::digest::Digest;
-use super::ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
+use super::ids::{EffectKey, FencingToken, ResourceId, RunId, SharedKeyId, StepId, WorkerId};
 use super::op::Op;
 use super::run::RunState;
 use super::wait::{WaitFor, WaitStatus};
@@ -152,6 +152,34 @@ pub enum AuditWhat {
         /// Failed or cancelled.
         end: RunState,
     },
+    /// The run took a resource's lease (a new hold).
+    ResourceAcquired {
+        /// The resource.
+        resource: ResourceId,
+        /// When the hold expires, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// The run extended its hold of a resource.
+    ResourceRenewed {
+        /// The resource.
+        resource: ResourceId,
+        /// The new expiry, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// The run gave its hold of a resource up.
+    ResourceReleased {
+        /// The resource.
+        resource: ResourceId,
+    },
+    /// The run set a shared key.
+    SharedSet {
+        /// The key.
+        key: SharedKeyId,
+        /// Its version after.
+        version: u64,
+        /// The digest of the value set (`None`: cleared).
+        value: Option<Digest>,
+    },
 }
 
 impl fmt::Display for AuditWhat {
@@ -213,6 +241,25 @@ impl fmt::Display for AuditWhat {
             AuditWhat::SagaOpened { end } => {
                 write!(f, "saga opened: compensations run, then the run ends {end}")
             }
+            AuditWhat::ResourceAcquired {
+                resource,
+                expires_ms,
+            } => write!(f, "resource {resource} acquired until {expires_ms} ms"),
+            AuditWhat::ResourceRenewed {
+                resource,
+                expires_ms,
+            } => write!(f, "resource {resource} renewed until {expires_ms} ms"),
+            AuditWhat::ResourceReleased { resource } => write!(f, "resource {resource} released"),
+            AuditWhat::SharedSet {
+                key,
+                version,
+                value,
+            } => match value {
+                Some(digest) => {
+                    write!(f, "shared key {key} set to {} (v{version})", digest.short())
+                }
+                None => write!(f, "shared key {key} cleared (v{version})"),
+            },
         }
     }
 }
@@ -481,6 +528,81 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                 "",
             ),
         ),
+        Op::ResourceAcquired {
+            resource,
+            run,
+            token,
+            expires_ms,
+            at_ms,
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::ResourceAcquired {
+                    resource: resource.clone(),
+                    expires_ms: *expires_ms,
+                },
+                "",
+            ),
+        ),
+        Op::ResourceRenewed {
+            resource,
+            run,
+            token,
+            expires_ms,
+            at_ms,
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::ResourceRenewed {
+                    resource: resource.clone(),
+                    expires_ms: *expires_ms,
+                },
+                "",
+            ),
+        ),
+        Op::ResourceReleased {
+            resource,
+            run,
+            token,
+            at_ms,
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::ResourceReleased {
+                    resource: resource.clone(),
+                },
+                "",
+            ),
+        ),
+        Op::SharedSet {
+            key,
+            version,
+            change,
+            ..
+        } => {
+            // A set by an operator belongs to no run: it is journaled with
+            // the key only.
+            let run = change.run.as_ref()?;
+            (
+                run.clone(),
+                entry(
+                    change.at_ms,
+                    change.token,
+                    AuditWhat::SharedSet {
+                        key: key.clone(),
+                        version: *version,
+                        value: change.value_digest,
+                    },
+                    &change.why,
+                ),
+            )
+        }
     };
     Some((run, line))
 }

@@ -15,7 +15,7 @@ use super::budget::{BudgetLimits, Charge, Cost};
 use super::checkpoint::Part;
 use super::decision::Usage;
 use super::digest::Digest;
-use super::ids::{EffectKey, FencingToken, RunId, StepId, WorkerId};
+use super::ids::{EffectKey, FencingToken, ResourceId, RunId, SharedKeyId, StepId, WorkerId};
 use super::ledger::{Compensation, Outcome, ToolClass};
 use super::run::RunState;
 use super::wait::WaitFor;
@@ -213,6 +213,64 @@ impl OperatorAction {
             OperatorAction::Abandon => "abandon",
         }
     }
+}
+
+/// A run, under its live lease, takes (or renews) the lease of a named
+/// resource until `ttl_ms` from now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireResource {
+    /// The resource.
+    pub resource: ResourceId,
+    /// The run that holds it.
+    pub run: RunId,
+    /// The run's lease.
+    pub guard: Guard,
+    /// How long the hold lasts, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// A run gives up its hold on a resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseResource {
+    /// The resource.
+    pub resource: ResourceId,
+    /// The run that holds it.
+    pub run: RunId,
+    /// The run's lease.
+    pub guard: Guard,
+}
+
+/// Who sets a shared key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SharedSetter {
+    /// A run, under its live lease.
+    Run {
+        /// The run.
+        run: RunId,
+        /// Its lease.
+        guard: Guard,
+    },
+    /// An operator, with no lease, named.
+    Operator {
+        /// The operator's name.
+        name: String,
+    },
+}
+
+/// Compare-and-set of a shared key: `value` (`None` clears it) if the key
+/// is at `expected_version` (0 for a key never set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetShared {
+    /// The key.
+    pub key: SharedKeyId,
+    /// The version the setter read.
+    pub expected_version: u64,
+    /// The new value, or `None` to clear it.
+    pub value: Option<Vec<u8>>,
+    /// Who sets it.
+    pub by: SharedSetter,
+    /// Why (journaled).
+    pub reason: String,
 }
 
 /// End the saga of a compensating run whose compensations are all done:
@@ -417,6 +475,12 @@ pub enum Command {
     Batch(Vec<Command>),
     /// End a compensating run's saga.
     EndSaga(EndSaga),
+    /// Take or renew a resource's lease.
+    AcquireResource(AcquireResource),
+    /// Give a resource's lease up.
+    ReleaseResource(ReleaseResource),
+    /// Compare-and-set a shared key.
+    SetShared(SetShared),
 }
 
 impl Command {
@@ -438,6 +502,13 @@ impl Command {
             Command::Reserve(c) => Some((c.run.clone(), &mut c.guard)),
             Command::Settle(c) => Some((c.run.clone(), &mut c.guard)),
             Command::EndSaga(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::AcquireResource(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::ReleaseResource(c) => Some((c.run.clone(), &mut c.guard)),
+            Command::SetShared(SetShared {
+                by: SharedSetter::Run { run, guard },
+                ..
+            }) => Some((run.clone(), guard)),
+            Command::SetShared(_) => None,
             Command::CreateRun(_)
             | Command::AcquireLease(_)
             | Command::ClaimNext(_)

@@ -12,9 +12,10 @@ use super::budget::{Reserved, SettledCharge, decide_reserve, decide_set_budget, 
 use super::checkpoint::decide_save;
 use super::command::Command;
 use super::compensation::decide_begin_compensation;
+use super::coord::{decide_acquire_resource, decide_release_resource, decide_set_shared};
 use super::decision::{DecisionRecord, decide_record};
 use super::effect::{decide_begin, decide_deliver_reply, decide_finish, decide_reconcile};
-use super::ids::{EffectKey, FencingToken, RunId, StepId};
+use super::ids::{EffectKey, FencingToken, ResourceId, RunId, SharedKeyId, StepId};
 use super::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
 use super::limits::{BATCH_COMMANDS_MAX, check_size};
 use super::op::Op;
@@ -224,6 +225,32 @@ pub enum Answer {
     ChargeSettled(SettledCharge),
     /// The answers of a batch's commands, in order.
     Batch(Vec<Answer>),
+    /// The run holds the resource's lease: hand `token` to the tools.
+    ResourceGranted {
+        /// The resource.
+        resource: ResourceId,
+        /// The hold's fencing token.
+        token: FencingToken,
+        /// When the hold dies unless renewed, ms since the epoch.
+        expires_ms: u64,
+        /// True if the run held it already (same token, later expiry).
+        renewed: bool,
+    },
+    /// The run gave the resource's lease up.
+    ResourceReleased {
+        /// The resource.
+        resource: ResourceId,
+    },
+    /// A shared key's compare-and-set: its version now, and whether it
+    /// changed (false: it held that value already).
+    SharedSet {
+        /// The key.
+        key: SharedKeyId,
+        /// Its version now.
+        version: u64,
+        /// False if it held the value already.
+        changed: bool,
+    },
 }
 
 /// The outcome of deciding a command: the ops to log (possibly none) and
@@ -277,6 +304,9 @@ fn decide_command(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<D
         Command::Reserve(c) => decide_reserve(state, c, now_ms),
         Command::Settle(c) => decide_settle(state, c, now_ms),
         Command::EndSaga(c) => decide_end_saga(state, c, now_ms),
+        Command::AcquireResource(c) => decide_acquire_resource(state, c, now_ms),
+        Command::ReleaseResource(c) => decide_release_resource(state, c, now_ms),
+        Command::SetShared(c) => decide_set_shared(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),

@@ -143,6 +143,20 @@ name_type!(
     "step id"
 );
 name_type!(
+    /// The name of a resource runs take turns holding (for example
+    /// `customer:42`), with a lease of its own.
+    ResourceId,
+    "resource name"
+);
+
+name_type!(
+    /// The name of a shared key that outlives runs (for example
+    /// `dnc:customer-42`).
+    SharedKeyId,
+    "shared key"
+);
+
+name_type!(
     /// The name of a worker process that takes leases.
     WorkerId,
     "worker id"

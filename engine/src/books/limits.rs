@@ -57,6 +57,13 @@ pub const CHILD_DEPTH_MAX: usize = 32;
 /// may have to undo (`SagaBook::steps`).
 pub const SAGA_STEPS_MAX: usize = 1_024;
 
+/// Largest value of a shared key, in bytes.
+pub const SHARED_VALUE_BYTES_MAX: usize = 64 * 1024;
+
+/// Most changes a shared key keeps with it (older ones drop off; a run's
+/// changes stay in its audit).
+pub const SHARED_CHANGES_MAX: usize = 32;
+
 /// Longest lease a worker may take or renew, in milliseconds (one day).
 pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 

@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use super::audit::AuditEntry;
 use super::budget::BudgetBook;
 use super::checkpoint::CheckpointMeta;
+use super::coord::{ResourceBook, SharedEntry};
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, EffectKind, RunId, StepId};
+use super::ids::{EffectKey, EffectKind, ResourceId, RunId, SharedKeyId, StepId};
 use super::lease::{claim_order, claimable};
 use super::ledger::EffectEntry;
 use super::run::Run;
@@ -33,6 +34,8 @@ pub struct MemBooks {
     waits: BTreeMap<RunId, WaitBook>,
     budgets: BTreeMap<RunId, BudgetBook>,
     sagas: BTreeMap<RunId, SagaBook>,
+    resources: BTreeMap<ResourceId, ResourceBook>,
+    shared: BTreeMap<SharedKeyId, SharedEntry>,
 }
 
 impl MemBooks {
@@ -79,6 +82,8 @@ impl MemBooks {
             .or_else(|| first("waits", &self.waits, &other.waits))
             .or_else(|| first("budgets", &self.budgets, &other.budgets))
             .or_else(|| first("sagas", &self.sagas, &other.sagas))
+            .or_else(|| first("resources", &self.resources, &other.resources))
+            .or_else(|| first("shared", &self.shared, &other.shared))
     }
 
     /// Replaces a blob's bytes without checking them, to test corruption
@@ -187,6 +192,14 @@ impl BooksRead for MemBooks {
     fn saga(&self, run: &RunId) -> Option<SagaBook> {
         self.sagas.get(run).cloned()
     }
+
+    fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
+        self.resources.get(resource).cloned()
+    }
+
+    fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry> {
+        self.shared.get(key).cloned()
+    }
 }
 
 impl BooksWrite for MemBooks {
@@ -232,5 +245,13 @@ impl BooksWrite for MemBooks {
 
     fn put_saga(&mut self, book: SagaBook) {
         self.sagas.insert(book.run.clone(), book);
+    }
+
+    fn put_resource(&mut self, book: ResourceBook) {
+        self.resources.insert(book.resource.clone(), book);
+    }
+
+    fn put_shared(&mut self, entry: SharedEntry) {
+        self.shared.insert(entry.key.clone(), entry);
     }
 }

@@ -13,6 +13,7 @@ mod budget;
 mod checkpoint;
 mod command;
 mod compensation;
+mod coord;
 mod decide;
 mod decision;
 mod digest;
@@ -39,15 +40,19 @@ pub use checkpoint::{
     CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,
 };
 pub use command::{
-    AcquireLease, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun, DecideApproval,
-    DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Reconcile,
-    RecordDecision, ReleaseLease, RenewLease, Reserve, SaveCheckpoint, SendSignal, SetBudget,
-    Settle, Transition,
+    AcquireLease, AcquireResource, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun,
+    DecideApproval, DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction,
+    Reconcile, RecordDecision, ReleaseLease, ReleaseResource, RenewLease, Reserve, SaveCheckpoint,
+    SendSignal, SetBudget, SetShared, Settle, SharedSetter, Transition,
 };
+pub use coord::{ResourceBook, ResourceHold, SharedChange, SharedEntry, live_hold};
 pub use decide::{Answer, Begun, Decided, decide};
 pub use decision::{DecisionRecord, Usage, replay_at};
 pub use digest::{DIGEST_LEN_BYTES, Digest, digest_of};
-pub use ids::{EffectKey, EffectKind, FencingToken, RunId, StepId, WorkerId, child_run_id};
+pub use ids::{
+    EffectKey, EffectKind, FencingToken, ResourceId, RunId, SharedKeyId, StepId, WorkerId,
+    child_run_id,
+};
 pub use lease::{Lease, claim_order, claimable, claimable_from_ms};
 pub use ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 pub use limits::*;

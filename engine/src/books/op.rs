@@ -17,9 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{BudgetLimits, Charge, Cost, Reservation};
 use super::checkpoint::CheckpointMeta;
+use super::coord::SharedChange;
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, FencingToken, RunId, StepId};
+use super::ids::{EffectKey, FencingToken, ResourceId, RunId, SharedKeyId, StepId};
 use super::lease::Lease;
 use super::ledger::{EffectEntry, EffectStatus};
 use super::run::{Run, RunState};
@@ -203,6 +204,55 @@ pub enum Op {
         /// The token the move was made under.
         token: FencingToken,
     },
+    /// A run took a resource's lease (a new hold, with the resource's next
+    /// token).
+    ResourceAcquired {
+        /// The resource.
+        resource: ResourceId,
+        /// The holding run.
+        run: RunId,
+        /// The hold's token.
+        token: FencingToken,
+        /// When it dies unless renewed, ms since the epoch.
+        expires_ms: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// The holding run extended its hold.
+    ResourceRenewed {
+        /// The resource.
+        resource: ResourceId,
+        /// The holding run.
+        run: RunId,
+        /// The hold's token.
+        token: FencingToken,
+        /// The new expiry, ms since the epoch.
+        expires_ms: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// The holding run gave its hold up.
+    ResourceReleased {
+        /// The resource.
+        resource: ResourceId,
+        /// The holding run.
+        run: RunId,
+        /// The hold's token.
+        token: FencingToken,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
+    /// A shared key was set (or cleared) at `version`.
+    SharedSet {
+        /// The key.
+        key: SharedKeyId,
+        /// Its version after (its version before plus one).
+        version: u64,
+        /// The value, or `None`: cleared.
+        value: Option<Vec<u8>>,
+        /// Who, when and why (kept with the key).
+        change: SharedChange,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -243,6 +293,10 @@ impl Op {
             Op::BudgetReserved { .. } => "BudgetReserved",
             Op::BudgetSettled { .. } => "BudgetSettled",
             Op::SagaOpened { .. } => "SagaOpened",
+            Op::ResourceAcquired { .. } => "ResourceAcquired",
+            Op::ResourceRenewed { .. } => "ResourceRenewed",
+            Op::ResourceReleased { .. } => "ResourceReleased",
+            Op::SharedSet { .. } => "SharedSet",
         }
     }
 
@@ -260,7 +314,11 @@ impl Op {
             | Op::BudgetSet { run, .. }
             | Op::BudgetReserved { run, .. }
             | Op::BudgetSettled { run, .. }
-            | Op::SagaOpened { run, .. } => Some(run),
+            | Op::SagaOpened { run, .. }
+            | Op::ResourceAcquired { run, .. }
+            | Op::ResourceRenewed { run, .. }
+            | Op::ResourceReleased { run, .. } => Some(run),
+            Op::SharedSet { change, .. } => change.run.as_ref(),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
             Op::BlobPut { .. } => None,
@@ -287,8 +345,10 @@ impl Op {
 /// `BudgetSettled`), version 4 the child-run wait (`WaitFor::Child`,
 /// `WaitStatus::ChildEnded`), and version 5 the wait for an asynchronous
 /// tool's reply (`WaitFor::Reply`, `WaitStatus::Replied`), and version 6
-/// sagas (`RunState::Compensating`, `SagaOpened`), so that an older build
-/// refuses a log holding them by name instead of as damage.
+/// sagas (`RunState::Compensating`, `SagaOpened`) and coordination
+/// (`ResourceAcquired`, `ResourceRenewed`, `ResourceReleased`,
+/// `SharedSet`), so that an older build refuses a log holding them by name
+/// instead of as damage.
 pub const PAYLOAD_VERSION: u8 = 6;
 
 /// Every record payload version this build reads, oldest first. A build

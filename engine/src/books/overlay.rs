@@ -12,9 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::audit::AuditEntry;
 use super::budget::BudgetBook;
 use super::checkpoint::CheckpointMeta;
+use super::coord::{ResourceBook, SharedEntry};
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, EffectKind, RunId, StepId};
+use super::ids::{EffectKey, EffectKind, ResourceId, RunId, SharedKeyId, StepId};
 use super::lease::{claim_order, claimable_from_ms};
 use super::ledger::EffectEntry;
 use super::run::Run;
@@ -34,6 +35,8 @@ pub struct Overlay<'a> {
     waits: BTreeMap<RunId, WaitBook>,
     budgets: BTreeMap<RunId, BudgetBook>,
     sagas: BTreeMap<RunId, SagaBook>,
+    resources: BTreeMap<ResourceId, ResourceBook>,
+    shared: BTreeMap<SharedKeyId, SharedEntry>,
 }
 
 impl<'a> Overlay<'a> {
@@ -50,6 +53,8 @@ impl<'a> Overlay<'a> {
             waits: BTreeMap::new(),
             budgets: BTreeMap::new(),
             sagas: BTreeMap::new(),
+            resources: BTreeMap::new(),
+            shared: BTreeMap::new(),
         }
     }
 }
@@ -76,6 +81,10 @@ pub struct Writes {
     pub budgets: BTreeMap<RunId, BudgetBook>,
     /// Saga books, by run.
     pub sagas: BTreeMap<RunId, SagaBook>,
+    /// Resource lease books, by resource.
+    pub resources: BTreeMap<ResourceId, ResourceBook>,
+    /// Shared keys, by key.
+    pub shared: BTreeMap<SharedKeyId, SharedEntry>,
 }
 
 impl Overlay<'_> {
@@ -92,6 +101,8 @@ impl Overlay<'_> {
             waits: self.waits,
             budgets: self.budgets,
             sagas: self.sagas,
+            resources: self.resources,
+            shared: self.shared,
         }
     }
 }
@@ -239,6 +250,20 @@ impl BooksRead for Overlay<'_> {
     fn saga(&self, run: &RunId) -> Option<SagaBook> {
         self.sagas.get(run).cloned().or_else(|| self.base.saga(run))
     }
+
+    fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
+        self.resources
+            .get(resource)
+            .cloned()
+            .or_else(|| self.base.resource(resource))
+    }
+
+    fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry> {
+        self.shared
+            .get(key)
+            .cloned()
+            .or_else(|| self.base.shared(key))
+    }
 }
 
 impl BooksWrite for Overlay<'_> {
@@ -287,6 +312,14 @@ impl BooksWrite for Overlay<'_> {
 
     fn put_saga(&mut self, book: SagaBook) {
         self.sagas.insert(book.run.clone(), book);
+    }
+
+    fn put_resource(&mut self, book: ResourceBook) {
+        self.resources.insert(book.resource.clone(), book);
+    }
+
+    fn put_shared(&mut self, entry: SharedEntry) {
+        self.shared.insert(entry.key.clone(), entry);
     }
 }
 

@@ -11,9 +11,10 @@
 use super::audit::AuditEntry;
 use super::budget::BudgetBook;
 use super::checkpoint::CheckpointMeta;
+use super::coord::{ResourceBook, SharedEntry};
 use super::decision::DecisionRecord;
 use super::digest::Digest;
-use super::ids::{EffectKey, EffectKind, RunId, StepId};
+use super::ids::{EffectKey, EffectKind, ResourceId, RunId, SharedKeyId, StepId};
 use super::ledger::EffectEntry;
 use super::run::Run;
 use super::saga::SagaBook;
@@ -73,6 +74,12 @@ pub trait BooksRead {
     /// The saga book of `run`; `None` if none of its acts registered a
     /// compensation.
     fn saga(&self, run: &RunId) -> Option<SagaBook>;
+
+    /// The lease book of a named resource; `None` if it was never held.
+    fn resource(&self, resource: &ResourceId) -> Option<ResourceBook>;
+
+    /// A shared key; `None` if it was never set.
+    fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry>;
 }
 
 /// The writes that applying needs: puts keyed by the values' own ids.
@@ -104,4 +111,10 @@ pub trait BooksWrite: BooksRead {
 
     /// Stores `book`, replacing the saga book of its run.
     fn put_saga(&mut self, book: SagaBook);
+
+    /// Stores `book`, replacing the lease book of its resource.
+    fn put_resource(&mut self, book: ResourceBook);
+
+    /// Stores `entry`, replacing its key.
+    fn put_shared(&mut self, entry: SharedEntry);
 }

@@ -206,11 +206,13 @@ impl Engine {
         let refreshed = self
             .planted_refresh_guard(&view, cmd, now_ms)
             .or_else(|| self.planted_any_digest(&view, cmd))
-            .or_else(|| self.planted_drop_args(cmd));
+            .or_else(|| self.planted_drop_args(cmd))
+            .or_else(|| self.planted_blind_set(&view, cmd));
         let unpaused = self
             .planted_unpause(&view, cmd)
             .or_else(|| self.planted_wake_early(inner, &view, cmd))
-            .or_else(|| self.planted_unlimited(&view, cmd));
+            .or_else(|| self.planted_unlimited(&view, cmd))
+            .or_else(|| self.planted_unheld(&view, cmd));
         let decided_on = match (&unpaused, cmd) {
             (_, Command::Reserve(reserve)) if self.planted(PlantedBug::ChargeReplays) => {
                 crate::books::decide_reserve_charging_replays(&view, reserve, now_ms)
@@ -312,6 +314,40 @@ impl Engine {
         let mut stripped = begin.clone();
         stripped.args = None;
         Some(Command::BeginEffect(stripped))
+    }
+
+    /// Planted `SharedSetBlind`: a compare-and-set is decided as if it had
+    /// read the key's current version, so a racing writer's update is
+    /// overwritten.
+    fn planted_blind_set(&self, books: &dyn BooksRead, cmd: &Command) -> Option<Command> {
+        if !self.planted(PlantedBug::SharedSetBlind) {
+            return None;
+        }
+        let Command::SetShared(set) = cmd else {
+            return None;
+        };
+        let mut set = set.clone();
+        set.expected_version = books.shared(&set.key).map_or(0, |e| e.version);
+        Some(Command::SetShared(set))
+    }
+
+    /// Planted `ResourceIgnoresHolder`: a resource is granted on a view in
+    /// which nobody holds it.
+    fn planted_unheld<'v>(&self, books: &'v dyn BooksRead, cmd: &Command) -> Option<Overlay<'v>> {
+        if !self.planted(PlantedBug::ResourceIgnoresHolder) {
+            return None;
+        }
+        let Command::AcquireResource(acquire) = cmd else {
+            return None;
+        };
+        let mut book = books.resource(&acquire.resource)?;
+        if book.hold.as_ref().is_some_and(|h| h.run == acquire.run) {
+            return None;
+        }
+        book.hold = None;
+        let mut overlay = Overlay::new(books);
+        overlay.put_resource(book);
+        Some(overlay)
     }
 
     /// Planted `ReplyWithoutOutcome`: a delivered reply ends the wait and

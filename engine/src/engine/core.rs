@@ -474,8 +474,9 @@ mod tests {
     use super::*;
     use crate::books::test_support::*;
     use crate::books::{
-        Answer, Begun, BudgetLimits, Command, Compensation, FinishEffect, MemBooks, OpenWait, Part,
-        RunState, SendSignal, SetBudget, ToolClass, WaitFor,
+        AcquireResource, Answer, Begun, BudgetLimits, Command, Compensation, FinishEffect, Guard,
+        MemBooks, OpenWait, Part, ReleaseResource, ResourceId, RunState, SendSignal, SetBudget,
+        SetShared, SharedKeyId, SharedSetter, ToolClass, WaitFor,
     };
     use crate::state::read_books;
 
@@ -563,7 +564,49 @@ mod tests {
             sender: "hook".into(),
         };
         run(&mut b, Command::SendSignal(signal));
+        let customer = ResourceId::new("customer:42").unwrap();
+        let hold = |run: &str, guard: &Guard| {
+            Command::AcquireResource(AcquireResource {
+                resource: customer.clone(),
+                run: rid(run),
+                guard: guard.clone(),
+                ttl_ms: 1_000,
+            })
+        };
+        run(&mut b, hold("q", &gq));
+        let dnc = |version, by| {
+            Command::SetShared(SetShared {
+                key: SharedKeyId::new("dnc:c42").unwrap(),
+                expected_version: version,
+                value: Some(b"dnc".to_vec()),
+                by,
+                reason: "asked".into(),
+            })
+        };
+        let by_q = SharedSetter::Run {
+            run: rid("q"),
+            guard: gq.clone(),
+        };
+        run(&mut b, dnc(0, by_q));
+        let release = Command::ReleaseResource(ReleaseResource {
+            resource: customer.clone(),
+            run: rid("q"),
+            guard: gq.clone(),
+        });
+        run(&mut b, release);
+        run(&mut b, hold("q", &gq));
         run(&mut b, transition("q", &gq, RunState::Completed));
+        let by_ops = SharedSetter::Operator { name: "ops".into() };
+        run(
+            &mut b,
+            Command::SetShared(SetShared {
+                value: None,
+                ..match dnc(1, by_ops) {
+                    Command::SetShared(s) => s,
+                    _ => unreachable!("dnc builds a SetShared"),
+                }
+            }),
+        );
         (b.mem, ops)
     }
 
@@ -597,6 +640,11 @@ mod tests {
             model.run(&rid("q")).map(|q| q.state),
             Some(RunState::Completed)
         );
+        let customer = ResourceId::new("customer:42").unwrap();
+        let hold = model.resource(&customer).and_then(|b| b.hold).unwrap();
+        assert_eq!((hold.run, hold.token.0), (rid("q"), 2));
+        let dnc = model.shared(&SharedKeyId::new("dnc:c42").unwrap()).unwrap();
+        assert_eq!((dnc.version, dnc.value), (2, None));
         assert!(ops.len() > 20, "the workload is not trivial: {}", ops.len());
         for chunk in [1, 2, 7, ops.len()] {
             assert_eq!(checkpointed(&ops, chunk), model, "chunks of {chunk} ops");

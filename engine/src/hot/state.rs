@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, MemBooks, Run, RunId, RunState, SagaBook, StepId, WaitBook, Writes,
-    claimable_from_ms, wake_ms,
+    EffectKey, EffectKind, MemBooks, ResourceBook, ResourceId, Run, RunId, RunState, SagaBook,
+    SharedEntry, SharedKeyId, StepId, WaitBook, Writes, claimable_from_ms, wake_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;
@@ -168,6 +168,11 @@ pub(crate) struct HotState {
     pub(crate) claims: BTreeSet<(u64, RunId)>,
     /// Blobs not yet in the state store.
     pub(crate) blobs: BTreeMap<Digest, (Vec<u8>, Lsn)>,
+    /// Resource lease books changed since the state store was written,
+    /// each with the LSN that last changed it (they belong to no run).
+    pub(crate) resources: BTreeMap<ResourceId, (ResourceBook, Lsn)>,
+    /// Shared keys changed since the state store was written, likewise.
+    pub(crate) shared: BTreeMap<SharedKeyId, (SharedEntry, Lsn)>,
     /// The runs holding something a checkpoint may let go of (each once).
     listed: Vec<RunId>,
     /// Parked runs out of memory whose wait has a deadline: the instant
@@ -335,7 +340,15 @@ impl HotState {
             waits,
             budgets,
             sagas,
+            resources,
+            shared,
         } = writes;
+        for (resource, book) in resources {
+            self.resources.insert(resource, (book, lsn));
+        }
+        for (key, entry) in shared {
+            self.shared.insert(key, (entry, lsn));
+        }
         for run in runs.into_values() {
             self.set_run(run, lsn);
         }
@@ -398,6 +411,8 @@ impl HotState {
     /// (`forget`: the planted bugs that forget what must be remembered.)
     pub(crate) fn evict_through(&mut self, lsn: Lsn, forget: Forget) -> usize {
         self.blobs.retain(|_, (_, at)| *at > lsn);
+        self.resources.retain(|_, (_, at)| *at > lsn);
+        self.shared.retain(|_, (_, at)| *at > lsn);
         let mut gone = 0;
         let listed = std::mem::take(&mut self.listed);
         for id in listed {
@@ -472,6 +487,12 @@ impl HotState {
         }
         for (digest, (bytes, _)) in &self.blobs {
             books.put_blob(*digest, bytes.clone());
+        }
+        for (book, _) in self.resources.values() {
+            books.put_resource(book.clone());
+        }
+        for (entry, _) in self.shared.values() {
+            books.put_shared(entry.clone());
         }
         Ok(books)
     }

@@ -1,6 +1,6 @@
 //! [`HotView`]: the books traits over the hot books. It reads memory, and the
-//! state store for what memory does not hold (a run that left it, a blob
-//! already checkpointed). A record is applied to an overlay of this view,
+//! state store for what memory does not hold (a run that left it, a blob,
+//! a resource or a shared key already checkpointed). A record is applied to an overlay of this view,
 //! and the overlay's writes are merged into memory (`HotState::merge`).
 //!
 //! **Invariant:** a run held in memory is answered from memory, and from
@@ -11,7 +11,8 @@
 
 use crate::books::{
     AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, Run, RunId, SagaBook, StepId, WaitBook,
+    EffectKey, EffectKind, ResourceBook, ResourceId, Run, RunId, SagaBook, SharedEntry,
+    SharedKeyId, StepId, WaitBook,
 };
 
 use super::cold::ColdReader;
@@ -197,6 +198,20 @@ impl BooksRead for HotView<'_> {
         match self.hot_run(run) {
             Some(hot) => hot.saga.as_deref().cloned(),
             None => self.cold_of(run, |b| b.saga(run)),
+        }
+    }
+
+    fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
+        match self.hot.resources.get(resource) {
+            Some((book, _)) => Some(book.clone()),
+            None => self.cold.with(|b| b.resource(resource)),
+        }
+    }
+
+    fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry> {
+        match self.hot.shared.get(key) {
+            Some((entry, _)) => Some(entry.clone()),
+            None => self.cold.with(|b| b.shared(key)),
         }
     }
 }

@@ -13,12 +13,12 @@ use serde::de::DeserializeOwned;
 
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    RUNS_TABLE, RowTable, SAGAS_TABLE, WAITS_TABLE, decode_row,
+    RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
 };
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    MemBooks, Run, RunId, SagaBook, WaitBook,
+    MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -106,6 +106,22 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
             RowTable::Budgets,
             &bytes,
             "budget book",
+        )?);
+    }
+    for bytes in values(txn, path, RESOURCES_TABLE)? {
+        books.put_resource(decode::<ResourceBook>(
+            path,
+            RowTable::Resources,
+            &bytes,
+            "resource",
+        )?);
+    }
+    for bytes in values(txn, path, SHARED_TABLE)? {
+        books.put_shared(decode::<SharedEntry>(
+            path,
+            RowTable::Shared,
+            &bytes,
+            "shared key",
         )?);
     }
     for bytes in values(txn, path, SAGAS_TABLE)? {

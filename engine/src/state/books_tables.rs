@@ -24,13 +24,14 @@ use serde::de::DeserializeOwned;
 
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, WAITS_TABLE, decode_row, effect_kind_code,
-    effect_row_key,
+    LIVE_RUNS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE,
+    decode_row, effect_kind_code, effect_row_key,
 };
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, Run, RunId, SagaBook, StepId, WaitBook,
+    EffectKey, EffectKind, ResourceBook, ResourceId, Run, RunId, SagaBook, SharedEntry,
+    SharedKeyId, StepId, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -105,6 +106,8 @@ pub(crate) struct OpenTables<'a> {
     pub(crate) waits: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) budgets: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) sagas: OpenTable<'a, &'static str, &'static [u8]>,
+    pub(crate) resources: OpenTable<'a, &'static str, &'static [u8]>,
+    pub(crate) shared: OpenTable<'a, &'static str, &'static [u8]>,
 }
 
 /// The table `def` of `txn`, opened into `slot` the first time.
@@ -535,6 +538,30 @@ impl BooksRead for RedbBooks<'_> {
         self.keyed(book, same, || {
             format!("the row of the saga book of run {run}")
         })
+    }
+
+    fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
+        let name = resource.as_str();
+        let bytes = with_table!(self, RESOURCES_TABLE => resources, "read resource", |t| t
+            .get(name)
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let book: ResourceBook =
+            self.decode(RowTable::Resources, &bytes, &format!("resource {resource}"))?;
+        let same = book.resource == *resource;
+        self.keyed(book, same, || format!("the row of resource {resource}"))
+    }
+
+    fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry> {
+        let name = key.as_str();
+        let bytes = with_table!(self, SHARED_TABLE => shared, "read shared key", |t| t
+            .get(name)
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let entry: SharedEntry =
+            self.decode(RowTable::Shared, &bytes, &format!("shared key {key}"))?;
+        let same = entry.key == *key;
+        self.keyed(entry, same, || format!("the row of shared key {key}"))
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {

@@ -16,11 +16,12 @@ use redb::{ReadableTable, WriteTransaction};
 use super::books_tables::{OpenTables, RedbBooks, Txn, open_in};
 use super::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    LIVE_RUNS_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, WAITS_TABLE, effect_row_key, encode_row,
+    LIVE_RUNS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE,
+    effect_row_key, encode_row,
 };
 use crate::books::{
     AuditEntry, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
-    EffectEntry, Run, RunId, SagaBook, WaitBook, Writes,
+    EffectEntry, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook, Writes,
 };
 
 impl<'a> RedbBooks<'a> {
@@ -75,6 +76,8 @@ fn write_all<'a>(
         waits,
         budgets,
         sagas,
+        resources,
+        shared,
     } = writes;
     for run in runs.values() {
         put_run(txn, tables, run)?;
@@ -117,6 +120,12 @@ fn write_all<'a>(
         let table = open_in(txn, &mut tables.sagas, SAGAS_TABLE)?;
         table.insert(book.run.as_str(), row.as_slice())?;
     }
+    for book in resources.values() {
+        put_resource(txn, tables, book)?;
+    }
+    for entry in shared.values() {
+        put_shared(txn, tables, entry)?;
+    }
     Ok(())
 }
 
@@ -151,6 +160,28 @@ fn put_blob<'a>(
     if table.get(digest.0.as_slice())?.is_none() {
         table.insert(digest.0.as_slice(), bytes)?;
     }
+    Ok(())
+}
+
+fn put_resource<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    book: &ResourceBook,
+) -> Result<(), redb::Error> {
+    let row = encode_row(RowTable::Resources, book);
+    let table = open_in(txn, &mut tables.resources, RESOURCES_TABLE)?;
+    table.insert(book.resource.as_str(), row.as_slice())?;
+    Ok(())
+}
+
+fn put_shared<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    entry: &SharedEntry,
+) -> Result<(), redb::Error> {
+    let row = encode_row(RowTable::Shared, entry);
+    let table = open_in(txn, &mut tables.shared, SHARED_TABLE)?;
+    table.insert(entry.key.as_str(), row.as_slice())?;
     Ok(())
 }
 
@@ -239,6 +270,20 @@ impl BooksWrite for RedbBooks<'_> {
             let table = open_in(txn, &mut tables.sagas, SAGAS_TABLE)?;
             table.insert(book.run.as_str(), row.as_slice())?;
             Ok(())
+        });
+    }
+
+    fn put_resource(&mut self, book: ResourceBook) {
+        self.assert_writable("put_resource");
+        self.write_with("write resource", |txn, tables| {
+            put_resource(txn, tables, &book)
+        });
+    }
+
+    fn put_shared(&mut self, entry: SharedEntry) {
+        self.assert_writable("put_shared");
+        self.write_with("write shared key", |txn, tables| {
+            put_shared(txn, tables, &entry)
         });
     }
 

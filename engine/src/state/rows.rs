@@ -54,6 +54,10 @@ pub const BUDGETS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("bo
 /// Saga books (the steps a run may have to undo, and its saga's end), by
 /// run id. Added in schema version 6.
 pub const SAGAS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_sagas");
+/// Resource lease books, by resource name. Added in schema version 6.
+pub const RESOURCES_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_resources");
+/// Shared keys, by key. Added in schema version 6.
+pub const SHARED_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_shared");
 
 /// The byte an [`EffectKind`] is stored as in an effects row key: acts
 /// before compensations, as [`EffectKey`]'s own order has them.
@@ -94,6 +98,10 @@ pub enum RowTable {
     Budgets = 7,
     /// [`SAGAS_TABLE`].
     Sagas = 8,
+    /// [`RESOURCES_TABLE`].
+    Resources = 9,
+    /// [`SHARED_TABLE`].
+    Shared = 10,
 }
 
 /// Bytes of a row's checksum.

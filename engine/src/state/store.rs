@@ -36,8 +36,9 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// appended variants that leave every older row's bytes as they were, and
 /// version 5 the wait for an asynchronous tool's reply (`WaitFor::Reply`,
 /// `WaitStatus::Replied`), appended alike. Version 6 added the saga books
-/// table (`books_sagas`) and lets a run row hold `RunState::Compensating`
-/// (appended).
+/// table (`books_sagas`), the resource leases (`books_resources`) and the
+/// shared keys (`books_shared`), and lets a run row hold
+/// `RunState::Compensating` (appended).
 pub const STATE_SCHEMA_VERSION: u64 = 6;
 
 /// Every schema version this build opens, oldest first. An older store

@@ -83,6 +83,12 @@ pub struct AgentReport {
     pub sagas_stuck: u64,
     /// A person's findings recorded for a stuck saga (calm phase).
     pub person_reconciles: u64,
+    /// Resource holds granted anew (a customer's lease).
+    pub resource_grants: u64,
+    /// Tries for a resource another run held.
+    pub resource_busy: u64,
+    /// Compare-and-sets of a shared key that lost a race and read again.
+    pub cas_conflicts: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -133,6 +139,9 @@ impl AgentReport {
         self.sagas_ended += other.sagas_ended;
         self.sagas_stuck += other.sagas_stuck;
         self.person_reconciles += other.person_reconciles;
+        self.resource_grants += other.resource_grants;
+        self.resource_busy += other.resource_busy;
+        self.cas_conflicts += other.cas_conflicts;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -149,7 +158,8 @@ impl AgentReport {
              operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
              exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
-             ({} undos begun, {} left stuck, {} settled by a person)",
+             ({} undos begun, {} left stuck, {} settled by a person), {} customer holds ({} \
+             tries found it held), {} compare-and-set races lost",
             self.runs,
             self.completed,
             self.failed,
@@ -184,7 +194,10 @@ impl AgentReport {
             self.sagas_ended,
             self.saga_undos,
             self.sagas_stuck,
-            self.person_reconciles
+            self.person_reconciles,
+            self.resource_grants,
+            self.resource_busy,
+            self.cas_conflicts
         )
     }
 }

@@ -17,7 +17,9 @@ use super::failure::{AgentFailure, Origin};
 use super::report::AgentReport;
 use super::schedule::{AgentSchedule, ApproverMove, Event, SignalMove};
 use super::sim::{Called, Sim};
-use super::workflow::{FINANCE, HOUR_MS, VERIFIED, vendor_payment};
+use super::workflow::{
+    FINANCE, HOUR_MS, VERIFIED, Workflow, contacted_key, customer, vendor_payment,
+};
 use crate::check;
 use crate::rng::Rng;
 
@@ -592,6 +594,20 @@ impl Sim<'_> {
             .checked("every done effect happened exactly once");
         check::effect_applied_exactly_once(&books, &log)
             .map_err(|e| self.fail("every done effect happened exactly once", e))?;
+        self.report
+            .checked("a resource is held by one run at a time");
+        check::resource_holds_are_fenced(&log)
+            .map_err(|e| self.fail("a resource is held by one run at a time", e))?;
+        let signs_in: Vec<_> = self
+            .runs
+            .iter()
+            .filter(|(_, w)| matches!(w, Workflow::Shop | Workflow::Refund))
+            .map(|(run, _)| (run.clone(), contacted_key(&customer())))
+            .collect();
+        self.report
+            .checked("a registry written by compare-and-set loses no update");
+        check::registries_keep_every_run(&books, &signs_in)
+            .map_err(|e| self.fail("a registry written by compare-and-set loses no update", e))?;
         self.report
             .checked("a saga undoes what its run did, last first, each once");
         check::sagas_undo_last_first(&books, &log)

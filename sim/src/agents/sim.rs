@@ -536,5 +536,10 @@ pub fn is_refusal(error: &Error) -> bool {
             | Error::ApprovalMismatch { .. }
             | Error::ApproverRole { .. }
             | Error::NotApproved { .. }
+            | Error::NotReserved { .. }
+            | Error::SagaOutstanding { .. }
+            | Error::ResourceHeld { .. }
+            | Error::ResourceNotHeld { .. }
+            | Error::SharedVersionConflict { .. }
     )
 }

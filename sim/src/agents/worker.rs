@@ -21,9 +21,10 @@
 use actum::Clock;
 use actum::Error;
 use actum::books::{
-    Charge, Command, Compensation, Cost, EffectKey, EndSaga, Guard, OpenWait, Outcome, Reconcile,
-    RecordDecision, RenewLease, Reserve, Reserved, RunId, RunState, SagaNext, SaveCheckpoint,
-    Settle, StepId, ToolClass, Transition, WaitFor, WaitStatus, WorkerId, digest_of,
+    AcquireResource, Charge, Command, Compensation, Cost, EffectKey, EndSaga, FencingToken, Guard,
+    OpenWait, Outcome, Reconcile, RecordDecision, ReleaseResource, RenewLease, Reserve, Reserved,
+    ResourceId, RunId, RunState, SagaNext, SaveCheckpoint, SetShared, Settle, SharedKeyId,
+    SharedSetter, StepId, ToolClass, Transition, WaitFor, WaitStatus, WorkerId, digest_of,
 };
 use actum::engine::{
     ChildSpec, CompensationRequest, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec,
@@ -40,6 +41,9 @@ use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Reply, Tool, tool};
 
 /// The lease every worker takes and renews, in ms.
 pub const LEASE_TTL_MS: u64 = 30_000;
+/// How long a worker holds a customer it contacts: longer than a call
+/// can take, so only a pause or a jump lets the hold run out under it.
+pub const RESOURCE_TTL_MS: u64 = 2 * crate::world::CALL_TIMEOUT_MS;
 /// What a research run holds before a search: one tool call of at most
 /// this many micro-units.
 pub const SEARCH_HOLD_MICROS: u64 = 500;
@@ -105,6 +109,11 @@ pub struct Job {
     /// True once the run compensates: the worker runs its saga (the books'
     /// `saga_next` decides each step), not the workflow.
     saga: bool,
+    /// The resource hold the current act is sent under, if it needs one.
+    hold: Option<(ResourceId, FencingToken)>,
+    /// What the worker read of a shared registry (its value and version),
+    /// to write back at its next step: another worker may write between.
+    read: Option<(Vec<u8>, u64)>,
 }
 
 /// A reserve the worker made for the current action's call.
@@ -441,6 +450,8 @@ impl Sim<'_> {
             phase: Phase::Load,
             budget: None,
             saga: false,
+            hold: None,
+            read: None,
         }))
     }
 
@@ -533,6 +544,8 @@ impl Sim<'_> {
         match action {
             Action::Effect(spec) => self.begin_effect(w, job, spec),
             Action::Decide { position, prompt } => self.decide(w, job, position, &prompt),
+            Action::Register { key } => self.register(w, job, &key),
+            Action::Release { resource } => self.release(w, job, &resource),
             Action::Wait(spec) => self.wait(w, job, &spec),
             Action::Spawn { step } => self.spawn(w, job, step),
             Action::Finish { to, reason } => match self.transition(w, &job, to, reason)? {
@@ -652,6 +665,14 @@ impl Sim<'_> {
     }
 
     fn begin_effect(&mut self, w: usize, mut job: Job, spec: EffectSpec) -> Next {
+        job.hold = None;
+        if let Some(resource) = spec.resource.as_ref().filter(|_| !job.saga) {
+            match self.hold(w, &job, resource)? {
+                Held::Granted(token) => job.hold = Some((resource.clone(), token)),
+                Held::Busy => return Ok(Some(job)),
+                Held::Dropped(next) => return Ok(next.map(|job| *job)),
+            }
+        }
         let step = StepId::new(spec.step.clone()).expect("a valid step id");
         let compensation = spec.compensation.as_ref().map(|(t, args)| Compensation {
             tool: t.name.to_string(),
@@ -790,9 +811,19 @@ impl Sim<'_> {
         }
         let fate = self.next_fate();
         let now_ms = self.clock.now_ms();
-        let call = self
-            .world
-            .send(side.tool(), (&ctx.key, ctx.token), ask, now_ms, fate);
+        // Only an act is sent under the resource's token; a query asks
+        // what a key did, which any holder may learn.
+        let hold = job
+            .hold
+            .clone()
+            .filter(|_| matches!(side, Side::Act(_)) && !query);
+        let call = self.world.send_holding(
+            side.tool(),
+            (&ctx.key, ctx.token),
+            hold,
+            ask,
+            (now_ms, fate),
+        );
         let who = self.who(w);
         self.note(|| {
             format!(
@@ -1379,6 +1410,145 @@ impl Sim<'_> {
                 self.report.person_reconciles += 1;
                 self.note(|| format!("{who} records a person's finding for {key}: {outcome:?}"));
                 job.phase = Phase::Saga;
+                Ok(Some(job))
+            }
+            Called::Refused(e) => self.dropped(w, &job, &e),
+            Called::Died => Ok(None),
+        }
+    }
+}
+
+/// What a worker's try for a resource came to.
+enum Held {
+    /// The run holds it (anew or renewed) under this token.
+    Granted(FencingToken),
+    /// Another run holds it: try again later.
+    Busy,
+    /// The worker lets the run go (this is what the job becomes).
+    Dropped(Option<Box<Job>>),
+}
+
+impl Sim<'_> {
+    /// Takes or renews `resource` for the job's run, for long enough to
+    /// outlast a call the worker waits for.
+    fn hold(&mut self, w: usize, job: &Job, resource: &ResourceId) -> Result<Held, AgentFailure> {
+        let acquire = AcquireResource {
+            resource: resource.clone(),
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+            ttl_ms: RESOURCE_TTL_MS,
+        };
+        let cmd = Command::AcquireResource(acquire.clone());
+        let who = self.who(w);
+        match self.call(Some(&cmd), |e| {
+            e.acquire_resource(
+                &acquire.resource,
+                &acquire.run,
+                &acquire.guard,
+                acquire.ttl_ms,
+            )
+        })? {
+            Called::Ok(grant) => {
+                self.report.resource_grants += u64::from(!grant.renewed);
+                self.note(|| {
+                    format!(
+                        "{who} holds {resource} for {} (token {})",
+                        job.run, grant.token.0
+                    )
+                });
+                Ok(Held::Granted(grant.token))
+            }
+            Called::Refused(Error::ResourceHeld { holder, .. }) => {
+                self.report.resource_busy += 1;
+                self.note(|| format!("{who} waits: {holder} holds {resource}"));
+                Ok(Held::Busy)
+            }
+            Called::Refused(e) => Ok(Held::Dropped(self.dropped(w, job, &e)?.map(Box::new))),
+            Called::Died => Ok(Held::Dropped(None)),
+        }
+    }
+
+    /// Adds the run to the shared registry `key`: reads it, and writes it
+    /// back with the run's id against the version read; a conflict (a
+    /// racing run wrote meanwhile) is tried again at the worker's next
+    /// step.
+    fn register(&mut self, w: usize, mut job: Job, key: &SharedKeyId) -> Next {
+        let Some((mut names, version)) = job.read.take() else {
+            // First read it; the write comes at the worker's next step, so
+            // a racing worker may write in between.
+            let read = match self.call(None, |e| e.shared(key))? {
+                Called::Ok(entry) => entry,
+                Called::Died => return Ok(None),
+                Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+            };
+            job.read = Some(read.map_or((Vec::new(), 0), |e| {
+                (e.value.unwrap_or_default(), e.version)
+            }));
+            return Ok(Some(job));
+        };
+        let me = format!("{};", job.run);
+        let listed = String::from_utf8_lossy(&names)
+            .split_terminator(';')
+            .any(|n| n == job.run.as_str());
+        let who = self.who(w);
+        if !listed {
+            names.extend_from_slice(me.as_bytes());
+            let set = SetShared {
+                key: key.clone(),
+                expected_version: version,
+                value: Some(names),
+                by: SharedSetter::Run {
+                    run: job.run.clone(),
+                    guard: job.guard.clone(),
+                },
+                reason: "contacted the customer".into(),
+            };
+            let cmd = Command::SetShared(set.clone());
+            match self.call(Some(&cmd), |e| {
+                e.set_shared(
+                    &set.key,
+                    set.expected_version,
+                    set.value.clone(),
+                    &set.by,
+                    &set.reason,
+                )
+            })? {
+                Called::Ok(now) => {
+                    self.note(|| format!("{who} registers {} in {key} (v{now})", job.run))
+                }
+                Called::Refused(Error::SharedVersionConflict { actual, .. }) => {
+                    self.report.cas_conflicts += 1;
+                    self.note(|| {
+                        format!("{who} lost a race on {key} (now v{actual}); reads again")
+                    });
+                    return Ok(Some(job));
+                }
+                Called::Refused(e) => return self.dropped(w, &job, &e),
+                Called::Died => return Ok(None),
+            }
+        }
+        job.state.cursor += 1;
+        job.phase = Phase::Save;
+        Ok(Some(job))
+    }
+
+    /// Lets the resource go; a hold that expired (or went to another run)
+    /// meanwhile has nothing left to release.
+    fn release(&mut self, w: usize, mut job: Job, resource: &ResourceId) -> Next {
+        let release = ReleaseResource {
+            resource: resource.clone(),
+            run: job.run.clone(),
+            guard: job.guard.clone(),
+        };
+        let cmd = Command::ReleaseResource(release.clone());
+        match self.call(Some(&cmd), |e| {
+            e.release_resource(&release.resource, &release.run, &release.guard)
+        })? {
+            Called::Ok(()) | Called::Refused(Error::ResourceNotHeld { .. }) => {
+                let who = self.who(w);
+                self.note(|| format!("{who} lets {resource} go"));
+                job.state.cursor += 1;
+                job.phase = Phase::Save;
                 Ok(Some(job))
             }
             Called::Refused(e) => self.dropped(w, &job, &e),

@@ -19,7 +19,7 @@
 //! **Invariant:** every action a workflow names is deterministic in (run,
 //! state); the books, not the worker's memory, decide what already happened.
 
-use actum::books::{Part, RunId, RunState, WaitFor, digest_of};
+use actum::books::{Part, ResourceId, RunId, RunState, SharedKeyId, WaitFor, digest_of};
 
 use crate::world::Tool;
 use crate::world::tool;
@@ -136,6 +136,9 @@ pub struct EffectSpec {
     pub args: Vec<u8>,
     /// The compensation registered with it: tool and arguments.
     pub compensation: Option<(Tool, Vec<u8>)>,
+    /// The resource the act needs held (a customer contacted): the worker
+    /// takes or renews its lease first and sends the act under its token.
+    pub resource: Option<ResourceId>,
 }
 
 /// What a workflow does next.
@@ -157,6 +160,17 @@ pub enum Action {
     Spawn {
         /// The step (the child is `<run>:<step>`).
         step: &'static str,
+    },
+    /// Add the run to the shared registry `key` (a compare-and-set of
+    /// the key's run list, read again on a conflict).
+    Register {
+        /// The registry.
+        key: SharedKeyId,
+    },
+    /// Let the resource's lease go.
+    Release {
+        /// The resource.
+        resource: ResourceId,
     },
     /// Move the run to a terminal state.
     Finish {
@@ -189,6 +203,31 @@ fn effect(step: impl Into<String>, tool_name: &str, run: &RunId) -> Action {
         tool: tool(tool_name),
         args: format!("{tool_name} for {run}").into_bytes(),
         compensation: None,
+        resource: None,
+    })
+}
+
+/// The customer a shop or refund run contacts: the same one for all of
+/// them, so they take turns on its lease and race on its registry.
+pub fn customer() -> ResourceId {
+    ResourceId::new("customer:0").expect("a valid resource name")
+}
+
+/// The shared registry of the runs that work for `customer`: their ids,
+/// each followed by `;`, each signed in once by its run.
+pub fn contacted_key(customer: &ResourceId) -> SharedKeyId {
+    let name = customer.as_str().replace(':', "-");
+    SharedKeyId::new(format!("contacted:{name}")).expect("a valid shared key")
+}
+
+/// The act that contacts the run's customer, under the customer's lease.
+fn contact(step: &str, tool_name: &str, run: &RunId) -> Action {
+    Action::Effect(EffectSpec {
+        step: step.into(),
+        tool: tool(tool_name),
+        args: format!("{tool_name} for {run}").into_bytes(),
+        compensation: None,
+        resource: Some(customer()),
     })
 }
 
@@ -232,16 +271,36 @@ impl Workflow {
         })
     }
 
+    /// The cursor of the act that contacts the customer, for the shop and
+    /// the refund.
+    fn contact_at(self) -> u32 {
+        match self {
+            Workflow::Refund => 3,
+            _ => 2,
+        }
+    }
+
     fn forward(self, run: &RunId, cursor: u32) -> Action {
         match (self, cursor) {
-            (Workflow::Shop, 0) => effect("charge", "stripe.charge", run),
-            (Workflow::Shop, 1) => effect("ship", "warehouse.ship", run),
-            (Workflow::Refund, 0) => Action::Decide {
+            // First the run signs in the customer's registry: runs of one
+            // customer start together and race on it; compare-and-set
+            // keeps every one.
+            (Workflow::Shop | Workflow::Refund, 0) => Action::Register {
+                key: contacted_key(&customer()),
+            },
+            (Workflow::Shop | Workflow::Refund, c) if c == self.contact_at() + 1 => {
+                Action::Release {
+                    resource: customer(),
+                }
+            }
+            (Workflow::Shop, 1) => effect("charge", "stripe.charge", run),
+            (Workflow::Shop, 2) => contact("ship", "warehouse.ship", run),
+            (Workflow::Refund, 1) => Action::Decide {
                 position: 0,
                 prompt: format!("should {run} be refunded?").into_bytes(),
             },
-            (Workflow::Refund, 1) => effect("refund", "bank.refund", run),
-            (Workflow::Refund, 2) => effect("email", "mail.send", run),
+            (Workflow::Refund, 2) => effect("refund", "bank.refund", run),
+            (Workflow::Refund, 3) => contact("email", "mail.send", run),
             (Workflow::Treasury, 0) => Action::Effect(EffectSpec {
                 step: "sweep".into(),
                 tool: tool("bank.sweep"),
@@ -250,6 +309,7 @@ impl Workflow {
                     tool("bank.unsweep"),
                     format!("return the sweep of {run}").into_bytes(),
                 )),
+                resource: None,
             }),
             (Workflow::Treasury, 1) => Action::Effect(EffectSpec {
                 step: "fund".into(),
@@ -259,6 +319,7 @@ impl Workflow {
                     tool("bank.unfund"),
                     format!("return the funding of {run}").into_bytes(),
                 )),
+                resource: None,
             }),
             (Workflow::Treasury, 2) => effect("hedge", "fx.hedge", run),
             (Workflow::Treasury, 3) => effect("post", "ledger.post", run),
@@ -301,6 +362,7 @@ impl Workflow {
                 tool: tool("kyc.screen"),
                 args: format!("screen the owners of {run}").into_bytes(),
                 compensation: None,
+                resource: None,
             }),
             (Workflow::Vendor, 3) => Action::Wait(WaitSpec {
                 step: "cool-off",
@@ -312,6 +374,7 @@ impl Workflow {
                 tool: tool("bank.pay"),
                 args: vendor_payment(run),
                 compensation: None,
+                resource: None,
             }),
             _ => done(),
         }

@@ -23,6 +23,7 @@ pub(crate) fn app(seq: usize, key_text: &str, token: u64, receipt: &str) -> Appl
         args_digest: digest_of(b"args"),
         at_ms: 1_000 + seq as u64,
         receipt: receipt.as_bytes().to_vec(),
+        hold: None,
     }
 }
 

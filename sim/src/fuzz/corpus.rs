@@ -8,8 +8,9 @@
 //! **Invariant:** every seed input passes its target's entry function.
 
 use actum::books::{
-    BudgetLimits, Charge, Cost, Digest, EffectKey, FencingToken, Lease, Op, Reservation, RunId,
-    RunState, SignalRecord, StepId, WaitFor, WaitRecord, WaitStatus, WorkerId, encode_ops,
+    BudgetLimits, Charge, Cost, Digest, EffectKey, FencingToken, Lease, Op, Reservation,
+    ResourceId, RunId, RunState, SharedChange, SharedKeyId, SignalRecord, StepId, WaitFor,
+    WaitRecord, WaitStatus, WorkerId, digest_of, encode_ops,
 };
 use actum::manifest::{self, COPY_SLOT_BYTES, Manifest};
 use actum::wal::format::{self, SegmentHeader};
@@ -298,6 +299,35 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         token: FencingToken(3),
     };
     let sagas = encode_ops(&[compensating, saga.clone()]);
+    let customer = ResourceId::new("customer:42").expect("a valid resource name");
+    let held = Op::ResourceAcquired {
+        resource: customer.clone(),
+        run: RunId::new("run-1").expect("a valid run name"),
+        token: FencingToken(1),
+        expires_ms: 1_700_000_190_000,
+        at_ms: 1_700_000_010_000,
+    };
+    let let_go = Op::ResourceReleased {
+        resource: customer,
+        run: RunId::new("run-1").expect("a valid run name"),
+        token: FencingToken(1),
+        at_ms: 1_700_000_011_000,
+    };
+    let shared = Op::SharedSet {
+        key: SharedKeyId::new("dnc:customer-42").expect("a valid key"),
+        version: 1,
+        value: Some(b"do not contact".to_vec()),
+        change: SharedChange {
+            version: 1,
+            at_ms: 1_700_000_012_000,
+            by: "ops".to_string(),
+            run: None,
+            token: None,
+            value_digest: Some(digest_of(b"do not contact")),
+            why: "asked by phone".to_string(),
+        },
+    };
+    let coordination = encode_ops(&[held.clone(), let_go, shared.clone()]);
     let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
@@ -316,6 +346,9 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("reply-wait-ended", replied.encode()),
         ("saga-opened", saga.encode()),
         ("saga-list", sagas),
+        ("resource-acquired", held.encode()),
+        ("shared-set", shared.encode()),
+        ("coordination-list", coordination),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

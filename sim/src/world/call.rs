@@ -4,7 +4,7 @@
 //! **Invariant:** a call is delivered at most once, at most
 //! [`super::REQUEST_LIFETIME_MS_MAX`] after it was sent, or never.
 
-use actum::books::{Digest, EffectKey, FencingToken, Outcome};
+use actum::books::{Digest, EffectKey, FencingToken, Outcome, ResourceId};
 
 use super::tools::Tool;
 
@@ -75,6 +75,9 @@ pub struct Call {
     pub deliver_ms: u64,
     /// What happens to it.
     pub fate: Fate,
+    /// The resource hold it acts under, if any: the service refuses a
+    /// token below the highest it has seen for the resource.
+    pub hold: Option<(ResourceId, FencingToken)>,
 }
 
 /// What the caller sees.

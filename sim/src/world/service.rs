@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use actum::books::{Digest, EffectKey, FencingToken, RunId, ToolClass};
+use actum::books::{Digest, EffectKey, FencingToken, ResourceId, RunId, ToolClass};
 
 use super::call::{Ask, Call, CallId, Fate, Reply};
 use super::model::Model;
@@ -33,6 +33,8 @@ pub struct Application {
     pub at_ms: u64,
     /// What the service answered.
     pub receipt: Vec<u8>,
+    /// The resource hold the request acted under, if any.
+    pub hold: Option<(ResourceId, FencingToken)>,
 }
 
 /// One request a service received (acted on or not), in arrival order.
@@ -78,6 +80,8 @@ pub struct WorldStats {
 pub struct World {
     /// Per (tool, run): the highest token the service has seen.
     fences: BTreeMap<(&'static str, RunId), FencingToken>,
+    /// Per resource: the highest hold token any service has seen.
+    resource_fences: BTreeMap<ResourceId, FencingToken>,
     /// Per (tool, key): the application that answers a repeat or a query.
     by_key: BTreeMap<(&'static str, EffectKey), usize>,
     log: Vec<Application>,
@@ -104,6 +108,18 @@ impl World {
         ask: Ask,
         now_ms: u64,
         fate: Fate,
+    ) -> CallId {
+        self.send_holding(tool, (key, token), None, ask, (now_ms, fate))
+    }
+
+    /// [`World::send`] of a request acting under a resource `hold`.
+    pub fn send_holding(
+        &mut self,
+        tool: Tool,
+        (key, token): (&EffectKey, actum::books::FencingToken),
+        hold: Option<(ResourceId, FencingToken)>,
+        ask: Ask,
+        (now_ms, fate): (u64, Fate),
     ) -> CallId {
         let id = self.next_call;
         self.next_call += 1;
@@ -140,6 +156,7 @@ impl World {
             sent_ms: now_ms,
             deliver_ms: now_ms + delay_ms,
             fate,
+            hold,
         };
         self.in_flight.insert((call.deliver_ms, id), call);
         id
@@ -241,12 +258,20 @@ impl World {
             args_digest,
             applied: None,
         };
-        if call.token < *fence {
+        let stale_hold = call.hold.as_ref().is_some_and(|(resource, token)| {
+            self.resource_fences
+                .get(resource)
+                .is_some_and(|highest| token < highest)
+        });
+        if call.token < *fence || stale_hold {
             self.stats.fenced += 1;
             self.deliveries.push(delivery);
             return Some(Reply::Fenced);
         }
         *fence = call.token;
+        if let (Some((resource, token)), Ask::Act { .. }) = (&call.hold, &call.ask) {
+            self.resource_fences.insert(resource.clone(), *token);
+        }
         let reply = match (&call.ask, call.fate) {
             (Ask::Query, _) => {
                 self.stats.queries += 1;
@@ -321,6 +346,7 @@ impl World {
             args_digest,
             at_ms: now_ms,
             receipt: receipt.clone(),
+            hold: call.hold.clone(),
         });
         // A repeat outside the window acts again: the latest answers queries.
         self.by_key.insert(slot, seq);
