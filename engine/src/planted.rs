@@ -83,6 +83,9 @@ pub enum PlantedBug {
     ResourceIgnoresHolder,
     /// A shared key's compare-and-set ignores the version its setter read.
     SharedSetBlind,
+    /// A checkpoint writing a prune deletes every blob the pruned run
+    /// referenced, counted or not, so kept runs lose the parts they share.
+    PruneSharedBlobs,
 }
 
 impl PlantedBug {
@@ -96,7 +99,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 22] = [
+    pub const ENGINE: [PlantedBug; 23] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -119,10 +122,11 @@ impl PlantedBug {
         PlantedBug::EndWithoutCompensating,
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
+        PlantedBug::PruneSharedBlobs,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 27] = [
+    pub const ALL: [PlantedBug; 28] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -150,6 +154,7 @@ impl PlantedBug {
         PlantedBug::EndWithoutCompensating,
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
+        PlantedBug::PruneSharedBlobs,
     ];
 
     /// The bug's command-line name.
@@ -182,6 +187,7 @@ impl PlantedBug {
             PlantedBug::EndWithoutCompensating => "end-without-compensating",
             PlantedBug::ResourceIgnoresHolder => "resource-ignores-holder",
             PlantedBug::SharedSetBlind => "shared-set-blind",
+            PlantedBug::PruneSharedBlobs => "prune-shared-blobs",
         }
     }
 

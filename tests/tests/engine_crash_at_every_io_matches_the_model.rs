@@ -56,6 +56,7 @@ fn options() -> EngineOptions {
         verify_state_on_open: true,
         checkpoint_every_records: 5,
         checkpoint_every_bytes: 0,
+        retention: actum::engine::Retention::default(),
     }
 }
 
@@ -564,6 +565,53 @@ fn coordination() -> Vec<Work> {
     ]
 }
 
+/// Retention: runs that are over leave the books with their ledger,
+/// checkpoints and the blobs no kept run references (r16's checkpoint
+/// shares its parts with r1's, its arguments with r1's "pay"); a pruned
+/// run's name is free again, and its second life, which acted on a tool
+/// that deduplicates for a day, stays.
+fn retention() -> Vec<Work> {
+    #[expect(non_snake_case, reason = "reads like the variant")]
+    let Cmd = |cmd: Command| Work::Cmd(Box::new(cmd));
+    let prune = |runs: &[&str], older_than_ms: u64| {
+        Command::Prune(actum::books::Prune {
+            runs: runs.iter().map(|r| rid(r)).collect(),
+            older_than_ms,
+        })
+    };
+    let confirmed = || Outcome::Confirmed {
+        receipt: b"ok".to_vec(),
+    };
+    let life = |worker: &str, big: u8, class: ToolClass| {
+        vec![
+            Cmd(Command::CreateRun(create_cmd("r16"))),
+            Cmd(acquire("r16", worker)),
+            Cmd(transition("r16", worker, RunState::Running)),
+            Cmd(begin("r16", "pay", worker, class)),
+            Cmd(Command::Batch(vec![
+                finish(key("r16", "pay", 1), worker, confirmed()),
+                save("r16", worker, big),
+                transition("r16", worker, RunState::Completed),
+            ])),
+        ]
+    };
+    let mut work = life("w16", 1, ToolClass::Queryable);
+    work.extend([
+        Work::Checkpoint,
+        Work::Advance(60_000),
+        Cmd(prune(&["r16", "r2", "r1", "r12"], 30_000)),
+        Work::Checkpoint,
+    ]);
+    work.extend(life("w17", 4, idempotent()));
+    work.extend([
+        Work::Advance(60_000),
+        Cmd(prune(&["r16", "r13"], 30_000)),
+        Work::Checkpoint,
+        Cmd(prune(&["r13"], 0)),
+    ]);
+    work
+}
+
 fn workload() -> Vec<Work> {
     use Work::Checkpoint;
     #[expect(non_snake_case, reason = "reads like the variant")]
@@ -638,6 +686,7 @@ fn workload() -> Vec<Work> {
     .chain(replies())
     .chain(sagas())
     .chain(coordination())
+    .chain(retention())
     .collect()
 }
 

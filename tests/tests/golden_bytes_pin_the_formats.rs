@@ -27,11 +27,12 @@ use std::fmt::Debug;
 use std::path::Path;
 
 use actum::books::{
-    AuditEntry, AuditWhat, BudgetBook, BudgetLimits, Charge, CheckpointMeta, Compensation, Cost,
-    DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, EffectStatus, FencingToken, Lease,
-    Op, PAYLOAD_VERSION, PartRef, Reservation, ResourceBook, ResourceHold, ResourceId, Run, RunId,
-    RunState, SagaBook, SharedChange, SharedEntry, SharedKeyId, SignalRecord, StepId, ToolClass,
-    Usage, WaitBook, WaitFor, WaitRecord, WaitStatus, WorkerId, decode_ops, encode_ops,
+    AuditEntry, AuditWhat, BlobRefs, BudgetBook, BudgetLimits, Charge, CheckpointMeta,
+    Compensation, Cost, DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, EffectStatus,
+    FencingToken, Lease, Op, PAYLOAD_VERSION, PartRef, Reservation, ResourceBook, ResourceHold,
+    ResourceId, Run, RunId, RunState, SagaBook, SharedChange, SharedEntry, SharedKeyId,
+    SignalRecord, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitRecord, WaitStatus, WorkerId,
+    decode_ops, encode_ops,
 };
 use actum::state::rows::{RowTable, decode_row, encode_row};
 
@@ -77,6 +78,7 @@ op.saga_opened                     1102723107807d03
 op.resource_acquired               120b637573746f6d65723a343202723104e88401f48001
 op.resource_renewed                130b637573746f6d65723a343202723104d08c01dc8801
 op.resource_released               140b637573746f6d65723a343202723104c49001
+op.run_pruned                      16027231a09c01
 op.shared_set                      1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
 op.shared_set.cleared_by_operator  1507646e633a633432030003bb9401036f70730000000177
 payload.two_ops                    06020302723103f02e09882704027231030ad836
@@ -112,6 +114,7 @@ row.budgets                        9ff5e5850272310101a08d060001c096b10201280180d
 row.sagas                          e7e4351a027231020273310273320106
 row.resources                      15b551610b637573746f6d65723a34320102723104e88401f4800105
 row.shared                         2d135b5f07646e633a6334320103646e63020201b99401036f7073000001d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef017702ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
+row.blob_refs                      682dea5002723102101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f
 ";
 
 // ---------------------------------------------------------------- values
@@ -681,6 +684,13 @@ fn ops() -> Vec<(&'static str, Op)> {
             },
         ),
         (
+            "op.run_pruned",
+            Op::RunPruned {
+                run: run_id(),
+                at_ms: 20_000,
+            },
+        ),
+        (
             "op.shared_set",
             Op::SharedSet {
                 key: shared_key(),
@@ -1078,6 +1088,14 @@ fn cases() -> Vec<Case> {
         resource_book()
     ));
     cases.push(row_case!("row.shared", RowTable::Shared, shared_entry()));
+    cases.push(row_case!(
+        "row.blob_refs",
+        RowTable::BlobRefs,
+        BlobRefs {
+            run: run_id(),
+            digests: vec![digest(0x10), digest(0x30)],
+        }
+    ));
     cases
 }
 
@@ -1224,6 +1242,7 @@ fn op_index(op: &Op) -> u8 {
         Op::ResourceRenewed { .. } => 19,
         Op::ResourceReleased { .. } => 20,
         Op::SharedSet { .. } => 21,
+        Op::RunPruned { .. } => 22,
     }
 }
 
@@ -1329,7 +1348,7 @@ fn every_op_variant_starts_with_its_index_and_has_a_fixture() {
     assert_all(
         ops.iter().map(|(_, op)| op_index(op)),
         &[
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
         ],
         "op",
     );

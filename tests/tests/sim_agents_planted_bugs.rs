@@ -50,12 +50,15 @@ fn accepting_a_stale_token_is_caught_by_the_fencing_check() {
 fn skipping_the_ledger_on_resume_is_caught_by_at_most_once_or_the_ledger_check() {
     // Caught in the world when a tool applies the second send, or in the
     // ledger when the engine plans a call for a step the books hold
-    // confirmed (a tool that deduplicates hides the second send).
+    // confirmed (a tool that deduplicates hides the second send), or when
+    // the engine refuses the outcome of a compensation sent again after its
+    // first send was recorded unknown.
     let (_, invariant) = caught(PlantedBug::SkipLedgerOnResume);
     assert!(
         [
             "no side effect fires twice",
-            "a confirmed step is never acted on again"
+            "a confirmed step is never acted on again",
+            "the engine accepts every step of a valid workflow"
         ]
         .contains(&invariant.as_str()),
         "{invariant}"
@@ -278,6 +281,22 @@ fn a_compare_and_set_that_ignores_the_version_read_is_caught() {
         [
             "the engine decides as the reference model does",
             "a registry written by compare-and-set loses no update"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
+fn a_prune_that_takes_blobs_kept_runs_share_is_caught() {
+    // Every run of a workflow saves the same plan part: once a checkpoint
+    // writes the prune, the recovered books lack a blob the model keeps,
+    // or a kept run's checkpoint names a part that is gone.
+    let (_, invariant) = caught(PlantedBug::PruneSharedBlobs);
+    assert!(
+        [
+            "after every recovery the books equal the model",
+            "no error without a fault"
         ]
         .contains(&invariant.as_str()),
         "{invariant}"

@@ -23,6 +23,7 @@ use super::ids::{EffectKey, FencingToken, ResourceId, RunId, SharedKeyId};
 use super::lease::Lease;
 use super::ledger::{EffectEntry, EffectStatus};
 use super::op::Op;
+use super::retention::{prune_run, reference};
 use super::run::{Run, RunState, transition_allowed};
 use super::saga::{is_saga_end, note_intent};
 use super::state::BooksWrite;
@@ -174,6 +175,7 @@ pub fn apply(state: &mut (impl BooksWrite + ?Sized), op: &Op) -> Result<(), Appl
             value,
             change,
         } => shared_set(state, key, *version, value, change, op)?,
+        Op::RunPruned { run, .. } => run_pruned(state, run, op)?,
     }
     if let Some((run, mut entry)) = describe(op) {
         entry.seq = state.audit_len(&run) + 1;
@@ -284,6 +286,22 @@ fn effect_intended(
     if let Some(book) = saga {
         state.put_saga(book);
     }
+    if state.blob_exists(&entry.args_digest) {
+        reference(state, entry.key.run(), &entry.args_digest);
+    }
+    Ok(())
+}
+
+/// A run that is over leaves the books (see `retention.rs`).
+fn run_pruned(state: &mut (impl BooksWrite + ?Sized), id: &RunId, op: &Op) -> Applied {
+    let run = run_of(state, id, op)?;
+    require(run.state.is_terminal(), op, || {
+        format!(
+            "run {id} is {}; only a run that is over is pruned",
+            run.state
+        )
+    })?;
+    prune_run(state, id);
     Ok(())
 }
 
@@ -453,6 +471,11 @@ fn blob_put(
     require(digest_of(bytes) == *digest, op, || {
         format!("the blob's bytes do not match its digest {digest}")
     })?;
+    // A blob written now is counted from 0: runs that reference it add one
+    // each, and it is deleted when the last of them is pruned.
+    if !state.blob_exists(digest) {
+        state.put_blob_holders(*digest, Some(0));
+    }
     state.put_blob(*digest, bytes.to_vec());
     Ok(())
 }
@@ -484,6 +507,9 @@ fn checkpoint_saved(
         )
     })?;
     state.put_checkpoint(meta.clone());
+    for part in &meta.parts {
+        reference(state, &meta.run, &part.digest);
+    }
     Ok(())
 }
 

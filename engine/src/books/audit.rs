@@ -580,6 +580,8 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                 "",
             ),
         ),
+        // A pruned run's journal goes with it.
+        Op::RunPruned { .. } => return None,
         Op::SharedSet {
             key,
             version,

@@ -273,6 +273,17 @@ pub struct SetShared {
     pub reason: String,
 }
 
+/// Remove the named runs from the books, each one that is prunable (over,
+/// ended `older_than_ms` ago or more, every dedup window of its ledger
+/// passed); the others are kept, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prune {
+    /// The runs to remove.
+    pub runs: Vec<RunId>,
+    /// How long a run must have been over.
+    pub older_than_ms: u64,
+}
+
 /// End the saga of a compensating run whose compensations are all done:
 /// the run reaches the end its saga recorded (failed or cancelled).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -481,6 +492,8 @@ pub enum Command {
     ReleaseResource(ReleaseResource),
     /// Compare-and-set a shared key.
     SetShared(SetShared),
+    /// Remove runs that are over and old enough.
+    Prune(Prune),
 }
 
 impl Command {
@@ -508,7 +521,7 @@ impl Command {
                 by: SharedSetter::Run { run, guard },
                 ..
             }) => Some((run.clone(), guard)),
-            Command::SetShared(_) => None,
+            Command::SetShared(_) | Command::Prune(_) => None,
             Command::CreateRun(_)
             | Command::AcquireLease(_)
             | Command::ClaimNext(_)

@@ -89,14 +89,20 @@ pub struct SharedEntry {
     pub changes: Vec<SharedChange>,
 }
 
-/// The live hold of `book` at `now_ms`: unexpired, and its run not over.
+/// The live hold of `book` at `now_ms`: unexpired, its run not over, and
+/// taken in the run's current life (not before a pruned name was reused).
 pub fn live_hold<'b>(
     state: &dyn BooksRead,
     book: &'b ResourceBook,
     now_ms: u64,
 ) -> Option<&'b ResourceHold> {
     book.hold.as_ref().filter(|h| {
-        h.expires_ms > now_ms && state.run(&h.run).is_some_and(|r| !r.state.is_terminal())
+        // A hold taken before its run was created is a pruned earlier
+        // life's, not this run's.
+        h.expires_ms > now_ms
+            && state
+                .run(&h.run)
+                .is_some_and(|r| !r.state.is_terminal() && h.acquired_ms >= r.created_ms)
     })
 }
 

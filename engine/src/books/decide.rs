@@ -20,6 +20,7 @@ use super::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
 use super::limits::{BATCH_COMMANDS_MAX, check_size};
 use super::op::Op;
 use super::overlay::Overlay;
+use super::retention::decide_prune;
 use super::run::{RunState, decide_create, decide_operate, decide_transition};
 use super::saga::decide_end_saga;
 use super::state::BooksRead;
@@ -241,6 +242,13 @@ pub enum Answer {
         /// The resource.
         resource: ResourceId,
     },
+    /// What a prune removed, and what it kept and why.
+    Pruned {
+        /// The runs removed.
+        pruned: Vec<RunId>,
+        /// The runs kept, each with the reason.
+        kept: Vec<(RunId, String)>,
+    },
     /// A shared key's compare-and-set: its version now, and whether it
     /// changed (false: it held that value already).
     SharedSet {
@@ -307,6 +315,7 @@ fn decide_command(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<D
         Command::AcquireResource(c) => decide_acquire_resource(state, c, now_ms),
         Command::ReleaseResource(c) => decide_release_resource(state, c, now_ms),
         Command::SetShared(c) => decide_set_shared(state, c, now_ms),
+        Command::Prune(c) => decide_prune(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),

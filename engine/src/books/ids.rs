@@ -97,6 +97,14 @@ macro_rules! name_type {
             }
         }
 
+        // Equality, order and hash are the string's, so maps keyed by the
+        // id can be looked up by `&str`.
+        impl std::borrow::Borrow<str> for $ty {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl TryFrom<String> for $ty {
             type Error = Error;
             fn try_from(name: String) -> Result<Self> {

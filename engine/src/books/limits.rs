@@ -64,6 +64,9 @@ pub const SHARED_VALUE_BYTES_MAX: usize = 64 * 1024;
 /// changes stay in its audit).
 pub const SHARED_CHANGES_MAX: usize = 32;
 
+/// Most runs one prune command names.
+pub const PRUNE_RUNS_MAX: usize = 256;
+
 /// Longest lease a worker may take or renew, in milliseconds (one day).
 pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 

@@ -17,6 +17,7 @@ use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, ResourceId, RunId, SharedKeyId, StepId};
 use super::lease::{claim_order, claimable};
 use super::ledger::EffectEntry;
+use super::retention::BlobRefs;
 use super::run::Run;
 use super::saga::SagaBook;
 use super::state::{BooksRead, BooksWrite};
@@ -36,6 +37,8 @@ pub struct MemBooks {
     sagas: BTreeMap<RunId, SagaBook>,
     resources: BTreeMap<ResourceId, ResourceBook>,
     shared: BTreeMap<SharedKeyId, SharedEntry>,
+    blob_holders: BTreeMap<Digest, u64>,
+    blob_refs: BTreeMap<RunId, BlobRefs>,
 }
 
 impl MemBooks {
@@ -57,6 +60,48 @@ impl MemBooks {
     /// Every ledger entry, by key.
     pub fn effects(&self) -> impl Iterator<Item = &EffectEntry> {
         self.effects.values()
+    }
+
+    /// Copies every row `from` holds of `run` (its record, ledger entries,
+    /// checkpoints, decisions, audit, waits, budget, saga and the blobs it
+    /// references) into these books, replacing what they held of it: how a
+    /// checker keeps what retention removes from the books it checks.
+    pub fn copy_run(&mut self, from: &MemBooks, run: &RunId) {
+        self.delete_run(run);
+        let Some(record) = from.runs.get(run) else {
+            return;
+        };
+        self.runs.insert(run.clone(), record.clone());
+        let of_run = |key: &(RunId, u64)| key.0 == *run;
+        for (key, entry) in from.effects.iter().filter(|(k, _)| k.run() == run) {
+            self.effects.insert(key.clone(), entry.clone());
+        }
+        for (key, meta) in from.checkpoints.iter().filter(|(k, _)| of_run(k)) {
+            self.checkpoints.insert(key.clone(), meta.clone());
+        }
+        for (key, record) in from.decisions.iter().filter(|(k, _)| of_run(k)) {
+            self.decisions.insert(key.clone(), record.clone());
+        }
+        if let Some(audit) = from.audit.get(run) {
+            self.audit.insert(run.clone(), audit.clone());
+        }
+        if let Some(book) = from.waits.get(run) {
+            self.waits.insert(run.clone(), book.clone());
+        }
+        if let Some(book) = from.budgets.get(run) {
+            self.budgets.insert(run.clone(), book.clone());
+        }
+        if let Some(book) = from.sagas.get(run) {
+            self.sagas.insert(run.clone(), book.clone());
+        }
+        if let Some(refs) = from.blob_refs.get(run) {
+            for digest in &refs.digests {
+                if let Some(bytes) = from.blobs.get(digest) {
+                    self.blobs.insert(*digest, bytes.clone());
+                }
+            }
+            self.blob_refs.insert(run.clone(), refs.clone());
+        }
     }
 
     /// The first difference between `self` and `other`, in words (`None` if
@@ -84,6 +129,8 @@ impl MemBooks {
             .or_else(|| first("sagas", &self.sagas, &other.sagas))
             .or_else(|| first("resources", &self.resources, &other.resources))
             .or_else(|| first("shared", &self.shared, &other.shared))
+            .or_else(|| first("blob holders", &self.blob_holders, &other.blob_holders))
+            .or_else(|| first("blob refs", &self.blob_refs, &other.blob_refs))
     }
 
     /// Replaces a blob's bytes without checking them, to test corruption
@@ -200,6 +247,22 @@ impl BooksRead for MemBooks {
     fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry> {
         self.shared.get(key).cloned()
     }
+
+    fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
+        self.effects
+            .values()
+            .filter(|e| e.key.run() == run)
+            .cloned()
+            .collect()
+    }
+
+    fn blob_holders(&self, digest: &Digest) -> Option<u64> {
+        self.blob_holders.get(digest).copied()
+    }
+
+    fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
+        self.blob_refs.get(run).cloned()
+    }
 }
 
 impl BooksWrite for MemBooks {
@@ -253,5 +316,32 @@ impl BooksWrite for MemBooks {
 
     fn put_shared(&mut self, entry: SharedEntry) {
         self.shared.insert(entry.key.clone(), entry);
+    }
+
+    fn delete_run(&mut self, run: &RunId) {
+        self.runs.remove(run);
+        self.effects.retain(|key, _| key.run() != run);
+        self.checkpoints.retain(|(r, _), _| r != run);
+        self.decisions.retain(|(r, _), _| r != run);
+        self.audit.remove(run);
+        self.waits.remove(run);
+        self.budgets.remove(run);
+        self.sagas.remove(run);
+        self.blob_refs.remove(run);
+    }
+
+    fn delete_blob(&mut self, digest: &Digest) {
+        self.blobs.remove(digest);
+    }
+
+    fn put_blob_holders(&mut self, digest: Digest, holders: Option<u64>) {
+        match holders {
+            Some(n) => self.blob_holders.insert(digest, n),
+            None => self.blob_holders.remove(&digest),
+        };
+    }
+
+    fn put_blob_refs(&mut self, refs: BlobRefs) {
+        self.blob_refs.insert(refs.run.clone(), refs);
     }
 }

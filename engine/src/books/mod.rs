@@ -25,6 +25,7 @@ mod limits;
 mod mem;
 mod op;
 mod overlay;
+mod retention;
 mod run;
 mod saga;
 mod state;
@@ -42,8 +43,8 @@ pub use checkpoint::{
 pub use command::{
     AcquireLease, AcquireResource, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun,
     DecideApproval, DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction,
-    Reconcile, RecordDecision, ReleaseLease, ReleaseResource, RenewLease, Reserve, SaveCheckpoint,
-    SendSignal, SetBudget, SetShared, Settle, SharedSetter, Transition,
+    Prune, Reconcile, RecordDecision, ReleaseLease, ReleaseResource, RenewLease, Reserve,
+    SaveCheckpoint, SendSignal, SetBudget, SetShared, Settle, SharedSetter, Transition,
 };
 pub use coord::{ResourceBook, ResourceHold, SharedChange, SharedEntry, live_hold};
 pub use decide::{Answer, Begun, Decided, decide};
@@ -62,6 +63,7 @@ pub use op::{
     Op, PAYLOAD_VERSION, PAYLOAD_VERSIONS_READ, decode_ops, encode_ops, unsupported_payload_version,
 };
 pub use overlay::{Overlay, Writes};
+pub use retention::BlobRefs;
 pub(crate) use run::existing;
 pub use run::{Run, RunState, transition_allowed};
 pub use saga::{SagaBook, SagaNext, next as saga_next};

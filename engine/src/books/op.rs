@@ -253,6 +253,14 @@ pub enum Op {
         /// Who, when and why (kept with the key).
         change: SharedChange,
     },
+    /// A run that was over and old enough left the books, with every row
+    /// of it and the blobs only it referenced.
+    RunPruned {
+        /// The run.
+        run: RunId,
+        /// When, ms since the epoch.
+        at_ms: u64,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -297,6 +305,7 @@ impl Op {
             Op::ResourceRenewed { .. } => "ResourceRenewed",
             Op::ResourceReleased { .. } => "ResourceReleased",
             Op::SharedSet { .. } => "SharedSet",
+            Op::RunPruned { .. } => "RunPruned",
         }
     }
 
@@ -317,7 +326,8 @@ impl Op {
             | Op::SagaOpened { run, .. }
             | Op::ResourceAcquired { run, .. }
             | Op::ResourceRenewed { run, .. }
-            | Op::ResourceReleased { run, .. } => Some(run),
+            | Op::ResourceReleased { run, .. }
+            | Op::RunPruned { run, .. } => Some(run),
             Op::SharedSet { change, .. } => change.run.as_ref(),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
@@ -347,8 +357,8 @@ impl Op {
 /// tool's reply (`WaitFor::Reply`, `WaitStatus::Replied`), and version 6
 /// sagas (`RunState::Compensating`, `SagaOpened`) and coordination
 /// (`ResourceAcquired`, `ResourceRenewed`, `ResourceReleased`,
-/// `SharedSet`), so that an older build refuses a log holding them by name
-/// instead of as damage.
+/// `SharedSet`) and retention (`RunPruned`), so that an older build refuses
+/// a log holding them by name instead of as damage.
 pub const PAYLOAD_VERSION: u8 = 6;
 
 /// Every record payload version this build reads, oldest first. A build

@@ -3,6 +3,10 @@
 //! leave, without touching the real state. It wraps any `&dyn BooksRead`,
 //! so it works the same over `MemBooks` and the redb-backed store.
 //!
+//! Deletions (a pruned run, a deleted blob) are kept as such: a pruned
+//! run's rows read as absent from the base, while what the overlay wrote
+//! after the prune (the name taken by a new run) is answered as usual.
+//!
 //! Invariant: every read answers as if the overlay's writes had been applied
 //! to the base; the base is never written (the overlay is dropped after
 //! deciding, and the ops it gathered are what gets logged).
@@ -18,6 +22,7 @@ use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, ResourceId, RunId, SharedKeyId, StepId};
 use super::lease::{claim_order, claimable_from_ms};
 use super::ledger::EffectEntry;
+use super::retention::BlobRefs;
 use super::run::Run;
 use super::saga::SagaBook;
 use super::state::{BooksRead, BooksWrite};
@@ -37,6 +42,10 @@ pub struct Overlay<'a> {
     sagas: BTreeMap<RunId, SagaBook>,
     resources: BTreeMap<ResourceId, ResourceBook>,
     shared: BTreeMap<SharedKeyId, SharedEntry>,
+    pruned: BTreeSet<RunId>,
+    blobs_deleted: BTreeSet<Digest>,
+    blob_holders: BTreeMap<Digest, Option<u64>>,
+    blob_refs: BTreeMap<RunId, BlobRefs>,
 }
 
 impl<'a> Overlay<'a> {
@@ -55,12 +64,24 @@ impl<'a> Overlay<'a> {
             sagas: BTreeMap::new(),
             resources: BTreeMap::new(),
             shared: BTreeMap::new(),
+            pruned: BTreeSet::new(),
+            blobs_deleted: BTreeSet::new(),
+            blob_holders: BTreeMap::new(),
+            blob_refs: BTreeMap::new(),
         }
+    }
+
+    /// The base, for the rows of `run`; `None` once the overlay pruned
+    /// it, so those rows read as absent.
+    fn base_of(&self, run: &RunId) -> Option<&'a dyn BooksRead> {
+        (!self.pruned.contains(run)).then_some(self.base)
     }
 }
 
 /// Everything an overlay wrote, in key order: what applying its ops to the
-/// base would write.
+/// base would write. Deletions come first: a run in `pruned` loses every
+/// row in the base before the rows below (of a new run of that name) are
+/// written.
 #[derive(Debug, Default)]
 pub struct Writes {
     /// Runs, by id.
@@ -85,6 +106,14 @@ pub struct Writes {
     pub resources: BTreeMap<ResourceId, ResourceBook>,
     /// Shared keys, by key.
     pub shared: BTreeMap<SharedKeyId, SharedEntry>,
+    /// Runs pruned: every row of theirs in the base is deleted.
+    pub pruned: BTreeSet<RunId>,
+    /// Blobs deleted.
+    pub blobs_deleted: BTreeSet<Digest>,
+    /// Blob holder counts set (`None`: deleted).
+    pub blob_holders: BTreeMap<Digest, Option<u64>>,
+    /// Blob references, by run.
+    pub blob_refs: BTreeMap<RunId, BlobRefs>,
 }
 
 impl Overlay<'_> {
@@ -103,20 +132,33 @@ impl Overlay<'_> {
             sagas: self.sagas,
             resources: self.resources,
             shared: self.shared,
+            pruned: self.pruned,
+            blobs_deleted: self.blobs_deleted,
+            blob_holders: self.blob_holders,
+            blob_refs: self.blob_refs,
         }
     }
 }
 
 impl BooksRead for Overlay<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
-        self.runs.get(id).cloned().or_else(|| self.base.run(id))
+        self.runs
+            .get(id)
+            .cloned()
+            .or_else(|| self.base_of(id)?.run(id))
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
         // Merge, in claim order, the overlay's own claimable runs with the
         // base's, skipping base runs the overlay has rewritten (their
-        // record or their wait book, on which claimability depends).
-        let rewritten: BTreeSet<&RunId> = self.runs.keys().chain(self.waits.keys()).collect();
+        // record or their wait book, on which claimability depends) or
+        // pruned.
+        let rewritten: BTreeSet<&RunId> = self
+            .runs
+            .keys()
+            .chain(self.waits.keys())
+            .chain(self.pruned.iter())
+            .collect();
         let mut mine: Vec<(u64, Run)> = rewritten
             .iter()
             .filter_map(|id| self.run(id))
@@ -158,7 +200,7 @@ impl BooksRead for Overlay<'_> {
         self.effects
             .get(key)
             .cloned()
-            .or_else(|| self.base.effect(key))
+            .or_else(|| self.base_of(key.run())?.effect(key))
     }
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
@@ -169,7 +211,9 @@ impl BooksRead for Overlay<'_> {
             .range(EffectKey::attempts_of(run, step, kind))
             .next_back()
             .map(|(_, e)| e.clone());
-        let base = self.base.latest_effect(run, step, kind);
+        let base = self
+            .base_of(run)
+            .and_then(|b| b.latest_effect(run, step, kind));
         match (mine, base) {
             (Some(m), Some(b)) if b.key.attempt() > m.key.attempt() => Some(b),
             (Some(m), _) => Some(m),
@@ -183,25 +227,28 @@ impl BooksRead for Overlay<'_> {
             .range(range)
             .next_back()
             .map(|(_, meta)| meta.clone())
-            .or_else(|| self.base.checkpoint_latest(run))
+            .or_else(|| self.base_of(run)?.checkpoint_latest(run))
     }
 
     fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
         self.checkpoints
             .get(&(run.clone(), version))
             .cloned()
-            .or_else(|| self.base.checkpoint_at(run, version))
+            .or_else(|| self.base_of(run)?.checkpoint_at(run, version))
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
-        self.blobs.contains_key(digest) || self.base.blob_exists(digest)
+        self.blobs.contains_key(digest)
+            || (!self.blobs_deleted.contains(digest) && self.base.blob_exists(digest))
     }
 
     fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
-        self.blobs
-            .get(digest)
-            .cloned()
-            .or_else(|| self.base.blob(digest))
+        if let Some(bytes) = self.blobs.get(digest) {
+            return Some(bytes.clone());
+        }
+        (!self.blobs_deleted.contains(digest))
+            .then(|| self.base.blob(digest))
+            .flatten()
     }
 
     fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
@@ -209,7 +256,7 @@ impl BooksRead for Overlay<'_> {
         self.decisions
             .get(&key)
             .cloned()
-            .or_else(|| self.base.decision_at(run, position))
+            .or_else(|| self.base_of(run)?.decision_at(run, position))
     }
 
     fn decision_count(&self, run: &RunId) -> u64 {
@@ -219,15 +266,18 @@ impl BooksRead for Overlay<'_> {
             .range(range)
             .next_back()
             .map_or(0, |((_, p), _)| p + 1);
-        mine.max(self.base.decision_count(run))
+        mine.max(self.base_of(run).map_or(0, |b| b.decision_count(run)))
     }
 
     fn audit_len(&self, run: &RunId) -> u64 {
-        self.base.audit_len(run) + self.audit.get(run).map_or(0, |a| a.len() as u64)
+        self.base_of(run).map_or(0, |b| b.audit_len(run))
+            + self.audit.get(run).map_or(0, |a| a.len() as u64)
     }
 
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
-        let mut entries = self.base.audit(run, from_seq);
+        let mut entries = self
+            .base_of(run)
+            .map_or_else(Vec::new, |b| b.audit(run, from_seq));
         let mine = self.audit.get(run).map_or(&[][..], |a| &a[..]);
         entries.extend(mine.iter().filter(|e| e.seq >= from_seq).cloned());
         entries
@@ -237,18 +287,21 @@ impl BooksRead for Overlay<'_> {
         self.waits
             .get(run)
             .cloned()
-            .or_else(|| self.base.waits(run))
+            .or_else(|| self.base_of(run)?.waits(run))
     }
 
     fn budget(&self, run: &RunId) -> Option<BudgetBook> {
         self.budgets
             .get(run)
             .cloned()
-            .or_else(|| self.base.budget(run))
+            .or_else(|| self.base_of(run)?.budget(run))
     }
 
     fn saga(&self, run: &RunId) -> Option<SagaBook> {
-        self.sagas.get(run).cloned().or_else(|| self.base.saga(run))
+        self.sagas
+            .get(run)
+            .cloned()
+            .or_else(|| self.base_of(run)?.saga(run))
     }
 
     fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
@@ -264,6 +317,36 @@ impl BooksRead for Overlay<'_> {
             .cloned()
             .or_else(|| self.base.shared(key))
     }
+
+    fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
+        let mut all: BTreeMap<EffectKey, EffectEntry> = self
+            .base_of(run)
+            .map_or_else(Vec::new, |b| b.effects_of(run))
+            .into_iter()
+            .map(|e| (e.key.clone(), e))
+            .collect();
+        all.extend(
+            self.effects
+                .values()
+                .filter(|e| e.key.run() == run)
+                .map(|e| (e.key.clone(), e.clone())),
+        );
+        all.into_values().collect()
+    }
+
+    fn blob_holders(&self, digest: &Digest) -> Option<u64> {
+        match self.blob_holders.get(digest) {
+            Some(holders) => *holders,
+            None => self.base.blob_holders(digest),
+        }
+    }
+
+    fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
+        self.blob_refs
+            .get(run)
+            .cloned()
+            .or_else(|| self.base_of(run)?.blob_refs(run))
+    }
 }
 
 impl BooksWrite for Overlay<'_> {
@@ -276,6 +359,7 @@ impl BooksWrite for Overlay<'_> {
     }
 
     fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
+        self.blobs_deleted.remove(&digest);
         self.blobs.entry(digest).or_insert(bytes);
     }
 
@@ -320,6 +404,32 @@ impl BooksWrite for Overlay<'_> {
 
     fn put_shared(&mut self, entry: SharedEntry) {
         self.shared.insert(entry.key.clone(), entry);
+    }
+
+    fn delete_run(&mut self, run: &RunId) {
+        self.pruned.insert(run.clone());
+        self.runs.remove(run);
+        self.effects.retain(|key, _| key.run() != run);
+        self.checkpoints.retain(|(r, _), _| r != run);
+        self.decisions.retain(|(r, _), _| r != run);
+        self.audit.remove(run);
+        self.waits.remove(run);
+        self.budgets.remove(run);
+        self.sagas.remove(run);
+        self.blob_refs.remove(run);
+    }
+
+    fn delete_blob(&mut self, digest: &Digest) {
+        self.blobs.remove(digest);
+        self.blobs_deleted.insert(*digest);
+    }
+
+    fn put_blob_holders(&mut self, digest: Digest, holders: Option<u64>) {
+        self.blob_holders.insert(digest, holders);
+    }
+
+    fn put_blob_refs(&mut self, refs: BlobRefs) {
+        self.blob_refs.insert(refs.run.clone(), refs);
     }
 }
 

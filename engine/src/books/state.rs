@@ -16,6 +16,7 @@ use super::decision::DecisionRecord;
 use super::digest::Digest;
 use super::ids::{EffectKey, EffectKind, ResourceId, RunId, SharedKeyId, StepId};
 use super::ledger::EffectEntry;
+use super::retention::BlobRefs;
 use super::run::Run;
 use super::saga::SagaBook;
 use super::wait::WaitBook;
@@ -80,6 +81,16 @@ pub trait BooksRead {
 
     /// A shared key; `None` if it was never set.
     fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry>;
+
+    /// Every ledger entry of `run`, in key order.
+    fn effects_of(&self, run: &RunId) -> Vec<EffectEntry>;
+
+    /// How many runs reference the blob `digest`; `None` for a blob not
+    /// counted (written before counting began, or deleted).
+    fn blob_holders(&self, digest: &Digest) -> Option<u64>;
+
+    /// The blobs `run` references; `None` if it references none counted.
+    fn blob_refs(&self, run: &RunId) -> Option<BlobRefs>;
 }
 
 /// The writes that applying needs: puts keyed by the values' own ids.
@@ -117,4 +128,18 @@ pub trait BooksWrite: BooksRead {
 
     /// Stores `entry`, replacing its key.
     fn put_shared(&mut self, entry: SharedEntry);
+
+    /// Deletes `run` and every row of it (its record, ledger entries,
+    /// checkpoints, decisions, audit, waits, budget, saga and blob
+    /// references); blobs and shared keys stay.
+    fn delete_run(&mut self, run: &RunId);
+
+    /// Deletes the blob `digest`.
+    fn delete_blob(&mut self, digest: &Digest);
+
+    /// Sets (or, `None`, deletes) the holder count of the blob `digest`.
+    fn put_blob_holders(&mut self, digest: Digest, holders: Option<u64>);
+
+    /// Stores `refs`, replacing the blob references of its run.
+    fn put_blob_refs(&mut self, refs: BlobRefs);
 }

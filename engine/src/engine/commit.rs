@@ -39,6 +39,10 @@ use crate::planted::{PlantedBug, planted};
 
 use super::core::{ApplyFailure, Engine, Inner, Unmaterialized};
 
+/// Most prune commands one automatic checkpoint is followed by (each of at
+/// most `PRUNE_RUNS_MAX` runs).
+const PRUNE_BATCHES_PER_CHECKPOINT_MAX: usize = 64;
+
 /// A hook between deciding and logging; the identity outside tests. It
 /// applies to every command the caller decides while it holds the
 /// combining role (tests use it single-threaded).
@@ -294,7 +298,14 @@ impl Engine {
             return;
         }
         // A failure halts the engine inside; the caller's command stands.
-        let _ = self.checkpoint_locked();
+        let checkpointed = self.checkpoint_locked();
+        // Retention follows the checkpoint that wrote the runs it prunes
+        // into the ended index; a refusal or failure leaves the runs for
+        // the next one (a failure halts the engine, and the next command
+        // reports why).
+        if let (Ok(_), Some(after_ms)) = (checkpointed, self.options.retention.prune_after_ms) {
+            self.prune_after_checkpoint(after_ms, PRUNE_BATCHES_PER_CHECKPOINT_MAX);
+        }
     }
 
     /// True if `bug` is planted (test-only `planted-bugs` feature).

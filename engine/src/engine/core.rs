@@ -217,8 +217,14 @@ impl Engine {
         };
         let (first, last) = (first.lsn, last.lsn);
         let path = self.pipeline.state().path().to_path_buf();
+        let shared_blobs_go = self.planted(PlantedBug::PruneSharedBlobs);
         let written = self.pipeline.materialize_durably((first, last), |txn| {
-            apply_ops(txn, &path, batch.iter().flat_map(|u| &u.ops))
+            apply_ops(
+                txn,
+                &path,
+                batch.iter().flat_map(|u| &u.ops),
+                shared_blobs_go,
+            )
         });
         let mut inner = self.lock();
         match written {
@@ -381,14 +387,23 @@ pub(crate) enum ApplyFailure {
 /// written once, then every row the overlay wrote, table by table. Every op
 /// was applied to the hot books before it was logged, so an `Err` here
 /// means the state store diverged from them.
+/// (`shared_blobs_go`: the planted `PruneSharedBlobs`.)
 pub(crate) fn apply_ops<'a>(
     txn: &WriteTransaction,
     path: &Path,
     ops: impl Iterator<Item = &'a Op>,
+    shared_blobs_go: bool,
 ) -> Result<()> {
     let books = RedbBooks::writer(txn, path);
     let mut overlay = Overlay::new(&books);
     for op in ops {
+        if let (Op::RunPruned { run, .. }, true) = (op, shared_blobs_go) {
+            use crate::books::{BooksRead, BooksWrite};
+            let refs = BooksRead::blob_refs(&overlay, run);
+            for digest in refs.map(|r| r.digests).unwrap_or_default() {
+                BooksWrite::delete_blob(&mut overlay, &digest);
+            }
+        }
         if let Err(e) = apply(&mut overlay, op) {
             // A failed read answers "absent"; report it, not its symptom.
             drop(overlay);
@@ -475,8 +490,8 @@ mod tests {
     use crate::books::test_support::*;
     use crate::books::{
         AcquireResource, Answer, Begun, BudgetLimits, Command, Compensation, FinishEffect, Guard,
-        MemBooks, OpenWait, Part, ReleaseResource, ResourceId, RunState, SendSignal, SetBudget,
-        SetShared, SharedKeyId, SharedSetter, ToolClass, WaitFor,
+        MemBooks, OpenWait, Part, Prune, ReleaseResource, ResourceId, RunState, SendSignal,
+        SetBudget, SetShared, SharedKeyId, SharedSetter, ToolClass, WaitFor,
     };
     use crate::state::read_books;
 
@@ -607,6 +622,16 @@ mod tests {
                 }
             }),
         );
+        // q ends, leaves the books whole, and its name is taken again;
+        // r saves a third checkpoint sharing a part with the first.
+        run(
+            &mut b,
+            Command::Prune(Prune {
+                runs: vec![rid("q")],
+                older_than_ms: 0,
+            }),
+        );
+        run(&mut b, create("q", b"again"));
         (b.mem, ops)
     }
 
@@ -618,7 +643,7 @@ mod tests {
         let db = redb::Database::create(&path).unwrap();
         for ops in ops.chunks(chunk) {
             let txn = db.begin_write().unwrap();
-            apply_ops(&txn, &path, ops.iter()).unwrap();
+            apply_ops(&txn, &path, ops.iter(), false).unwrap();
             txn.commit().unwrap();
         }
         let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
@@ -637,8 +662,18 @@ mod tests {
         let undo = model.latest_effect(&r, &sid("s1"), crate::books::EffectKind::Undo);
         assert!(undo.is_some());
         assert_eq!(
-            model.run(&rid("q")).map(|q| q.state),
-            Some(RunState::Completed)
+            model.run(&rid("q")).map(|q| (q.state, q.version)),
+            Some((RunState::Pending, 1))
+        );
+        assert_eq!(
+            model.audit_len(&rid("q")),
+            1,
+            "the pruned q's journal went with it"
+        );
+        assert!(
+            model
+                .blob_holders(&crate::books::digest_of(b"same"))
+                .is_some()
         );
         let customer = ResourceId::new("customer:42").unwrap();
         let hold = model.resource(&customer).and_then(|b| b.hold).unwrap();

@@ -71,6 +71,7 @@ impl Engine {
         let options = EngineOptions {
             checkpoint_every_records: 0,
             checkpoint_every_bytes: 0,
+            retention: super::Retention::default(),
             ..options
         };
         let view: Arc<dyn Storage> = Arc::new(ReadOnlyStorage::new(storage));

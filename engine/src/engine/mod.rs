@@ -22,6 +22,7 @@ mod existing;
 mod operations;
 mod options;
 mod reads;
+mod retention;
 mod sagas;
 mod step;
 mod waits;
@@ -39,6 +40,7 @@ pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
     MAX_RECORD_BYTES_DEFAULT,
 };
+pub use retention::{Pruned, Retention};
 pub use sagas::SagaProgress;
 pub use step::{EffectCtx, FinishedStep, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};
 pub use waits::{Signalled, Waited};

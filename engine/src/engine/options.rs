@@ -40,6 +40,9 @@ pub struct EngineOptions {
     pub checkpoint_every_records: u64,
     /// ... or after this many logged bytes since the last one; 0 disables.
     pub checkpoint_every_bytes: u64,
+    /// When runs that are over leave the books by themselves (never, by
+    /// default).
+    pub retention: super::retention::Retention,
 }
 
 impl Default for EngineOptions {
@@ -56,6 +59,7 @@ impl Default for EngineOptions {
             verify_state_on_open: false,
             checkpoint_every_records: CHECKPOINT_EVERY_RECORDS_DEFAULT,
             checkpoint_every_bytes: CHECKPOINT_EVERY_BYTES_DEFAULT,
+            retention: super::retention::Retention::default(),
         }
     }
 }

@@ -30,9 +30,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
-    AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, MemBooks, ResourceBook, ResourceId, Run, RunId, RunState, SagaBook,
-    SharedEntry, SharedKeyId, StepId, WaitBook, Writes, claimable_from_ms, wake_ms,
+    AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
+    EffectEntry, EffectKey, EffectKind, MemBooks, ResourceBook, ResourceId, Run, RunId, RunState,
+    SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook, Writes, claimable_from_ms, wake_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;
@@ -68,6 +68,8 @@ pub(crate) struct HotRun {
     pub(crate) budget: Option<Box<BudgetBook>>,
     /// The run's saga book, boxed like its wait book.
     pub(crate) saga: Option<Box<SagaBook>>,
+    /// The counted blobs the run references, boxed like its wait book.
+    pub(crate) blob_refs: Option<Box<BlobRefs>>,
     /// The instant under which the claim index holds the run, if it does.
     claim_from: Option<u64>,
     /// True while the run is on the list a checkpoint looks at to evict.
@@ -90,6 +92,7 @@ impl HotRun {
             waits: None,
             budget: None,
             saga: None,
+            blob_refs: None,
             claim_from: None,
             listed: false,
         }
@@ -173,6 +176,15 @@ pub(crate) struct HotState {
     pub(crate) resources: BTreeMap<ResourceId, (ResourceBook, Lsn)>,
     /// Shared keys changed since the state store was written, likewise.
     pub(crate) shared: BTreeMap<SharedKeyId, (SharedEntry, Lsn)>,
+    /// Runs pruned since the state store was written, with the LSN of the
+    /// prune: the state store still holds their rows until a checkpoint
+    /// writes it, and reads must not find them there.
+    pub(crate) pruned: BTreeMap<RunId, Lsn>,
+    /// Blobs deleted since the state store was written, likewise.
+    pub(crate) blobs_deleted: BTreeMap<Digest, Lsn>,
+    /// Blob holder counts changed since the state store was written
+    /// (`None`: the count was deleted with its blob).
+    pub(crate) blob_holders: BTreeMap<Digest, (Option<u64>, Lsn)>,
     /// The runs holding something a checkpoint may let go of (each once).
     listed: Vec<RunId>,
     /// Parked runs out of memory whose wait has a deadline: the instant
@@ -224,7 +236,9 @@ impl HotState {
     /// steps, its latest checkpoint and its counters. A run the state store
     /// does not hold stays absent.
     pub(crate) fn fault_in(&mut self, id: &RunId, cold: &ColdReader<'_>) {
-        if self.runs.contains_key(id) {
+        // A pruned run's rows in the state store are gone from the books: a
+        // new run of its name starts afresh, not from them.
+        if self.runs.contains_key(id) || self.pruned.contains_key(id) {
             return;
         }
         let Some(run) = cold.run(id) else {
@@ -249,13 +263,19 @@ impl HotState {
                 books.decision_count(id),
                 books.checkpoint_latest(id),
                 books.audit_len(id),
-                (books.waits(id), books.budget(id), books.saga(id)),
+                (
+                    books.waits(id),
+                    books.budget(id),
+                    books.saga(id),
+                    books.blob_refs(id),
+                ),
             )
         });
-        let (waits, budget, saga) = books_of_run;
+        let (waits, budget, saga, blob_refs) = books_of_run;
         hot.waits = waits.map(Box::new);
         hot.budget = budget.map(Box::new);
         hot.saga = saga.map(Box::new);
+        hot.blob_refs = blob_refs.map(Box::new);
         for entry in effects {
             if entry.status.is_open() {
                 hot.effects.insert(entry.key.clone(), (entry, Lsn::ZERO));
@@ -295,6 +315,22 @@ impl HotState {
             self.claims.insert((from_ms, id.clone()));
         }
         hot.claim_from = now;
+    }
+
+    /// Lets a pruned run go from memory and from the claim index (a run
+    /// that is over is in neither, but one pruned right as it ended may
+    /// still be held).
+    fn forget_run(&mut self, id: &RunId) {
+        if let Some(hot) = self.runs.remove(id)
+            && let Some(from_ms) = hot.claim_from
+        {
+            let removed = self.claims.remove(&(from_ms, id.clone()));
+            assert!(removed, "the claim index held run {id}");
+        }
+        if let Some(from_ms) = self.parked.remove(id) {
+            self.claims.remove(&(from_ms, id.clone()));
+        }
+        assert!(!self.runs.contains_key(id));
     }
 
     /// Replaces the record of a run in memory (or adds a new run), keeping
@@ -342,7 +378,24 @@ impl HotState {
             sagas,
             resources,
             shared,
+            pruned,
+            blobs_deleted,
+            blob_holders,
+            blob_refs,
         } = writes;
+        // Deletions first: a run pruned and created again in one record
+        // starts afresh.
+        for run in pruned {
+            self.forget_run(&run);
+            self.pruned.insert(run, lsn);
+        }
+        for digest in blobs_deleted {
+            self.blobs.remove(&digest);
+            self.blobs_deleted.insert(digest, lsn);
+        }
+        for (digest, holders) in blob_holders {
+            self.blob_holders.insert(digest, (holders, lsn));
+        }
         for (resource, book) in resources {
             self.resources.insert(resource, (book, lsn));
         }
@@ -362,12 +415,16 @@ impl HotState {
         for (run, book) in sagas {
             self.run_mut(&run, lsn).saga = Some(Box::new(book));
         }
+        for (run, refs) in blob_refs {
+            self.run_mut(&run, lsn).blob_refs = Some(Box::new(refs));
+        }
         for (key, entry) in effects {
             self.run_mut(key.run(), lsn)
                 .effects
                 .insert(key, (entry, lsn));
         }
         for (digest, bytes) in blobs {
+            self.blobs_deleted.remove(&digest);
             self.blobs.entry(digest).or_insert((bytes, lsn));
         }
         for ((run, version), meta) in checkpoints {
@@ -413,10 +470,16 @@ impl HotState {
         self.blobs.retain(|_, (_, at)| *at > lsn);
         self.resources.retain(|_, (_, at)| *at > lsn);
         self.shared.retain(|_, (_, at)| *at > lsn);
+        self.pruned.retain(|_, at| *at > lsn);
+        self.blobs_deleted.retain(|_, at| *at > lsn);
+        self.blob_holders.retain(|_, (_, at)| *at > lsn);
         let mut gone = 0;
         let listed = std::mem::take(&mut self.listed);
         for id in listed {
-            let hot = self.runs.get_mut(&id).expect("a listed run is in memory");
+            // A listed run may have been pruned since.
+            let Some(hot) = self.runs.get_mut(&id) else {
+                continue;
+            };
             let still_held = hot.evict_through(lsn, forget.steps);
             if hot.run.state.is_terminal() && hot.last_lsn <= lsn {
                 assert!(
@@ -453,6 +516,15 @@ impl HotState {
     /// Every table of the books: the state store's, overlaid with memory.
     pub(crate) fn snapshot(&self, cold: &ColdReader<'_>) -> Result<MemBooks> {
         let mut books = cold.read_all()?;
+        for run in self.pruned.keys() {
+            books.delete_run(run);
+        }
+        for digest in self.blobs_deleted.keys() {
+            books.delete_blob(digest);
+        }
+        for (digest, (holders, _)) in &self.blob_holders {
+            books.put_blob_holders(*digest, *holders);
+        }
         for hot in self.runs.values() {
             let id = &hot.run.id;
             books.put_run(hot.run.clone());
@@ -464,6 +536,9 @@ impl HotState {
             }
             if let Some(book) = hot.saga.as_deref() {
                 books.put_saga(book.clone());
+            }
+            if let Some(refs) = hot.blob_refs.as_deref() {
+                books.put_blob_refs(refs.clone());
             }
             for held in hot.effects.values() {
                 books.put_effect(held.0.clone());
@@ -527,8 +602,11 @@ impl HotState {
                         .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Included),
                 ))
                 .map(|(_, hot)| hot.run.clone());
-            let mut merged: BTreeMap<RunId, Run> =
-                stored.into_iter().map(|r| (r.id.clone(), r)).collect();
+            let mut merged: BTreeMap<RunId, Run> = stored
+                .into_iter()
+                .filter(|r| !self.pruned.contains_key(&r.id))
+                .map(|r| (r.id.clone(), r))
+                .collect();
             merged.extend(in_memory.map(|r| (r.id.clone(), r)));
             let exhausted = end.is_none();
             for (id, run) in merged {
@@ -553,14 +631,15 @@ impl HotState {
     /// key order, which puts a step's attempts in order and its
     /// compensation after its act).
     pub(crate) fn effects_of(&self, cold: &ColdReader<'_>, run: &RunId) -> Vec<EffectEntry> {
-        let mut all: BTreeMap<EffectKey, EffectEntry> = if cold.holds_run(run) {
-            cold.with(|books| books.effects_of(run))
-                .into_iter()
-                .map(|e| (e.key.clone(), e))
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
+        let mut all: BTreeMap<EffectKey, EffectEntry> =
+            if !self.pruned.contains_key(run) && cold.holds_run(run) {
+                cold.with(|books| books.effects_of(run))
+                    .into_iter()
+                    .map(|e| (e.key.clone(), e))
+                    .collect()
+            } else {
+                BTreeMap::new()
+            };
         if let Some(hot) = self.runs.get(run) {
             all.extend(
                 hot.effects

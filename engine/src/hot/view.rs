@@ -10,9 +10,9 @@
 //! wrote it.
 
 use crate::books::{
-    AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, ResourceBook, ResourceId, Run, RunId, SagaBook, SharedEntry,
-    SharedKeyId, StepId, WaitBook,
+    AuditEntry, BlobRefs, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
+    EffectEntry, EffectKey, EffectKind, ResourceBook, ResourceId, Run, RunId, SagaBook,
+    SharedEntry, SharedKeyId, StepId, WaitBook,
 };
 
 use super::cold::ColdReader;
@@ -33,7 +33,9 @@ impl HotView<'_> {
     /// `read` over the state store if it holds the run `run`; otherwise
     /// the run has no rows there, and the answer is "absent" unread.
     fn cold_of<T: Default>(&self, run: &RunId, read: impl FnOnce(&RedbBooks<'_>) -> T) -> T {
-        if self.cold.holds_run(run) {
+        // A run pruned since the last checkpoint is still in the state
+        // store, but no longer in the books.
+        if !self.hot.pruned.contains_key(run) && self.cold.holds_run(run) {
             self.cold.with(read)
         } else {
             T::default()
@@ -45,6 +47,7 @@ impl BooksRead for HotView<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
         match self.hot_run(id) {
             Some(hot) => Some(hot.run.clone()),
+            None if self.hot.pruned.contains_key(id) => None,
             None => self.cold.run(id),
         }
     }
@@ -122,12 +125,15 @@ impl BooksRead for HotView<'_> {
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
-        self.hot.blobs.contains_key(digest) || self.cold.with(|b| b.blob_exists(digest))
+        self.hot.blobs.contains_key(digest)
+            || (!self.hot.blobs_deleted.contains_key(digest)
+                && self.cold.with(|b| b.blob_exists(digest)))
     }
 
     fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
         match self.hot.blobs.get(digest) {
             Some((bytes, _)) => Some(bytes.clone()),
+            None if self.hot.blobs_deleted.contains_key(digest) => None,
             None => self.cold.with(|b| b.blob(digest)),
         }
     }
@@ -212,6 +218,27 @@ impl BooksRead for HotView<'_> {
         match self.hot.shared.get(key) {
             Some((entry, _)) => Some(entry.clone()),
             None => self.cold.with(|b| b.shared(key)),
+        }
+    }
+
+    fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
+        // The hot books list them as intended; the books, in key order.
+        let mut entries = self.hot.effects_of(self.cold, run);
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        entries
+    }
+
+    fn blob_holders(&self, digest: &Digest) -> Option<u64> {
+        match self.hot.blob_holders.get(digest) {
+            Some((holders, _)) => *holders,
+            None => self.cold.with(|b| b.blob_holders(digest)),
+        }
+    }
+
+    fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
+        match self.hot_run(run) {
+            Some(hot) => hot.blob_refs.as_deref().cloned(),
+            None => self.cold_of(run, |b| b.blob_refs(run)),
         }
     }
 }

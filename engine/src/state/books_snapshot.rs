@@ -12,13 +12,14 @@ use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 
 use super::rows::{
-    AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
+    AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
+    CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable,
+    SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
 };
 use super::store::state_error;
 use crate::books::{
-    AuditEntry, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook,
+    AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
+    EffectEntry, MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -40,6 +41,27 @@ fn values<K: redb::Key + 'static>(
     iter.map(|item| {
         item.map(|(_, v)| v.value().to_vec())
             .map_err(|e| state_error(path, "read row for snapshot", e))
+    })
+    .collect()
+}
+
+/// Every (digest, holder count) of the blob holders table, by digest.
+fn blob_holders(txn: &ReadTransaction, path: &Path) -> Result<Vec<(Digest, u64)>> {
+    let table = match txn.open_table(BLOB_HOLDERS_TABLE) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(state_error(path, "open blob holders for snapshot", e)),
+    };
+    let iter = table
+        .iter()
+        .map_err(|e| state_error(path, "scan blob holders for snapshot", e))?;
+    iter.map(|item| {
+        let (key, value) = item.map_err(|e| state_error(path, "read blob holders", e))?;
+        let digest: [u8; 32] = key
+            .value()
+            .try_into()
+            .map_err(|_| Error::corrupt(path, 0, "a blob holder count is keyed by no digest"))?;
+        Ok((Digest(digest), value.value()))
     })
     .collect()
 }
@@ -107,6 +129,17 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
             &bytes,
             "budget book",
         )?);
+    }
+    for bytes in values(txn, path, BLOB_REFS_TABLE)? {
+        books.put_blob_refs(decode::<BlobRefs>(
+            path,
+            RowTable::BlobRefs,
+            &bytes,
+            "blob references",
+        )?);
+    }
+    for (digest, holders) in blob_holders(txn, path)? {
+        books.put_blob_holders(digest, Some(holders));
     }
     for bytes in values(txn, path, RESOURCES_TABLE)? {
         books.put_resource(decode::<ResourceBook>(

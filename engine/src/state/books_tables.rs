@@ -23,15 +23,16 @@ use redb::{Key, ReadTransaction, ReadableTable, Table, TableDefinition, Value, W
 use serde::de::DeserializeOwned;
 
 use super::rows::{
-    AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    LIVE_RUNS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE,
-    decode_row, effect_kind_code, effect_row_key,
+    AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
+    CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
+    RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
+    effect_kind_code, effect_row_key,
 };
 use super::store::state_error;
 use crate::books::{
-    AuditEntry, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest, EffectEntry,
-    EffectKey, EffectKind, ResourceBook, ResourceId, Run, RunId, SagaBook, SharedEntry,
-    SharedKeyId, StepId, WaitBook,
+    AuditEntry, BlobRefs, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
+    EffectEntry, EffectKey, EffectKind, ResourceBook, ResourceId, Run, RunId, SagaBook,
+    SharedEntry, SharedKeyId, StepId, WaitBook,
 };
 use crate::error::{Error, Result};
 
@@ -108,6 +109,9 @@ pub(crate) struct OpenTables<'a> {
     pub(crate) sagas: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) resources: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) shared: OpenTable<'a, &'static str, &'static [u8]>,
+    pub(crate) blob_holders: OpenTable<'a, &'static [u8], u64>,
+    pub(crate) blob_refs: OpenTable<'a, &'static str, &'static [u8]>,
+    pub(crate) ended: OpenTable<'a, (u64, &'static str), ()>,
 }
 
 /// The table `def` of `txn`, opened into `slot` the first time.
@@ -279,6 +283,48 @@ impl<'a> RedbBooks<'a> {
                         self.path,
                         0,
                         format!("the live-runs table lists an invalid run id: {e}"),
+                    ));
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Up to `max` runs that ended at or before `before_ms`, oldest first,
+    /// passing over those `skip` names (the `books_ended` index: runs ended
+    /// before it existed are not in it).
+    pub fn ended_before(
+        &self,
+        before_ms: u64,
+        max: usize,
+        skip: impl Fn(&str) -> bool,
+    ) -> Vec<RunId> {
+        let names = with_table!(self, ENDED_TABLE => ended, "list ended runs", |t| {
+            t.range((0u64, "")..=(before_ms, "~")).and_then(|iter| {
+                let mut names = Vec::new();
+                for item in iter {
+                    let (key, _) = item?;
+                    let name = key.value().1;
+                    if !skip(name) {
+                        names.push(name.to_string());
+                        if names.len() == max {
+                            break;
+                        }
+                    }
+                }
+                Ok(names)
+            })
+        })
+        .unwrap_or_default();
+        names
+            .into_iter()
+            .filter_map(|name| match RunId::new(name) {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    self.fail(Error::corrupt(
+                        self.path,
+                        0,
+                        format!("the ended-runs index lists an invalid run id: {e}"),
                     ));
                     None
                 }
@@ -562,6 +608,33 @@ impl BooksRead for RedbBooks<'_> {
             self.decode(RowTable::Shared, &bytes, &format!("shared key {key}"))?;
         let same = entry.key == *key;
         self.keyed(entry, same, || format!("the row of shared key {key}"))
+    }
+
+    fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
+        RedbBooks::effects_of(self, run)
+    }
+
+    fn blob_holders(&self, digest: &Digest) -> Option<u64> {
+        with_table!(self, BLOB_HOLDERS_TABLE => blob_holders, "read blob holders", |t| t
+            .get(digest.0.as_slice())
+            .map(|g| g.map(|v| v.value())))
+        .flatten()
+    }
+
+    fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
+        let bytes = with_table!(self, BLOB_REFS_TABLE => blob_refs, "read blob references", |t| t
+            .get(run.as_str())
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let refs: BlobRefs = self.decode(
+            RowTable::BlobRefs,
+            &bytes,
+            &format!("blob references of run {run}"),
+        )?;
+        let same = refs.run == *run;
+        self.keyed(refs, same, || {
+            format!("the row of the blob references of run {run}")
+        })
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {

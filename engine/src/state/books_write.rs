@@ -15,13 +15,14 @@ use redb::{ReadableTable, WriteTransaction};
 
 use super::books_tables::{OpenTables, RedbBooks, Txn, open_in};
 use super::rows::{
-    AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    LIVE_RUNS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE,
+    AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
+    CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
+    RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
     effect_row_key, encode_row,
 };
 use crate::books::{
-    AuditEntry, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
-    EffectEntry, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook, Writes,
+    AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord,
+    Digest, EffectEntry, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook, Writes,
 };
 
 impl<'a> RedbBooks<'a> {
@@ -78,7 +79,19 @@ fn write_all<'a>(
         sagas,
         resources,
         shared,
+        pruned,
+        blobs_deleted,
+        blob_holders,
+        blob_refs,
     } = writes;
+    // Deletions first: a run pruned and then created again in these
+    // records loses its old rows before its new ones are written.
+    for run in &pruned {
+        delete_run_rows(txn, tables, run)?;
+    }
+    for digest in &blobs_deleted {
+        open_in(txn, &mut tables.blobs, BLOBS_TABLE)?.remove(digest.0.as_slice())?;
+    }
     for run in runs.values() {
         put_run(txn, tables, run)?;
     }
@@ -126,6 +139,14 @@ fn write_all<'a>(
     for entry in shared.values() {
         put_shared(txn, tables, entry)?;
     }
+    for (digest, holders) in &blob_holders {
+        put_blob_holders(txn, tables, digest, *holders)?;
+    }
+    for refs in blob_refs.values() {
+        let row = encode_row(RowTable::BlobRefs, refs);
+        let table = open_in(txn, &mut tables.blob_refs, BLOB_REFS_TABLE)?;
+        table.insert(refs.run.as_str(), row.as_slice())?;
+    }
     Ok(())
 }
 
@@ -142,9 +163,61 @@ fn put_run<'a>(
     let live = open_in(txn, &mut tables.live_runs, LIVE_RUNS_TABLE)?;
     if run.state.is_terminal() {
         live.remove(id)?;
+        // A run that is over is written once, when it ends: its time in
+        // the index is when a prune may take it.
+        open_in(txn, &mut tables.ended, ENDED_TABLE)?.insert((run.updated_ms, id), ())?;
     } else {
         live.insert(id, ())?;
     }
+    Ok(())
+}
+
+/// Deletes every row of `run`: its record and its place in the live and
+/// ended indexes, ledger entries, checkpoints, decisions, audit, waits,
+/// budget, saga and blob references.
+fn delete_run_rows<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    run: &RunId,
+) -> Result<(), redb::Error> {
+    let r = run.as_str();
+    let record = open_in(txn, &mut tables.runs, RUNS_TABLE)?
+        .remove(r)?
+        .map(|row| row.value().to_vec());
+    let ended_ms = record
+        .and_then(|row| decode_row::<Run>(RowTable::Run, &row).ok())
+        .map(|run| run.updated_ms);
+    if let Some(ended_ms) = ended_ms {
+        open_in(txn, &mut tables.ended, ENDED_TABLE)?.remove((ended_ms, r))?;
+    }
+    open_in(txn, &mut tables.live_runs, LIVE_RUNS_TABLE)?.remove(r)?;
+    // Step names are printable ASCII below `~`, so this range is the run's.
+    open_in(txn, &mut tables.effects, EFFECTS_TABLE)?
+        .retain_in((r, "", 0u8, 0u32)..(r, "~", 0u8, 0u32), |_, _| false)?;
+    open_in(txn, &mut tables.checkpoints, CHECKPOINTS_TABLE)?
+        .retain_in((r, 0u64)..=(r, u64::MAX), |_, _| false)?;
+    open_in(txn, &mut tables.decisions, DECISIONS_TABLE)?
+        .retain_in((r, 0u64)..=(r, u64::MAX), |_, _| false)?;
+    open_in(txn, &mut tables.audit, AUDIT_TABLE)?
+        .retain_in((r, 0u64)..=(r, u64::MAX), |_, _| false)?;
+    open_in(txn, &mut tables.waits, WAITS_TABLE)?.remove(r)?;
+    open_in(txn, &mut tables.budgets, BUDGETS_TABLE)?.remove(r)?;
+    open_in(txn, &mut tables.sagas, SAGAS_TABLE)?.remove(r)?;
+    open_in(txn, &mut tables.blob_refs, BLOB_REFS_TABLE)?.remove(r)?;
+    Ok(())
+}
+
+fn put_blob_holders<'a>(
+    txn: &'a WriteTransaction,
+    tables: &mut OpenTables<'a>,
+    digest: &Digest,
+    holders: Option<u64>,
+) -> Result<(), redb::Error> {
+    let table = open_in(txn, &mut tables.blob_holders, BLOB_HOLDERS_TABLE)?;
+    match holders {
+        Some(n) => table.insert(digest.0.as_slice(), n)?,
+        None => table.remove(digest.0.as_slice())?,
+    };
     Ok(())
 }
 
@@ -284,6 +357,38 @@ impl BooksWrite for RedbBooks<'_> {
         self.assert_writable("put_shared");
         self.write_with("write shared key", |txn, tables| {
             put_shared(txn, tables, &entry)
+        });
+    }
+
+    fn delete_run(&mut self, run: &RunId) {
+        self.assert_writable("delete_run");
+        self.write_with("delete run", |txn, tables| {
+            delete_run_rows(txn, tables, run)
+        });
+    }
+
+    fn delete_blob(&mut self, digest: &Digest) {
+        self.assert_writable("delete_blob");
+        self.write_with("delete blob", |txn, tables| {
+            open_in(txn, &mut tables.blobs, BLOBS_TABLE)?.remove(digest.0.as_slice())?;
+            Ok(())
+        });
+    }
+
+    fn put_blob_holders(&mut self, digest: Digest, holders: Option<u64>) {
+        self.assert_writable("put_blob_holders");
+        self.write_with("write blob holders", |txn, tables| {
+            put_blob_holders(txn, tables, &digest, holders)
+        });
+    }
+
+    fn put_blob_refs(&mut self, refs: BlobRefs) {
+        self.assert_writable("put_blob_refs");
+        let row = encode_row(RowTable::BlobRefs, &refs);
+        self.write_with("write blob references", |txn, tables| {
+            let table = open_in(txn, &mut tables.blob_refs, BLOB_REFS_TABLE)?;
+            table.insert(refs.run.as_str(), row.as_slice())?;
+            Ok(())
         });
     }
 

@@ -58,6 +58,17 @@ pub const SAGAS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("book
 pub const RESOURCES_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_resources");
 /// Shared keys, by key. Added in schema version 6.
 pub const SHARED_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_shared");
+/// How many runs reference each counted blob, by digest (a plain `u64`,
+/// like the meta table's values). Added in schema version 6.
+pub const BLOB_HOLDERS_TABLE: TableDefinition<&[u8], u64> =
+    TableDefinition::new("books_blob_holders");
+/// The counted blobs each run references, by run id. Added in schema
+/// version 6.
+pub const BLOB_REFS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_blob_refs");
+/// The runs that are over, by (the time they ended, run id): where a prune
+/// finds its oldest candidates. The value is empty. Added in schema
+/// version 6.
+pub const ENDED_TABLE: TableDefinition<(u64, &str), ()> = TableDefinition::new("books_ended");
 
 /// The byte an [`EffectKind`] is stored as in an effects row key: acts
 /// before compensations, as [`EffectKey`]'s own order has them.
@@ -102,6 +113,8 @@ pub enum RowTable {
     Resources = 9,
     /// [`SHARED_TABLE`].
     Shared = 10,
+    /// [`BLOB_REFS_TABLE`].
+    BlobRefs = 11,
 }
 
 /// Bytes of a row's checksum.

@@ -89,6 +89,12 @@ pub struct AgentReport {
     pub resource_busy: u64,
     /// Compare-and-sets of a shared key that lost a race and read again.
     pub cas_conflicts: u64,
+    /// Runs retention removed from the books (an operator's pass after a
+    /// checkpoint).
+    pub runs_pruned: u64,
+    /// Runs such a pass named that the books kept (a dedup window still
+    /// open, a parent not over), with the reason.
+    pub runs_kept: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -142,6 +148,8 @@ impl AgentReport {
         self.resource_grants += other.resource_grants;
         self.resource_busy += other.resource_busy;
         self.cas_conflicts += other.cas_conflicts;
+        self.runs_pruned += other.runs_pruned;
+        self.runs_kept += other.runs_kept;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -159,7 +167,7 @@ impl AgentReport {
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
              exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
              ({} undos begun, {} left stuck, {} settled by a person), {} customer holds ({} \
-             tries found it held), {} compare-and-set races lost",
+             tries found it held), {} compare-and-set races lost, {} runs pruned ({} kept)",
             self.runs,
             self.completed,
             self.failed,
@@ -197,7 +205,9 @@ impl AgentReport {
             self.person_reconciles,
             self.resource_grants,
             self.resource_busy,
-            self.cas_conflicts
+            self.cas_conflicts,
+            self.runs_pruned,
+            self.runs_kept
         )
     }
 }

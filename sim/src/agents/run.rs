@@ -8,8 +8,9 @@
 
 use actum::Clock;
 use actum::books::{
-    BooksRead, BudgetLimits, Command, DecideApproval, DeliverReply, EffectKey, EffectStatus,
-    Operate, OperatorAction, Outcome, RunId, RunState, SendSignal, StepId, WaitFor, digest_of,
+    Answer, BooksRead, BudgetLimits, Command, DecideApproval, DeliverReply, EffectKey,
+    EffectStatus, Operate, OperatorAction, Outcome, Prune, RunId, RunState, SendSignal, StepId,
+    WaitFor, digest_of,
 };
 
 use super::config::AgentConfig;
@@ -27,6 +28,10 @@ use crate::rng::Rng;
 const CALM_ROUNDS_MAX: u32 = 4_000;
 /// Virtual time each calm round lets pass, in ms.
 const CALM_TICK_MS: u64 = 5_000;
+
+/// How long a run must have been over before the operator's retention
+/// pass after a checkpoint prunes it.
+const PRUNE_AFTER_MS: u64 = 60_000;
 
 /// Runs the schedule `seed` stands for. A failure is replayed with the
 /// history on, so it carries the readable story of the run.
@@ -179,7 +184,10 @@ impl Sim<'_> {
                 } else {
                     all
                 };
-                let run = pool[usize::from(n) % pool.len()].clone();
+                // Retention may have taken every run.
+                let Some(run) = pool.get(usize::from(n) % pool.len().max(1)).cloned() else {
+                    return Ok(false);
+                };
                 // An operator who resumes a run its budget paused grants
                 // it one more search first.
                 if action == OperatorAction::Resume {
@@ -224,9 +232,67 @@ impl Sim<'_> {
                     }
                     self.dead = true;
                 }
+                if !self.dead {
+                    self.prune_old_runs()?;
+                }
             }
         }
         Ok(false)
+    }
+
+    /// An operator's retention pass after a checkpoint: the runs over for
+    /// [`PRUNE_AFTER_MS`] leave the books, unless a dedup window of theirs
+    /// is open or their parent is not over. The model decides the same
+    /// prune, and the engine must answer as it does; the pruned runs' rows
+    /// go to `pruned` first, for the checks of what the world saw.
+    fn prune_old_runs(&mut self) -> Result<(), AgentFailure> {
+        let now_ms = self.clock.now_ms();
+        let runs: Vec<RunId> = self
+            .model
+            .runs()
+            .filter(|r| {
+                r.state.is_terminal() && now_ms.saturating_sub(r.updated_ms) >= PRUNE_AFTER_MS
+            })
+            .map(|r| r.id.clone())
+            .take(actum::books::PRUNE_RUNS_MAX)
+            .collect();
+        if runs.is_empty() {
+            return Ok(());
+        }
+        for run in &runs {
+            self.pruned.copy_run(&self.model, run);
+        }
+        let cmd = Command::Prune(Prune {
+            runs: runs.clone(),
+            older_than_ms: PRUNE_AFTER_MS,
+        });
+        let expected = actum::books::decide(&self.model, &cmd, now_ms).map(|d| d.answer);
+        let called = self.call(Some(&cmd), |e| e.prune_runs(runs, PRUNE_AFTER_MS))?;
+        let outcome = match called {
+            Called::Ok(done) => {
+                self.report
+                    .checked("the engine decides as the reference model does");
+                let answered = Answer::Pruned {
+                    pruned: done.pruned.clone(),
+                    kept: done.kept.clone(),
+                };
+                if expected.as_ref().ok() != Some(&answered) {
+                    return Err(self.fail(
+                        "the engine decides as the reference model does",
+                        format!(
+                            "the engine's prune answered {answered:?}, the model's {expected:?}"
+                        ),
+                    ));
+                }
+                self.report.runs_pruned += done.pruned.len() as u64;
+                self.report.runs_kept += done.kept.len() as u64;
+                format!("{} pruned, {} kept", done.pruned.len(), done.kept.len())
+            }
+            Called::Refused(e) => format!("refused: {e}"),
+            Called::Died => "the process died".to_string(),
+        };
+        self.note(|| format!("an operator prunes the runs over for a minute: {outcome}"));
+        Ok(())
     }
 
     /// An operator's `action` on `run`, with no lease, held to the model
@@ -577,7 +643,7 @@ impl Sim<'_> {
             .close()
             .map_err(|e| self.fail("a clean close succeeds", e.to_string()))?;
         self.recover()?;
-        let books = self.model.clone();
+        let books = self.whole(&self.model);
         let log = self.world.log().to_vec();
         self.report.checked("a wait ends only on its own terms");
         check::waits_keep_their_terms(&books)
@@ -612,9 +678,11 @@ impl Sim<'_> {
             .checked("a saga undoes what its run did, last first, each once");
         check::sagas_undo_last_first(&books, &log)
             .map_err(|e| self.fail("a saga undoes what its run did, last first, each once", e))?;
-        self.check_listing(&books)?;
-        self.check_stuck(&books)?;
-        self.check_audit_export(&books)?;
+        // The engine lists, sweeps and exports what its books hold.
+        let held = self.model.clone();
+        self.check_listing(&held)?;
+        self.check_stuck(&held)?;
+        self.check_audit_export(&held)?;
         let engine = self.engine.take().expect("recovered");
         engine
             .close()

@@ -385,6 +385,12 @@ impl Sim<'_> {
         }
     }
 
+    /// True if `run` left the books by retention.
+    fn was_pruned(&self, run: &RunId) -> bool {
+        use actum::books::BooksRead;
+        self.model.run(run).is_none() && self.pruned.run(run).is_some()
+    }
+
     fn who(&self, w: usize) -> String {
         self.workers[w].name()
     }
@@ -412,6 +418,9 @@ impl Sim<'_> {
             Error::Fenced { .. } => self.report.zombies_fenced += 1,
             Error::LeaseLost { .. } => self.report.leases_lost += 1,
             Error::RunTerminal { .. } => {}
+            // Retention took the run while this worker slept on it; only
+            // a run the operator's pass pruned may be missing.
+            Error::NotFound { .. } if self.was_pruned(&job.run) => {}
             // An operator paused the run: the worker lets it go until
             // someone claims it after a resume.
             Error::RunNotRunning { .. } => self.report.not_running_refused += 1,

@@ -328,6 +328,10 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         },
     };
     let coordination = encode_ops(&[held.clone(), let_go, shared.clone()]);
+    let pruned = Op::RunPruned {
+        run: RunId::new("run-1").expect("a valid run name"),
+        at_ms: 1_700_000_090_000,
+    };
     let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
@@ -349,6 +353,7 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("resource-acquired", held.encode()),
         ("shared-set", shared.encode()),
         ("coordination-list", coordination),
+        ("run-pruned", pruned.encode()),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

@@ -1,0 +1,243 @@
+//! Retention on the public API: a run that is over leaves the books whole
+//! once it is old enough and its ledger's dedup windows have passed, the
+//! blobs no kept run references go with it, and what it left stays gone
+//! across a restart. Under a steady stream of runs that start, act, save a
+//! checkpoint and complete, with pruning after every automatic
+//! checkpoint, the database's files stop growing once warm.
+//!
+//! `ACTUM_RETENTION_RUNS` sets the length of the stream (100,000 by
+//! default; `.ci/run` runs the default).
+
+#![expect(clippy::unwrap_used, reason = "tests fail loudly")]
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use actum::books::{
+    BeginEffect, Command, FinishEffect, Outcome, Part, RunState, SaveCheckpoint, ToolClass,
+    Transition, digest_of,
+};
+use actum::engine::{Begun, EngineOptions, Retention};
+use actum::{Engine, FsStorage, ManualClock, Storage};
+use support::*;
+
+/// Saves a checkpoint of `run` with a part every run shares and one of its own.
+fn save(run: &str, guard: &actum::books::Guard) -> Command {
+    Command::SaveCheckpoint(SaveCheckpoint {
+        run: rid(run),
+        guard: guard.clone(),
+        schema_version: 1,
+        parts: vec![
+            Part {
+                name: "plan".into(),
+                bytes: vec![7; 2_048],
+            },
+            Part {
+                name: "notes".into(),
+                bytes: format!("the notes of {run}").repeat(32).into_bytes(),
+            },
+        ],
+    })
+}
+
+/// One run of the stream: created, leased and started in one commit, an
+/// act on a queryable tool (no dedup window to wait out) with its stored
+/// arguments, then the outcome, a checkpoint and its end in one commit.
+fn one_run(engine: &Engine, name: &str) {
+    one_run_with(engine, name, ToolClass::Queryable);
+}
+
+/// [`one_run`] acting on a tool of class `tool_class`.
+fn one_run_with(engine: &Engine, name: &str, tool_class: ToolClass) {
+    let run = rid(name);
+    let worker = wid("w1");
+    engine.create_run(create_cmd(name)).unwrap();
+    let lease = engine.acquire_lease(&run, &worker, LEASE_MS).unwrap();
+    let g = lease.guard;
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: g.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    let args = format!("pay the invoice of {name}").into_bytes();
+    let begun = engine
+        .begin_effect(BeginEffect {
+            run: run.clone(),
+            step: sid("pay"),
+            guard: g.clone(),
+            tool: "bank.pay".into(),
+            tool_class,
+            args_digest: digest_of(&args),
+            args: Some(args),
+            rationale: "the invoice is due".into(),
+            compensation: None,
+        })
+        .unwrap();
+    let Begun::Proceed { key, .. } = begun else {
+        panic!("{begun:?}")
+    };
+    let finish = Command::FinishEffect(FinishEffect {
+        key,
+        guard: g.clone(),
+        outcome: Outcome::Confirmed {
+            receipt: b"paid".to_vec(),
+        },
+    });
+    let end = Command::Transition(Transition {
+        run,
+        guard: g.clone(),
+        to: RunState::Completed,
+        expected_version: None,
+        reason: "done".into(),
+    });
+    engine
+        .commit_batch(vec![finish, save(name, &g), end])
+        .unwrap();
+}
+
+/// The bytes of every file in `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                dir_bytes(&entry.path())
+            } else {
+                meta.len()
+            }
+        })
+        .sum()
+}
+
+fn open(dir: &Path, clock: &Arc<ManualClock>, retention: Retention) -> Engine {
+    let options = EngineOptions {
+        retention,
+        ..EngineOptions::default()
+    };
+    let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+    Engine::open_with(storage, clock.clone(), dir, options).unwrap()
+}
+
+#[test]
+fn a_pruned_run_leaves_whole_with_its_own_blobs_and_stays_gone_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open(dir.path(), &clock, Retention::default());
+    one_run(&engine, "inv-1");
+    one_run(&engine, "inv-2");
+    let own = digest_of("the notes of inv-1".repeat(32).as_bytes());
+    let shared = digest_of(&[7; 2_048]);
+    engine.checkpoint().unwrap();
+    // Too young for a day's retention; any age for none.
+    assert!(engine.prune(86_400_000, 10).unwrap().pruned.is_empty());
+    let done = engine
+        .prune_runs(vec![rid("inv-1"), rid("nobody")], 0)
+        .unwrap();
+    assert_eq!(done.pruned, [rid("inv-1")]);
+    assert!(done.kept[0].1.contains("does not exist"), "{:?}", done.kept);
+    let gone = |engine: &Engine| {
+        engine.run(&rid("inv-1")).unwrap().is_none()
+            && engine.read(|b| Ok(b.blob(&own).is_none())).unwrap()
+            && engine.read(|b| Ok(b.blob(&shared).is_some())).unwrap()
+    };
+    assert!(gone(&engine), "before a checkpoint");
+    drop(engine);
+    let engine = open(dir.path(), &clock, Retention::default());
+    assert!(gone(&engine), "after a crash and a replay");
+    engine.checkpoint().unwrap();
+    assert!(gone(&engine), "from the state store");
+    assert!(engine.effects(&rid("inv-1")).is_err());
+    // The last run referencing the shared part takes it along.
+    assert_eq!(engine.prune(0, 10).unwrap().pruned, [rid("inv-2")]);
+    engine.checkpoint().unwrap();
+    assert!(engine.read(|b| Ok(b.blob(&shared).is_none())).unwrap());
+    engine.close().unwrap();
+}
+
+#[test]
+fn a_run_kept_by_its_dedup_window_does_not_hold_up_the_runs_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let options = EngineOptions {
+        checkpoint_every_records: 100,
+        retention: Retention {
+            prune_after_ms: Some(60_000),
+        },
+        ..EngineOptions::default()
+    };
+    let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+    let engine = Engine::open_with(storage, clock.clone(), dir.path(), options).unwrap();
+    // The oldest run to end acted on a tool that deduplicates for an hour;
+    // more than a whole prune's worth of runs ended after it.
+    let window = ToolClass::Idempotent {
+        dedup_window_ms: 3_600_000,
+    };
+    one_run_with(&engine, "held", window);
+    clock.advance_ms(1);
+    let behind = actum::books::PRUNE_RUNS_MAX + 44;
+    for i in 0..behind {
+        one_run(&engine, &format!("inv-{i}"));
+    }
+    // A minute on, the next automatic checkpoint prunes every run behind
+    // the held one, batch after batch, and keeps the held one.
+    clock.advance_ms(120_000);
+    for i in 0..100 {
+        engine
+            .create_run(create_cmd(&format!("later-{i}")))
+            .unwrap();
+    }
+    let left: Vec<usize> = (0..behind)
+        .filter(|i| engine.run(&rid(&format!("inv-{i}"))).unwrap().is_some())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "runs behind the held one were kept: {left:?}"
+    );
+    assert!(engine.run(&rid("held")).unwrap().is_some());
+    let kept = engine.prune_runs(vec![rid("held")], 60_000).unwrap();
+    assert!(kept.kept[0].1.contains("dedup window"), "{kept:?}");
+    engine.close().unwrap();
+}
+
+#[test]
+fn under_a_steady_stream_of_runs_the_files_stop_growing() {
+    let runs: usize = std::env::var("ACTUM_RETENTION_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let retention = Retention {
+        prune_after_ms: Some(0),
+    };
+    let engine = open(dir.path(), &clock, retention);
+    let tenth = runs / 10;
+    let mut sizes = Vec::new();
+    for i in 0..runs {
+        one_run(&engine, &format!("inv-{i}"));
+        clock.advance_ms(10);
+        if (i + 1) % tenth == 0 {
+            sizes.push(dir_bytes(dir.path()));
+        }
+    }
+    println!("database bytes after each tenth of {runs} runs: {sizes:?}");
+    // Past the first fifth the files hold their size: the pages pruned
+    // runs free are reused, and the log's segments are recycled.
+    let warm = sizes[1];
+    let last = *sizes.last().unwrap();
+    assert!(
+        last <= warm + warm / 10,
+        "the database grew from {warm} bytes at {} runs to {last} at {runs}: {sizes:?}",
+        2 * tenth
+    );
+    assert!(engine.runs_in_memory() < 1_000);
+    engine.close().unwrap();
+}
