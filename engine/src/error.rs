@@ -4,6 +4,7 @@
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::books::{Digest, EffectKey, FencingToken, RunId, RunState, StepId};
 use crate::ids::{DatabaseId, Lsn};
@@ -52,8 +53,10 @@ pub enum Error {
     /// An earlier `fsync` failed, so the log no longer knows what is on disk.
     /// Every write fails until the database is reopened.
     Poisoned {
-        /// The failure that poisoned the log.
-        cause: String,
+        /// The failure that poisoned the log: the flush's own error (an
+        /// `Io` naming the segment file, as a rule). Shared, as every later
+        /// write is refused with it.
+        cause: Arc<Error>,
     },
     /// A record larger than the configured maximum was refused.
     RecordTooLarge {
@@ -122,8 +125,9 @@ pub enum Error {
         file: PathBuf,
         /// What the engine was doing.
         op: &'static str,
-        /// redb's error.
-        reason: String,
+        /// redb's error (boxed, so redb's types stay out of this crate's
+        /// API; [`std::error::Error::source`] returns it).
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// A run, step, worker, tool or part name is not acceptable.
     InvalidName {
@@ -286,8 +290,13 @@ pub enum Error {
     /// became durable (applying it to the state store, or a checkpoint)
     /// left the in-memory state uncertain. Reopening replays the log.
     Halted {
-        /// The failure that halted the engine.
-        cause: String,
+        /// What failed (`"a failed log append"`, `"a failed checkpoint"`,
+        /// `"a panic while holding the engine lock"`, ...).
+        after: &'static str,
+        /// The error that failure returned, if it was one (a panic is not):
+        /// the first call to meet it gets it here too, and so does every
+        /// later one.
+        cause: Option<Arc<Error>>,
     },
     /// A step asked again for a wait with other terms than the wait it
     /// opened.
@@ -511,10 +520,10 @@ impl fmt::Display for Error {
                 first.0, last.0
             ),
             Error::InvalidConfig { reason } => write!(f, "invalid configuration: {reason}"),
-            Error::StateStore { file, op, reason } => {
+            Error::StateStore { file, op, source } => {
                 write!(
                     f,
-                    "state store {} failed during {op}: {reason}",
+                    "state store {} failed during {op}: {source}",
                     file.display()
                 )
             }
@@ -647,11 +656,17 @@ impl fmt::Display for Error {
                 "the books are inconsistent: {what}; this is a bug or corruption, nothing was \
                  guessed (verify the database directory)"
             ),
-            Error::Halted { cause } => write!(
-                f,
-                "the engine halted after {cause}; the log holds every acknowledged command, so \
-                 close this handle and reopen the database to recover"
-            ),
+            Error::Halted { after, cause } => {
+                write!(f, "the engine halted after {after}")?;
+                if let Some(cause) = cause {
+                    write!(f, " ({cause})")?;
+                }
+                write!(
+                    f,
+                    "; the log holds every acknowledged command, so close this handle and \
+                     reopen the database to recover"
+                )
+            }
             Error::WaitMismatch {
                 run,
                 step,
@@ -794,6 +809,11 @@ impl std::error::Error for Error {
         match self {
             Error::Io { source, .. } => Some(source),
             Error::BatchRefused { cause, .. } => Some(cause.as_ref()),
+            Error::Poisoned { cause } => Some(cause.as_ref()),
+            Error::Halted {
+                cause: Some(cause), ..
+            } => Some(cause.as_ref()),
+            Error::StateStore { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }

@@ -5,37 +5,78 @@
 //! log, so a restarted worker resumes at the exact step and no side effect
 //! fires twice.
 //!
-//! This crate is organised in layers (see `ARCHITECTURE.md`):
+//! Start at [`Engine`] (open a directory, then create runs, take leases,
+//! begin and finish effects, save checkpoints), with the domain types in
+//! [`books`], the errors in [`Error`], the file system behind [`Storage`]
+//! and time behind [`Clock`]. [`verify`] checks every checksum of a
+//! database directory without writing.
 //!
-//! - [`storage`]: the only code touching the file system ([`Storage`]);
-//! - [`wal`]: the segmented, checksummed write-ahead log with group commit;
-//! - [`manifest`]: the durable root, updated atomically;
-//! - [`state`]: the redb tables the books are materialised in;
-//! - [`books`]: the pure decide/apply core of runs, leases, the effect
-//!   ledger, checkpoints and decisions;
-//! - [`engine`]: the [`Engine`] facade joining them (start here);
-//! - [`verify`]: every checksum of a database directory, checked without
-//!   writing;
-//! - [`Clock`]: time behind a trait, so the simulator can drive it.
+//! Inside, the crate is organised in layers (see `ARCHITECTURE.md`): the
+//! segmented, checksummed write-ahead log (`wal`), the durable root updated
+//! atomically (`manifest`), the pipeline joining them (`db`), the redb
+//! tables the books are materialised in (`state`), and the pure
+//! decide/apply core in [`books`]. Those layers are internal: they are not
+//! part of the public API and redb's types do not appear in it. The
+//! `internals` feature exposes them, for the simulator, the benches and the
+//! format tests of this workspace only; nothing it exposes is covered by
+//! semantic versioning.
+//!
+//! The crate root and [`engine`] name every type the public calls take or
+//! return: [`EngineOptions`] and its [`DbOptions`] and [`WalOptions`],
+//! [`WalStats`], [`engine::Recovery`].
+#![cfg_attr(
+    not(feature = "internals"),
+    doc = r#"
+
+Without `internals`, the layers cannot be reached:
+
+```compile_fail
+use actum::wal::Wal;
+```
+
+```compile_fail
+use actum::state::StateStore;
+```
+"#
+)]
+
+/// Declares the internal layers: public with the `internals` feature,
+/// crate-private (their unused items allowed) without it.
+macro_rules! internal_modules {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        $(#[$doc])*
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports, reason = "reached by the internals feature's users only")]
+        pub(crate) mod $name;
+    )*};
+}
 
 pub mod books;
 pub mod clock;
 mod combine;
-pub mod db;
 pub mod engine;
 pub mod error;
 mod hot;
 pub mod ids;
-pub mod manifest;
 pub mod planted;
-pub mod state;
 pub mod storage;
 pub(crate) mod sync;
 pub mod verify;
-pub mod wal;
+
+internal_modules! {
+    db;
+    manifest;
+    state;
+    wal;
+}
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use db::DbOptions;
 pub use engine::{Engine, EngineOptions};
 pub use error::{Error, Result};
 pub use ids::{DatabaseId, Lsn, SegmentId};
 pub use storage::{FsStorage, OpenMode, Storage, StorageFile};
+pub use wal::{WalOptions, WalStats};

@@ -89,7 +89,8 @@ impl Engine {
             &mut |undurable| self.answer_when_durable(undurable),
             &|| {
                 Err(Error::Halted {
-                    cause: "a panic while deciding a batch of commands".to_string(),
+                    after: "a panic while deciding a batch of commands",
+                    cause: None,
                 })
             },
         );
@@ -186,9 +187,10 @@ impl Engine {
         if lsn <= self.pipeline.durable_lsn() {
             return Ok(());
         }
-        self.pipeline.wait_durable(lsn).inspect_err(|e| {
-            self.lock().halt(format!("a failed log append ({e})"));
-        })
+        self.pipeline
+            .wait_durable(lsn)
+            .map(|_| ())
+            .map_err(|e| self.lock().halt_with("a failed log append", e))
     }
 
     /// Decides `cmd` on the hot books and applies the decided ops to an
@@ -266,17 +268,11 @@ impl Engine {
                 ApplyFailure::Apply(e) => Error::from(e),
                 ApplyFailure::Read(e) => e,
             };
-            inner.halt(format!(
-                "an op that applied to a view did not apply ({cause})"
-            ));
-            return Err(cause);
+            return Err(inner.halt_with("an op that applied to a view did not apply", cause));
         }
         match self.pipeline.enqueue(&[record.as_slice()]) {
             Ok(enqueued) => assert_eq!(enqueued, lsn, "the lock fixes the LSN order"),
-            Err(e) => {
-                inner.halt(format!("a failed log append ({e})"));
-                return Err(e);
-            }
+            Err(e) => return Err(inner.halt_with("a failed log append", e)),
         }
         inner.push_unmaterialized(Unmaterialized {
             lsn,

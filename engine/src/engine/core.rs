@@ -57,7 +57,7 @@ pub(crate) struct Inner {
     /// The LSN of the last record applied to the hot books.
     pub(crate) last_applied: Lsn,
     /// Set when a failure left the in-memory state uncertain.
-    pub(crate) halted: Option<String>,
+    pub(crate) halted: Option<(&'static str, Option<Arc<Error>>)>,
     /// What the engine decided since it was opened, for `metrics`.
     pub(crate) counters: super::operations::Counters,
 }
@@ -237,10 +237,7 @@ impl Engine {
                 inner.hot.evict_through(lsn, forget);
                 Ok(lsn)
             }
-            Err(e) => {
-                inner.halt(format!("a failed checkpoint ({e})"));
-                Err(e)
-            }
+            Err(e) => Err(inner.halt_with("a failed checkpoint", e)),
         }
     }
 
@@ -260,8 +257,8 @@ impl Engine {
             pipeline, inner, ..
         } = self;
         let inner = inner.into_inner().unwrap_or_else(PoisonError::into_inner);
-        if let Some(cause) = inner.halted {
-            return Err(Error::Halted { cause });
+        if let Some((after, cause)) = inner.halted {
+            return Err(Error::Halted { after, cause });
         }
         assert!(
             inner.unmaterialized.is_empty(),
@@ -275,7 +272,7 @@ impl Engine {
         // uncertain: halt.
         self.inner.lock().unwrap_or_else(|poisoned| {
             let mut inner = poisoned.into_inner();
-            inner.halt("a panic while holding the engine lock".to_string());
+            inner.halt("a panic while holding the engine lock", None);
             inner
         })
     }
@@ -286,18 +283,31 @@ impl Inner {
     pub(crate) fn check_running(&self) -> Result<()> {
         match &self.halted {
             None => Ok(()),
-            Some(cause) => Err(Error::Halted {
+            Some((after, cause)) => Err(Error::Halted {
+                after,
                 cause: cause.clone(),
             }),
         }
     }
 
     /// Stops accepting commands (the first cause is kept).
-    pub(crate) fn halt(&mut self, cause: String) {
+    pub(crate) fn halt(&mut self, after: &'static str, cause: Option<Arc<Error>>) {
         if self.halted.is_none() {
-            self.halted = Some(cause);
+            self.halted = Some((after, cause));
         }
         assert!(self.halted.is_some());
+    }
+
+    /// Halts after `error`, which `after` names, and returns the `Halted`
+    /// the failing call answers with, its cause shared with every later
+    /// call's. An engine already halted keeps its first cause: a later
+    /// failure is its consequence (a log poisoned by the first).
+    pub(crate) fn halt_with(&mut self, after: &'static str, error: Error) -> Error {
+        self.halt(after, Some(Arc::new(error)));
+        match self.check_running() {
+            Err(halted) => halted,
+            Ok(()) => unreachable!("halted just above"),
+        }
     }
 
     /// Lists a record applied to the hot books as not yet in the state store.

@@ -83,7 +83,7 @@ impl EngineOptions {
     }
 
     /// The durable pipeline's share of these options.
-    pub fn pipeline(&self) -> PipelineOptions {
+    pub(crate) fn pipeline(&self) -> PipelineOptions {
         PipelineOptions {
             db: self.db.clone(),
             verify_state_on_open: self.verify_state_on_open,

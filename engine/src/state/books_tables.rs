@@ -63,23 +63,23 @@ pub struct RedbBooks<'a> {
 macro_rules! with_table {
     ($view:expr, $def:expr => $slot:ident, $op:expr, |$t:ident| $body:expr) => {{
         let view: &RedbBooks<'_> = $view;
-        let outcome: std::result::Result<Option<_>, String> = match view.txn {
+        let outcome: std::result::Result<Option<_>, redb::Error> = match view.txn {
             Txn::Read(txn) => match txn.open_table($def) {
                 Ok(table) => {
                     let $t = &table;
-                    ($body).map(Some).map_err(|e| e.to_string())
+                    ($body).map(Some).map_err(redb::Error::from)
                 }
                 Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(redb::Error::from(e)),
             },
             Txn::Write(txn) => {
                 let mut tables = view.tables.borrow_mut();
                 match open_in(txn, &mut tables.$slot, $def) {
                     Ok(table) => {
                         let $t = &*table;
-                        ($body).map(Some).map_err(|e| e.to_string())
+                        ($body).map(Some).map_err(redb::Error::from)
                     }
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(redb::Error::from(e)),
                 }
             }
         };
@@ -168,7 +168,7 @@ impl<'a> RedbBooks<'a> {
 
     pub(crate) fn settle<T>(
         &self,
-        outcome: std::result::Result<Option<T>, String>,
+        outcome: std::result::Result<Option<T>, redb::Error>,
         op: &'static str,
     ) -> Option<T> {
         outcome.unwrap_or_else(|reason| {

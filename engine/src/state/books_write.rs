@@ -42,9 +42,7 @@ impl<'a> RedbBooks<'a> {
         let Txn::Write(txn) = self.txn else {
             panic!("{op} through a read-only view of the books");
         };
-        let outcome = write(txn, &mut self.tables.borrow_mut())
-            .map(Some)
-            .map_err(|e| e.to_string());
+        let outcome = write(txn, &mut self.tables.borrow_mut()).map(Some);
         self.settle(outcome, op);
     }
 }

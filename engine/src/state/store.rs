@@ -333,11 +333,15 @@ fn read_applied_lsn(db: &redb::Database, path: &Path) -> Result<Lsn> {
 }
 
 /// Any redb error, naming the state file and what was being done.
-pub(crate) fn state_error(path: &Path, op: &'static str, error: impl std::fmt::Display) -> Error {
+pub(crate) fn state_error(
+    path: &Path,
+    op: &'static str,
+    error: impl std::error::Error + Send + Sync + 'static,
+) -> Error {
     Error::StateStore {
         file: path.to_path_buf(),
         op,
-        reason: error.to_string(),
+        source: Box::new(error),
     }
 }
 
@@ -347,6 +351,17 @@ mod tests {
     use crate::storage::FsStorage;
 
     const KV: TableDefinition<u64, u64> = TableDefinition::new("kv");
+
+    #[test]
+    fn a_state_store_error_keeps_redbs_error_as_its_typed_source() {
+        let redb = redb::StorageError::Corrupted("page 7 is not a page".into());
+        let error = state_error(Path::new("/db/state.redb"), "read run", redb);
+        let message = error.to_string();
+        assert!(message.contains("/db/state.redb") && message.contains("read run"));
+        let source = std::error::Error::source(&error).expect("a source");
+        let found = source.downcast_ref::<redb::StorageError>().expect("redb's own type");
+        assert!(found.to_string().contains("page 7"), "{found}");
+    }
 
     fn put(txn: &WriteTransaction, key: u64, value: u64) -> Result<()> {
         let mut table = txn.open_table(KV).expect("table");

@@ -3,7 +3,8 @@
 //! Every byte the engine reads or writes, and every directory operation it
 //! depends on for durability, goes through [`Storage`] and [`StorageFile`].
 //! [`FsStorage`] is the real implementation; the simulator in `actum-sim`
-//! provides a faulty one, and [`RedbBackend`] lets redb run on either.
+//! provides a faulty one, and `RedbBackend` (internal) lets the state
+//! store's redb run on either.
 //! [`ReadOnlyStorage`] wraps any of them so a database can be opened, and
 //! recovered, in memory only, for an operator who only reads.
 //!
@@ -16,5 +17,8 @@ mod traits;
 
 pub use fs::FsStorage;
 pub use read_only::ReadOnlyStorage;
+#[cfg(feature = "internals")]
 pub use redb_backend::RedbBackend;
+#[cfg(not(feature = "internals"))]
+pub(crate) use redb_backend::RedbBackend;
 pub use traits::{DirLock, OpenMode, Storage, StorageFile};

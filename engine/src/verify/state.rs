@@ -146,14 +146,14 @@ fn table_len<K: redb::Key + 'static>(
     path: &Path,
     def: TableDefinition<K, &[u8]>,
 ) -> Result<u64> {
-    let fail = |e: &dyn std::fmt::Display| Error::StateStore {
+    let fail = |e: redb::Error| Error::StateStore {
         file: PathBuf::from(path),
         op: "count rows",
-        reason: e.to_string(),
+        source: Box::new(e),
     };
     match txn.open_table(def) {
-        Ok(table) => table.len().map_err(|e| fail(&e)),
+        Ok(table) => table.len().map_err(|e| fail(e.into())),
         Err(TableError::TableDoesNotExist(_)) => Ok(0),
-        Err(e) => Err(fail(&e)),
+        Err(e) => Err(fail(e.into())),
     }
 }

@@ -27,24 +27,25 @@ pub struct Entry<T> {
 }
 
 #[derive(Debug)]
-struct Queue<T> {
+struct Queue<T, C> {
     pending: Vec<Entry<T>>,
     next_lsn: Lsn,
     durable_lsn: Lsn,
     leader_active: bool,
-    poison: Option<String>,
+    poison: Option<C>,
 }
 
 /// The kernel: a queue of batches plus the writer state `W` that only the
-/// active leader touches.
+/// active leader touches; `C` is the cause a failed flush poisons it with,
+/// handed to every later caller (the log's is the flush's own error).
 #[derive(Debug)]
-pub struct GroupCommit<T, W> {
-    queue: Mutex<Queue<T>>,
+pub struct GroupCommit<T, W, C = String> {
+    queue: Mutex<Queue<T, C>>,
     turn: Condvar,
     writer: Mutex<W>,
 }
 
-impl<T, W> GroupCommit<T, W> {
+impl<T, W, C: Clone> GroupCommit<T, W, C> {
     /// A kernel whose records up to `durable_lsn` are already durable.
     pub fn new(writer: W, durable_lsn: Lsn) -> Self {
         GroupCommit {
@@ -71,7 +72,7 @@ impl<T, W> GroupCommit<T, W> {
     }
 
     /// The poison cause, if a flush has failed.
-    pub fn poison(&self) -> Option<String> {
+    pub fn poison(&self) -> Option<C> {
         self.queue.lock().expect("wal queue lock").poison.clone()
     }
 
@@ -81,9 +82,9 @@ impl<T, W> GroupCommit<T, W> {
     /// (the ack watermark); its `Err` is the poison cause. Returns the LSN of
     /// the item's last record.
     #[cfg(test)]
-    pub fn append<F>(&self, item: T, count: u64, flush: F) -> Result<Lsn, String>
+    pub fn append<F>(&self, item: T, count: u64, flush: F) -> Result<Lsn, C>
     where
-        F: FnOnce(&mut W, &[Entry<T>], Lsn) -> Result<(), String>,
+        F: FnOnce(&mut W, &[Entry<T>], Lsn) -> Result<(), C>,
     {
         let last = self.enqueue(item, count)?;
         self.wait_durable(last, flush)
@@ -92,7 +93,7 @@ impl<T, W> GroupCommit<T, W> {
     /// Enqueues `item` holding `count` records without waiting; returns the
     /// LSN of its last record. LSNs are assigned in enqueue order, so a
     /// caller that enqueues under its own lock fixes the log order.
-    pub fn enqueue(&self, item: T, count: u64) -> Result<Lsn, String> {
+    pub fn enqueue(&self, item: T, count: u64) -> Result<Lsn, C> {
         assert!(count >= 1, "a batch holds at least one record");
         let mut queue = self.queue.lock().expect("wal queue lock");
         if let Some(cause) = &queue.poison {
@@ -108,9 +109,9 @@ impl<T, W> GroupCommit<T, W> {
 
     /// Waits until `last` (an LSN `enqueue` returned) is durable, leading a
     /// flush when no leader is active; see [`GroupCommit::append`].
-    pub fn wait_durable<F>(&self, last: Lsn, flush: F) -> Result<Lsn, String>
+    pub fn wait_durable<F>(&self, last: Lsn, flush: F) -> Result<Lsn, C>
     where
-        F: FnOnce(&mut W, &[Entry<T>], Lsn) -> Result<(), String>,
+        F: FnOnce(&mut W, &[Entry<T>], Lsn) -> Result<(), C>,
     {
         let mut flush = Some(flush);
         let mut queue = self.queue.lock().expect("wal queue lock");

@@ -31,7 +31,7 @@ pub const FIRST_EPOCH: u64 = 1;
 #[derive(Debug)]
 pub struct Wal {
     ctx: Context,
-    group: GroupCommit<Batch, Writer>,
+    group: GroupCommit<Batch, Writer, Arc<Error>>,
 }
 
 impl Wal {
@@ -210,7 +210,7 @@ impl Wal {
         let last = self
             .group
             .wait_durable(lsn, |writer, group, ack| {
-                writer.flush(ctx, group, ack).map_err(|e| e.to_string())
+                writer.flush(ctx, group, ack).map_err(Arc::new)
             })
             .map_err(|cause| Error::Poisoned { cause })?;
         assert!(last == lsn && self.durable_lsn() >= last);

@@ -9,7 +9,8 @@ use super::format::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 
-/// How a [`super::Wal`] is configured.
+/// How the write-ahead log is configured (segment size, record limit,
+/// repair mode, and the test-only planted bug).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalOptions {
     /// Size of every new segment file, header included (default 64 MiB).

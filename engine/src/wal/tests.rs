@@ -385,8 +385,12 @@ fn fsync_failure_poisons_until_reopen_which_keeps_the_acknowledged_prefix() {
     fail.store(true, Ordering::SeqCst);
     match wal.append(&[b"three"]) {
         Err(Error::Poisoned { cause }) => {
-            assert!(cause.contains("injected EIO"), "{cause}");
-            assert!(cause.contains("00000000000000000001.wal"), "{cause}");
+            // The flush's own error, typed: an I/O error naming the segment.
+            let Error::Io { path, source, .. } = cause.as_ref() else {
+                panic!("the poison is the flush's I/O error: {cause:?}");
+            };
+            assert!(source.to_string().contains("injected EIO"), "{cause}");
+            assert!(path.ends_with("00000000000000000001.wal"), "{cause}");
         }
         other => panic!("expected Poisoned, got {other:?}"),
     }

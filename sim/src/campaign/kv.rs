@@ -60,11 +60,11 @@ pub(crate) fn read_all(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Vec<
     Ok(all)
 }
 
-fn redb_error(error: impl std::fmt::Display) -> Error {
+fn redb_error(error: impl Into<redb::Error>) -> Error {
     Error::StateStore {
         file: "state.redb".into(),
         op: "campaign kv",
-        reason: error.to_string(),
+        source: Box::new(error.into()),
     }
 }
 
