@@ -305,7 +305,7 @@ impl Engine {
     /// ```
     /// use std::sync::Arc;
     /// use actum::engine::{Engine, EngineOptions};
-    /// use actum::{Clock, FsStorage, ManualClock};
+    /// use actum::{FsStorage, ManualClock};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let clock = Arc::new(ManualClock::new(1_000));
