@@ -129,8 +129,37 @@ impl Engine {
     /// reservation held beyond `actual` goes back. Settling again answers
     /// `already`. To leave no crash between the outcome and the settle,
     /// commit both in one [`Engine::commit_batch`] (a `FinishEffect` or
-    /// `RecordDecision`, then a `Settle`). See [`Engine::reserve`] for an
-    /// example.
+    /// `RecordDecision`, then a `Settle`).
+    ///
+    /// ```
+    /// use actum::books::{BudgetLimits, Charge, Cost, RecordDecision, Usage, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("research-3")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// engine.set_budget(&run, BudgetLimits { cost_micros: Some(10_000), ..Default::default() }, "ops", "")?;
+    /// let call = Charge::Decision { position: 0 };
+    /// let hold = Usage { tokens_in: 1_000, tokens_out: 100, cost_micro_usd: 2_000 };
+    /// engine.reserve(&run, &lease.guard, call.clone(), Cost::of_usage(hold))?;
+    /// let used = Usage { tokens_in: 700, tokens_out: 50, cost_micro_usd: 900 };
+    /// engine.record_decision(RecordDecision { run: run.clone(), guard: lease.guard.clone(),
+    ///     position: 0, input_digest: digest_of(b"prompt"), output: b"answer".to_vec(),
+    ///     rationale: "".into(), usage: used })?;
+    /// let settled = engine.settle(&run, &lease.guard, call.clone(), Cost::of_usage(used))?;
+    /// assert_eq!(settled.returned, Cost { tokens_in: 300, tokens_out: 50, cost_micros: 1_100, tool_calls: 0 });
+    /// // Settling again (a retry) changes nothing.
+    /// assert!(engine.settle(&run, &lease.guard, call, Cost::of_usage(used))?.already);
+    /// let book = engine.budget(&run)?;
+    /// assert_eq!((book.spent, book.reserved), (Cost::of_usage(used), Cost::default()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn settle(
         &self,
         run: &RunId,
@@ -153,6 +182,32 @@ impl Engine {
     /// The budget book of `run`: its limits, what it spent and holds
     /// reserved, its open reservations and how long it ran; an empty book
     /// (no limits, nothing spent) if it never had one.
+    ///
+    /// ```
+    /// use actum::books::{BudgetLimits, Charge, Cost, StepId};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("research-4")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// // A run that never had a budget has an empty book.
+    /// let book = engine.budget(&run)?;
+    /// assert_eq!((book.limits, book.spent), (None, Cost::default()));
+    /// let limits = BudgetLimits { tool_calls: Some(5), ..Default::default() };
+    /// engine.set_budget(&run, limits, "ops", "pilot")?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let search = Charge::Effect { step: StepId::new("search")? };
+    /// engine.reserve(&run, &lease.guard, search, Cost::tool_call(400))?;
+    /// let book = engine.budget(&run)?;
+    /// assert_eq!(book.limits, Some(limits));
+    /// assert_eq!((book.reserved, book.open.len()), (Cost::tool_call(400), 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn budget(&self, run: &RunId) -> Result<BudgetBook> {
         self.read(|books| {
             crate::books::existing(books, run)?;

@@ -64,6 +64,30 @@ impl Engine {
     ///
     /// This is the one door every mutation goes through; the typed methods
     /// (`create_run`, `begin_effect`, ...) build a [`Command`] and call it.
+    ///
+    /// ```
+    /// use actum::books::{Answer, Command, CreateRun, FencingToken, Guard, RunId, RunState, Transition,
+    ///     WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::Error;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("job-1")?;
+    /// let create = Command::CreateRun(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None });
+    /// let before = engine.durable_lsn();
+    /// assert!(matches!(engine.execute(&create)?, Answer::RunCreated { version: 1, .. }));
+    /// assert!(engine.durable_lsn() > before, "acknowledged once durable");
+    /// // A refused command logs nothing.
+    /// let logged = engine.durable_lsn();
+    /// let start = Command::Transition(Transition { run, to: RunState::Running,
+    ///     guard: Guard { worker: WorkerId::new("w1")?, token: FencingToken(1) },
+    ///     expected_version: None, reason: "no lease taken".into() });
+    /// assert!(matches!(engine.execute(&start), Err(Error::LeaseLost { .. })));
+    /// assert_eq!(engine.durable_lsn(), logged);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn execute(&self, cmd: &Command) -> Result<Answer> {
         self.commit(cmd.clone()).map(|(answer, _)| answer)
     }

@@ -46,6 +46,38 @@ impl Engine {
     /// compensation the act registered (the tool and arguments to call).
     /// Report the outcome with [`Engine::finish_step`] (or
     /// [`Engine::resolve_step`] after a query), as for an act.
+    ///
+    /// ```
+    /// use actum::books::{Compensation, EffectKey, EffectStatus, Outcome, StepId, ToolClass};
+    /// use actum::engine::{CompensationRequest, Engine, EngineOptions, StepPlan, StepRequest, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("trip-4")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let hotel = StepId::new("book-hotel")?;
+    /// let undo = Compensation { tool: "hotel.cancel".into(), args: b"booking 77".to_vec(),
+    ///     class: ToolClass::Queryable };
+    /// engine.step(&StepRequest { guard: &lease.guard, run: &run, step: &hotel,
+    ///     tool: ToolSpec { name: "hotel.book".into(), class: ToolClass::Queryable },
+    ///     args: b"2 nights", rationale: "the user chose it", compensation: Some(undo.clone()) },
+    ///     |_| Outcome::Confirmed { receipt: b"booking 77".to_vec() })?;
+    /// let request = CompensationRequest { guard: &lease.guard, run: &run, step: &hotel,
+    ///     rationale: "trip cancelled" };
+    /// let (StepPlan::Act(ctx), registered) = engine.begin_compensation(&request)? else { panic!() };
+    /// // The compensation the act registered, under its own key, its intent durable.
+    /// assert_eq!((ctx.key.encode(), registered), ("trip-4/book-hotel/undo/1".to_string(), undo));
+    /// assert!(engine.durable_lsn() >= ctx.intent_lsn);
+    /// engine.finish_step(&lease.guard, &ctx, Outcome::Confirmed { receipt: b"cx-1".to_vec() })?;
+    /// let act = engine.effect(&EffectKey::new(run.clone(), hotel, 1)?)?.expect("booked");
+    /// assert!(matches!(act.status, EffectStatus::Compensated { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn begin_compensation(
         &self,
         request: &CompensationRequest<'_>,

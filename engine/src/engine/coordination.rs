@@ -89,6 +89,28 @@ impl Engine {
 
     /// Gives up `run`'s live hold of `resource`; `ResourceNotHeld` if it
     /// holds none (it expired, or went to another run).
+    ///
+    /// ```
+    /// use actum::books::ResourceId;
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::Error;
+    /// # use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("outreach-3")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// let customer = ResourceId::new("customer:42")?;
+    /// engine.acquire_resource(&customer, &run, &lease.guard, 30_000)?;
+    /// engine.release_resource(&customer, &run, &lease.guard)?;
+    /// assert!(engine.resource(&customer)?.expect("held once").hold.is_none(), "free for the next run");
+    /// // Given up already: there is nothing left to release.
+    /// let again = engine.release_resource(&customer, &run, &lease.guard);
+    /// assert!(matches!(again, Err(Error::ResourceNotHeld { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn release_resource(
         &self,
         resource: &ResourceId,
@@ -108,12 +130,51 @@ impl Engine {
 
     /// The lease book of `resource` (its latest hold, live or not, and
     /// its next token); `None` if it was never held.
+    ///
+    /// ```
+    /// use actum::books::ResourceId;
+    /// use actum::engine::{Engine, EngineOptions};
+    /// # use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("outreach-4")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// let customer = ResourceId::new("customer:43")?;
+    /// assert!(engine.resource(&customer)?.is_none(), "never held");
+    /// let grant = engine.acquire_resource(&customer, &run, &lease.guard, 30_000)?;
+    /// let book = engine.resource(&customer)?.expect("held");
+    /// let hold = book.hold.expect("a live hold");
+    /// assert_eq!((hold.run, hold.token, hold.expires_ms), (run, grant.token, grant.expires_ms));
+    /// assert!(book.next_token > grant.token, "the next holder gets a larger token");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn resource(&self, resource: &ResourceId) -> Result<Option<ResourceBook>> {
         self.read(|books| Ok(books.resource(resource)))
     }
 
     /// The shared key `key` (value, version, latest changes); `None` if it
     /// was never set.
+    ///
+    /// ```
+    /// use actum::books::{SharedKeyId, SharedSetter};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let dnc = SharedKeyId::new("dnc:customer-7")?;
+    /// assert!(engine.shared(&dnc)?.is_none(), "never set");
+    /// let ops = SharedSetter::Operator { name: "ops-anna".into() };
+    /// engine.set_shared(&dnc, 0, Some(b"do not contact".to_vec()), &ops, "asked by email")?;
+    /// engine.set_shared(&dnc, 1, None, &ops, "consent given")?;
+    /// let entry = engine.shared(&dnc)?.expect("set");
+    /// assert_eq!((entry.value, entry.version), (None, 2));
+    /// let why: Vec<&str> = entry.changes.iter().map(|c| c.why.as_str()).collect();
+    /// assert_eq!(why, ["asked by email", "consent given"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn shared(&self, key: &SharedKeyId) -> Result<Option<SharedEntry>> {
         self.read(|books| Ok(books.shared(key)))
     }

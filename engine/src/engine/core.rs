@@ -108,6 +108,27 @@ const _: () = {
 impl Engine {
     /// Opens (creating if needed) the database in `dir` on the real file
     /// system and the system clock, and recovers it.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::Error;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert!(engine.recovery().created);
+    /// let run = RunId::new("job-2")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// // One engine per directory.
+    /// let second = Engine::open(dir.path(), EngineOptions::default());
+    /// assert!(matches!(second, Err(Error::Locked { .. })));
+    /// drop(engine); // a crash: no close
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert!(!engine.recovery().created);
+    /// assert!(engine.run(&run)?.is_some(), "acknowledged, so recovered");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(dir: impl AsRef<Path>, options: EngineOptions) -> Result<Engine> {
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
         Engine::open_with(storage, Arc::new(SystemClock), dir, options)
@@ -115,6 +136,27 @@ impl Engine {
 
     /// Opens the database in `dir` on `storage` with `clock` (the simulator
     /// passes its disk and virtual clock).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::{FsStorage, ManualClock};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    /// let engine = Engine::open_with(Arc::new(FsStorage::new()), clock.clone(), dir.path(),
+    ///     EngineOptions::default())?;
+    /// let run = RunId::new("job-3")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// clock.advance_ms(5_000);
+    /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
+    /// // Every time the engine records is the clock's, never the wall's.
+    /// assert_eq!(engine.run(&run)?.expect("created").created_ms, 1_700_000_000_000);
+    /// assert_eq!(lease.expires_ms, 1_700_000_035_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_with(
         storage: Arc<dyn Storage>,
         clock: Arc<dyn Clock>,
@@ -158,12 +200,44 @@ impl Engine {
     }
 
     /// What opening found and did.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// engine.create_run(CreateRun { run: RunId::new("job-4")?, input_digest: digest_of(b"4"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// drop(engine); // a crash before any checkpoint
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let recovery = engine.recovery();
+    /// assert!(!recovery.created);
+    /// assert_eq!(recovery.replayed_records, 1, "the create, replayed from the log");
+    /// assert_eq!(recovery.durable_lsn, engine.durable_lsn());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recovery(&self) -> &Recovery {
         &self.recovery
     }
 
     /// The write-ahead log's counters: appends, records, group commits and
     /// fsyncs (so `appends / fsyncs` is the records each fsync carried).
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let before = engine.wal_stats();
+    /// engine.create_run(CreateRun { run: RunId::new("job-5")?, input_digest: digest_of(b"5"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// let after = engine.wal_stats();
+    /// assert_eq!(after.records, before.records + 1, "one command, one record");
+    /// assert!(after.fsyncs > before.fsyncs, "synced before it was acknowledged");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn wal_stats(&self) -> crate::wal::WalStats {
         self.pipeline.db().wal().stats()
     }
@@ -171,17 +245,78 @@ impl Engine {
     /// The highest LSN known durable: every record up to it survives any
     /// crash. An act must not begin before this reaches its intent's LSN
     /// ([`super::EffectCtx::intent_lsn`]).
+    ///
+    /// ```
+    /// use actum::books::{StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepPlan, StepRequest, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("job-6")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"6"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let before = engine.durable_lsn();
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new("notify")?,
+    ///     tool: ToolSpec { name: "slack.post".into(), class: ToolClass::NotIdempotent },
+    ///     args: b"deploy done", rationale: "tell the team", compensation: None };
+    /// let StepPlan::Act(ctx) = engine.begin_step(&request)? else { panic!("a fresh step acts") };
+    /// // The intent is a new record, durable before the act may start.
+    /// assert!(ctx.intent_lsn > before);
+    /// assert!(engine.durable_lsn() >= ctx.intent_lsn);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn durable_lsn(&self) -> Lsn {
         self.pipeline.durable_lsn()
     }
 
     /// How many runs the hot books hold in memory (every run that is not
     /// terminal, and terminal ones no checkpoint has written yet).
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, OperatorAction, RunId, RunState, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// for name in ["live", "over"] {
+    ///     engine.create_run(CreateRun { run: RunId::new(name)?, input_digest: digest_of(b"x"),
+    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// }
+    /// let over = RunId::new("over")?;
+    /// engine.operate(&over, OperatorAction::Cancel, "ops", "duplicate")?;
+    /// assert_eq!(engine.runs_in_memory(), 2);
+    /// // Once a checkpoint has written it, the ended run leaves memory...
+    /// engine.checkpoint()?;
+    /// assert_eq!(engine.runs_in_memory(), 1);
+    /// // ...and is read from the state store.
+    /// assert_eq!(engine.run(&over)?.expect("kept").state, RunState::Cancelled);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn runs_in_memory(&self) -> usize {
         self.lock().hot.run_count()
     }
 
     /// The clock the engine reads time from.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::{FsStorage, ManualClock};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let clock = Arc::new(ManualClock::new(1_000));
+    /// let engine = Engine::open_with(Arc::new(FsStorage::new()), clock.clone(), dir.path(),
+    ///     EngineOptions::default())?;
+    /// assert_eq!(engine.clock().now_ms(), 1_000);
+    /// // The engine's clock is the one it was opened with.
+    /// clock.advance_ms(500);
+    /// assert_eq!(engine.clock().now_ms(), 1_500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
@@ -192,6 +327,25 @@ impl Engine {
     /// leave memory; returns the LSN the state store now covers. Commits
     /// also trigger this automatically (see [`EngineOptions`]); no
     /// background thread ever runs it, and commands go on while it writes.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("job-7")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"7"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// let lsn = engine.checkpoint()?;
+    /// assert_eq!(lsn, engine.durable_lsn(), "the state store covers every record");
+    /// drop(engine); // a crash right after: the state store has it all
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert_eq!(engine.recovery().state_lsn_at_open, lsn);
+    /// assert_eq!(engine.recovery().replayed_records, 0, "nothing left to replay");
+    /// assert!(engine.run(&run)?.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn checkpoint(&self) -> Result<Lsn> {
         let _turn = self
             .checkpointing
@@ -245,6 +399,23 @@ impl Engine {
     /// manifest records the clean-shutdown LSN. Dropping an engine without
     /// closing it is safe (it is what a crash looks like); the next open
     /// replays the log.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("job-8")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"8"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// engine.close()?;
+    /// // A clean shutdown: the next open has nothing to replay, and every run is there.
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert_eq!(engine.recovery().replayed_records, 0);
+    /// assert!(engine.run(&run)?.is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn close(self) -> Result<()> {
         // Every command returned before `close` could take `self`; a record
         // still in flight is durable once its group commits.

@@ -60,6 +60,28 @@ impl Engine {
     /// Reads answer as on any engine. Commands are not refused: they are
     /// decided and logged into the overlay, and are gone when the engine
     /// is dropped; open the directory with [`Engine::open`] to change it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::{FsStorage, ManualClock};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// Engine::open(dir.path(), EngineOptions::default())?.close()?;
+    /// let clock = Arc::new(ManualClock::new(1_000));
+    /// let engine = Engine::open_read_only_with(Arc::new(FsStorage::new()), clock, dir.path(),
+    ///     EngineOptions::default())?;
+    /// // A what-if: the command is decided and read back, in memory only.
+    /// let run = RunId::new("what-if")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"?"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// assert_eq!(engine.run(&run)?.expect("in the overlay").created_ms, 1_000);
+    /// drop(engine);
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert!(engine.run(&run)?.is_none(), "nothing was written");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_read_only_with(
         storage: Arc<dyn Storage>,
         clock: Arc<dyn Clock>,
@@ -81,6 +103,20 @@ impl Engine {
     /// Opens the database in `dir` on the real file system, as
     /// [`Engine::open`] does, but only if there is one: `NoDatabase`
     /// (creating nothing) if `dir` is missing or holds no database.
+    ///
+    /// ```
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::Error;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let refused = Engine::open_existing(dir.path(), EngineOptions::default());
+    /// assert!(matches!(refused, Err(Error::NoDatabase { .. })));
+    /// assert_eq!(std::fs::read_dir(dir.path())?.count(), 0, "nothing was created");
+    /// Engine::open(dir.path(), EngineOptions::default())?.close()?;
+    /// let engine = Engine::open_existing(dir.path(), EngineOptions::default())?;
+    /// assert!(!engine.recovery().created);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_existing(dir: impl AsRef<Path>, options: EngineOptions) -> Result<Engine> {
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
         require_database(storage.as_ref(), dir.as_ref())?;

@@ -283,6 +283,34 @@ fn compensation_blocks(view: &HotView<'_>, undo: &EffectKey) -> bool {
 impl Engine {
     /// What the engine did since it was opened, and how many runs are
     /// stuck past `stuck_after_ms` (see [`Engine::stuck`]).
+    ///
+    /// ```
+    /// use actum::books::{Outcome, StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepRequest, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("crm-1")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let before = engine.metrics(3_600_000)?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new("update")?,
+    ///     tool: ToolSpec { name: "crm.update".into(), class: ToolClass::Queryable },
+    ///     args: b"stage: won", rationale: "deal signed", compensation: None };
+    /// engine.step(&request, |_| Outcome::Confirmed { receipt: b"ok".to_vec() })?;
+    /// engine.step(&request, |_| unreachable!("served from the ledger"))?;
+    /// let after = engine.metrics(3_600_000)?;
+    /// // The intent and the outcome were logged; the repeat logged nothing.
+    /// assert_eq!(after.commits, before.commits + 2);
+    /// assert_eq!((after.receipts_served, after.acts_prevented), (1, 1));
+    /// assert!(after.fsyncs > before.fsyncs && after.mean_group() > 0.0);
+    /// assert_eq!(after.stuck, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn metrics(&self, stuck_after_ms: u64) -> Result<Metrics> {
         let counters = self.lock().counters.clone();
         let wal = self.wal_stats();
@@ -306,9 +334,40 @@ impl Engine {
     }
 
     /// The runs not over that are stuck: a wait open for at least
-    /// `older_than_ms`, or an effect whose outcome has been unknown that
-    /// long. In run id order; a run may be listed once per reason. Reads
-    /// every run (it is a sweep, not a query).
+    /// `older_than_ms`, an effect whose outcome has been unknown that long,
+    /// or, in a compensating run, a compensation that failed for good that
+    /// long (see [`StuckReason`]). In run id order; a run may be listed
+    /// once per reason. Reads every run (it is a sweep, not a query).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use actum::books::{StepId, WaitFor};
+    /// use actum::engine::{Engine, EngineOptions, StuckReason};
+    /// use actum::{FsStorage, ManualClock};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// const HOUR: u64 = 3_600_000;
+    /// let dir = tempfile::tempdir()?;
+    /// let clock = Arc::new(ManualClock::new(1_000));
+    /// let engine = Engine::open_with(Arc::new(FsStorage::new()), clock.clone(), dir.path(),
+    ///     EngineOptions::default())?;
+    /// # let run = RunId::new("kyc-3")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let step = StepId::new("await-documents")?;
+    /// let docs = WaitFor::Signal { name: "docs".into() };
+    /// engine.open_wait(&run, &lease.guard, &step, docs, None, "ask the customer")?;
+    /// clock.advance_ms(2 * HOUR);
+    /// let stuck = engine.stuck(HOUR)?;
+    /// assert_eq!(stuck.len(), 1);
+    /// assert_eq!(stuck[0].run, run);
+    /// assert!(matches!(&stuck[0].reason, StuckReason::Waiting { step: s, since_ms: 1_000, .. } if *s == step));
+    /// assert!(engine.stuck(3 * HOUR)?.is_empty(), "within that SLA");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stuck(&self, older_than_ms: u64) -> Result<Vec<Stuck>> {
         const PAGE: usize = 1_000;
         let cutoff = self.clock.now_ms().saturating_sub(older_than_ms);
@@ -340,6 +399,29 @@ impl Engine {
     /// a line, in order (schema: docs/AUDIT.md); returns how many lines.
     /// `NotFound` for a run that does not exist; a failed write names the
     /// run and the line.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("claim-5")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"5"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
+    /// let mut out = Vec::new();
+    /// let lines = engine.export_audit(&run, &mut out)?;
+    /// assert_eq!(lines, engine.audit(&run)?.len() as u64);
+    /// // One JSON object a line, in journal order, naming the worker behind a token.
+    /// let text = String::from_utf8(out)?;
+    /// let parsed: Vec<serde_json::Value> =
+    ///     text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    /// assert_eq!(parsed.len() as u64, lines);
+    /// assert_eq!((parsed[0]["run"].as_str(), parsed[0]["seq"].as_u64()), (Some("claim-5"), Some(1)));
+    /// assert_eq!(parsed[1]["worker"].as_str(), Some("w1"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn export_audit(&self, run: &RunId, out: &mut dyn Write) -> Result<u64> {
         let entries = self.audit(run)?;
         // The worker behind each token: every lease grant is journaled

@@ -20,6 +20,25 @@ use super::core::Engine;
 impl Engine {
     /// Runs `read` over a consistent view of the books: every acknowledged
     /// command, and, once this returns, nothing a crash could undo.
+    ///
+    /// ```
+    /// use actum::engine::{Engine, EngineOptions};
+    /// # use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("read-1")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
+    /// // Several reads over one view: the run and its journal agree.
+    /// let (version, journal) = engine.read(|books| {
+    ///     let record = books.run(&run).expect("created");
+    ///     Ok((record.version, books.audit_len(&run)))
+    /// })?;
+    /// assert_eq!((version, journal), (2, 2), "created, then leased");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn read<T>(&self, read: impl FnOnce(&dyn BooksRead) -> Result<T>) -> Result<T> {
         self.read_hot(|hot, cold| read(&HotView { hot, cold }))
     }
@@ -45,17 +64,80 @@ impl Engine {
     }
 
     /// The run named `run`, if it exists.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, RunState, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("triage-81")?;
+    /// assert!(engine.run(&run)?.is_none());
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"81"),
+    ///     agent_version: "triage 2.0".into(), trace_id: "t-81".into(), parent: None })?;
+    /// let record = engine.run(&run)?.expect("created");
+    /// assert_eq!((record.state, record.version), (RunState::Pending, 1));
+    /// assert_eq!((record.agent_version.as_str(), record.trace_id.as_str()), ("triage 2.0", "t-81"));
+    /// assert!(record.lease.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn run(&self, run: &RunId) -> Result<Option<Run>> {
         self.read(|books| Ok(books.run(run)))
     }
 
     /// The ledger entry of `key`, if it exists.
+    ///
+    /// ```
+    /// use actum::books::{EffectStatus, Outcome, StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepRequest, StepResult, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("crm-2")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new("update")?,
+    ///     tool: ToolSpec { name: "crm.update".into(), class: ToolClass::Queryable },
+    ///     args: b"stage: won", rationale: "deal signed", compensation: None };
+    /// let done = engine.step(&request, |_| Outcome::Confirmed { receipt: b"ok".to_vec() })?;
+    /// let StepResult::Done { key, .. } = done else { panic!("confirmed") };
+    /// let entry = engine.effect(&key)?.expect("in the ledger");
+    /// assert_eq!(entry.status, EffectStatus::Confirmed { receipt: b"ok".to_vec() });
+    /// assert_eq!((entry.tool.as_str(), entry.rationale.as_str()), ("crm.update", "deal signed"));
+    /// assert!(engine.effect(&key.next_attempt()?)?.is_none(), "no second attempt");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn effect(&self, key: &EffectKey) -> Result<Option<EffectEntry>> {
         self.read(|books| Ok(books.effect(key)))
     }
 
     /// The ordered journal of `run`: what happened, why, when and under
     /// which lease token, one entry per change, from the first.
+    ///
+    /// ```
+    /// use actum::books::{AuditWhat, CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("audit-1")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
+    /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let journal = engine.audit(&run)?;
+    /// assert_eq!(journal.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    /// assert!(matches!(journal[0].what, AuditWhat::Created { .. }));
+    /// assert!(matches!(journal[1].what, AuditWhat::LeaseAcquired { .. }));
+    /// assert_eq!((journal[2].token, journal[2].why.as_str()), (Some(lease.guard.token), "start"));
+    /// assert!(matches!(engine.audit(&RunId::new("nobody")?), Err(actum::Error::NotFound { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn audit(&self, run: &RunId) -> Result<Vec<AuditEntry>> {
         self.read(|books| {
             existing(books, run)?;
@@ -68,6 +150,34 @@ impl Engine {
     /// The newest checkpoint of `run` (`None` if it has none), checking its
     /// schema version (`SchemaMismatch` if it is not `expected_schema`) and
     /// every part's digest.
+    ///
+    /// ```
+    /// use actum::books::{Part, SaveCheckpoint};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::Error;
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("essay-2")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// assert!(engine.load_latest(&run, 1)?.is_none(), "no checkpoint yet: start over");
+    /// for draft in [&b"draft 1"[..], b"draft 2"] {
+    ///     engine.save_checkpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
+    ///         schema_version: 1, parts: vec![Part { name: "draft".into(), bytes: draft.to_vec() }] })?;
+    /// }
+    /// let latest = engine.load_latest(&run, 1)?.expect("saved");
+    /// assert_eq!(latest.meta.version, 2);
+    /// assert_eq!(latest.parts, [Part { name: "draft".into(), bytes: b"draft 2".to_vec() }]);
+    /// // Parts saved under schema 1 are not handed out as schema 2.
+    /// let newer = engine.load_latest(&run, 2);
+    /// assert!(matches!(newer, Err(Error::SchemaMismatch { found: 1, expected: 2, .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn load_latest(
         &self,
         run: &RunId,
@@ -79,6 +189,32 @@ impl Engine {
     /// Like [`Engine::load_latest`], but a checkpoint of another schema
     /// version is handed to `migrate` (found version, parts) instead of
     /// being refused; what it returns is the loaded state.
+    ///
+    /// ```
+    /// use actum::books::{Part, SaveCheckpoint};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("cart-2")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// // Schema 1 kept the total in euros as text; schema 2 keeps cents.
+    /// engine.save_checkpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
+    ///     schema_version: 1, parts: vec![Part { name: "total".into(), bytes: b"12.50".to_vec() }] })?;
+    /// let loaded = engine.load_latest_migrating(&run, 2, |found, parts| {
+    ///     assert_eq!((found, parts[0].bytes.as_slice()), (1, &b"12.50"[..]));
+    ///     Ok(vec![Part { name: "total".into(), bytes: b"1250".to_vec() }])
+    /// })?;
+    /// assert_eq!(loaded.expect("saved").parts[0].bytes, b"1250");
+    /// // At the expected schema, the migration is not called.
+    /// engine.load_latest_migrating(&run, 1, |_, _| unreachable!("already schema 1"))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn load_latest_migrating(
         &self,
         run: &RunId,
@@ -102,6 +238,30 @@ impl Engine {
 
     /// Checkpoint `version` of `run`, checking schema and digests;
     /// `NotFound` if there is no such version.
+    ///
+    /// ```
+    /// use actum::books::{Part, SaveCheckpoint};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::Error;
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("essay-3")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// for draft in [&b"draft 1"[..], b"draft 2"] {
+    ///     engine.save_checkpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
+    ///         schema_version: 1, parts: vec![Part { name: "draft".into(), bytes: draft.to_vec() }] })?;
+    /// }
+    /// // Every version stays readable, not only the latest.
+    /// assert_eq!(engine.load_version(&run, 1, 1)?.parts[0].bytes, b"draft 1");
+    /// assert!(matches!(engine.load_version(&run, 3, 1), Err(Error::NotFound { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn load_version(
         &self,
         run: &RunId,
@@ -122,6 +282,32 @@ impl Engine {
     /// The model call recorded for `run` at `position` if its input digest
     /// is `input_digest`; `None` if nothing is recorded there yet;
     /// `Divergence` if a call with another input is.
+    ///
+    /// ```
+    /// use actum::books::{RecordDecision, Usage, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::Error;
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("triage-12")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"12"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let prompt = digest_of(b"classify ticket 12");
+    /// assert!(engine.replay_decision(&run, 0, &prompt)?.is_none(), "not recorded: call the model");
+    /// engine.record_decision(RecordDecision { run: run.clone(), guard: lease.guard.clone(),
+    ///     position: 0, input_digest: prompt, output: b"billing".to_vec(), rationale: "".into(),
+    ///     usage: Usage::default() })?;
+    /// let record = engine.replay_decision(&run, 0, &prompt)?.expect("recorded");
+    /// assert_eq!(record.output, b"billing");
+    /// let other = engine.replay_decision(&run, 0, &digest_of(b"classify ticket 13"));
+    /// assert!(matches!(other, Err(Error::Divergence { position: 0, .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn replay_decision(
         &self,
         run: &RunId,
@@ -177,6 +363,31 @@ impl Engine {
     /// Every ledger entry of `run` (acts and compensations, every attempt),
     /// in the order their intents were written; `NotFound` if the run does
     /// not exist.
+    ///
+    /// ```
+    /// use actum::books::{Outcome, StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepRequest, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("digest-4")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// for (step, receipt) in [("fetch", &b"12 items"[..]), ("post", b"posted")] {
+    ///     let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new(step)?,
+    ///         tool: ToolSpec { name: step.into(), class: ToolClass::Queryable },
+    ///         args: b"", rationale: "daily digest", compensation: None };
+    ///     engine.step(&request, |_| Outcome::Confirmed { receipt: receipt.to_vec() })?;
+    /// }
+    /// let keys: Vec<String> = engine.effects(&run)?.iter().map(|e| e.key.encode()).collect();
+    /// assert_eq!(keys, ["digest-4/fetch/1", "digest-4/post/1"]);
+    /// assert!(matches!(engine.effects(&RunId::new("nobody")?), Err(actum::Error::NotFound { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn effects(&self, run: &RunId) -> Result<Vec<EffectEntry>> {
         self.read_hot(|hot, cold| {
             existing(&HotView { hot, cold }, run)?;
@@ -221,6 +432,27 @@ impl Engine {
 
     /// Every table of the books as a [`MemBooks`], to compare with the
     /// reference model.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// for name in ["a", "b"] {
+    ///     engine.create_run(CreateRun { run: RunId::new(name)?, input_digest: digest_of(b"x"),
+    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// }
+    /// let snapshot = engine.snapshot()?;
+    /// // The same books the reads return...
+    /// let runs: Vec<_> = snapshot.runs().cloned().collect();
+    /// assert_eq!(runs, engine.runs(None, None, 10)?);
+    /// // ...and the same books after a crash and recovery.
+    /// drop(engine);
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert_eq!(engine.snapshot()?, snapshot);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn snapshot(&self) -> Result<MemBooks> {
         self.read_hot(|hot, cold| hot.snapshot(cold))
     }

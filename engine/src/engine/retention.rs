@@ -81,6 +81,29 @@ impl Engine {
     /// over for at least `older_than_ms`, the longest over first, from the
     /// index of ended runs the state store keeps (a run ended since the
     /// last checkpoint, or under a build before the index, is not in it).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use actum::books::{CreateRun, OperatorAction, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::{FsStorage, ManualClock};
+    ///
+    /// const HOUR: u64 = 3_600_000;
+    /// let dir = tempfile::tempdir()?;
+    /// let clock = Arc::new(ManualClock::new(1_000));
+    /// let engine = Engine::open_with(Arc::new(FsStorage::new()), clock.clone(), dir.path(),
+    ///     EngineOptions::default())?;
+    /// let run = RunId::new("report-8")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"8"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// engine.operate(&run, OperatorAction::Cancel, "ops", "not needed")?;
+    /// engine.checkpoint()?; // writes the index of ended runs that prune reads
+    /// assert!(engine.prune(HOUR, 100)?.pruned.is_empty(), "over for less than an hour");
+    /// clock.advance_ms(HOUR);
+    /// assert_eq!(engine.prune(HOUR, 100)?.pruned, [run.clone()]);
+    /// assert!(engine.run(&run)?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn prune(&self, older_than_ms: u64, max_runs: usize) -> Result<Pruned> {
         self.prune_passing_over(older_than_ms, max_runs, &BTreeSet::new())
     }

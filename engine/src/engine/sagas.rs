@@ -55,6 +55,35 @@ impl Engine {
     /// The saga book of `run`: the steps whose act registered a
     /// compensation, in intent order, and, once it compensates, its end.
     /// An empty book if none did; `NotFound` if there is no such run.
+    ///
+    /// ```
+    /// use actum::books::{Compensation, Outcome, RunState, StepId, ToolClass, Transition};
+    /// use actum::engine::{Engine, EngineOptions, StepRequest, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("trip-5")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"5"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let class = ToolClass::Queryable;
+    /// for (step, undo) in [("seat", Some("seat.release")), ("note", None), ("card", Some("card.refund"))] {
+    ///     let compensation = undo.map(|tool| Compensation { tool: tool.into(), args: vec![], class });
+    ///     engine.step(&StepRequest { guard: &lease.guard, run: &run, step: &StepId::new(step)?,
+    ///         tool: ToolSpec { name: step.into(), class }, args: b"", rationale: "book", compensation },
+    ///         |_| Outcome::Confirmed { receipt: vec![] })?;
+    /// }
+    /// // Only the steps that registered a compensation, in the order they acted.
+    /// let book = engine.saga(&run)?;
+    /// assert_eq!((book.steps, book.end), (vec![StepId::new("seat")?, StepId::new("card")?], None));
+    /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    ///     to: RunState::Failed, expected_version: None, reason: "no visa".into() })?;
+    /// assert_eq!(engine.saga(&run)?.end, Some(RunState::Failed), "where it ends once undone");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn saga(&self, run: &RunId) -> Result<SagaBook> {
         self.read(|books| {
             crate::books::existing(books, run)?;
@@ -67,6 +96,39 @@ impl Engine {
     /// What `run`'s saga does next, by the engine's clock: undo a step,
     /// resolve an act in flight, wait for a person, or end. Meaningful for
     /// a compensating run; `NotFound` if there is no such run.
+    ///
+    /// ```
+    /// use actum::books::{Compensation, Outcome, RunState, SagaNext, StepId, ToolClass, Transition};
+    /// use actum::engine::{CompensationRequest, Engine, EngineOptions, StepRequest, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("trip-6")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"6"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let (seat, card) = (StepId::new("seat")?, StepId::new("card")?);
+    /// let class = ToolClass::Queryable;
+    /// for step in [&seat, &card] {
+    ///     let compensation = Some(Compensation { tool: "undo".into(), args: vec![], class });
+    ///     engine.step(&StepRequest { guard: &lease.guard, run: &run, step,
+    ///         tool: ToolSpec { name: "do".into(), class }, args: b"", rationale: "book", compensation },
+    ///         |_| Outcome::Confirmed { receipt: vec![] })?;
+    /// }
+    /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    ///     to: RunState::Failed, expected_version: None, reason: "no visa".into() })?;
+    /// // Last first: the card is refunded before the seat is released.
+    /// for step in [&card, &seat] {
+    ///     assert_eq!(engine.saga_next(&run)?, SagaNext::Undo { step: step.clone() });
+    ///     let request = CompensationRequest { guard: &lease.guard, run: &run, step, rationale: "" };
+    ///     engine.compensate(&request, |_, _| Outcome::Confirmed { receipt: vec![] }, |_, _| unreachable!())?;
+    /// }
+    /// assert_eq!(engine.saga_next(&run)?, SagaNext::End { end: RunState::Failed });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn saga_next(&self, run: &RunId) -> Result<SagaNext> {
         let now_ms = self.clock.now_ms();
         let last_first = !self.planted(crate::planted::PlantedBug::UndoFirstStepFirst);
@@ -82,6 +144,38 @@ impl Engine {
     /// lease: the run reaches the end its saga recorded (failed or
     /// cancelled) and drops its lease. `SagaOutstanding` while anything is
     /// left to undo or to learn.
+    ///
+    /// ```
+    /// use actum::books::{Compensation, Outcome, RunState, StepId, ToolClass, Transition};
+    /// use actum::engine::{CompensationRequest, Engine, EngineOptions, StepRequest, ToolSpec};
+    /// use actum::Error;
+    /// # use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("trip-7")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"7"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let seat = StepId::new("seat")?;
+    /// let class = ToolClass::Queryable;
+    /// let compensation = Some(Compensation { tool: "seat.release".into(), args: vec![], class });
+    /// engine.step(&StepRequest { guard: &lease.guard, run: &run, step: &seat,
+    ///     tool: ToolSpec { name: "seat.hold".into(), class }, args: b"", rationale: "", compensation },
+    ///     |_| Outcome::Confirmed { receipt: vec![] })?;
+    /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    ///     to: RunState::Cancelled, expected_version: None, reason: "user cancelled".into() })?;
+    /// // The seat is still held: the saga may not end yet.
+    /// let early = engine.end_saga(&run, &lease.guard, "give up");
+    /// assert!(matches!(early, Err(Error::SagaOutstanding { .. })));
+    /// let request = CompensationRequest { guard: &lease.guard, run: &run, step: &seat, rationale: "" };
+    /// engine.compensate(&request, |_, _| Outcome::Confirmed { receipt: vec![] }, |_, _| unreachable!())?;
+    /// assert_eq!(engine.end_saga(&run, &lease.guard, "released")?, RunState::Cancelled);
+    /// assert!(engine.run(&run)?.expect("exists").lease.is_none(), "over, and its lease dropped");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn end_saga(&self, run: &RunId, guard: &Guard, reason: &str) -> Result<RunState> {
         let cmd = Command::EndSaga(EndSaga {
             run: run.clone(),

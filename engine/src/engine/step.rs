@@ -254,6 +254,33 @@ impl Engine {
     /// a queryable tool: it is asked about the key (never acts); a
     /// confirmed or failed answer is recorded as a reconcile, an unknown one
     /// leaves the intent open and yields `Unknown`.
+    ///
+    /// ```
+    /// use actum::books::{Outcome, StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepPlan, StepRequest, StepResult, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("payout-3")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new("transfer")?,
+    ///     tool: ToolSpec { name: "bank.transfer".into(), class: ToolClass::Queryable },
+    ///     args: b"eur 300", rationale: "payout", compensation: None };
+    /// // A worker wrote the intent, sent the transfer, and crashed before recording it.
+    /// let StepPlan::Act(_) = engine.begin_step(&request)? else { panic!("a fresh step acts") };
+    /// // Resumed: the bank is asked about the key, and the transfer is not sent again.
+    /// let result = engine.step_queryable(&request, |_| unreachable!("never sent twice"), |ctx| {
+    ///     assert_eq!(ctx.key.encode(), "payout-3/transfer/1");
+    ///     Outcome::Confirmed { receipt: b"tr-9".to_vec() }
+    /// })?;
+    /// assert!(matches!(result, StepResult::Done { replayed: true, .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn step_queryable(
         &self,
         request: &StepRequest<'_>,
@@ -269,6 +296,32 @@ impl Engine {
 
     /// Ceremony points 1 to 3, 6 and 7 for `request`: derives the key,
     /// checks the ledger and writes the intent durably; says what to do.
+    ///
+    /// ```
+    /// use actum::books::{Outcome, StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepPlan, StepRequest, StepResult, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("mail-2")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new("send")?,
+    ///     tool: ToolSpec { name: "mail.send".into(), class: ToolClass::NotIdempotent },
+    ///     args: b"to: ann", rationale: "reply", compensation: None };
+    /// let StepPlan::Act(ctx) = engine.begin_step(&request)? else { panic!("a fresh step acts") };
+    /// assert_eq!((ctx.key.encode(), ctx.resend), ("mail-2/send/1".to_string(), false));
+    /// assert!(engine.durable_lsn() >= ctx.intent_lsn, "the intent is durable");
+    /// engine.finish_step(&lease.guard, &ctx, Outcome::Confirmed { receipt: b"m-1".to_vec() })?;
+    /// // Begun again (a resumed worker): nothing to call, the receipt is known.
+    /// let again = engine.begin_step(&request)?;
+    /// assert!(matches!(again, StepPlan::Done(StepResult::Done { replayed: true, .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn begin_step(&self, request: &StepRequest<'_>) -> Result<StepPlan> {
         let plan = self.plan(request.command(), request.guard)?;
         if let StepPlan::Act(ctx) | StepPlan::Query(ctx) = &plan {
@@ -279,6 +332,35 @@ impl Engine {
     }
 
     /// Ceremony point 5: records the outcome of the act `ctx` planned.
+    ///
+    /// ```
+    /// use actum::books::{EffectStatus, Outcome, StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepPlan, StepRequest, StepResult, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("sync-5")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"5"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new("upload")?,
+    ///     tool: ToolSpec { name: "s3.put".into(), class: ToolClass::Queryable },
+    ///     args: b"report.pdf", rationale: "archive", compensation: None };
+    /// let StepPlan::Act(ctx) = engine.begin_step(&request)? else { panic!("a fresh step acts") };
+    /// let busy = Outcome::Failed { retryable: true, reason: "503".into() };
+    /// let result = engine.finish_step(&lease.guard, &ctx, busy)?;
+    /// assert!(matches!(result, StepResult::Failed { retryable: true, .. }));
+    /// // The failure is recorded: the next begin opens attempt 2, under a new key.
+    /// let StepPlan::Act(retry) = engine.begin_step(&request)? else { panic!("retryable") };
+    /// assert_eq!(retry.key.attempt(), 2);
+    /// engine.finish_step(&lease.guard, &retry, Outcome::Confirmed { receipt: b"etag-1".to_vec() })?;
+    /// let entry = engine.effect(&retry.key)?.expect("in the ledger");
+    /// assert_eq!(entry.status, EffectStatus::Confirmed { receipt: b"etag-1".to_vec() });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn finish_step(
         &self,
         guard: &Guard,
@@ -407,6 +489,36 @@ impl Engine {
 
     /// Records what the query `ctx` planned found: confirmed or failed is
     /// a reconcile; unknown leaves the intent open (`Unknown`).
+    ///
+    /// ```
+    /// use actum::books::{EffectStatus, Outcome, StepId, ToolClass};
+    /// use actum::engine::{Engine, EngineOptions, StepPlan, StepRequest, StepResult, ToolSpec};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("payout-4")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let request = StepRequest { guard: &lease.guard, run: &run, step: &StepId::new("transfer")?,
+    ///     tool: ToolSpec { name: "bank.transfer".into(), class: ToolClass::Queryable },
+    ///     args: b"eur 300", rationale: "payout", compensation: None };
+    /// engine.begin_step(&request)?; // the intent; then a crash before the outcome
+    /// let StepPlan::Query(ctx) = engine.begin_step(&request)? else { panic!("ask the bank") };
+    /// // The bank cannot say yet: nothing is recorded, the intent stays open.
+    /// let unsure = engine.resolve_step(&lease.guard, &ctx, Outcome::Unknown { reason: "".into() })?;
+    /// assert!(matches!(unsure, StepResult::Unknown { .. }));
+    /// assert_eq!(engine.effect(&ctx.key)?.expect("intended").status, EffectStatus::Intended);
+    /// // It finds the transfer: recorded, as a reconcile.
+    /// let found = Outcome::Confirmed { receipt: b"tr-9".to_vec() };
+    /// let done = engine.resolve_step(&lease.guard, &ctx, found)?;
+    /// assert!(matches!(done, StepResult::Done { replayed: true, .. }));
+    /// assert!(matches!(engine.effect(&ctx.key)?.expect("settled").status, EffectStatus::Confirmed { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn resolve_step(
         &self,
         guard: &Guard,

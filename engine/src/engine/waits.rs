@@ -268,6 +268,34 @@ impl Engine {
 
     /// The waits of `run` in the order they were opened, and the signals
     /// no wait has taken yet; an empty book if it never waited.
+    ///
+    /// ```
+    /// use actum::books::{StepId, WaitFor, WaitStatus};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("kyc-4")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// // A signal that comes before anyone waits for it is kept in the inbox.
+    /// engine.signal(&run, "docs", b"passport.pdf", "upload-form")?;
+    /// let book = engine.waits(&run)?;
+    /// assert!(book.waits.is_empty());
+    /// assert_eq!(book.inbox[0].payload, b"passport.pdf");
+    /// // The first wait for it takes it at once.
+    /// let step = StepId::new("await-docs")?;
+    /// engine.open_wait(&run, &lease.guard, &step, WaitFor::Signal { name: "docs".into() }, None, "")?;
+    /// let book = engine.waits(&run)?;
+    /// assert!(book.inbox.is_empty());
+    /// assert_eq!(book.waits[0].step, step);
+    /// assert!(matches!(book.waits[0].status, WaitStatus::Signalled { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn waits(&self, run: &RunId) -> Result<WaitBook> {
         self.read(|books| {
             crate::books::existing(books, run)?;
