@@ -40,6 +40,11 @@ use actum::state::StateStore;
 "#
 )]
 
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExample;
+
 /// Declares the internal layers: public with the `internals` feature,
 /// crate-private (their unused items allowed) without it.
 macro_rules! internal_modules {
