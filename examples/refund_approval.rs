@@ -22,7 +22,7 @@ use actum::books::{
 };
 use actum::engine::{LeaseGrant, StepRequest, StepResult, ToolSpec};
 use actum::{Engine, EngineOptions, Error, FsStorage, ManualClock};
-use actum_examples::{BoxError, Checks, Cli, XorShift, main_of};
+use actum_examples::{BoxError, Checks, Cli, XorShift, euros, main_of};
 
 /// 2026-01-01 09:00 UTC: the engine's clock starts here and moves only
 /// when the example says so.
@@ -99,11 +99,6 @@ impl RefundRequest {
     fn due(&self) -> bool {
         !self.needs_approval() || self.decision == Decision::Approve
     }
-}
-
-/// `12345` cents as `123.45`.
-fn euros(cents: u64) -> String {
-    format!("{}.{:02}", cents / 100, cents % 100)
 }
 
 /// The day's requests: four scripted ones (one of each path), then, unless
@@ -707,30 +702,22 @@ fn check(
             wrong_end.push(format!("{}: {state:?}", request.booking));
         }
     }
-    checks.check(
+    checks.none_of(
         "each due refund paid exactly once, the others never",
-        wrong_count.is_empty(),
-        joined(&wrong_count),
+        &wrong_count,
     );
-    checks.check(
-        "no booking refunded twice",
-        twice.is_empty(),
-        joined(&twice),
-    );
-    checks.check(
+    checks.none_of("no booking refunded twice", &twice);
+    checks.none_of(
         "every refund above 500 EUR that was paid had exactly its arguments approved by a refund-supervisor in time",
-        unbound.is_empty(),
-        joined(&unbound),
+        &unbound,
     );
-    checks.check(
+    checks.none_of(
         "a rejected or expired refund never even got an intent in the ledger",
-        intended_unpaid.is_empty(),
-        joined(&intended_unpaid),
+        &intended_unpaid,
     );
-    checks.check(
+    checks.none_of(
         "every run ended: completed if refunded, failed if not",
-        wrong_end.is_empty(),
-        joined(&wrong_end),
+        &wrong_end,
     );
     let crashes = requests
         .iter()
@@ -762,11 +749,6 @@ fn check(
         || format!("{refusals:?}"),
     );
     Ok(())
-}
-
-/// The failures' details, for a check's message.
-fn joined(failures: &[String]) -> impl FnOnce() -> String + '_ {
-    move || failures.join(", ")
 }
 
 /// True if the refund's step waited for an approval that was granted

@@ -24,7 +24,7 @@ use actum::books::{
 };
 use actum::engine::{EffectCtx, LeaseGrant, StepPlan, StepRequest, StepResult, ToolSpec};
 use actum::{Engine, EngineOptions, Error, FsStorage, ManualClock};
-use actum_examples::{BoxError, Checks, Cli, XorShift, main_of};
+use actum_examples::{BoxError, Checks, Cli, XorShift, euros, main_of};
 
 /// 2026-11-27 10:00 UTC: the engine's clock starts here and moves only
 /// when the example says so.
@@ -82,11 +82,6 @@ impl Order {
     fn shipment(&self) -> Vec<u8> {
         format!("ship one {} for {}", self.item, self.run).into_bytes()
     }
-}
-
-/// `12345` cents as `123.45`.
-fn euros(cents: u64) -> String {
-    format!("{}.{:02}", cents / 100, cents % 100)
 }
 
 /// Three scripted orders (the crash between payment and order first),
@@ -514,26 +509,15 @@ fn check(
             books.push(order.run.to_string());
         }
     }
-    let joined = |v: &Vec<String>| v.join(", ");
-    checks.check(
+    checks.none_of(
         "every card charged exactly once, for its order's amount",
-        charged.is_empty(),
-        || joined(&charged),
+        &charged,
     );
-    checks.check(
-        "every order placed exactly once",
-        shipped.is_empty(),
-        || joined(&shipped),
-    );
-    checks.check(
-        "every resend carried the same key as the first send",
-        keys.is_empty(),
-        || joined(&keys),
-    );
-    checks.check(
+    checks.none_of("every order placed exactly once", &shipped);
+    checks.none_of("every resend carried the same key as the first send", &keys);
+    checks.none_of(
         "the ledger holds each charge's and each order's receipt; every run completed",
-        books.is_empty(),
-        || joined(&books),
+        &books,
     );
     let expected_total: u64 = orders.iter().map(|o| o.cents).sum();
     // What the card was charged, charge by charge, as the provider did it.

@@ -784,26 +784,18 @@ fn check(
             ends.push(format!("{}: {state:?}", vendor.name));
         }
     }
-    let joined = |v: &Vec<String>| v.join(", ");
-    checks.check(
+    checks.none_of(
         "each approved, verified vendor paid exactly once; the others never",
-        paid_wrong.is_empty(),
-        || joined(&paid_wrong),
+        &paid_wrong,
     );
-    checks.check(
-        "every payment had exactly the approved arguments",
-        unbound.is_empty(),
-        || joined(&unbound),
-    );
-    checks.check(
+    checks.none_of("every payment had exactly the approved arguments", &unbound);
+    checks.none_of(
         "no payment before finance's approval, the account's verification and 24 h of cooling-off",
-        early.is_empty(),
-        || joined(&early),
+        &early,
     );
-    checks.check(
+    checks.none_of(
         "each approved vendor's account verified with one request; unapproved ones never asked",
-        verified_wrong.is_empty(),
-        || joined(&verified_wrong),
+        &verified_wrong,
     );
     checks.equal(
         "no verification request was sent twice",
@@ -815,11 +807,7 @@ fn check(
         bank.duplicate_replies_written,
         0,
     );
-    checks.check(
-        "every run ended: completed if paid, failed if not",
-        ends.is_empty(),
-        || joined(&ends),
-    );
+    checks.none_of("every run ended: completed if paid, failed if not", &ends);
     checks.equal(
         "the service restarted twice while runs were parked",
         restarts.len(),

@@ -120,6 +120,12 @@ impl Checks {
         }
     }
 
+    /// Records that `what` held if nothing broke it, else that it failed,
+    /// naming every case in `broken`.
+    pub fn none_of(&mut self, what: &str, broken: &[String]) {
+        self.check(what, broken.is_empty(), || broken.join(", "));
+    }
+
     /// Records whether `found` equals `expected`.
     pub fn equal<T: PartialEq + Debug>(&mut self, what: &str, found: T, expected: T) {
         let held = found == expected;
@@ -144,6 +150,11 @@ impl Checks {
         }
         ExitCode::FAILURE
     }
+}
+
+/// `12345` cents as `123.45`.
+pub fn euros(cents: u64) -> String {
+    format!("{}.{:02}", cents / 100, cents % 100)
 }
 
 /// Runs an example: parses the command line, makes its directory, runs

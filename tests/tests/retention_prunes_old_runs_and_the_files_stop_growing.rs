@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use actum::books::{
@@ -101,20 +101,25 @@ fn one_run_with(engine: &Engine, name: &str, tool_class: ToolClass) {
         .unwrap();
 }
 
-/// The bytes of every file in `dir`.
+/// Every file below `dir` with its size, by path.
+fn files(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        if meta.is_dir() {
+            found.extend(files(&entry.path()));
+        } else {
+            found.push((entry.path(), meta.len()));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The bytes of every file below `dir`.
 fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| {
-            let entry = entry.unwrap();
-            let meta = entry.metadata().unwrap();
-            if meta.is_dir() {
-                dir_bytes(&entry.path())
-            } else {
-                meta.len()
-            }
-        })
-        .sum()
+    files(dir).iter().map(|(_, len)| len).sum()
 }
 
 fn open(dir: &Path, clock: &Arc<ManualClock>, retention: Retention) -> Engine {
@@ -229,6 +234,10 @@ fn under_a_steady_stream_of_runs_the_files_stop_growing() {
         }
     }
     println!("database bytes after each tenth of {runs} runs: {sizes:?}");
+    for (path, len) in files(dir.path()) {
+        let name = path.strip_prefix(dir.path()).unwrap().display();
+        println!("  {name}: {len} bytes");
+    }
     // Past the first fifth the files hold their size: the pages pruned
     // runs free are reused, and the log's segments are recycled.
     let warm = sizes[1];

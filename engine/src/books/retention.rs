@@ -215,6 +215,7 @@ mod tests {
         b.ok(transition(name, &g, RunState::Running));
         b.ok(save(name, &g, 1, part(b"shared")));
         b.ok(save(name, &g, 1, part(name.as_bytes())));
+        b.ok(decision(name, &g, 0, b"prompt", b"pay it"));
         let d = b.ok(begin(name, "pay", &g, class, b"args"));
         let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
             panic!("{:?}", d.answer)
@@ -238,6 +239,8 @@ mod tests {
         let a = rid("a");
         assert!(b.mem.run(&a).is_none() && b.mem.effects_of(&a).is_empty());
         assert!(b.mem.checkpoint_latest(&a).is_none() && b.mem.audit_len(&a) == 0);
+        assert!(b.mem.decision_count(&a) == 0 && b.mem.decision_at(&a, 0).is_none());
+        assert_eq!(b.mem.decision_count(&rid("b")), 1, "b keeps its decision");
         // Its own blob is gone; the one b still references stays.
         assert!(!b.mem.blob_exists(&own_a) && b.mem.blob_holders(&own_a).is_none());
         assert!(b.mem.blob_exists(&shared));

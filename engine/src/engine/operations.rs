@@ -243,7 +243,7 @@ fn stuck_for(
             },
         });
     }
-    for entry in hot.effects_of(cold, run) {
+    for entry in hot.effects_by_intent(cold, run) {
         let since_ms = entry.settled_ms.unwrap_or(entry.intended_ms);
         let reason = match (&entry.status, entry.key.kind()) {
             (EffectStatus::Unknown { .. }, _) => StuckReason::Unknown {

@@ -391,7 +391,7 @@ impl Engine {
     pub fn effects(&self, run: &RunId) -> Result<Vec<EffectEntry>> {
         self.read_hot(|hot, cold| {
             existing(&HotView { hot, cold }, run)?;
-            Ok(hot.effects_of(cold, run))
+            Ok(hot.effects_by_intent(cold, run))
         })
     }
 

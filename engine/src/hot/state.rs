@@ -627,9 +627,7 @@ impl HotState {
 
     /// Every ledger entry of `run`: the state store's, each replaced by its
     /// version in memory if it has one, and those only memory holds; in
-    /// the order their intents were written (the time of the intent, then
-    /// key order, which puts a step's attempts in order and its
-    /// compensation after its act).
+    /// key order (`BooksRead::effects_of`'s order).
     pub(crate) fn effects_of(&self, cold: &ColdReader<'_>, run: &RunId) -> Vec<EffectEntry> {
         let mut all: BTreeMap<EffectKey, EffectEntry> =
             if !self.pruned.contains_key(run) && cold.holds_run(run) {
@@ -647,7 +645,14 @@ impl HotState {
                     .map(|(e, _)| (e.key.clone(), e.clone())),
             );
         }
-        let mut entries: Vec<EffectEntry> = all.into_values().collect();
+        all.into_values().collect()
+    }
+
+    /// [`HotState::effects_of`] in the order their intents were written:
+    /// the time of the intent, then key order, which puts a step's attempts
+    /// in order and its compensation after its act (`Engine::effects`).
+    pub(crate) fn effects_by_intent(&self, cold: &ColdReader<'_>, run: &RunId) -> Vec<EffectEntry> {
+        let mut entries = self.effects_of(cold, run);
         entries.sort_by(|a, b| (a.intended_ms, &a.key).cmp(&(b.intended_ms, &b.key)));
         entries
     }

@@ -222,10 +222,7 @@ impl BooksRead for HotView<'_> {
     }
 
     fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
-        // The hot books list them as intended; the books, in key order.
-        let mut entries = self.hot.effects_of(self.cold, run);
-        entries.sort_by(|a, b| a.key.cmp(&b.key));
-        entries
+        self.hot.effects_of(self.cold, run)
     }
 
     fn blob_holders(&self, digest: &Digest) -> Option<u64> {

@@ -87,6 +87,26 @@ macro_rules! with_table {
     }};
 }
 
+/// Reads the row at `$key` of a table keyed by name (`$op` names the read
+/// in an error), decodes it as `$table` (`$what`, in a `Corrupt` error),
+/// and checks with `$named` that the row is the one its key names (`$row`,
+/// in the mismatch error): `None` if there is no such row or it fails.
+macro_rules! named_row {
+    (
+        $view:expr, $def:expr => $slot:ident, $op:expr, $key:expr,
+        $table:expr, $what:expr, $row:expr, |$value:ident: $ty:ty| $named:expr
+    ) => {{
+        let view: &RedbBooks<'_> = $view;
+        let bytes = with_table!(view, $def => $slot, $op, |t| t
+            .get($key)
+            .map(|g| g.map(|v| v.value().to_vec())))
+        .flatten()?;
+        let $value: $ty = view.decode($table, &bytes, &$what)?;
+        let same = $named;
+        view.keyed($value, same, || $row)
+    }};
+}
+
 /// A redb table of the books, open in a write transaction.
 pub(crate) type OpenTable<'a, K, V> = Option<Table<'a, K, V>>;
 
@@ -389,13 +409,9 @@ fn last_of(
 
 impl BooksRead for RedbBooks<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
-        let bytes = with_table!(self, RUNS_TABLE => runs, "read run", |t| t
-            .get(id.as_str())
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        let run: Run = self.decode(RowTable::Run, &bytes, &format!("run {id}"))?;
-        let same = run.id == *id;
-        self.keyed(run, same, || format!("the row of run {id}"))
+        named_row!(self, RUNS_TABLE => runs, "read run", id.as_str(),
+            RowTable::Run, format!("run {id}"), format!("the row of run {id}"),
+            |run: Run| run.id == *id)
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
@@ -558,56 +574,31 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn budget(&self, run: &RunId) -> Option<BudgetBook> {
-        let bytes = with_table!(self, BUDGETS_TABLE => budgets, "read budget book", |t| t
-            .get(run.as_str())
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        let book: BudgetBook = self.decode(
-            RowTable::Budgets,
-            &bytes,
-            &format!("budget book of run {run}"),
-        )?;
-        let same = book.run == *run;
-        self.keyed(book, same, || {
-            format!("the row of the budget book of run {run}")
-        })
+        named_row!(self, BUDGETS_TABLE => budgets, "read budget book", run.as_str(),
+            RowTable::Budgets, format!("budget book of run {run}"),
+            format!("the row of the budget book of run {run}"),
+            |book: BudgetBook| book.run == *run)
     }
 
     fn saga(&self, run: &RunId) -> Option<SagaBook> {
-        let bytes = with_table!(self, SAGAS_TABLE => sagas, "read saga book", |t| t
-            .get(run.as_str())
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        let book: SagaBook =
-            self.decode(RowTable::Sagas, &bytes, &format!("saga book of run {run}"))?;
-        let same = book.run == *run;
-        self.keyed(book, same, || {
-            format!("the row of the saga book of run {run}")
-        })
+        named_row!(self, SAGAS_TABLE => sagas, "read saga book", run.as_str(),
+            RowTable::Sagas, format!("saga book of run {run}"),
+            format!("the row of the saga book of run {run}"),
+            |book: SagaBook| book.run == *run)
     }
 
     fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
-        let name = resource.as_str();
-        let bytes = with_table!(self, RESOURCES_TABLE => resources, "read resource", |t| t
-            .get(name)
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        let book: ResourceBook =
-            self.decode(RowTable::Resources, &bytes, &format!("resource {resource}"))?;
-        let same = book.resource == *resource;
-        self.keyed(book, same, || format!("the row of resource {resource}"))
+        named_row!(self, RESOURCES_TABLE => resources, "read resource", resource.as_str(),
+            RowTable::Resources, format!("resource {resource}"),
+            format!("the row of resource {resource}"),
+            |book: ResourceBook| book.resource == *resource)
     }
 
     fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry> {
-        let name = key.as_str();
-        let bytes = with_table!(self, SHARED_TABLE => shared, "read shared key", |t| t
-            .get(name)
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        let entry: SharedEntry =
-            self.decode(RowTable::Shared, &bytes, &format!("shared key {key}"))?;
-        let same = entry.key == *key;
-        self.keyed(entry, same, || format!("the row of shared key {key}"))
+        named_row!(self, SHARED_TABLE => shared, "read shared key", key.as_str(),
+            RowTable::Shared, format!("shared key {key}"),
+            format!("the row of shared key {key}"),
+            |entry: SharedEntry| entry.key == *key)
     }
 
     fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
@@ -622,32 +613,17 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
-        let bytes = with_table!(self, BLOB_REFS_TABLE => blob_refs, "read blob references", |t| t
-            .get(run.as_str())
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        let refs: BlobRefs = self.decode(
-            RowTable::BlobRefs,
-            &bytes,
-            &format!("blob references of run {run}"),
-        )?;
-        let same = refs.run == *run;
-        self.keyed(refs, same, || {
-            format!("the row of the blob references of run {run}")
-        })
+        named_row!(self, BLOB_REFS_TABLE => blob_refs, "read blob references", run.as_str(),
+            RowTable::BlobRefs, format!("blob references of run {run}"),
+            format!("the row of the blob references of run {run}"),
+            |refs: BlobRefs| refs.run == *run)
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {
-        let bytes = with_table!(self, WAITS_TABLE => waits, "read wait book", |t| t
-            .get(run.as_str())
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()?;
-        let book: WaitBook =
-            self.decode(RowTable::Waits, &bytes, &format!("wait book of run {run}"))?;
-        let same = book.run == *run;
-        self.keyed(book, same, || {
-            format!("the row of the wait book of run {run}")
-        })
+        named_row!(self, WAITS_TABLE => waits, "read wait book", run.as_str(),
+            RowTable::Waits, format!("wait book of run {run}"),
+            format!("the row of the wait book of run {run}"),
+            |book: WaitBook| book.run == *run)
     }
 }
 

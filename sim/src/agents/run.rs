@@ -643,7 +643,7 @@ impl Sim<'_> {
             .close()
             .map_err(|e| self.fail("a clean close succeeds", e.to_string()))?;
         self.recover()?;
-        let books = self.whole(&self.model);
+        let books = self.whole(&self.model).into_owned();
         let log = self.world.log().to_vec();
         self.report.checked("a wait ends only on its own terms");
         check::waits_keep_their_terms(&books)
