@@ -168,6 +168,20 @@ fn open_segments(
         let path = format::segment_path(dir, first_segment);
         return Err(Error::corrupt(path, 0, "the log has no live segment file"));
     };
+    // The manifest is synced before garbage collection removes or recycles
+    // anything below its oldest live segment, so that segment outlives
+    // every manifest that names it. Missing, its records are lost; so are
+    // those of an older manifest copy chosen after the newer one was
+    // damaged, whose oldest live segment a later checkpoint let go.
+    if lowest != first_segment {
+        let path = format::segment_path(dir, first_segment);
+        let reason = format!(
+            "the manifest names segment {} as the oldest live one, but it is missing \
+             (the oldest present is {}): the records it held are lost",
+            first_segment.0, lowest.0
+        );
+        return Err(Error::corrupt(path, 0, reason));
+    }
     let mut segs = Vec::with_capacity(ids.len());
     for (k, &id) in ids.iter().enumerate() {
         let expected = SegmentId(lowest.0 + k as u64);
@@ -435,6 +449,19 @@ pub fn recover(
     if last_lsn < covered {
         let reason = format!("the log ends at {last_lsn}, before the checkpoint's {covered}");
         return Err(Error::corrupt(stop_path, stop.offset, reason));
+    }
+    // The next writer appends `last_lsn + 1` into the stop segment, whose
+    // header promises records from its first LSN on: a header past that
+    // LSN was written after the records below it were durable, so they are
+    // missing, and a record appended below the promise would be refused
+    // by the next recovery (an acknowledged record lost).
+    let promised = segs[stop.index].header.first_lsn;
+    if promised > last_lsn.next() {
+        let reason = format!(
+            "the segment's header says its records start at {promised}, but the log before it \
+             ends at {last_lsn}: the records between are missing"
+        );
+        return Err(Error::corrupt(stop_path, 0, reason));
     }
     let mut report = RecoveryReport {
         last_lsn,

@@ -478,6 +478,51 @@ fn foreign_version_and_gap_are_refused() {
     }
 }
 
+/// A stale manifest (an older copy chosen after the newer one was damaged)
+/// names segments and a checkpoint that the log has moved past. Recovery
+/// must refuse it: opened as an empty log, the next append would take an
+/// LSN below its segment header's first one, and the open after that would
+/// drop the acknowledged record (found by the `recover_image` fuzz target,
+/// `fuzz/corpus/recover_image/reopen-lost-ack-after-empty-recovery`).
+#[test]
+fn a_log_whose_oldest_records_are_gone_is_corrupt_not_restarted_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = three_segments(dir.path());
+    // Garbage collection let segment 1 go; the stale manifest names it.
+    FsStorage::new()
+        .remove_file(&seg_path(dir.path(), 1))
+        .expect("remove");
+    match reopen(fs(), dir.path(), DB, options.clone(), SegmentId(1), Lsn::ZERO) {
+        Err(Error::Corrupt { file, reason, .. }) => {
+            assert_eq!(file, seg_path(dir.path(), 1));
+            assert!(reason.contains("missing"), "{reason}");
+        }
+        other => panic!("expected Corrupt for the missing first segment, got {other:?}"),
+    }
+    // Segment 2 lost its records too, and nothing follows it: the log
+    // would read as empty, yet its header says records 1.. came before.
+    let header = read_file(&seg_path(dir.path(), 2));
+    let promised = SegmentHeader::decode(&header[..SEGMENT_HEADER_BYTES as usize])
+        .expect("an intact header")
+        .first_lsn;
+    assert!(promised > Lsn(1), "segment 2 starts past LSN 1: {promised}");
+    cut_file(&seg_path(dir.path(), 2), SEGMENT_HEADER_BYTES + 10);
+    for name in FsStorage::new().list_dir(dir.path()).expect("list") {
+        if format::parse_segment_file_name(&name).is_some_and(|id| id > SegmentId(2)) {
+            FsStorage::new()
+                .remove_file(&dir.path().join(name))
+                .expect("remove");
+        }
+    }
+    match reopen(fs(), dir.path(), DB, options, SegmentId(2), Lsn::ZERO) {
+        Err(Error::Corrupt { file, offset, reason }) => {
+            assert_eq!((&file, offset), (&seg_path(dir.path(), 2), 0), "{reason}");
+            assert!(reason.contains(&format!("start at {promised}")), "{reason}");
+        }
+        other => panic!("expected Corrupt for the missing records, got {other:?}"),
+    }
+}
+
 #[test]
 fn oversized_records_and_batches_are_refused_with_both_sizes() {
     let dir = tempfile::tempdir().expect("tempdir");
