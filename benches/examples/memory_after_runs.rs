@@ -11,7 +11,6 @@
 //! Run: `cargo run --release -p actum-benches --example memory_after_runs -- [RUNS] [THREADS]`
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use actum::books::{
@@ -77,25 +76,6 @@ fn one_run(engine: &Engine, n: u64, worker: usize) {
     transition(engine, &run, &guard, RunState::Completed);
 }
 
-/// Completes runs `from..to` over `threads` threads.
-fn complete_runs(engine: &Engine, threads: usize, from: u64, to: u64) {
-    let next = AtomicU64::new(from);
-    std::thread::scope(|scope| {
-        for worker in 0..threads {
-            let next = &next;
-            scope.spawn(move || {
-                loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= to {
-                        break;
-                    }
-                    one_run(engine, n, worker);
-                }
-            });
-        }
-    });
-}
-
 /// Bytes of the files under `dir`, recursively (0 for what cannot be read: this is a report).
 fn bytes_under(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -143,7 +123,7 @@ fn main() {
     let mut done = 0;
     for percent in REPORT_AT_PERCENT {
         let upto = runs * percent / 100;
-        complete_runs(&engine, threads, done, upto);
+        actum_benches::spread(threads, done, upto, |n, worker| one_run(&engine, n, worker));
         done = upto;
         report(
             &format!("after {percent}%"),

@@ -87,6 +87,28 @@ pub trait DurableLog: Sync {
     fn commit(&self, writer: &mut Self::Writer<'_>, ticket: u64);
 }
 
+/// Runs `each(n, worker)` for every `n` in `from..to`, spread over `threads` threads that take
+/// the next number as they finish one (the examples' way of building many runs at once).
+pub fn spread(threads: usize, from: u64, to: u64, each: impl Fn(u64, usize) + Sync) {
+    assert!(threads > 0 && from <= to, "at least one thread and a range");
+    let next = std::sync::atomic::AtomicU64::new(from);
+    std::thread::scope(|scope| {
+        for worker in 0..threads {
+            let (next, each) = (&next, &each);
+            scope.spawn(move || {
+                // Bounded by `to`: each turn takes a number no other thread takes.
+                loop {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if n >= to {
+                        break;
+                    }
+                    each(n, worker);
+                }
+            });
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,16 @@ use failure::CliError;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli.command) {
+    quiet_caught_panics();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli.command)));
+    let result = outcome.unwrap_or_else(|panic| {
+        // A panic that no guard caught is a bug: say where, and exit as
+        // Rust's panics do (101).
+        let last = LAST_PANIC.lock().map(|l| l.clone()).unwrap_or_default();
+        eprintln!("actum: internal error (please report it): {last}");
+        std::panic::resume_unwind(panic)
+    });
+    match result {
         Ok(code) => code,
         Err(CliError::OutputClosed) => ExitCode::SUCCESS,
         Err(CliError::Failed { message, code }) => {
@@ -43,6 +52,31 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// The last panic's message and place, kept by the hook below.
+static LAST_PANIC: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Replaces the default panic hook with one that only remembers the panic.
+/// The engine catches a panic of redb's on damaged bytes and answers an
+/// error carrying its message, which this command prints as it prints any
+/// error; the default hook would print it once more as a crash. An
+/// uncaught panic is printed by `main`.
+fn quiet_caught_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let place = info
+            .location()
+            .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
+        if let Ok(mut last) = LAST_PANIC.lock() {
+            *last = format!("{message}{place}");
+        }
+    }));
 }
 
 /// Runs one command; the exit code on success (`verify` and `demo` say 1

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use crate::books::{Digest, EffectKey, FencingToken, RunId, RunState, StepId};
 use crate::ids::{DatabaseId, Lsn};
 
+pub use crate::state::RedbPanicked;
+
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -126,7 +128,9 @@ pub enum Error {
         /// What the engine was doing.
         op: &'static str,
         /// redb's error (boxed, so redb's types stay out of this crate's
-        /// API; [`std::error::Error::source`] returns it).
+        /// API; [`std::error::Error::source`] returns it), or a
+        /// [`RedbPanicked`] when redb panicked on damaged bytes instead of
+        /// returning one.
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// A run, step, worker, tool or part name is not acceptable.

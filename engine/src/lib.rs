@@ -81,7 +81,7 @@ internal_modules! {
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::DbOptions;
 pub use engine::{Engine, EngineOptions};
-pub use error::{Error, Result};
+pub use error::{Error, RedbPanicked, Result};
 pub use ids::{DatabaseId, Lsn, SegmentId};
 pub use storage::{FsStorage, OpenMode, Storage, StorageFile};
 pub use wal::{WalOptions, WalStats};

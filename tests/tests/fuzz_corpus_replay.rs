@@ -77,6 +77,11 @@ fn agents_corpus_replays() {
 }
 
 #[test]
+fn state_store_corpus_replays() {
+    replay("state_store");
+}
+
+#[test]
 fn every_target_has_a_replay_test_and_a_fuzz_target() {
     let source = include_str!("fuzz_corpus_replay.rs");
     for target in TARGETS {

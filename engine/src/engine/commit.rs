@@ -170,7 +170,7 @@ impl Engine {
         cmd: &Command,
         tamper: Tamper<'_>,
     ) -> Result<(Answer, Lsn, bool)> {
-        inner.check_running()?;
+        self.check_running(inner)?;
         let now_ms = self.clock.now_ms();
         let (decided, writes) = self.decide_on_hot(inner, cold, cmd, now_ms, tamper)?;
         let view = HotView {

@@ -358,7 +358,7 @@ impl Engine {
     pub(crate) fn checkpoint_locked(&self) -> Result<Lsn> {
         let batch: Vec<Unmaterialized> = {
             let mut inner = self.lock();
-            inner.check_running()?;
+            self.check_running(&mut inner)?;
             let durable = self.pipeline.durable_lsn();
             let ready = inner.unmaterialized.partition_point(|u| u.lsn <= durable);
             let batch: Vec<Unmaterialized> = inner.unmaterialized.drain(..ready).collect();
@@ -446,6 +446,24 @@ impl Engine {
             inner.halt("a panic while holding the engine lock", None);
             inner
         })
+    }
+}
+
+impl Engine {
+    /// `Err(Halted)` once a failure made the state uncertain, a panic
+    /// inside redb among them: redb's own state is then in doubt (the
+    /// call that met the panic answered its `StateStore` error; every
+    /// later one answers `Halted` with it as the cause).
+    pub(crate) fn check_running(&self, inner: &mut Inner) -> Result<()> {
+        if inner.halted.is_none()
+            && let Some(cause) = self.pipeline.state().panicked()
+        {
+            inner.halt(
+                "a panic inside redb on the state store's bytes",
+                Some(Arc::new(cause)),
+            );
+        }
+        inner.check_running()
     }
 }
 

@@ -29,11 +29,15 @@ pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 16 << 20;
 pub struct EngineOptions {
     /// Database directory options (WAL segment size, record limit, id).
     pub db: DbOptions,
-    /// Check every page checksum of the state store on open: a read of
-    /// the whole file, so open time grows with the history. Off by
-    /// default: every row carries its own checksum and key check, so rot
-    /// in a row is `Corrupt` when read; what only this catches is rot in
-    /// redb's branch pages (docs/DURABILITY.md, "State store checks").
+    /// Check every page checksum of the state store on open (redb's
+    /// `check_integrity`): a read of the whole file, so open time grows
+    /// with the state store's size. On by default: redb trusts a page
+    /// whose checksum nobody asked for, and damaged bytes there make redb
+    /// miss rows, panic (the engine's guard turns that into an `Err`), or,
+    /// when redb panics again while unwinding, abort the process past any
+    /// guard (docs/DURABILITY.md, "State store checks", has the numbers).
+    /// Turn it off only for a store too large to read at every open, and
+    /// run `actum verify` after any disk error.
     pub verify_state_on_open: bool,
     /// Run a checkpoint (durable redb commit, manifest update, WAL GC)
     /// after this many commits since the last one; 0 disables the count.
@@ -56,7 +60,7 @@ impl Default for EngineOptions {
                 },
                 database_id: None,
             },
-            verify_state_on_open: false,
+            verify_state_on_open: true,
             checkpoint_every_records: CHECKPOINT_EVERY_RECORDS_DEFAULT,
             checkpoint_every_bytes: CHECKPOINT_EVERY_BYTES_DEFAULT,
             retention: super::retention::Retention::default(),

@@ -52,8 +52,8 @@ impl Engine {
         read: impl FnOnce(&HotState, &ColdReader<'_>) -> Result<T>,
     ) -> Result<T> {
         let (value, rests_on) = {
-            let inner = self.lock();
-            inner.check_running()?;
+            let mut inner = self.lock();
+            self.check_running(&mut inner)?;
             let cold = ColdReader::new(self.pipeline.state());
             let value = read(&inner.hot, &cold);
             cold.finish()?;

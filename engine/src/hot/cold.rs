@@ -20,7 +20,7 @@ use redb::ReadTransaction;
 
 use crate::books::{BooksRead, MemBooks, Run, RunId};
 use crate::error::{Error, Result};
-use crate::state::{RedbBooks, StateStore, read_books};
+use crate::state::{RedbBooks, StateStore, drop_guarded, read_books};
 
 /// Lazy reads of the state store.
 pub(crate) struct ColdReader<'a> {
@@ -63,6 +63,7 @@ impl<'a> ColdReader<'a> {
     }
 
     fn fail(&self, error: Error) {
+        self.state.note_error(&error);
         let mut slot = self.error.borrow_mut();
         if slot.is_none() {
             *slot = Some(error);
@@ -111,7 +112,7 @@ impl<'a> ColdReader<'a> {
         let Some(txn) = self.txn() else {
             return Err(self.take_error());
         };
-        read_books(txn, self.state.path())
+        self.state.note(read_books(txn, self.state.path()))
     }
 
     fn take_error(&self) -> Error {
@@ -134,9 +135,19 @@ impl<'a> ColdReader<'a> {
 
     /// `Err` with the first failure any read met.
     pub(crate) fn finish(self) -> Result<()> {
-        match self.error.into_inner() {
+        match self.error.take() {
             None => Ok(()),
             Some(error) => Err(error),
+        }
+    }
+}
+
+impl Drop for ColdReader<'_> {
+    fn drop(&mut self) {
+        // redb's read transaction ends in its destructor: through the
+        // state store's guard, like every call into redb.
+        if let Some(txn) = self.txn.take() {
+            drop_guarded(txn);
         }
     }
 }

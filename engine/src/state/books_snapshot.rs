@@ -16,9 +16,9 @@ use super::rows::{
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable,
     SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
 };
-use super::store::state_error;
+use super::guard::guarded;
 use crate::books::{
-    AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
+    AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
     EffectEntry, MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook,
 };
 use crate::error::{Error, Result};
@@ -30,40 +30,44 @@ fn values<K: redb::Key + 'static>(
     path: &Path,
     def: TableDefinition<K, &[u8]>,
 ) -> Result<Vec<Vec<u8>>> {
-    let table = match txn.open_table(def) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(state_error(path, "open table for snapshot", e)),
-    };
-    let iter = table
-        .iter()
-        .map_err(|e| state_error(path, "scan table for snapshot", e))?;
-    iter.map(|item| {
-        item.map(|(_, v)| v.value().to_vec())
-            .map_err(|e| state_error(path, "read row for snapshot", e))
+    rows(txn, path, def, "read a table for a snapshot", |_, v| v.to_vec())
+}
+
+/// `each` of every (key, value) of `def`, in key order, read through the
+/// guard; empty if the table does not exist yet.
+fn rows<K: redb::Key + 'static, V: redb::Value + 'static, T>(
+    txn: &ReadTransaction,
+    path: &Path,
+    def: TableDefinition<K, V>,
+    op: &'static str,
+    each: impl Fn(K::SelfType<'_>, V::SelfType<'_>) -> T,
+) -> Result<Vec<T>> {
+    guarded(path, op, || {
+        let table = match txn.open_table(def) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(redb::Error::from(e)),
+        };
+        let mut out = Vec::new();
+        for item in table.iter()? {
+            let (k, v) = item?;
+            out.push(each(k.value(), v.value()));
+        }
+        Ok(out)
     })
-    .collect()
 }
 
 /// Every (digest, holder count) of the blob holders table, by digest.
 fn blob_holders(txn: &ReadTransaction, path: &Path) -> Result<Vec<(Digest, u64)>> {
-    let table = match txn.open_table(BLOB_HOLDERS_TABLE) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(state_error(path, "open blob holders for snapshot", e)),
-    };
-    let iter = table
-        .iter()
-        .map_err(|e| state_error(path, "scan blob holders for snapshot", e))?;
-    iter.map(|item| {
-        let (key, value) = item.map_err(|e| state_error(path, "read blob holders", e))?;
-        let digest: [u8; 32] = key
-            .value()
-            .try_into()
-            .map_err(|_| Error::corrupt(path, 0, "a blob holder count is keyed by no digest"))?;
-        Ok((Digest(digest), value.value()))
-    })
-    .collect()
+    let rows = rows(txn, path, BLOB_HOLDERS_TABLE, "read blob holders", |k, v| {
+        (<[u8; 32]>::try_from(k).ok(), v)
+    })?;
+    rows.into_iter()
+        .map(|(digest, holders)| match digest {
+            Some(digest) => Ok((Digest(digest), holders)),
+            None => Err(Error::corrupt(path, 0, "a blob holder count is keyed by no digest")),
+        })
+        .collect()
 }
 
 fn decode<T: DeserializeOwned>(
@@ -172,53 +176,50 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
 
 /// Checks that every blob row's key is the digest of its bytes.
 fn assert_blob_keys(txn: &ReadTransaction, path: &Path, expected: usize) -> Result<()> {
-    let table = match txn.open_table(BLOBS_TABLE) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-        Err(e) => return Err(state_error(path, "open blob table", e)),
-    };
-    let mut seen = 0usize;
-    for item in table
-        .iter()
-        .map_err(|e| state_error(path, "scan blobs", e))?
-    {
-        let (k, v) = item.map_err(|e| state_error(path, "read blob", e))?;
-        let digest = crate::books::digest_of(v.value());
-        if k.value() != digest.0.as_slice() {
+    let keys_match = rows(txn, path, BLOBS_TABLE, "read blobs", |k, v| {
+        let digest = crate::books::digest_of(v);
+        (k == digest.0.as_slice()).then_some(()).ok_or(digest)
+    })?;
+    assert_eq!(keys_match.len(), expected, "one snapshot, read twice");
+    for found in keys_match {
+        if let Err(digest) = found {
             return Err(Error::corrupt(
                 path,
                 0,
-                format!("blob stored under a key that is not its digest {}", {
-                    let d: Digest = digest;
-                    d.short()
-                }),
+                format!(
+                    "blob stored under a key that is not its digest {}",
+                    digest.short()
+                ),
             ));
         }
-        seen += 1;
     }
-    assert_eq!(seen, expected);
     Ok(())
 }
 
 fn push_audit(txn: &ReadTransaction, path: &Path, books: &mut MemBooks) -> Result<()> {
-    let table = match txn.open_table(AUDIT_TABLE) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-        Err(e) => return Err(state_error(path, "open audit table", e)),
-    };
-    for item in table
-        .iter()
-        .map_err(|e| state_error(path, "scan audit", e))?
-    {
-        let (k, v) = item.map_err(|e| state_error(path, "read audit entry", e))?;
-        let (run, seq) = k.value();
-        let run = RunId::new(run)?;
-        let entry: AuditEntry = decode(path, RowTable::Audit, v.value(), "audit entry")?;
+    let rows = rows(txn, path, AUDIT_TABLE, "read audit", |(run, seq), v| {
+        (run.to_string(), seq, v.to_vec())
+    })?;
+    for (run, seq, bytes) in rows {
+        let run = RunId::new(run).map_err(|e| {
+            Error::corrupt(path, 0, format!("the audit table names an invalid run: {e}"))
+        })?;
+        let entry: AuditEntry = decode(path, RowTable::Audit, &bytes, "audit entry")?;
         if entry.seq != seq {
             return Err(Error::corrupt(
                 path,
                 0,
                 format!("audit entry {seq} of run {run} carries seq {}", entry.seq),
+            ));
+        }
+        // A run's entries are numbered from 1 without a gap; a key moved by
+        // damage breaks the count (and `push_audit` asserts it).
+        let held = books.audit_len(&run);
+        if seq != held + 1 {
+            return Err(Error::corrupt(
+                path,
+                0,
+                format!("audit entry {seq} of run {run} follows entry {held}"),
             ));
         }
         books.push_audit(&run, entry);

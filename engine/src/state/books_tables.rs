@@ -28,6 +28,7 @@ use super::rows::{
     RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
     effect_kind_code, effect_row_key,
 };
+use super::guard::{drop_guarded, guard};
 use super::store::state_error;
 use crate::books::{
     AuditEntry, BlobRefs, BooksRead, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
@@ -63,26 +64,28 @@ pub struct RedbBooks<'a> {
 macro_rules! with_table {
     ($view:expr, $def:expr => $slot:ident, $op:expr, |$t:ident| $body:expr) => {{
         let view: &RedbBooks<'_> = $view;
-        let outcome: std::result::Result<Option<_>, redb::Error> = match view.txn {
-            Txn::Read(txn) => match txn.open_table($def) {
-                Ok(table) => {
-                    let $t = &table;
-                    ($body).map(Some).map_err(redb::Error::from)
-                }
-                Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-                Err(e) => Err(redb::Error::from(e)),
-            },
-            Txn::Write(txn) => {
-                let mut tables = view.tables.borrow_mut();
-                match open_in(txn, &mut tables.$slot, $def) {
+        let outcome = guard(view.path, $op, || -> std::result::Result<Option<_>, redb::Error> {
+            match view.txn {
+                Txn::Read(txn) => match txn.open_table($def) {
                     Ok(table) => {
-                        let $t = &*table;
+                        let $t = &table;
                         ($body).map(Some).map_err(redb::Error::from)
                     }
+                    Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
                     Err(e) => Err(redb::Error::from(e)),
+                },
+                Txn::Write(txn) => {
+                    let mut tables = view.tables.borrow_mut();
+                    match open_in(txn, &mut tables.$slot, $def) {
+                        Ok(table) => {
+                            let $t = &*table;
+                            ($body).map(Some).map_err(redb::Error::from)
+                        }
+                        Err(e) => Err(redb::Error::from(e)),
+                    }
                 }
             }
-        };
+        });
         view.settle(outcome, $op)
     }};
 }
@@ -105,6 +108,14 @@ macro_rules! named_row {
         let same = $named;
         view.keyed($value, same, || $row)
     }};
+}
+
+impl Drop for RedbBooks<'_> {
+    fn drop(&mut self) {
+        // A write view's tables write their roots back into the
+        // transaction as they close: through the guard, like every call.
+        drop_guarded(std::mem::take(self.tables.get_mut()));
+    }
 }
 
 /// A redb table of the books, open in a write transaction.
@@ -172,7 +183,7 @@ impl<'a> RedbBooks<'a> {
 
     /// Ends the view: `Err` with the first failure any read or write met.
     pub fn finish(self) -> Result<()> {
-        match self.error.into_inner() {
+        match self.error.take() {
             None => Ok(()),
             Some(error) => Err(error),
         }
@@ -186,15 +197,24 @@ impl<'a> RedbBooks<'a> {
         }
     }
 
+    /// The value of a guarded call into redb (`None`: no table); a panic
+    /// or an error is recorded in the view and answers `None`.
     pub(crate) fn settle<T>(
         &self,
-        outcome: std::result::Result<Option<T>, redb::Error>,
+        outcome: Result<std::result::Result<Option<T>, redb::Error>>,
         op: &'static str,
     ) -> Option<T> {
-        outcome.unwrap_or_else(|reason| {
-            self.fail(state_error(self.path, op, reason));
-            None
-        })
+        match outcome {
+            Ok(Ok(value)) => value,
+            Ok(Err(reason)) => {
+                self.fail(state_error(self.path, op, reason));
+                None
+            }
+            Err(panicked) => {
+                self.fail(panicked);
+                None
+            }
+        }
     }
 
     /// Decodes a stored row of `table`, recording a `Corrupt` error if it

@@ -14,6 +14,7 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use super::books_tables::{OpenTables, RedbBooks, Txn, open_in};
+use super::guard::guard;
 use super::rows::{
     AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
@@ -42,7 +43,9 @@ impl<'a> RedbBooks<'a> {
         let Txn::Write(txn) = self.txn else {
             panic!("{op} through a read-only view of the books");
         };
-        let outcome = write(txn, &mut self.tables.borrow_mut()).map(Some);
+        let outcome = guard(self.path, op, || {
+            write(txn, &mut self.tables.borrow_mut()).map(Some)
+        });
         self.settle(outcome, op);
     }
 }

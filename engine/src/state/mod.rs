@@ -16,9 +16,12 @@
 mod books_snapshot;
 pub mod books_tables;
 mod books_write;
+mod guard;
 pub mod rows;
 mod store;
 
 pub use books_snapshot::read_books;
 pub use books_tables::RedbBooks;
+pub use guard::RedbPanicked;
+pub(crate) use guard::{drop_guarded, guarded};
 pub use store::{META_TABLE, STATE_SCHEMA_VERSION, StateStore};

@@ -12,11 +12,12 @@
 //! effects it holds.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use redb::{Durability, ReadableDatabase, TableDefinition, WriteTransaction};
 
+use super::guard::{RedbPanicked, drop_guarded, guarded};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::storage::{OpenMode, RedbBackend, Storage};
@@ -59,11 +60,19 @@ pub const STATE_CACHE_BYTES: usize = 32 << 20;
 /// readers run beside a writer on the last committed snapshot.
 pub struct StateStore {
     path: PathBuf,
-    db: redb::Database,
+    /// `Some` until the store is dropped (through the guard: redb's
+    /// destructor writes the file's header and may meet damaged pages).
+    db: Option<redb::Database>,
     /// LSN of the last record applied (durably or not).
     applied_lsn: AtomicU64,
     /// LSN covered by the last `Durability::Immediate` commit.
     durable_lsn: AtomicU64,
+    /// The first panic inside redb a call on this store met (what it was
+    /// doing, and redb's message). redb's own state is then in doubt (a
+    /// lock it held is poisoned; a commit may panic again while unwinding
+    /// from the first, which aborts the process), so the engine halts,
+    /// and the store is never closed through redb (see `Drop`).
+    panicked: Mutex<Option<(&'static str, RedbPanicked)>>,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -103,14 +112,24 @@ impl StateStore {
         // durable; make them so before redb (and replay) trusts them.
         file.sync_data()
             .map_err(|e| Error::io("sync state store", path, e))?;
-        let mut db = redb::Database::builder()
-            .set_cache_size(STATE_CACHE_BYTES)
-            .create_with_backend(RedbBackend::new(file))
-            .map_err(|e| state_error(path, "open", e))?;
+        let db = guarded(path, "open", || {
+            redb::Database::builder()
+                .set_cache_size(STATE_CACHE_BYTES)
+                .create_with_backend(RedbBackend::new(file))
+        })?;
+        // From here on the store's destructor drops redb through the guard,
+        // whichever check below refuses it.
+        let mut store = StateStore {
+            path: path.to_path_buf(),
+            db: Some(db),
+            applied_lsn: AtomicU64::new(0),
+            durable_lsn: AtomicU64::new(0),
+            panicked: Mutex::new(None),
+        };
         if verify {
-            let intact = db
-                .check_integrity()
-                .map_err(|e| state_error(path, "verify page checksums", e))?;
+            let db = store.db.as_mut().expect("open until dropped");
+            let checked = guarded(path, "verify page checksums", || db.check_integrity());
+            let intact = store.note(checked)?;
             if !intact {
                 return Err(Error::corrupt(
                     path,
@@ -120,14 +139,17 @@ impl StateStore {
                 ));
             }
         }
-        check_schema_version(&db, path)?;
-        let applied_lsn = read_applied_lsn(&db, path)?;
-        Ok(StateStore {
-            path: path.to_path_buf(),
-            db,
-            applied_lsn: AtomicU64::new(applied_lsn.0),
-            durable_lsn: AtomicU64::new(applied_lsn.0),
-        })
+        store.note(check_schema_version(store.db(), path))?;
+        let applied_lsn = store.note(read_applied_lsn(store.db(), path))?;
+        store.applied_lsn.store(applied_lsn.0, Ordering::SeqCst);
+        store.durable_lsn.store(applied_lsn.0, Ordering::SeqCst);
+        Ok(store)
+    }
+
+    fn db(&self) -> &redb::Database {
+        self.db
+            .as_ref()
+            .expect("the state store is open until it is dropped")
     }
 
     /// The LSN of the last record applied.
@@ -190,24 +212,60 @@ impl StateStore {
 
     /// A read transaction over the current (possibly non-durable) state.
     pub fn read(&self) -> Result<redb::ReadTransaction> {
-        self.db
-            .begin_read()
-            .map_err(|e| state_error(&self.path, "begin read", e))
+        self.note(guarded(&self.path, "begin read", || self.db().begin_read()))
+    }
+
+    /// `result`, noting first whether its error is a panic inside redb.
+    /// Every caller that reads or writes through this store's handles
+    /// passes its results through here.
+    pub(crate) fn note<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(error) = &result {
+            self.note_error(error);
+        }
+        result
+    }
+
+    /// Notes whether `error` is a panic inside redb (see [`Self::note`]).
+    pub(crate) fn note_error(&self, error: &Error) {
+        if let Error::StateStore { op, source, .. } = error
+            && let Some(panicked) = source.downcast_ref::<RedbPanicked>()
+        {
+            let mut first = self.panicked.lock().unwrap_or_else(PoisonError::into_inner);
+            first.get_or_insert_with(|| (op, panicked.clone()));
+        }
+    }
+
+    /// The first panic inside redb this store met, as the error it was
+    /// (rebuilt: the engine keeps it as the cause of its halt).
+    pub(crate) fn panicked(&self) -> Option<Error> {
+        let first = self.panicked.lock().unwrap_or_else(PoisonError::into_inner);
+        first.as_ref().map(|(op, panicked)| Error::StateStore {
+            file: self.path.clone(),
+            op,
+            source: Box::new(panicked.clone()),
+        })
     }
 
     /// One transaction applying `first..=last` (empty when `first` is past
     /// `last`) and recording `last`.
     fn commit(
         &self,
+        span: (Lsn, Lsn),
+        durability: Durability,
+        apply: impl FnOnce(&WriteTransaction) -> Result<()>,
+    ) -> Result<()> {
+        let committed = self.commit_unnoted(span, durability, apply);
+        self.note(committed)
+    }
+
+    fn commit_unnoted(
+        &self,
         (first, last): (Lsn, Lsn),
         durability: Durability,
         apply: impl FnOnce(&WriteTransaction) -> Result<()>,
     ) -> Result<()> {
         let path = &self.path;
-        let mut txn = self
-            .db
-            .begin_write()
-            .map_err(|e| state_error(path, "begin write", e))?;
+        let mut txn = guarded(path, "begin write", || self.db().begin_write())?;
         // redb admits one writer at a time, so these checks see no race.
         assert_eq!(
             first,
@@ -216,26 +274,22 @@ impl StateStore {
         );
         assert!(first.0 <= last.0 + 1, "a commit never moves backwards");
         let durable = matches!(durability, Durability::Immediate);
-        txn.set_durability(durability)
-            .map_err(|e| state_error(path, "set durability", e))?;
-        if durable {
-            // Record the allocator state, so a crash needs no full repair.
-            txn.set_quick_repair(true);
+        let filled = guarded(path, "set durability", || {
+            txn.set_durability(durability)?;
+            if durable {
+                // Record the allocator state, so a crash needs no full repair.
+                txn.set_quick_repair(true);
+            }
+            Ok::<(), redb::SetDurabilityError>(())
+        })
+        .and_then(|()| apply(&txn))
+        .and_then(|()| guarded(path, "record applied lsn", || record_meta(&txn, last)));
+        if let Err(error) = filled {
+            // Dropping an unfinished write transaction rolls it back.
+            drop_guarded(txn);
+            return Err(error);
         }
-        apply(&txn)?;
-        {
-            let mut meta = txn
-                .open_table(META_TABLE)
-                .map_err(|e| state_error(path, "open meta table", e))?;
-            meta.insert(APPLIED_LSN_KEY, last.0)
-                .map_err(|e| state_error(path, "record applied lsn", e))?;
-            // In every commit rather than in one of its own at creation: the
-            // meta table is written here anyway, and every commit that makes
-            // a table records the version beside it.
-            meta.insert(SCHEMA_VERSION_KEY, STATE_SCHEMA_VERSION)
-                .map_err(|e| state_error(path, "record schema version", e))?;
-        }
-        txn.commit().map_err(|e| state_error(path, "commit", e))?;
+        guarded(path, "commit", || txn.commit())?;
         self.applied_lsn.store(last.0, Ordering::SeqCst);
         if durable {
             let before = self.durable_lsn.swap(last.0, Ordering::SeqCst);
@@ -243,6 +297,35 @@ impl StateStore {
         }
         Ok(())
     }
+}
+
+impl Drop for StateStore {
+    fn drop(&mut self) {
+        let Some(db) = self.db.take() else {
+            return;
+        };
+        if self.panicked().is_some() {
+            // redb's close commits its allocator state, walking the pages
+            // that made it panic: a second panic while unwinding from the
+            // first aborts the process, past any guard. The handle is let
+            // go unclosed instead, as a crash would leave it; the log holds
+            // every record, and the next open checks the pages.
+            std::mem::forget(db);
+        } else {
+            drop_guarded(db);
+        }
+    }
+}
+
+/// Records `last` as the applied LSN, and the schema version, in `txn`.
+fn record_meta(txn: &WriteTransaction, last: Lsn) -> std::result::Result<(), redb::Error> {
+    let mut meta = txn.open_table(META_TABLE)?;
+    meta.insert(APPLIED_LSN_KEY, last.0)?;
+    // In every commit rather than in one of its own at creation: the meta
+    // table is written here anyway, and every commit that makes a table
+    // records the version beside it.
+    meta.insert(SCHEMA_VERSION_KEY, STATE_SCHEMA_VERSION)?;
+    Ok(())
 }
 
 /// Creates an empty store at `path` through a temporary file and a rename.
@@ -263,12 +346,12 @@ fn create(storage: &Arc<dyn Storage>, path: &Path) -> Result<()> {
     let file = storage
         .open(&temp, OpenMode::CreateNew)
         .map_err(|e| Error::io("create state store", &temp, e))?;
-    let db = redb::Database::builder()
-        .create_with_backend(RedbBackend::new(file))
-        .map_err(|e| state_error(&temp, "create", e))?;
+    let db = guarded(&temp, "create", || {
+        redb::Database::builder().create_with_backend(RedbBackend::new(file))
+    })?;
     // redb's drop writes a clean header but cannot report a failed sync;
     // sync again ourselves so only a durable store is renamed into place.
-    drop(db);
+    drop_guarded(db);
     storage
         .open(&temp, OpenMode::Existing)
         .and_then(|file| file.sync_data())
@@ -287,18 +370,7 @@ fn create(storage: &Arc<dyn Storage>, path: &Path) -> Result<()> {
 /// written before the version was recorded, in the layout that became
 /// version 1.
 fn check_schema_version(db: &redb::Database, path: &Path) -> Result<()> {
-    let txn = db
-        .begin_read()
-        .map_err(|e| state_error(path, "begin read", e))?;
-    let meta = match txn.open_table(META_TABLE) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-        Err(e) => return Err(state_error(path, "open meta table", e)),
-    };
-    let found = meta
-        .get(SCHEMA_VERSION_KEY)
-        .map_err(|e| state_error(path, "read schema version", e))?
-        .map_or(1, |v| v.value());
+    let found = read_meta(db, path, SCHEMA_VERSION_KEY, "read schema version")?.unwrap_or(1);
     if STATE_SCHEMA_VERSIONS_READ.contains(&found) {
         return Ok(());
     }
@@ -318,18 +390,22 @@ fn check_schema_version(db: &redb::Database, path: &Path) -> Result<()> {
 }
 
 fn read_applied_lsn(db: &redb::Database, path: &Path) -> Result<Lsn> {
-    let txn = db
-        .begin_read()
-        .map_err(|e| state_error(path, "begin read", e))?;
-    let meta = match txn.open_table(META_TABLE) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Lsn::ZERO),
-        Err(e) => return Err(state_error(path, "open meta table", e)),
-    };
-    let value = meta
-        .get(APPLIED_LSN_KEY)
-        .map_err(|e| state_error(path, "read applied lsn", e))?;
-    Ok(Lsn(value.map_or(0, |v| v.value())))
+    let applied = read_meta(db, path, APPLIED_LSN_KEY, "read applied lsn")?;
+    Ok(Lsn(applied.unwrap_or(0)))
+}
+
+/// The value under `key` in the meta table; `None` if the table or the key
+/// is not there (a store never committed to).
+fn read_meta(db: &redb::Database, path: &Path, key: &str, op: &'static str) -> Result<Option<u64>> {
+    guarded(path, op, || {
+        let txn = db.begin_read()?;
+        let meta = match txn.open_table(META_TABLE) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(redb::Error::from(e)),
+        };
+        Ok(meta.get(key)?.map(|v| v.value()))
+    })
 }
 
 /// Any redb error, naming the state file and what was being done.

@@ -6,10 +6,10 @@
 //!
 //! **Invariant:** redb is only ever given the read-only view, so a repair
 //! it makes while checking stays in memory; a panic inside redb on damaged
-//! pages is caught and reported as damage to the file, never passed on.
+//! pages is caught by the state store's guard and reported as damage to the
+//! file, never passed on.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use redb::{ReadTransaction, ReadableTableMetadata, TableDefinition, TableError};
@@ -23,7 +23,7 @@ use crate::state::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
     RUNS_TABLE, WAITS_TABLE,
 };
-use crate::state::{StateStore, read_books};
+use crate::state::{StateStore, drop_guarded, guarded, read_books};
 use crate::storage::Storage;
 
 /// Checks the state store of `dir`: the file `manifest` names (the
@@ -56,7 +56,7 @@ pub(super) fn check(
         report.push(Area::StateStore, status, (path, None), what);
         return Ok(());
     }
-    let checked = guarded(&path, || check_store(storage, &path, manifest, durable));
+    let checked = check_store(storage, &path, manifest, durable);
     match checked {
         Ok(Ok(rows)) => {
             report.state_rows_checked = rows;
@@ -83,24 +83,6 @@ pub(super) fn check(
 /// Damage the store's own reads did not raise as an `Error`.
 struct Damage(String);
 
-/// Runs `check`, turning a panic inside redb into a `Corrupt` at `path`.
-fn guarded<T>(path: &Path, check: impl FnOnce() -> Result<T>) -> Result<T> {
-    // redb's reads of damaged pages are meant to return errors; should one
-    // panic instead, a verify still reports the file as damaged.
-    catch_unwind(AssertUnwindSafe(check)).unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
-            .unwrap_or_else(|| "no message".to_string());
-        Err(Error::corrupt(
-            path,
-            0,
-            format!("redb panicked reading the store: {why}"),
-        ))
-    })
-}
-
 /// The checks proper; returns the rows read, or the damage found.
 fn check_store(
     storage: &Arc<dyn Storage>,
@@ -124,8 +106,9 @@ fn check_store(
         ))));
     }
     let txn = store.read()?;
-    read_books(&txn, path)?;
-    Ok(Ok(row_count(&txn, path)?))
+    let rows = store.note(read_books(&txn, path).and_then(|_| row_count(&txn, path)));
+    drop_guarded(txn);
+    Ok(Ok(rows?))
 }
 
 /// How many rows the books tables hold.
@@ -146,14 +129,9 @@ fn table_len<K: redb::Key + 'static>(
     path: &Path,
     def: TableDefinition<K, &[u8]>,
 ) -> Result<u64> {
-    let fail = |e: redb::Error| Error::StateStore {
-        file: PathBuf::from(path),
-        op: "count rows",
-        source: Box::new(e),
-    };
-    match txn.open_table(def) {
-        Ok(table) => table.len().map_err(|e| fail(e.into())),
+    guarded(path, "count rows", || match txn.open_table(def) {
+        Ok(table) => table.len().map_err(redb::Error::from),
         Err(TableError::TableDoesNotExist(_)) => Ok(0),
-        Err(e) => Err(fail(e.into())),
-    }
+        Err(e) => Err(redb::Error::from(e)),
+    })
 }

@@ -55,6 +55,9 @@ pub fn seed_inputs() -> Vec<SeedInput> {
     for (name, bytes) in agents_inputs() {
         add("agents", name, bytes);
     }
+    for (name, bytes) in state_store_inputs() {
+        add("state_store", name, bytes);
+    }
     out
 }
 
@@ -363,6 +366,16 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
+/// An input of a target that damages an image: its shape byte, then its
+/// edits' bytes.
+fn with_edits(shape: u8, edits: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = vec![shape];
+    for one in edits {
+        out.extend_from_slice(one);
+    }
+    out
+}
+
 fn recover_image_inputs() -> Vec<(&'static str, Vec<u8>)> {
     // Edits: kind (0..=5 xor, 6 set, 7 cut), file index (sorted paths:
     // 0 LOCK, 1 MANIFEST-0, 2 MANIFEST-1, 3.. segments), offset, value.
@@ -372,13 +385,7 @@ fn recover_image_inputs() -> Vec<(&'static str, Vec<u8>)> {
         out.push(value);
         out
     };
-    let with = |shape: u8, edits: &[Vec<u8>]| {
-        let mut out = vec![shape];
-        for one in edits {
-            out.extend_from_slice(one);
-        }
-        out
-    };
+    let with = with_edits;
     vec![
         ("clean", with(0x03, &[])),
         ("checkpoint-prepared-unclean", with(0x3f, &[])),
@@ -410,5 +417,42 @@ fn agents_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("seed-2", seed(2)),
         ("seed-3", seed(3)),
         ("calm-only", vec![0; 12]),
+    ]
+}
+
+/// `state_store` inputs: each image intact, and damaged in the state store
+/// (a run of garbage, flipped bytes) and in a manifest copy.
+fn state_store_inputs() -> Vec<(&'static str, Vec<u8>)> {
+    // Edits: kind (0 cut, 1..=5 xor, 6..=8 set, else garbage), file (below
+    // 192: the state store), offset, length, value.
+    let edit = |kind: u8, file: u8, offset: u32, len: u8, value: u8| {
+        let mut out = vec![kind, file];
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&[len, value]);
+        out
+    };
+    let with = with_edits;
+    vec![
+        ("clean-intact", with(0x00, &[])),
+        ("crashed-intact", with(0x01, &[])),
+        (
+            "crashed-garbage-in-state",
+            with(0x01, &[edit(12, 0, 0x0001_3000, 200, 0x5a)]),
+        ),
+        (
+            "clean-flips-in-state",
+            with(
+                0x00,
+                &[edit(1, 0, 0x2_1000, 0, 0x40), edit(2, 0, 0x3_1234, 0, 0x01)],
+            ),
+        ),
+        (
+            "crashed-long-garbage-in-state",
+            with(0x01, &[edit(12, 0, 0x0002_8000, 255, 0x33)]),
+        ),
+        (
+            "clean-manifest-set",
+            with(0x00, &[edit(6, 200, 40, 0, 0xff)]),
+        ),
     ]
 }

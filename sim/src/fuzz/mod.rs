@@ -19,6 +19,7 @@ pub mod corpus;
 mod manifest_copy;
 mod ops;
 mod recover_image;
+pub mod state_store;
 mod wal_record;
 
 pub use agents::agents;
@@ -26,17 +27,19 @@ pub use campaign::campaign;
 pub use manifest_copy::manifest_copy;
 pub use ops::ops;
 pub use recover_image::recover_image;
+pub use state_store::state_store;
 pub use wal_record::wal_record;
 
 /// The names of the fuzz targets, one per entry function above; each has a
 /// `fuzz/fuzz_targets/<name>.rs` and a `fuzz/corpus/<name>/` directory.
-pub const TARGETS: [&str; 6] = [
+pub const TARGETS: [&str; 7] = [
     "wal_record",
     "manifest_copy",
     "ops",
     "recover_image",
     "campaign",
     "agents",
+    "state_store",
 ];
 
 /// Runs the entry function of target `name` on `data`; `false` if there is
@@ -49,6 +52,7 @@ pub fn run_target(name: &str, data: &[u8]) -> bool {
         "recover_image" => recover_image(data),
         "campaign" => campaign(data),
         "agents" => agents(data),
+        "state_store" => state_store(data),
         _ => return false,
     }
     true
