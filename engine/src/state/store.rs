@@ -73,6 +73,11 @@ pub struct StateStore {
     /// from the first, which aborts the process), so the engine halts,
     /// and the store is never closed through redb (see `Drop`).
     panicked: Mutex<Option<(&'static str, RedbPanicked)>>,
+    /// The page check found damage: redb may have "repaired" it in memory
+    /// by going back to its previous commit, and its close would commit
+    /// that (over pages known to be damaged) into a file that is to be
+    /// examined. The store is let go unclosed instead.
+    refused: bool,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -125,17 +130,19 @@ impl StateStore {
             applied_lsn: AtomicU64::new(0),
             durable_lsn: AtomicU64::new(0),
             panicked: Mutex::new(None),
+            refused: false,
         };
         if verify {
             let db = store.db.as_mut().expect("open until dropped");
             let checked = guarded(path, "verify page checksums", || db.check_integrity());
+            store.refused = !matches!(checked, Ok(true));
             let intact = store.note(checked)?;
             if !intact {
                 return Err(Error::corrupt(
                     path,
                     0,
                     "a page checksum of the state store does not match its contents \
-                     (redb rolled back to an earlier commit to repair it)",
+                     (the file is left as it was; `actum verify` reports it)",
                 ));
             }
         }
@@ -304,12 +311,14 @@ impl Drop for StateStore {
         let Some(db) = self.db.take() else {
             return;
         };
-        if self.panicked().is_some() {
+        if self.refused || self.panicked().is_some() {
             // redb's close commits its allocator state, walking the pages
             // that made it panic: a second panic while unwinding from the
-            // first aborts the process, past any guard. The handle is let
-            // go unclosed instead, as a crash would leave it; the log holds
-            // every record, and the next open checks the pages.
+            // first aborts the process, past any guard; and after a failed
+            // page check it would write redb's in-memory repair back. The
+            // handle is let go unclosed instead, as a crash would leave it;
+            // the log holds every record, and the next open checks the
+            // pages again.
             std::mem::forget(db);
         } else {
             drop_guarded(db);
