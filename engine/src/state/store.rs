@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use redb::{Durability, ReadableDatabase, TableDefinition, WriteTransaction};
 
-use super::guard::{RedbPanicked, drop_guarded, guarded};
+use super::guard::{RedbPanicked, drop_guarded, guard, guarded};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::storage::{OpenMode, RedbBackend, Storage};
@@ -134,8 +134,19 @@ impl StateStore {
         };
         if verify {
             let db = store.db.as_mut().expect("open until dropped");
-            let checked = guarded(path, "verify page checksums", || db.check_integrity());
-            store.refused = !matches!(checked, Ok(true));
+            let checked = guard(path, "verify page checksums", || db.check_integrity());
+            // A check that failed on an I/O error found no damage, and redb
+            // latches the error, so its close writes nothing: that handle
+            // is dropped as usual. Damage found, or a panic, is refused.
+            store.refused = !matches!(
+                checked,
+                Ok(Ok(true))
+                    | Ok(Err(redb::DatabaseError::Storage(
+                        redb::StorageError::Io(_) | redb::StorageError::PreviousIo
+                    )))
+            );
+            let checked = checked
+                .and_then(|result| result.map_err(|e| state_error(path, "verify page checksums", e)));
             let intact = store.note(checked)?;
             if !intact {
                 return Err(Error::corrupt(
