@@ -3,70 +3,72 @@
 //! same [`apply`] turns ops into state on the live path and on recovery. No
 //! I/O, no clock (time arrives as `now_ms`), no randomness.
 //!
-//! **Invariant:** validation happens only in `decide`; `apply` never fails
-//! on a decided op. **Boundary:** this module knows nothing of the WAL or
-//! redb; a store joins by implementing [`BooksRead`] and [`BooksWrite`].
+//! Built in floors, one folder each; a file uses only its own floor and
+//! those below, with no circle between files (checked by
+//! `tests/tests/the_books_are_layered.rs`; ARCHITECTURE.md has the map):
+//! `base` (ids, limits, digests) < `records` (the plain data of each domain)
+//! < `vocabulary` (`Command`, `Op`, `Answer`, the state traits) < `views`
+//! (`MemBooks`, `Overlay`) < `fold` (`apply`) < `rules` (one file of
+//! `decide_*` per domain) < `dispatch` (`decide`). This file is the front
+//! door: it re-exports the public names.
+//!
+//! **Invariant:** validation happens only in the rules, reached through
+//! `decide`; `apply` never fails on a decided op. **Boundary:** this module
+//! knows nothing of the WAL or redb; a store joins by implementing
+//! [`BooksRead`] and [`BooksWrite`].
 
-mod apply;
-mod audit;
-mod budget;
-mod checkpoint;
-mod command;
-mod compensation;
-mod coord;
-mod decide;
-mod decision;
-mod digest;
-mod effect;
-mod ids;
-mod lease;
-mod ledger;
-mod limits;
-mod mem;
-mod op;
-mod overlay;
-mod retention;
-mod run;
-mod saga;
-mod state;
+mod base;
+mod dispatch;
+mod fold;
+mod records;
+mod rules;
 #[cfg(test)]
 pub(crate) mod test_support;
-mod wait;
+mod views;
+mod vocabulary;
 
-pub use apply::{ApplyError, apply};
-pub use audit::{AuditEntry, AuditWhat, describe as audit_line_of};
-pub(crate) use budget::decide_reserve_charging_replays;
-pub use budget::{BudgetBook, BudgetLimits, Charge, Cost, Reservation, Reserved, SettledCharge};
-pub use checkpoint::{
-    CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema, load_latest, load_parts,
+pub use base::digest::{DIGEST_LEN_BYTES, Digest, digest_of};
+pub use base::ids::{
+    EffectKey, EffectKind, FencingToken, ResourceId, RunId, SharedKeyId, StepId, WorkerId,
+    child_run_id,
 };
-pub use command::{
+pub use base::limits::*;
+pub use dispatch::decide::decide;
+pub use fold::apply::{ApplyError, apply};
+pub use fold::describe::describe as audit_line_of;
+pub use records::audit::{AuditEntry, AuditWhat};
+pub use records::budget::{
+    BudgetBook, BudgetLimits, Charge, Cost, Reservation, Reserved, SettledCharge,
+};
+pub use records::checkpoint::{CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema};
+pub use records::coord::{ResourceBook, ResourceHold, SharedChange, SharedEntry};
+pub use records::decision::{DecisionRecord, Usage};
+pub use records::lease::Lease;
+pub use records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
+pub use records::retention::BlobRefs;
+pub use records::run::{
+    Run, RunState, claim_order, claimable, claimable_from_ms, transition_allowed,
+};
+pub use records::saga::{SagaBook, SagaNext};
+pub use records::wait::{SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus, wake_ms};
+pub(crate) use rules::budget::decide_reserve_charging_replays;
+pub use rules::checkpoint::{load_latest, load_parts};
+pub(crate) use rules::checks::existing;
+pub use rules::coord::live_hold;
+pub use rules::decision::replay_at;
+pub use rules::saga::next as saga_next;
+pub(crate) use rules::saga::{next_walking as saga_next_walking, skip_sagas};
+pub use views::mem::MemBooks;
+pub use views::overlay::{Overlay, Writes};
+pub use vocabulary::answer::{Answer, Begun, Decided};
+pub use vocabulary::command::{
     AcquireLease, AcquireResource, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun,
     DecideApproval, DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction,
     Prune, Reconcile, RecordDecision, ReleaseLease, ReleaseResource, RenewLease, Reserve,
     SaveCheckpoint, SendSignal, SetBudget, SetShared, Settle, SharedSetter, Transition,
 };
-pub use coord::{ResourceBook, ResourceHold, SharedChange, SharedEntry, live_hold};
-pub use decide::{Answer, Begun, Decided, decide};
-pub use decision::{DecisionRecord, Usage, replay_at};
-pub use digest::{DIGEST_LEN_BYTES, Digest, digest_of};
-pub use ids::{
-    EffectKey, EffectKind, FencingToken, ResourceId, RunId, SharedKeyId, StepId, WorkerId,
-    child_run_id,
-};
-pub use lease::{Lease, claim_order, claimable, claimable_from_ms};
-pub use ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
-pub use limits::*;
-pub use mem::MemBooks;
-pub(crate) use op::versions_text;
-pub use op::{
+pub(crate) use vocabulary::op::versions_text;
+pub use vocabulary::op::{
     Op, PAYLOAD_VERSION, PAYLOAD_VERSIONS_READ, decode_ops, encode_ops, unsupported_payload_version,
 };
-pub use overlay::{Overlay, Writes};
-pub use retention::BlobRefs;
-pub(crate) use run::existing;
-pub use run::{Run, RunState, transition_allowed};
-pub use saga::{SagaBook, SagaNext, next as saga_next};
-pub(crate) use saga::{next_walking as saga_next_walking, skip_sagas};
-pub use state::{BooksRead, BooksWrite};
-pub use wait::{SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus, wake_ms};
+pub use vocabulary::state::{BooksRead, BooksWrite};

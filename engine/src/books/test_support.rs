@@ -10,21 +10,21 @@
     reason = "test helpers fail loudly on an unexpected None or Err"
 )]
 
-use super::apply::apply;
-use super::checkpoint::Part;
-use super::command::{
+pub(crate) use super::BooksRead;
+use super::MemBooks;
+use super::Part;
+use super::RunState;
+use super::Usage;
+use super::apply;
+use super::digest_of;
+use super::{
     AcquireLease, BeginCompensation, BeginEffect, ClaimNext, CreateRun, FinishEffect, Reconcile,
     RecordDecision, ReleaseLease, RenewLease, SaveCheckpoint, Transition,
 };
-pub(crate) use super::command::{Command, Guard};
-use super::decide::{Answer, Decided, decide};
-use super::decision::Usage;
-use super::digest::digest_of;
-use super::ids::{EffectKey, RunId, StepId, WorkerId};
-use super::ledger::{Outcome, ToolClass};
-use super::mem::MemBooks;
-use super::run::RunState;
-pub(crate) use super::state::BooksRead;
+use super::{Answer, Decided, decide};
+pub(crate) use super::{Command, Guard};
+use super::{EffectKey, RunId, StepId, WorkerId};
+use super::{Outcome, ToolClass};
 use crate::error::Result;
 
 /// The ttl of the lease `books_with_leased_run` takes.

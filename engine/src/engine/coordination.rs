@@ -1,6 +1,6 @@
 //! Coordination at the engine's door: resource leases a run holds for a
 //! while (two runs never work `customer:42` at once) and shared keys that
-//! outlive runs (a do-not-contact flag), both journaled (`books/coord.rs`).
+//! outlive runs (a do-not-contact flag), both journaled (`books/rules/coord.rs`).
 //!
 //! **Invariant:** a grant's token is larger than every token the resource
 //! handed out before, so a tool that remembers the highest token it saw

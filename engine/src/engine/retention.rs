@@ -1,6 +1,6 @@
 //! Retention at the engine's door: runs that are over leave the books once
 //! they are old enough and every dedup window of their ledger has passed
-//! (`books/retention.rs`), by name ([`Engine::prune_runs`]), the oldest
+//! (`books/rules/retention.rs`), by name ([`Engine::prune_runs`]), the oldest
 //! first from the ended-runs index ([`Engine::prune`]), or by themselves
 //! after each automatic checkpoint when [`Retention::prune_after_ms`] is
 //! set. What they leave frees its pages in the state store, which redb

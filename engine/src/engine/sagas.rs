@@ -2,7 +2,7 @@
 //! ([`Engine::saga_next`]), its end ([`Engine::end_saga`]), and the whole
 //! saga in one call ([`Engine::run_saga`]) for a worker that holds the
 //! run's lease. A run becomes compensating when it fails or is cancelled
-//! after acts that registered a compensation (`books/saga.rs`); each
+//! after acts that registered a compensation (`books/rules/saga.rs`); each
 //! compensation is the ceremony of [`Engine::compensate`], so it happens
 //! once across crashes, and a worker that dies mid-saga leaves the run
 //! claimable: the next worker asks `saga_next` and goes on.

@@ -1,0 +1,797 @@
+//! Deciding effects: the ledger half of the ceremony. `BeginEffect` derives
+//! the key and writes the intent (or answers from the ledger), `FinishEffect`
+//! records the outcome, `Reconcile` settles an ambiguous entry from what a
+//! query or an operator found. `compensation.rs` begins the undo side of a
+//! step through the same [`begin_side`].
+//!
+//! Invariants: a step opens attempt n+1 only after attempt n failed
+//! retryably; a confirmed step is never acted on again; an intent without
+//! outcome (or whose outcome was reported `Unknown`) is decided by the
+//! tool's class: resent with the *same* key only inside an idempotent
+//! tool's dedup window, queried on a queryable tool, and left `Unknown`
+//! (never resent) otherwise. An outcome is a fact: it is recorded under the
+//! run's current token even after the lease expired.
+
+use crate::books::base::digest::{Digest, digest_of};
+use crate::books::base::ids::{EffectKey, EffectKind, FencingToken, RunId, validate_name};
+use crate::books::base::limits::{
+    ARGS_BYTES_MAX, RECEIPT_LEN_BYTES_MAX, SAGA_STEPS_MAX, check_size, check_text,
+};
+use crate::books::records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
+use crate::books::records::run::current_token;
+use crate::books::records::run::{Run, RunState};
+use crate::books::rules::checks::{check_fact, check_live, check_running, existing};
+use crate::books::rules::wait::{check_approved, wake_on_reply};
+use crate::books::vocabulary::answer::{Answer, Begun, Decided};
+use crate::books::vocabulary::command::{BeginEffect, DeliverReply, FinishEffect, Reconcile};
+use crate::books::vocabulary::op::Op;
+use crate::books::vocabulary::state::BooksRead;
+use crate::error::{Error, Result};
+
+/// What an intent records about the act it announces.
+pub(crate) struct Intent<'a> {
+    /// The tool to call.
+    pub(crate) tool: &'a str,
+    /// How it treats duplicates.
+    pub(crate) class: ToolClass,
+    /// Digest of the call's arguments.
+    pub(crate) args_digest: Digest,
+    /// Why.
+    pub(crate) rationale: &'a str,
+    /// What undoes it.
+    pub(crate) compensation: Option<&'a Compensation>,
+}
+
+/// The entry named `key`, or `NotFound`.
+fn entry(state: &dyn BooksRead, key: &EffectKey) -> Result<EffectEntry> {
+    state.effect(key).ok_or_else(|| Error::NotFound {
+        what: format!("effect {key}"),
+    })
+}
+
+/// Refuses settling `found` unless it awaits an outcome (intended or
+/// unknown): a settled entry is `EffectNotOpen`.
+fn check_open(found: &EffectEntry) -> Result<()> {
+    if found.status.is_open() {
+        return Ok(());
+    }
+    Err(Error::EffectNotOpen {
+        key: found.key.clone(),
+        status: found.status.name(),
+    })
+}
+
+fn decided(op: Option<Op>, answer: Answer) -> Result<Decided> {
+    Ok(Decided {
+        ops: op.into_iter().collect(),
+        answer,
+    })
+}
+
+/// Decides `BeginEffect`: ceremony points 1 to 3 (key, check, intent).
+pub(crate) fn decide_begin(
+    state: &dyn BooksRead,
+    cmd: &BeginEffect,
+    now_ms: u64,
+) -> Result<Decided> {
+    validate_name("tool", &cmd.tool)?;
+    check_text("effect rationale", &cmd.rationale)?;
+    if let Some(c) = &cmd.compensation {
+        validate_name("compensation tool", &c.tool)?;
+        check_size(
+            || format!("compensation args of step {}", cmd.step),
+            c.args.len(),
+            RECEIPT_LEN_BYTES_MAX,
+        )?;
+    }
+    if let Some(args) = &cmd.args {
+        check_size(
+            || format!("arguments of step {} of run {}", cmd.step, cmd.run),
+            args.len(),
+            ARGS_BYTES_MAX,
+        )?;
+        let found = digest_of(args);
+        if found != cmd.args_digest {
+            return Err(Error::InvalidCommand {
+                reason: format!(
+                    "the arguments of step {} of run {} hash to {}, not to the digest {} the \
+                     command names",
+                    cmd.step,
+                    cmd.run,
+                    found.short(),
+                    cmd.args_digest.short()
+                ),
+            });
+        }
+    }
+    let run = existing(state, &cmd.run)?;
+    check_live(&run, &cmd.guard, now_ms)?;
+    let latest = state.latest_effect(&cmd.run, &cmd.step, EffectKind::Act);
+    // A compensating run's saga may resolve an act in flight by its tool's
+    // class (a resend or a query), but never begins one.
+    let resolving =
+        run.state == RunState::Compensating && latest.as_ref().is_some_and(|e| e.status.is_open());
+    if !resolving {
+        check_running(&run, "begin an effect")?;
+    }
+    check_approved(state, &run, &cmd.step, &cmd.args_digest)?;
+    if cmd.compensation.is_some() && latest.is_none() {
+        check_saga_room(state, &run.id)?;
+    }
+    if let Some(latest) = &latest
+        && (latest.tool != cmd.tool || latest.args_digest != cmd.args_digest)
+    {
+        return Err(Error::ArgsMismatch {
+            key: latest.key.clone(),
+            recorded: format!("{} args {}", latest.tool, latest.args_digest.short()),
+            presented: format!("{} args {}", cmd.tool, cmd.args_digest.short()),
+        });
+    }
+    let intent = Intent {
+        tool: &cmd.tool,
+        class: cmd.tool_class,
+        args_digest: cmd.args_digest,
+        rationale: &cmd.rationale,
+        compensation: cmd.compensation.as_ref(),
+    };
+    let first = EffectKey::new(cmd.run.clone(), cmd.step.clone(), 1)?;
+    let mut decided = begin_side(latest, first, &intent, cmd.guard.token, now_ms)?;
+    // A fresh intent stores its arguments, unless the blob store has them.
+    let intends = decided
+        .ops
+        .iter()
+        .any(|op| matches!(op, Op::EffectIntended { .. }));
+    if let Some(args) = cmd.args.as_ref().filter(|_| intends)
+        && !state.blob_exists(&cmd.args_digest)
+    {
+        let put = Op::BlobPut {
+            digest: cmd.args_digest,
+            bytes: args.clone(),
+        };
+        decided.ops.insert(0, put);
+    }
+    Ok(decided)
+}
+
+/// Refuses a new step registering a compensation once the run's saga
+/// lists [`SAGA_STEPS_MAX`] of them.
+fn check_saga_room(state: &dyn BooksRead, run: &RunId) -> Result<()> {
+    let listed = state.saga(run).map_or(0, |book| book.steps.len());
+    check_size(
+        || format!("saga of run {run} (in compensable steps)"),
+        listed + 1,
+        SAGA_STEPS_MAX,
+    )
+}
+
+/// Begins one side of a step, given its latest attempt (if any) and the key
+/// of its first: answers from the ledger, or writes a fresh intent.
+pub(crate) fn begin_side(
+    latest: Option<EffectEntry>,
+    first: EffectKey,
+    intent: &Intent<'_>,
+    token: FencingToken,
+    now_ms: u64,
+) -> Result<Decided> {
+    assert_eq!(first.attempt(), 1, "a side's first key is attempt 1");
+    let Some(latest) = latest else {
+        return intend(intent, first, token, now_ms);
+    };
+    assert_eq!(latest.key.kind(), first.kind(), "one side at a time");
+    let key = latest.key.clone();
+    match &latest.status {
+        EffectStatus::Confirmed { receipt } => decided(
+            None,
+            Answer::Begun(Begun::Replay {
+                key,
+                receipt: receipt.clone(),
+            }),
+        ),
+        EffectStatus::Failed {
+            retryable: true, ..
+        } => intend(intent, key.next_attempt()?, token, now_ms),
+        EffectStatus::Failed {
+            retryable: false,
+            reason,
+        } => Err(Error::EffectFailed {
+            key,
+            reason: reason.clone(),
+        }),
+        EffectStatus::Compensated { .. } => {
+            decided(None, Answer::Begun(Begun::Compensated { key }))
+        }
+        EffectStatus::Intended | EffectStatus::Unknown { .. } => resume(&latest, token, now_ms),
+    }
+}
+
+/// The intent of a fresh attempt.
+fn intend(
+    intent: &Intent<'_>,
+    key: EffectKey,
+    token: FencingToken,
+    now_ms: u64,
+) -> Result<Decided> {
+    let entry = EffectEntry {
+        key: key.clone(),
+        tool: intent.tool.to_string(),
+        tool_class: intent.class,
+        args_digest: intent.args_digest,
+        rationale: intent.rationale.to_string(),
+        compensation: intent.compensation.cloned(),
+        status: EffectStatus::Intended,
+        intended_ms: now_ms,
+        token,
+        resends: 0,
+        settled_ms: None,
+    };
+    let answer = Answer::Begun(Begun::Proceed { key, token });
+    decided(Some(Op::EffectIntended { entry }), answer)
+}
+
+/// An intent found without a known outcome (never reported, or reported
+/// `Unknown` because the ack was lost): decided by the tool's class.
+fn resume(latest: &EffectEntry, token: FencingToken, now_ms: u64) -> Result<Decided> {
+    assert!(matches!(
+        latest.status,
+        EffectStatus::Intended | EffectStatus::Unknown { .. }
+    ));
+    let key = latest.key.clone();
+    match latest.tool_class {
+        ToolClass::Idempotent { dedup_window_ms } => {
+            let age_ms = now_ms.saturating_sub(latest.intended_ms);
+            if age_ms < dedup_window_ms {
+                let op = Op::EffectResent {
+                    key: key.clone(),
+                    token,
+                    at_ms: now_ms,
+                };
+                return decided(Some(op), Answer::Begun(Begun::Resend { key, token }));
+            }
+            unknown(
+                latest,
+                token,
+                now_ms,
+                format!(
+                    "intent is {age_ms} ms old, outside the tool's {dedup_window_ms} ms dedup \
+                     window, so a resend could act twice"
+                ),
+            )
+        }
+        ToolClass::Queryable => decided(None, Answer::Begun(Begun::Reconcile { key, token })),
+        ToolClass::NotIdempotent => unknown(
+            latest,
+            token,
+            now_ms,
+            "intent without outcome on a tool that is not idempotent; it may or may not have acted"
+                .to_string(),
+        ),
+    }
+}
+
+/// Answers `Unknown`, settling the entry into it unless it already is.
+fn unknown(
+    latest: &EffectEntry,
+    token: FencingToken,
+    now_ms: u64,
+    reason: String,
+) -> Result<Decided> {
+    let key = latest.key.clone();
+    if let EffectStatus::Unknown { reason } = &latest.status {
+        let answer = Answer::Begun(Begun::Unknown {
+            key,
+            reason: reason.clone(),
+        });
+        return decided(None, answer);
+    }
+    let op = Op::EffectSettled {
+        key: key.clone(),
+        status: EffectStatus::Unknown {
+            reason: reason.clone(),
+        },
+        at_ms: now_ms,
+        token,
+        note: String::new(),
+    };
+    decided(Some(op), Answer::Begun(Begun::Unknown { key, reason }))
+}
+
+/// Decides `FinishEffect`: ceremony point 5. Finishing again with the very
+/// same outcome is answered without a new op (a retried commit is safe).
+pub(crate) fn decide_finish(
+    state: &dyn BooksRead,
+    cmd: &FinishEffect,
+    now_ms: u64,
+) -> Result<Decided> {
+    cmd.outcome.check_sizes(&cmd.key)?;
+    let run = existing(state, cmd.key.run())?;
+    check_fact(&run, &cmd.guard)?;
+    let found = entry(state, &cmd.key)?;
+    let status = cmd.outcome.status();
+    if found.status == status {
+        return decided(
+            None,
+            Answer::Settled {
+                key: cmd.key.clone(),
+                status: status.name(),
+            },
+        );
+    }
+    if found.status != EffectStatus::Intended {
+        return Err(Error::EffectNotOpen {
+            key: cmd.key.clone(),
+            status: found.status.name(),
+        });
+    }
+    settle(
+        state,
+        (&run, &found),
+        status,
+        cmd.guard.token,
+        now_ms,
+        String::new(),
+    )
+}
+
+/// Decides `Reconcile`: resolves an intended (queryable) or unknown entry
+/// to confirmed or failed, from what the tool or an operator found.
+pub(crate) fn decide_reconcile(
+    state: &dyn BooksRead,
+    cmd: &Reconcile,
+    now_ms: u64,
+) -> Result<Decided> {
+    cmd.outcome.check_sizes(&cmd.key)?;
+    check_text("reconcile note", &cmd.note)?;
+    if matches!(cmd.outcome, Outcome::Unknown { .. }) {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "reconciling effect {} must settle it: confirmed or failed, not unknown",
+                cmd.key
+            ),
+        });
+    }
+    let run = existing(state, cmd.key.run())?;
+    check_fact(&run, &cmd.guard)?;
+    let found = entry(state, &cmd.key)?;
+    check_open(&found)?;
+    let status = cmd.outcome.status();
+    settle(
+        state,
+        (&run, &found),
+        status,
+        cmd.guard.token,
+        now_ms,
+        cmd.note.clone(),
+    )
+}
+
+/// Decides `DeliverReply`: an asynchronous tool's reply, delivered from
+/// outside with no lease, settles an intended (or unknown) entry to
+/// confirmed or failed under the run's current token, and ends the run's
+/// wait for it in the same decision. The same reply delivered again is
+/// answered without a new op (a webhook retries); another outcome for a
+/// settled entry is `EffectNotOpen`. The run may have ended meanwhile: a
+/// reply is a fact about the world, and the ledger records it.
+pub(crate) fn decide_deliver_reply(
+    state: &dyn BooksRead,
+    cmd: &DeliverReply,
+    now_ms: u64,
+) -> Result<Decided> {
+    crate::books::rules::checks::check_name("reply sender", &cmd.sender)?;
+    cmd.outcome.check_sizes(&cmd.key)?;
+    if let Outcome::Unknown { .. } = cmd.outcome {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "a reply to effect {} from {} must say what happened: confirmed or failed, not \
+                 unknown",
+                cmd.key, cmd.sender
+            ),
+        });
+    }
+    let run = existing(state, cmd.key.run())?;
+    let found = entry(state, &cmd.key)?;
+    let status = cmd.outcome.status();
+    let name = status.name();
+    if found.status == status {
+        let answer = Answer::Replied {
+            key: cmd.key.clone(),
+            status: name,
+            wait_ended: None,
+        };
+        return decided(None, answer);
+    }
+    check_open(&found)?;
+    let note = format!("reply from {}", cmd.sender);
+    let token = current_token(&run);
+    let Decided { ops, .. } = settle(state, (&run, &found), status, token, now_ms, note)?;
+    let wait_ended = ops.iter().find_map(|op| match op {
+        Op::WaitEnded { step, .. } => Some(step.clone()),
+        _ => None,
+    });
+    let answer = Answer::Replied {
+        key: cmd.key.clone(),
+        status: name,
+        wait_ended,
+    };
+    Ok(Decided { ops, answer })
+}
+
+/// The ops settling `found` (an entry of `run`) into `status`. A confirmed
+/// compensation also marks the act it undoes `Compensated`, and a wait of
+/// the run for this reply ends, in the same decision.
+fn settle(
+    state: &dyn BooksRead,
+    (run, found): (&Run, &EffectEntry),
+    status: EffectStatus,
+    token: FencingToken,
+    now_ms: u64,
+    note: String,
+) -> Result<Decided> {
+    assert!(!matches!(
+        status,
+        EffectStatus::Intended | EffectStatus::Compensated { .. }
+    ));
+    let key = found.key.clone();
+    let answer = Answer::Settled {
+        key: key.clone(),
+        status: status.name(),
+    };
+    let undone = match (&status, key.kind()) {
+        (EffectStatus::Confirmed { receipt }, EffectKind::Undo) => {
+            Some(undone_act(state, &key, receipt.clone(), token, now_ms)?)
+        }
+        _ => None,
+    };
+    let woken = wake_on_reply(state, run, &key, &status, now_ms);
+    let op = Op::EffectSettled {
+        key,
+        status,
+        at_ms: now_ms,
+        token,
+        note,
+    };
+    let ops = std::iter::once(op).chain(undone).chain(woken).collect();
+    Ok(Decided { ops, answer })
+}
+
+/// The op marking the act that the confirmed compensation `undo` undid.
+fn undone_act(
+    state: &dyn BooksRead,
+    undo: &EffectKey,
+    compensation_receipt: Vec<u8>,
+    token: FencingToken,
+    now_ms: u64,
+) -> Result<Op> {
+    let act = state
+        .latest_effect(undo.run(), undo.step(), EffectKind::Act)
+        .ok_or_else(|| Error::Inconsistent {
+            what: format!("compensation {undo} has no act to undo"),
+        })?;
+    let EffectStatus::Confirmed { receipt } = act.status else {
+        return Err(Error::Inconsistent {
+            what: format!(
+                "compensation {undo} confirmed, but the act {} it undoes is {}",
+                act.key,
+                act.status.name()
+            ),
+        });
+    };
+    Ok(Op::EffectSettled {
+        key: act.key,
+        status: EffectStatus::Compensated {
+            receipt,
+            compensation_receipt,
+        },
+        at_ms: now_ms,
+        token,
+        note: format!("undone by {undo}"),
+    })
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+    use crate::books::test_support::*;
+    use crate::books::*;
+
+    const WINDOW_MS: u64 = 1_000;
+
+    fn idem() -> ToolClass {
+        ToolClass::Idempotent {
+            dedup_window_ms: WINDOW_MS,
+        }
+    }
+
+    /// Books with a leased run `r` and attempt 1 of step `s` intended.
+    fn intended(class: ToolClass) -> (Books, Guard, EffectKey) {
+        let (mut b, g) = books_with_running_run("r");
+        let d = b.ok(begin("r", "s", &g, class, b"args"));
+        let Answer::Begun(Begun::Proceed { key, token }) = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        assert_eq!(token, g.token);
+        assert_eq!(key.attempt(), 1);
+        (b, g, key)
+    }
+
+    #[test]
+    fn fresh_key_proceeds_and_writes_the_intent() {
+        let (b, _g, key) = intended(idem());
+        let e = b.mem.effect(&key).unwrap();
+        assert_eq!(e.status, EffectStatus::Intended);
+        assert_eq!(key.encode(), "r/s/1");
+    }
+
+    #[test]
+    fn confirmed_step_replays_its_receipt_and_logs_nothing() {
+        let (mut b, g, key) = intended(idem());
+        b.ok(finish(&key, &g, confirmed(b"rcpt")));
+        let before = b.mem.clone();
+        let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+        assert_eq!(
+            d.answer,
+            Answer::Begun(Begun::Replay {
+                key,
+                receipt: b"rcpt".to_vec()
+            })
+        );
+        assert!(d.ops.is_empty());
+        assert_eq!(b.mem, before);
+    }
+
+    #[test]
+    fn args_mismatch_is_refused() {
+        let (mut b, g, _key) = intended(idem());
+        let err = b
+            .run(begin("r", "s", &g, idem(), b"other args"))
+            .unwrap_err();
+        assert!(matches!(err, Error::ArgsMismatch { .. }), "{err}");
+        let mut cmd = begin("r", "s", &g, idem(), b"args");
+        if let Command::BeginEffect(c) = &mut cmd {
+            c.tool = "other.tool".to_string();
+        }
+        assert!(matches!(b.run(cmd), Err(Error::ArgsMismatch { .. })));
+    }
+
+    #[test]
+    fn idempotent_intent_inside_window_is_resent_with_the_same_key() {
+        let (mut b, g, key) = intended(idem());
+        b.now_ms += WINDOW_MS - 1;
+        let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+        assert_eq!(
+            d.answer,
+            Answer::Begun(Begun::Resend {
+                key: key.clone(),
+                token: g.token
+            })
+        );
+        let e = b.mem.effect(&key).unwrap();
+        assert_eq!(e.resends, 1);
+        assert_eq!(e.status, EffectStatus::Intended);
+    }
+
+    #[test]
+    fn idempotent_intent_outside_window_becomes_unknown() {
+        let (mut b, g, key) = intended(idem());
+        b.now_ms += WINDOW_MS;
+        let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+        assert!(matches!(&d.answer, Answer::Begun(Begun::Unknown { key: k, .. }) if k == &key));
+        assert!(matches!(
+            b.mem.effect(&key).unwrap().status,
+            EffectStatus::Unknown { .. }
+        ));
+        // Asking again does not resend either.
+        let again = b.ok(begin("r", "s", &g, idem(), b"args"));
+        assert!(matches!(again.answer, Answer::Begun(Begun::Unknown { .. })));
+        assert!(again.ops.is_empty());
+    }
+
+    #[test]
+    fn queryable_intent_asks_for_reconcile_and_reconcile_resolves() {
+        let (mut b, g, key) = intended(ToolClass::Queryable);
+        let d = b.ok(begin("r", "s", &g, ToolClass::Queryable, b"args"));
+        assert_eq!(
+            d.answer,
+            Answer::Begun(Begun::Reconcile {
+                key: key.clone(),
+                token: g.token
+            })
+        );
+        assert!(d.ops.is_empty());
+        b.ok(reconcile(&key, &g, confirmed(b"found")));
+        let d = b.ok(begin("r", "s", &g, ToolClass::Queryable, b"args"));
+        assert_eq!(
+            d.answer,
+            Answer::Begun(Begun::Replay {
+                key,
+                receipt: b"found".to_vec()
+            })
+        );
+    }
+
+    #[test]
+    fn not_idempotent_intent_is_unknown_never_resent_and_reconcile_resolves() {
+        let (mut b, g, key) = intended(ToolClass::NotIdempotent);
+        let d = b.ok(begin("r", "s", &g, ToolClass::NotIdempotent, b"args"));
+        assert!(matches!(d.answer, Answer::Begun(Begun::Unknown { .. })));
+        assert!(!matches!(
+            d.answer,
+            Answer::Begun(Begun::Resend { .. }) | Answer::Begun(Begun::Proceed { .. })
+        ));
+        let failed = Outcome::Failed {
+            retryable: true,
+            reason: "bank says no such wire".into(),
+        };
+        b.ok(reconcile(&key, &g, failed));
+        // Reconciled as retryably failed: the next begin opens attempt 2.
+        let d = b.ok(begin("r", "s", &g, ToolClass::NotIdempotent, b"args"));
+        assert!(
+            matches!(&d.answer, Answer::Begun(Begun::Proceed { key: k, .. }) if k.attempt() == 2)
+        );
+    }
+
+    #[test]
+    fn reconcile_cannot_settle_to_unknown_nor_touch_a_confirmed_entry() {
+        let (mut b, g, key) = intended(ToolClass::Queryable);
+        let unknown = Outcome::Unknown {
+            reason: "still unsure".into(),
+        };
+        assert!(matches!(
+            b.run(reconcile(&key, &g, unknown)),
+            Err(Error::InvalidCommand { .. })
+        ));
+        b.ok(finish(&key, &g, confirmed(b"x")));
+        assert!(matches!(
+            b.run(reconcile(&key, &g, confirmed(b"y"))),
+            Err(Error::EffectNotOpen { .. })
+        ));
+    }
+
+    #[test]
+    fn retryable_failure_opens_a_new_attempt_terminal_failure_does_not() {
+        let (mut b, g, key) = intended(idem());
+        b.ok(finish(
+            &key,
+            &g,
+            Outcome::Failed {
+                retryable: true,
+                reason: "503".into(),
+            },
+        ));
+        let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+        let Answer::Begun(Begun::Proceed { key: key2, .. }) = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        assert_eq!(key2.attempt(), 2);
+        assert_ne!(key2, key);
+        b.ok(finish(
+            &key2,
+            &g,
+            Outcome::Failed {
+                retryable: false,
+                reason: "card declined".into(),
+            },
+        ));
+        let err = b.run(begin("r", "s", &g, idem(), b"args")).unwrap_err();
+        assert!(
+            matches!(&err, Error::EffectFailed { key: k, .. } if k == &key2),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn finish_twice_same_outcome_is_a_no_op_different_is_refused() {
+        let (mut b, g, key) = intended(idem());
+        b.ok(finish(&key, &g, confirmed(b"r")));
+        let d = b.ok(finish(&key, &g, confirmed(b"r")));
+        assert!(d.ops.is_empty());
+        assert!(matches!(
+            b.run(finish(&key, &g, confirmed(b"other"))),
+            Err(Error::EffectNotOpen { .. })
+        ));
+    }
+
+    #[test]
+    fn finish_under_a_stale_token_is_fenced() {
+        let (mut b, g, key) = intended(idem());
+        b.now_ms += LEASE_MS;
+        b.ok(acquire("r", "w2", 1_000));
+        assert!(matches!(
+            b.run(finish(&key, &g, confirmed(b"r"))),
+            Err(Error::Fenced { .. })
+        ));
+        assert_eq!(b.mem.effect(&key).unwrap().status, EffectStatus::Intended);
+    }
+
+    fn lost_ack() -> Outcome {
+        Outcome::Unknown {
+            reason: "the ack was lost".into(),
+        }
+    }
+
+    #[test]
+    fn a_lost_ack_on_an_idempotent_tool_is_resent_with_the_same_key_inside_the_window() {
+        let (mut b, g, key) = intended(idem());
+        b.ok(finish(&key, &g, lost_ack()));
+        b.now_ms += WINDOW_MS - 1;
+        let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+        assert_eq!(
+            d.answer,
+            Answer::Begun(Begun::Resend {
+                key: key.clone(),
+                token: g.token
+            })
+        );
+        let e = b.mem.effect(&key).unwrap();
+        assert_eq!(e.status, EffectStatus::Intended, "in flight again");
+        assert_eq!(e.resends, 1);
+        b.ok(finish(&key, &g, confirmed(b"rcpt")));
+        assert!(matches!(
+            b.mem.effect(&key).unwrap().status,
+            EffectStatus::Confirmed { .. }
+        ));
+    }
+
+    #[test]
+    fn a_lost_ack_outside_the_window_stays_unknown() {
+        let (mut b, g, key) = intended(idem());
+        b.ok(finish(&key, &g, lost_ack()));
+        b.now_ms += WINDOW_MS;
+        let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+        assert!(matches!(&d.answer, Answer::Begun(Begun::Unknown { key: k, .. }) if k == &key));
+        assert!(d.ops.is_empty(), "already unknown: nothing new to log");
+    }
+
+    #[test]
+    fn a_lost_ack_on_a_queryable_tool_is_queried_and_on_others_stays_unknown() {
+        let (mut b, g, key) = intended(ToolClass::Queryable);
+        b.ok(finish(&key, &g, lost_ack()));
+        let d = b.ok(begin("r", "s", &g, ToolClass::Queryable, b"args"));
+        assert_eq!(
+            d.answer,
+            Answer::Begun(Begun::Reconcile {
+                key: key.clone(),
+                token: g.token
+            })
+        );
+        b.ok(reconcile(&key, &g, confirmed(b"found")));
+        let (mut b, g, key) = intended(ToolClass::NotIdempotent);
+        b.ok(finish(&key, &g, lost_ack()));
+        let d = b.ok(begin("r", "s", &g, ToolClass::NotIdempotent, b"args"));
+        assert!(matches!(&d.answer, Answer::Begun(Begun::Unknown { key: k, .. }) if k == &key));
+        assert!(d.ops.is_empty());
+    }
+
+    #[test]
+    fn an_outcome_under_an_expired_lease_with_the_current_token_is_recorded() {
+        let (mut b, g, key) = intended(ToolClass::NotIdempotent);
+        b.now_ms += LEASE_MS; // the act outlived the lease
+        assert!(matches!(
+            b.run(begin("r", "t", &g, idem(), b"next")),
+            Err(Error::LeaseLost { .. })
+        ));
+        b.ok(finish(&key, &g, confirmed(b"paid")));
+        assert_eq!(
+            b.mem.effect(&key).unwrap().status,
+            EffectStatus::Confirmed {
+                receipt: b"paid".to_vec()
+            }
+        );
+    }
+
+    #[test]
+    fn an_outcome_from_another_worker_presenting_the_current_token_is_fenced() {
+        let (mut b, g, key) = intended(idem());
+        let forged = Guard {
+            worker: wid("intruder"),
+            token: g.token,
+        };
+        assert!(matches!(
+            b.run(finish(&key, &forged, confirmed(b"r"))),
+            Err(Error::Fenced { .. })
+        ));
+    }
+}
