@@ -126,10 +126,11 @@ fn history_batch(engine: &Engine, worker: &WorkerId, first: u64, count: u64) {
     let answers = engine.commit_batch(opening).expect("create and lease");
     let mut closing = Vec::with_capacity(2 * names.len());
     for (name, answer) in names.iter().zip(answers.chunks(2)) {
-        let Answer::Leased { token, .. } = &answer[1] else {
+        let Answer::Leased { run, token, .. } = &answer[1] else {
             panic!("a lease on a new run is granted: {answer:?}")
         };
         let guard = Guard {
+            run: run.clone(),
             worker: worker.clone(),
             token: *token,
         };

@@ -213,6 +213,15 @@ pub enum Error {
         /// The token the caller presented.
         token: FencingToken,
     },
+    /// The caller presented a guard granted on another run: a worker's code
+    /// mixed up two runs (tokens count per run, so the worker and token
+    /// alone could match).
+    GuardOfAnotherRun {
+        /// The run the command is about.
+        run: RunId,
+        /// The run the guard was granted on.
+        guard_run: RunId,
+    },
     /// The caller presented a stale fencing token: someone else owns the run.
     Fenced {
         /// The run.
@@ -592,6 +601,11 @@ impl fmt::Display for Error {
                 f,
                 "run {run}: the lease under {token} expired or was released, so this worker no \
                  longer owns the run; stop acting on it and claim it again to resume"
+            ),
+            Error::GuardOfAnotherRun { run, guard_run } => write!(
+                f,
+                "run {run}: the guard presented was granted on run {guard_run}, not on this one; \
+                 present the guard of the lease on {run}"
             ),
             Error::Fenced {
                 run,

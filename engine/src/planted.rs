@@ -26,6 +26,9 @@ pub enum PlantedBug {
     ProceedBeforeDurable,
     /// The engine accepts a mutation presenting a stale fencing token.
     AcceptStaleToken,
+    /// The engine takes a guard granted on another run for one of the
+    /// command's run, as if guards did not name their run.
+    AcceptAnotherRunsGuard,
     /// The step ceremony acts on resume without consulting the ledger.
     SkipLedgerOnResume,
     /// Recovery applies the first replayed record twice.
@@ -99,10 +102,11 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 23] = [
+    pub const ENGINE: [PlantedBug; 24] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
+        PlantedBug::AcceptAnotherRunsGuard,
         PlantedBug::SkipLedgerOnResume,
         PlantedBug::ReplayRecordTwice,
         PlantedBug::LoseCompensationOnCrash,
@@ -126,7 +130,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 28] = [
+    pub const ALL: [PlantedBug; 29] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -134,6 +138,7 @@ impl PlantedBug {
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
+        PlantedBug::AcceptAnotherRunsGuard,
         PlantedBug::SkipLedgerOnResume,
         PlantedBug::ReplayRecordTwice,
         PlantedBug::LoseCompensationOnCrash,
@@ -167,6 +172,7 @@ impl PlantedBug {
             PlantedBug::ResendWithFreshKey => "resend-with-fresh-key",
             PlantedBug::ProceedBeforeDurable => "proceed-before-durable",
             PlantedBug::AcceptStaleToken => "accept-stale-token",
+            PlantedBug::AcceptAnotherRunsGuard => "accept-another-runs-guard",
             PlantedBug::SkipLedgerOnResume => "skip-ledger-on-resume",
             PlantedBug::ReplayRecordTwice => "replay-record-twice",
             PlantedBug::LoseCompensationOnCrash => "lose-compensation-on-crash",

@@ -60,8 +60,9 @@ fn options() -> EngineOptions {
     }
 }
 
-fn guard(worker: &str) -> Guard {
+fn guard(run: &str, worker: &str) -> Guard {
     Guard {
+        run: rid(run),
         worker: wid(worker),
         token: FencingToken::FIRST,
     }
@@ -75,7 +76,7 @@ fn begin(run: &str, step: &str, worker: &str, class: ToolClass) -> Command {
     Command::BeginEffect(BeginEffect {
         run: rid(run),
         step: sid(step),
-        guard: guard(worker),
+        guard: guard(run, worker),
         tool: "tool.call".into(),
         tool_class: class,
         args_digest: digest_of(step.as_bytes()),
@@ -88,8 +89,8 @@ fn begin(run: &str, step: &str, worker: &str, class: ToolClass) -> Command {
 
 fn finish(k: EffectKey, worker: &str, outcome: Outcome) -> Command {
     Command::FinishEffect(FinishEffect {
-        key: k,
-        guard: guard(worker),
+        key: k.clone(),
+        guard: guard(k.run().as_str(), worker),
         outcome,
     })
 }
@@ -97,7 +98,7 @@ fn finish(k: EffectKey, worker: &str, outcome: Outcome) -> Command {
 fn save(run: &str, worker: &str, big: u8) -> Command {
     Command::SaveCheckpoint(SaveCheckpoint {
         run: rid(run),
-        guard: guard(worker),
+        guard: guard(run, worker),
         schema_version: 1,
         parts: vec![
             Part {
@@ -115,7 +116,7 @@ fn save(run: &str, worker: &str, big: u8) -> Command {
 fn transition(run: &str, worker: &str, to: RunState) -> Command {
     Command::Transition(Transition {
         run: rid(run),
-        guard: guard(worker),
+        guard: guard(run, worker),
         to,
         expected_version: None,
         reason: format!("to {to}"),
@@ -131,8 +132,9 @@ fn operate(run: &str, action: OperatorAction) -> Command {
     })
 }
 
-fn guard_at(worker: &str, token: u64) -> Guard {
+fn guard_at(run: &str, worker: &str, token: u64) -> Guard {
     Guard {
+        run: rid(run),
         worker: wid(worker),
         token: FencingToken(token),
     }
@@ -148,7 +150,7 @@ fn open_wait(
 ) -> Command {
     Command::OpenWait(OpenWait {
         run: rid(run),
-        guard: guard_at(worker, token),
+        guard: guard_at(run, worker, token),
         step: sid(step),
         wait_for,
         deadline_ms: Some(deadline_ms),
@@ -236,7 +238,7 @@ fn waits() -> Vec<Work> {
         Cmd(claim("w5")),
         Cmd(Command::OpenWait(OpenWait {
             run: rid("r3"),
-            guard: guard_at("w5", 3),
+            guard: guard_at("r3", "w5", 3),
             step: sid("hook"),
             wait_for: hook(),
             deadline_ms: None,
@@ -244,7 +246,7 @@ fn waits() -> Vec<Work> {
         })),
         Cmd(Command::Transition(Transition {
             run: rid("r3"),
-            guard: guard_at("w5", 3),
+            guard: guard_at("r3", "w5", 3),
             to: RunState::Completed,
             expected_version: None,
             reason: "done".into(),
@@ -276,7 +278,7 @@ fn budgets() -> Vec<Work> {
     let reserve = |run: &str, worker: &str, charge: Charge| {
         Command::Reserve(Reserve {
             run: rid(run),
-            guard: guard(worker),
+            guard: guard(run, worker),
             charge,
             amount: Cost::tool_call(100),
         })
@@ -284,7 +286,7 @@ fn budgets() -> Vec<Work> {
     let settle = |run: &str, worker: &str, charge: Charge| {
         Command::Settle(Settle {
             run: rid(run),
-            guard: guard(worker),
+            guard: guard(run, worker),
             charge,
             actual: Cost::tool_call(60),
         })
@@ -324,7 +326,7 @@ fn budgets() -> Vec<Work> {
         Cmd(reserve("r5", "w7", Charge::Decision { position: 0 })),
         Cmd(Command::Transition(Transition {
             run: rid("r5"),
-            guard: guard("w7"),
+            guard: guard("r5", "w7"),
             to: RunState::Completed,
             expected_version: None,
             reason: "done".into(),
@@ -345,7 +347,7 @@ fn children() -> Vec<Work> {
             agent_version: "agent 1.0".into(),
             trace_id: format!("trace-{parent}:sum"),
         };
-        let guard = guard_at(worker, token);
+        let guard = guard_at(parent, worker, token);
         start_child_command(&rid(parent), &guard, &sid("sum"), spec, None, "summarize").unwrap()
     };
     vec![
@@ -379,7 +381,7 @@ fn replies() -> Vec<Work> {
     let on_reply = |run: &str, worker: &str, token: u64| {
         Command::OpenWait(OpenWait {
             run: rid(run),
-            guard: guard_at(worker, token),
+            guard: guard_at(run, worker, token),
             step: sid("screen"),
             wait_for: WaitFor::Reply {
                 key: key(run, "screen", 1),
@@ -430,7 +432,7 @@ fn sagas() -> Vec<Work> {
         let Command::BeginEffect(mut begin) = begin(run, step, worker, idempotent()) else {
             unreachable!("begin builds a BeginEffect")
         };
-        begin.guard = guard_at(worker, token);
+        begin.guard = guard_at(run, worker, token);
         begin.compensation = Some(Compensation {
             tool: format!("undo.{step}"),
             args: format!("undo {step}").into_bytes(),
@@ -442,7 +444,7 @@ fn sagas() -> Vec<Work> {
         Command::BeginCompensation(BeginCompensation {
             run: rid(run),
             step: sid(step),
-            guard: guard_at(worker, token),
+            guard: guard_at(run, worker, token),
             rationale: "the saga".into(),
         })
     };
@@ -451,8 +453,8 @@ fn sagas() -> Vec<Work> {
     };
     let done = |k: EffectKey, worker: &str, token: u64| {
         Command::FinishEffect(FinishEffect {
-            key: k,
-            guard: guard_at(worker, token),
+            key: k.clone(),
+            guard: guard_at(k.run().as_str(), worker, token),
             outcome: Outcome::Confirmed {
                 receipt: b"ok".to_vec(),
             },
@@ -461,7 +463,7 @@ fn sagas() -> Vec<Work> {
     let end = |run: &str, worker: &str, token: u64| {
         Command::EndSaga(EndSaga {
             run: rid(run),
-            guard: guard_at(worker, token),
+            guard: guard_at(run, worker, token),
             reason: "saga done".into(),
         })
     };
@@ -516,7 +518,7 @@ fn coordination() -> Vec<Work> {
         Command::AcquireResource(AcquireResource {
             resource: customer(),
             run: rid(run),
-            guard: guard_at(worker, token),
+            guard: guard_at(run, worker, token),
             ttl_ms: 5_000,
         })
     };
@@ -524,7 +526,7 @@ fn coordination() -> Vec<Work> {
         Command::ReleaseResource(ReleaseResource {
             resource: customer(),
             run: rid(run),
-            guard: guard_at(worker, token),
+            guard: guard_at(run, worker, token),
         })
     };
     let set = |version: u64, value: &[u8], by: SharedSetter| {
@@ -538,7 +540,7 @@ fn coordination() -> Vec<Work> {
     };
     let by_run = |run: &str, worker: &str| SharedSetter::Run {
         run: rid(run),
-        guard: guard_at(worker, 1),
+        guard: guard_at(run, worker, 1),
     };
     vec![
         Cmd(Command::CreateRun(create_cmd("r12"))),
@@ -630,7 +632,7 @@ fn workload() -> Vec<Work> {
         Checkpoint,
         Cmd(Command::RecordDecision(RecordDecision {
             run: rid("r1"),
-            guard: guard("w1"),
+            guard: guard("r1", "w1"),
             position: 0,
             input_digest: digest_of(b"prompt"),
             output: b"ship it".to_vec(),

@@ -47,6 +47,12 @@ fn accepting_a_stale_token_is_caught_by_the_fencing_check() {
 }
 
 #[test]
+fn accepting_another_runs_guard_is_caught_by_the_fencing_check() {
+    let (_, invariant) = caught(PlantedBug::AcceptAnotherRunsGuard);
+    assert_eq!(invariant, "no mutation accepted from a stale lease");
+}
+
+#[test]
 fn skipping_the_ledger_on_resume_is_caught_by_at_most_once_or_the_ledger_check() {
     // Caught in the world when a tool applies the second send, or in the
     // ledger when the engine plans a call for a step the books hold

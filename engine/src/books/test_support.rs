@@ -79,12 +79,16 @@ pub(crate) fn books_with_leased_run(name: &str) -> (Books, Guard) {
     let mut b = Books::default();
     b.ok(create(name, b"input"));
     let d = b.ok(acquire(name, "w1", LEASE_MS));
-    let Answer::Leased { token, .. } = d.answer else {
+    let Answer::Leased {
+        run: leased, token, ..
+    } = d.answer
+    else {
         panic!("{:?}", d.answer)
     };
     (
         b,
         Guard {
+            run: leased,
             worker: wid("w1"),
             token,
         },

@@ -90,6 +90,7 @@ impl LeaseGrant {
             unexpected(&answer, call)
         };
         let guard = Guard {
+            run: run.clone(),
             worker: worker.clone(),
             token,
         };

@@ -81,8 +81,8 @@ impl Engine {
     /// assert!(engine.durable_lsn() > before, "acknowledged once durable");
     /// // A refused command logs nothing.
     /// let logged = engine.durable_lsn();
-    /// let start = Command::Transition(Transition { run, to: RunState::Running,
-    ///     guard: Guard { worker: WorkerId::new("w1")?, token: FencingToken(1) },
+    /// let start = Command::Transition(Transition { run: run.clone(), to: RunState::Running,
+    ///     guard: Guard { run, worker: WorkerId::new("w1")?, token: FencingToken(1) },
     ///     expected_version: None, reason: "no lease taken".into() });
     /// assert!(matches!(engine.execute(&start), Err(Error::LeaseLost { .. })));
     /// assert_eq!(engine.durable_lsn(), logged);
@@ -487,17 +487,27 @@ impl Engine {
 
     /// Planted `AcceptStaleToken`: a command presenting a stale token is
     /// rewritten to present the run's live lease, so the check passes.
+    /// Planted `AcceptAnotherRunsGuard`: a guard of another run is taken as
+    /// one of the command's run.
     fn planted_refresh_guard(
         &self,
         books: &dyn BooksRead,
         cmd: &Command,
         now_ms: u64,
     ) -> Option<Command> {
-        if !self.planted(PlantedBug::AcceptStaleToken) {
+        if !self.planted(PlantedBug::AcceptStaleToken)
+            && !self.planted(PlantedBug::AcceptAnotherRunsGuard)
+        {
             return None;
         }
         let mut cmd = cmd.clone();
         let (run, guard) = cmd.guard_mut()?;
+        if self.planted(PlantedBug::AcceptAnotherRunsGuard) {
+            guard.run = run.clone();
+        }
+        if !self.planted(PlantedBug::AcceptStaleToken) {
+            return Some(cmd);
+        }
         let lease = books.run(&run)?.lease.filter(|l| l.is_live(now_ms))?;
         if guard.token < lease.token {
             guard.token = lease.token;

@@ -707,10 +707,14 @@ mod tests {
         };
         let mut lease = |b: &mut Books, name: &str, worker: &str| {
             run(b, create(name, name.as_bytes()));
-            let Answer::Leased { token, .. } = run(b, acquire(name, worker, LEASE_MS)) else {
+            let Answer::Leased {
+                run: leased, token, ..
+            } = run(b, acquire(name, worker, LEASE_MS))
+            else {
                 panic!("a free run is leased")
             };
             let guard = Guard {
+                run: leased,
                 worker: wid(worker),
                 token,
             };

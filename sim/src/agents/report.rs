@@ -95,6 +95,8 @@ pub struct AgentReport {
     /// Runs such a pass named that the books kept (a dedup window still
     /// open, a parent not over), with the reason.
     pub runs_kept: u64,
+    /// Commands a worker sent under a guard of another run, all refused.
+    pub mixed_guards_refused: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -150,6 +152,7 @@ impl AgentReport {
         self.cas_conflicts += other.cas_conflicts;
         self.runs_pruned += other.runs_pruned;
         self.runs_kept += other.runs_kept;
+        self.mixed_guards_refused += other.mixed_guards_refused;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -167,7 +170,7 @@ impl AgentReport {
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
              exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
              ({} undos begun, {} left stuck, {} settled by a person), {} customer holds ({} \
-             tries found it held), {} compare-and-set races lost, {} runs pruned ({} kept)",
+             tries found it held), {} compare-and-set races lost, {} runs pruned ({} kept), {} mixed-up guards refused",
             self.runs,
             self.completed,
             self.failed,
@@ -207,7 +210,8 @@ impl AgentReport {
             self.resource_busy,
             self.cas_conflicts,
             self.runs_pruned,
-            self.runs_kept
+            self.runs_kept,
+            self.mixed_guards_refused
         )
     }
 }

@@ -9,8 +9,8 @@
 use actum::Clock;
 use actum::books::{
     Answer, BooksRead, BudgetLimits, Command, DecideApproval, DeliverReply, EffectKey,
-    EffectStatus, Operate, OperatorAction, Outcome, Prune, RunId, RunState, SendSignal, StepId,
-    WaitFor, digest_of,
+    EffectStatus, Guard, Lease, Operate, OperatorAction, Outcome, Prune, RenewLease, RunId,
+    RunState, SendSignal, StepId, WaitFor, digest_of,
 };
 
 use super::config::AgentConfig;
@@ -18,6 +18,7 @@ use super::failure::{AgentFailure, Origin};
 use super::report::AgentReport;
 use super::schedule::{AgentSchedule, ApproverMove, Event, SignalMove};
 use super::sim::{Called, Sim};
+use super::worker::LEASE_TTL_MS;
 use super::workflow::{
     FINANCE, HOUR_MS, VERIFIED, Workflow, contacted_key, customer, vendor_payment,
 };
@@ -221,6 +222,7 @@ impl Sim<'_> {
                     }
                 }
             }
+            Event::MixGuard(n) => self.mix_guard(n)?,
             Event::Checkpoint => {
                 let result = self.engine.as_ref().map(actum::Engine::checkpoint);
                 if let Some(Err(e)) = result {
@@ -327,6 +329,59 @@ impl Sim<'_> {
             Called::Died => "the process died".to_string(),
         };
         self.note(|| format!("an operator asks to {} {run}: {outcome}", action.name()));
+        Ok(())
+    }
+
+    /// A worker's code that mixed up two runs renews the `n`-th run leased
+    /// live (modulo their count) under its holder's worker and token, but
+    /// with a guard granted on another run: the engine must refuse it, as
+    /// the model does ([`Event::MixGuard`]).
+    fn mix_guard(&mut self, n: u8) -> Result<(), AgentFailure> {
+        let now_ms = self.clock.now_ms();
+        let held: Vec<(RunId, Lease)> = self
+            .model
+            .runs()
+            .filter_map(|r| {
+                let lease = r.lease.clone().filter(|l| l.is_live(now_ms))?;
+                Some((r.id.clone(), lease))
+            })
+            .collect();
+        let Some((run, lease)) = held.get(usize::from(n) % held.len().max(1)).cloned() else {
+            return Ok(());
+        };
+        // Another run of the books if there is one; a name no run has
+        // otherwise (a guard of a pruned run).
+        let other = self
+            .model
+            .runs()
+            .map(|r| r.id.clone())
+            .find(|id| *id != run)
+            .unwrap_or_else(|| RunId::new(format!("{run}-other")).expect("a valid run id"));
+        let guard = Guard {
+            run: other.clone(),
+            worker: lease.worker.clone(),
+            token: lease.token,
+        };
+        let cmd = Command::RenewLease(RenewLease {
+            run: run.clone(),
+            guard: guard.clone(),
+            ttl_ms: LEASE_TTL_MS,
+        });
+        let called = self.call(Some(&cmd), |e| e.renew_lease(&run, &guard, LEASE_TTL_MS))?;
+        let outcome = match called {
+            Called::Ok(_) => "renewed".to_string(),
+            Called::Refused(e) => {
+                self.report.mixed_guards_refused += 1;
+                format!("refused: {e}")
+            }
+            Called::Died => "the process died".to_string(),
+        };
+        self.note(|| {
+            format!(
+                "{} renews {run} under a guard of {other}: {outcome}",
+                lease.worker
+            )
+        });
         Ok(())
     }
 

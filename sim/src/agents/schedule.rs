@@ -57,6 +57,12 @@ pub enum Event {
     /// requests, holding no lease; the first picks what
     /// ([`SignalMove::of`]).
     Signal(u8, u8),
+    /// A worker's code mixes up two runs: for the `n`-th run leased live
+    /// (modulo their count), a lease renewal under the holder's worker and
+    /// token but a guard granted on another run. Tokens count per run, so
+    /// only the run named in the guard tells them apart; the engine must
+    /// refuse it, as the model does.
+    MixGuard(u8),
 }
 
 /// What an approver's event does.
@@ -144,6 +150,7 @@ struct Rates {
     operate: u32,
     approve: u32,
     signal: u32,
+    mix_guard: u32,
     tick: u32,
     ack_dropped: u32,
     request_lost: u32,
@@ -166,6 +173,7 @@ impl Rates {
             operate: 0,
             approve: 0,
             signal: 0,
+            mix_guard: 0,
             tick: menu(&[150_000, 300_000]),
             ack_dropped: menu(&[0, 50_000, 150_000]),
             request_lost: menu(&[0, 50_000, 100_000]),
@@ -193,6 +201,7 @@ impl AgentSchedule {
         let mut outside = root.fork("waits");
         rates.approve = *outside.pick(&[0, 10_000, 30_000]);
         rates.signal = *outside.pick(&[0, 10_000, 30_000]);
+        rates.mix_guard = *root.fork("mixed guards").pick(&[0, 5_000, 20_000]);
         let run_count = 1 + shape.below(RUNS_MAX as u64) as usize;
         let runs = (0..run_count)
             .map(|_| *shape.pick(&Workflow::ALL))
@@ -259,6 +268,8 @@ fn draw_event(rng: &mut Rng, rates: &Rates) -> Event {
         Event::Approve((after % 4) as u8, (after / 4) as u8)
     } else if next(rates.signal) {
         Event::Signal((after % 5) as u8, (after / 5) as u8)
+    } else if next(rates.mix_guard) {
+        Event::MixGuard(after as u8)
     } else if next(rates.tick) {
         Event::Tick(tick)
     } else {
@@ -303,7 +314,7 @@ mod tests {
 
     #[test]
     fn seeds_spread_over_every_event_and_fate() {
-        let mut seen = [false; 11];
+        let mut seen = [false; 12];
         let mut fates = [false; 5];
         for seed in 0..200 {
             let s = AgentSchedule::from_seed(seed, 200);
@@ -320,6 +331,7 @@ mod tests {
                     Event::Operate(..) => 8,
                     Event::Approve(..) => 9,
                     Event::Signal(..) => 10,
+                    Event::MixGuard(_) => 11,
                 };
                 seen[i] = true;
             }
@@ -334,7 +346,7 @@ mod tests {
                 fates[i] = true;
             }
         }
-        assert_eq!(seen, [true; 11]);
+        assert_eq!(seen, [true; 12]);
         assert_eq!(fates, [true; 5]);
     }
 }

@@ -549,6 +549,7 @@ pub fn is_refusal(error: &Error) -> bool {
             | Error::LeaseHeld { .. }
             | Error::LeaseLost { .. }
             | Error::Fenced { .. }
+            | Error::GuardOfAnotherRun { .. }
             | Error::ArgsMismatch { .. }
             | Error::EffectFailed { .. }
             | Error::EffectNotOpen { .. }

@@ -59,6 +59,7 @@ mod tests {
             run: run_id("r"),
             step: StepId::new("pay").expect("valid"),
             guard: Guard {
+                run: run_id("r"),
                 worker: WorkerId::new("w1").expect("valid"),
                 token: FencingToken(1),
             },

@@ -759,6 +759,7 @@ mod tests {
         go(&mut b, create("q", b"in"));
         go(&mut b, claim("w", LEASE_MS));
         let g = Guard {
+            run: rid("q"),
             worker: wid("w"),
             token: crate::books::FencingToken(1),
         };

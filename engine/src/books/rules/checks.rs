@@ -55,6 +55,7 @@ pub(crate) fn existing(state: &dyn BooksRead, id: &RunId) -> Result<Run> {
 
 /// Checks that `guard` holds the live lease of `run` at `now_ms`.
 pub(crate) fn check_guard(run: &Run, guard: &Guard, now_ms: u64) -> Result<()> {
+    check_guard_run(run, guard)?;
     assert!(
         run.next_token >= FencingToken::FIRST,
         "run {} has token 0 pending",
@@ -90,6 +91,7 @@ pub(crate) fn check_guard(run: &Run, guard: &Guard, now_ms: u64) -> Result<()> {
 /// run's current one is `Fenced`; so is another worker presenting the
 /// current token.
 pub(crate) fn check_fact(run: &Run, guard: &Guard) -> Result<()> {
+    check_guard_run(run, guard)?;
     let current = current_token(run);
     if current < FencingToken::FIRST {
         // Never leased: no act can have happened under any token.
@@ -111,6 +113,19 @@ pub(crate) fn check_fact(run: &Run, guard: &Guard) -> Result<()> {
     }
     assert_eq!(guard.token, current);
     Ok(())
+}
+
+/// `GuardOfAnotherRun` unless `guard` was granted on `run`: a caller that
+/// mixed up two runs its worker holds under the same token is refused,
+/// not taken for the holder of the other.
+fn check_guard_run(run: &Run, guard: &Guard) -> Result<()> {
+    if guard.run == run.id {
+        return Ok(());
+    }
+    Err(Error::GuardOfAnotherRun {
+        run: run.id.clone(),
+        guard_run: guard.run.clone(),
+    })
 }
 
 /// Checks the guard of a mutation on a run that must still be alive.

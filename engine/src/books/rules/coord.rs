@@ -295,10 +295,14 @@ mod tests {
     fn two_runs() -> (Books, Guard, Guard) {
         let (mut b, ga) = books_with_leased_run("a");
         b.ok(create("b", b"b"));
-        let Answer::Leased { token, .. } = b.ok(acquire("b", "w2", LEASE_MS)).answer else {
+        let Answer::Leased {
+            run: leased, token, ..
+        } = b.ok(acquire("b", "w2", LEASE_MS)).answer
+        else {
             panic!("b is free")
         };
         let gb = Guard {
+            run: leased,
             worker: wid("w2"),
             token,
         };

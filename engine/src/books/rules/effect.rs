@@ -786,6 +786,7 @@ mod tests {
     fn an_outcome_from_another_worker_presenting_the_current_token_is_fenced() {
         let (mut b, g, key) = intended(idem());
         let forged = Guard {
+            run: g.run.clone(),
             worker: wid("intruder"),
             token: g.token,
         };

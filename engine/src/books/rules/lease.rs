@@ -279,6 +279,7 @@ mod tests {
     fn wrong_worker_with_right_token_is_fenced() {
         let (mut b, g) = books_with_leased_run("r");
         let forged = Guard {
+            run: g.run.clone(),
             worker: wid("intruder"),
             token: g.token,
         };
@@ -286,6 +287,43 @@ mod tests {
             b.run(renew("r", &forged, 10)),
             Err(Error::Fenced { .. })
         ));
+    }
+
+    #[test]
+    fn a_guard_of_another_run_held_by_the_same_worker_under_the_same_token_is_refused() {
+        // Tokens count per run: w1 holds both runs under token 1.
+        let (mut b, ga) = books_with_leased_run("a");
+        b.ok(create("b", b"b"));
+        let Answer::Leased { token, .. } = b.ok(acquire("b", "w1", LEASE_MS)).answer else {
+            panic!("b is free")
+        };
+        assert_eq!(token, ga.token, "the same token on both runs");
+        let refused = |result: Result<Decided>| {
+            matches!(
+                result,
+                Err(Error::GuardOfAnotherRun { ref run, ref guard_run })
+                    if *run == rid("b") && *guard_run == rid("a")
+            )
+        };
+        assert!(refused(b.run(renew("b", &ga, 10))), "a mutation");
+        assert!(refused(b.run(release("b", &ga))), "a release");
+        b.ok(transition(
+            "b",
+            &Guard {
+                run: rid("b"),
+                ..ga.clone()
+            },
+            RunState::Running,
+        ));
+        let key = EffectKey::new(rid("b"), sid("pay"), 1).unwrap();
+        let gb = Guard {
+            run: rid("b"),
+            ..ga.clone()
+        };
+        b.ok(begin("b", "pay", &gb, ToolClass::NotIdempotent, b"10"));
+        assert!(refused(b.run(finish(&key, &ga, confirmed(b"r")))), "a fact");
+        b.ok(finish(&key, &gb, confirmed(b"r")));
+        b.ok(renew("a", &ga, 10));
     }
 
     #[test]

@@ -156,10 +156,14 @@ mod tests {
     /// made one act on `class`, and completed.
     fn finished_run(b: &mut Books, name: &str, worker: &str, class: ToolClass) -> Guard {
         b.ok(create(name, name.as_bytes()));
-        let Answer::Leased { token, .. } = b.ok(acquire(name, worker, LEASE_MS)).answer else {
+        let Answer::Leased {
+            run: leased, token, ..
+        } = b.ok(acquire(name, worker, LEASE_MS)).answer
+        else {
             panic!("free")
         };
         let g = Guard {
+            run: leased,
             worker: wid(worker),
             token,
         };
@@ -236,10 +240,14 @@ mod tests {
         }
         b.ok(child);
         let lease = b.ok(acquire("kid", "w2", LEASE_MS));
-        let Answer::Leased { token, .. } = lease.answer else {
+        let Answer::Leased {
+            run: leased, token, ..
+        } = lease.answer
+        else {
             panic!("{:?}", lease.answer)
         };
         let kid = Guard {
+            run: leased,
             worker: wid("w2"),
             token,
         };
@@ -274,10 +282,14 @@ mod tests {
         b.now_ms += 1;
         b.ok(create("r", b"again"));
         let lease = b.ok(acquire("r", "w1", LEASE_MS));
-        let Answer::Leased { token, .. } = lease.answer else {
+        let Answer::Leased {
+            run: leased, token, ..
+        } = lease.answer
+        else {
             panic!("{:?}", lease.answer)
         };
         let g2 = Guard {
+            run: leased,
             worker: wid("w1"),
             token,
         };

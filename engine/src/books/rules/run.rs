@@ -576,10 +576,14 @@ mod tests {
         b.ok(finish(&key, &g, confirmed(b"r1")));
         b.ok(operate("r", OperatorAction::Resume));
         let claimed = b.ok(claim("w2", LEASE_MS));
-        let Answer::Leased { token, .. } = claimed.answer else {
+        let Answer::Leased {
+            run: leased, token, ..
+        } = claimed.answer
+        else {
             panic!("{:?}", claimed.answer)
         };
         let g2 = Guard {
+            run: leased,
             worker: wid("w2"),
             token,
         };

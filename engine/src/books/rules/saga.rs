@@ -438,10 +438,14 @@ pub(crate) mod tests {
         // compensating run and ends its saga.
         b.now_ms += LEASE_MS;
         let d = b.ok(claim("w2", LEASE_MS));
-        let Answer::Leased { token, .. } = d.answer else {
+        let Answer::Leased {
+            run: leased, token, ..
+        } = d.answer
+        else {
             panic!("{:?}", d.answer)
         };
         let g2 = Guard {
+            run: leased,
             worker: wid("w2"),
             token,
         };
@@ -572,10 +576,14 @@ pub(crate) mod tests {
         }
         b.ok(create_child);
         let d = b.ok(acquire("c", "w2", LEASE_MS));
-        let Answer::Leased { token, .. } = d.answer else {
+        let Answer::Leased {
+            run: leased, token, ..
+        } = d.answer
+        else {
             panic!()
         };
         let gc = Guard {
+            run: leased,
             worker: wid("w2"),
             token,
         };

@@ -22,10 +22,15 @@ use crate::books::records::ledger::{Compensation, Outcome, ToolClass};
 use crate::books::records::run::RunState;
 use crate::books::records::wait::WaitFor;
 
-/// The proof of ownership a mutation presents: the worker and the fencing
-/// token of its lease.
+/// The proof of ownership a mutation presents: the run it was granted for,
+/// the worker and the fencing token of its lease. Tokens count per run, so
+/// one worker holding two runs may hold the same token on both: the run in
+/// the guard is what keeps a guard of one from acting on the other
+/// (`GuardOfAnotherRun`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Guard {
+    /// The run the lease was granted on.
+    pub run: RunId,
     /// The worker making the call.
     pub worker: WorkerId,
     /// The token its lease acquisition returned.

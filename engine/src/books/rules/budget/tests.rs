@@ -318,10 +318,14 @@ fn a_child_draws_on_its_parents_budget() {
     child.parent = Some(rid("parent"));
     b.ok(Command::CreateRun(child));
     let d = b.ok(acquire("child", "w2", LEASE_MS));
-    let Answer::Leased { token, .. } = d.answer else {
+    let Answer::Leased {
+        run: leased, token, ..
+    } = d.answer
+    else {
         panic!()
     };
     let gc = Guard {
+        run: leased,
         worker: wid("w2"),
         token,
     };

@@ -58,10 +58,14 @@ fn operate(run: &str, action: OperatorAction) -> Command {
 }
 
 fn guard_of(d: &Decided, worker: &str) -> Guard {
-    let Answer::Leased { token, .. } = d.answer else {
+    let Answer::Leased {
+        run: leased, token, ..
+    } = d.answer.clone()
+    else {
         panic!("{:?}", d.answer)
     };
     Guard {
+        run: leased,
         worker: wid(worker),
         token,
     }
