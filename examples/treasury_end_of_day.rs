@@ -537,7 +537,8 @@ fn sweep_attempt(
 }
 
 /// The hedge; `Some(reason)` if the desk declined it. A decline recorded
-/// before a crash is answered by the ledger as `EffectFailed`.
+/// before a crash is answered by the ledger the same way, and the desk is
+/// not asked again.
 fn hedge(
     engine: &Engine,
     guard: &Guard,
@@ -577,12 +578,6 @@ fn hedge(
             ..
         }) => {
             println!("   hedge: the desk declines it: {reason}");
-            Ok(Some(reason))
-        }
-        Err(Error::EffectFailed { key, reason }) => {
-            println!(
-                "   hedge {key}: the ledger says the desk declined it ({reason}); not asked again"
-            );
             Ok(Some(reason))
         }
         Ok(other) => Err(format!("the hedge of {}: {other:?}", day.date).into()),

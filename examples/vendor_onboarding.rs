@@ -604,7 +604,11 @@ fn verify_account(
             }
             // A failure the webhook recorded is final: the ledger answers
             // with it, and the request is not sent again.
-            Err(Error::EffectFailed { reason, .. }) => {
+            Ok(StepPlan::Done(StepResult::Failed {
+                retryable: false,
+                reason,
+                ..
+            })) => {
                 return Ok(Gate::Stop(format!(
                     "the bank could not verify the account: {reason}"
                 )));

@@ -241,13 +241,6 @@ pub enum Error {
         /// The presented tool and args digest.
         presented: String,
     },
-    /// The step failed for good (not retryable); it will not be attempted again.
-    EffectFailed {
-        /// The failed attempt.
-        key: EffectKey,
-        /// Why it failed.
-        reason: String,
-    },
     /// The effect is not in a status that allows this (already settled, ...).
     EffectNotOpen {
         /// The attempt.
@@ -624,11 +617,6 @@ impl fmt::Display for Error {
                 f,
                 "effect {key} was recorded as {recorded} but is now begun as {presented}; the \
                  same step must repeat the same call (use a new step id for a different act)"
-            ),
-            Error::EffectFailed { key, reason } => write!(
-                f,
-                "effect {key} failed and is not retryable ({reason}); it will not be attempted \
-                 again: handle the failure (compensate or fail the run)"
             ),
             Error::EffectNotOpen { key, status } => write!(
                 f,

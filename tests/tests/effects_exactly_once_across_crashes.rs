@@ -325,3 +325,51 @@ fn intent_without_outcome_on_a_non_idempotent_tool_is_unknown_never_resent() {
         "{result:?}"
     );
 }
+
+#[test]
+fn a_step_that_failed_for_good_answers_the_same_failure_every_time_and_across_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (run, step) = (rid("r"), sid("pay"));
+    let declined = || StepResult::Failed {
+        key: actum::books::EffectKey::new(rid("r"), sid("pay"), 1).unwrap(),
+        retryable: false,
+        reason: "card declined".into(),
+    };
+    {
+        let engine = open_fs(dir.path(), &clock);
+        let grant = create_and_lease(&engine, "r", "w1");
+        let req = request(
+            &grant.guard,
+            &run,
+            &step,
+            "bank.pay",
+            ToolClass::NotIdempotent,
+            b"100 USD",
+        );
+        let first = engine
+            .step(&req, |_| Outcome::Failed {
+                retryable: false,
+                reason: "card declined".into(),
+            })
+            .unwrap();
+        assert_eq!(first, declined(), "the first time");
+        let again = engine
+            .step(&req, |_| panic!("a step failed for good was acted again"))
+            .unwrap();
+        assert_eq!(again, declined(), "replayed: the same answer, not an error");
+    }
+    let (engine, guard) = resume(dir.path(), &clock);
+    let req = request(
+        &guard,
+        &run,
+        &step,
+        "bank.pay",
+        ToolClass::NotIdempotent,
+        b"100 USD",
+    );
+    let resumed = engine
+        .step(&req, |_| panic!("acted again after the crash"))
+        .unwrap();
+    assert_eq!(resumed, declined(), "after a crash: the same answer");
+}

@@ -102,7 +102,9 @@ impl Counters {
                     self.queries += 1;
                     self.acts_prevented += 1;
                 }
-                Begun::Unknown { .. } | Begun::Compensated { .. } => self.acts_prevented += 1,
+                Begun::Unknown { .. } | Begun::Failed { .. } | Begun::Compensated { .. } => {
+                    self.acts_prevented += 1
+                }
             },
             (_, Answer::DecisionReplay { .. }) => self.decisions_replayed += 1,
             _ => {}

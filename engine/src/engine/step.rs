@@ -566,6 +566,11 @@ impl Engine {
             }),
             Begun::Reconcile { key, token } => StepPlan::Query(ctx(key, token, false)),
             Begun::Unknown { key, reason } => StepPlan::Done(StepResult::Unknown { key, reason }),
+            Begun::Failed { key, reason } => StepPlan::Done(StepResult::Failed {
+                key,
+                retryable: false,
+                reason,
+            }),
             Begun::Compensated { key } => StepPlan::Done(StepResult::Compensated { key }),
         })
     }

@@ -551,7 +551,6 @@ pub fn is_refusal(error: &Error) -> bool {
             | Error::Fenced { .. }
             | Error::GuardOfAnotherRun { .. }
             | Error::ArgsMismatch { .. }
-            | Error::EffectFailed { .. }
             | Error::EffectNotOpen { .. }
             | Error::Divergence { .. }
             | Error::SchemaMismatch { .. }

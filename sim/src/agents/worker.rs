@@ -720,20 +720,6 @@ impl Sim<'_> {
                 let digest = digest_of(&spec.args);
                 self.follow(w, job, plan, Side::Act(spec.tool), digest)
             }
-            Called::Refused(Error::EffectFailed { key, reason }) if job.saga => {
-                let who = self.who(w);
-                self.note(|| format!("{who} finds {key} failed for good ({reason})"));
-                job.phase = Phase::Saga;
-                Ok(Some(job))
-            }
-            Called::Refused(Error::EffectFailed { key, reason }) => {
-                let who = self.who(w);
-                self.note(|| format!("{who} finds {key} failed for good ({reason})"));
-                job.state.failing = Some(Failing::Declined);
-                job.state.cursor = 0;
-                job.phase = Phase::Save;
-                Ok(Some(job))
-            }
             Called::Refused(e) => self.dropped(w, &job, &e),
             Called::Died => Ok(None),
         }

@@ -193,10 +193,13 @@ pub(crate) fn begin_side(
         EffectStatus::Failed {
             retryable: false,
             reason,
-        } => Err(Error::EffectFailed {
-            key,
-            reason: reason.clone(),
-        }),
+        } => decided(
+            None,
+            Answer::Begun(Begun::Failed {
+                key,
+                reason: reason.clone(),
+            }),
+        ),
         EffectStatus::Compensated { .. } => {
             decided(None, Answer::Begun(Begun::Compensated { key }))
         }
@@ -675,11 +678,20 @@ mod tests {
                 reason: "card declined".into(),
             },
         ));
-        let err = b.run(begin("r", "s", &g, idem(), b"args")).unwrap_err();
-        assert!(
-            matches!(&err, Error::EffectFailed { key: k, .. } if k == &key2),
-            "{err}"
-        );
+        // Failed for good: every later begin answers the failure, as its
+        // outcome did when it was recorded, and logs nothing.
+        for _ in 0..2 {
+            let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+            assert!(d.ops.is_empty());
+            assert!(
+                matches!(
+                    &d.answer,
+                    Answer::Begun(Begun::Failed { key: k, reason }) if k == &key2 && reason == "card declined"
+                ),
+                "{:?}",
+                d.answer
+            );
+        }
     }
 
     #[test]

@@ -51,6 +51,15 @@ pub enum Begun {
         /// Why it is unknown.
         reason: String,
     },
+    /// The step's latest attempt failed and may not be retried: do not
+    /// act. The same answer the failure got when it was recorded, so a
+    /// replayed step and a first run of it agree.
+    Failed {
+        /// The failed attempt.
+        key: EffectKey,
+        /// Why it failed.
+        reason: String,
+    },
     /// The step was done and compensated; do not act.
     Compensated {
         /// The attempt.
