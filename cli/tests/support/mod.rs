@@ -49,11 +49,31 @@ pub const INTENDED_KEY: &str = "r-intended/charge/1";
 pub const UNKNOWN_KEY: &str = "r-unknown/mail/1";
 
 /// Runs the built `actum` binary with `args`.
+///
+/// A run refused because the directory is "in use by another process" is
+/// tried again for up to a second. The tests of one binary run in
+/// parallel threads, and a child another thread forks holds a copy of
+/// every open descriptor until it execs (`O_CLOEXEC` closes them only
+/// then), the directory lock of an engine this test just dropped
+/// included: for that moment the lock still looks held. A directory that
+/// really is in use stays refused after the last try, which is what the
+/// tests of that refusal see.
 pub fn actum(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_actum"))
-        .args(args)
-        .output()
-        .unwrap()
+    const TRIES: u32 = 40;
+    let mut tries = 0;
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_actum"))
+            .args(args)
+            .output()
+            .unwrap();
+        tries += 1;
+        let in_use = out.status.code() == Some(2)
+            && String::from_utf8_lossy(&out.stderr).contains("is in use by another process");
+        if !in_use || tries == TRIES {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
 }
 
 /// `actum` with a directory argument among `args` (`{}` is replaced).
