@@ -317,6 +317,11 @@ impl StateStore {
     }
 }
 
+/// The redb handles of stores refused or met with a panic, kept open and
+/// never closed (see `Drop for StateStore`): one per such open, until the
+/// process ends.
+static UNCLOSED: Mutex<Vec<redb::Database>> = Mutex::new(Vec::new());
+
 impl Drop for StateStore {
     fn drop(&mut self) {
         let Some(db) = self.db.take() else {
@@ -329,8 +334,13 @@ impl Drop for StateStore {
             // page check it would write redb's in-memory repair back. The
             // handle is let go unclosed instead, as a crash would leave it;
             // the log holds every record, and the next open checks the
-            // pages again.
-            std::mem::forget(db);
+            // pages again. The handle stays reachable in `UNCLOSED` until
+            // the process ends (never dropped), so a leak checker sees a
+            // kept handle, not a lost one.
+            UNCLOSED
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(db);
         } else {
             drop_guarded(db);
         }
