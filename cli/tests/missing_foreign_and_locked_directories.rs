@@ -144,7 +144,7 @@ fn a_foreign_manifest_is_named_never_read_as_ours() {
 #[test]
 fn a_directory_an_engine_has_open_is_reported_in_use() {
     let db = known_db();
-    let engine = Engine::open(db.path(), EngineOptions::default()).unwrap();
+    let engine = open_retrying(|| Engine::open(db.path(), EngineOptions::default()));
     for args in [
         &["inspect", "{}"][..],
         &["verify", "{}"],

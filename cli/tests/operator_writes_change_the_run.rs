@@ -14,7 +14,7 @@ use actum::engine::{Engine, EngineOptions};
 use support::*;
 
 fn state_of(db: &Path, run: &str) -> RunState {
-    let engine = Engine::open_read_only(db, EngineOptions::default()).unwrap();
+    let engine = open_retrying(|| Engine::open_read_only(db, EngineOptions::default()));
     engine
         .run(&RunId::new(run).unwrap())
         .unwrap()
@@ -148,7 +148,7 @@ fn reconcile_settles_an_unknown_and_a_pending_effect_from_what_the_operator_foun
         "{}",
         stdout(&failed)
     );
-    let engine = Engine::open_read_only(db.path(), EngineOptions::default()).unwrap();
+    let engine = open_retrying(|| Engine::open_read_only(db.path(), EngineOptions::default()));
     let effect = |key: &str| {
         engine
             .effect(&EffectKey::parse(key).unwrap())

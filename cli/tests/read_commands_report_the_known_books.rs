@@ -74,7 +74,7 @@ fn export_of_a_run_is_its_audit_journal_line_for_line() {
     let db = known_db();
     let out = actum_on(db.path(), &["export", "{}", "--run", runs::DONE]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let engine = Engine::open_read_only(db.path(), EngineOptions::default()).unwrap();
+    let engine = open_retrying(|| Engine::open_read_only(db.path(), EngineOptions::default()));
     let audit = engine.audit(&RunId::new(runs::DONE).unwrap()).unwrap();
     let lines: Vec<Value> = stdout(&out)
         .lines()

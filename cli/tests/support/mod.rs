@@ -76,6 +76,22 @@ pub fn actum(args: &[&str]) -> Output {
     }
 }
 
+/// `open` (an engine open in this process) tried again for up to a second
+/// while the directory answers `Locked`: the lock of an engine this test
+/// just closed can linger in a child another test thread forked and has
+/// not yet exec'd (see [`actum`]).
+pub fn open_retrying<T>(open: impl Fn() -> actum::Result<T>) -> T {
+    for _ in 0..40 {
+        match open() {
+            Err(actum::Error::Locked { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            other => return other.unwrap(),
+        }
+    }
+    open().unwrap()
+}
+
 /// `actum` with a directory argument among `args` (`{}` is replaced).
 pub fn actum_on(dir: &Path, args: &[&str]) -> Output {
     let dir = dir.to_str().unwrap();
