@@ -237,6 +237,7 @@ fn refunds(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxError> {
             agent_version: "refund-agent 2.1".into(),
             trace_id: format!("trace-{}", request.booking),
             parent: None,
+            input: None,
         })?;
     }
     println!("== workers take the queue");

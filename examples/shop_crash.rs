@@ -292,6 +292,7 @@ fn sell(
         agent_version: "shop-agent 1.0".into(),
         trace_id: format!("trace-{}", order.run),
         parent: None,
+        input: None,
     })?;
     let worker = WorkerId::new("shop-worker")?;
     let lease = engine

@@ -355,6 +355,7 @@ fn run_day(
         agent_version: "treasury-eod 3.2".into(),
         trace_id: format!("trace-{}", day.date),
         parent: None,
+        input: None,
     })?;
     let worker = WorkerId::new("treasury-worker")?;
     let lease = claim(&engine, &worker)?;

@@ -247,6 +247,7 @@ fn onboarding(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxError
             agent_version: "vendor-onboard 14".into(),
             trace_id: format!("trace-{}", vendor.run),
             parent: None,
+            input: None,
         })?;
     }
     for hour in 0..=LAST_HOUR {

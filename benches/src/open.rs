@@ -107,6 +107,7 @@ fn create(run: &str) -> CreateRun {
         agent_version: "bench-agent 1.0".into(),
         trace_id: String::new(),
         parent: None,
+        input: None,
     }
 }
 

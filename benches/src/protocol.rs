@@ -47,6 +47,7 @@ pub fn leased_run(engine: &Engine, name: &str, worker: &str) -> (RunId, Guard) {
             agent_version: "bench".into(),
             trace_id: String::new(),
             parent: None,
+            input: None,
         })
         .expect("creating a bench run");
     let worker = WorkerId::new(worker).expect("a bench worker id is valid");

@@ -170,6 +170,7 @@ fn claim(worker: &str) -> Command {
     Command::ClaimNext(actum::books::ClaimNext {
         worker: wid(worker),
         ttl_ms: LEASE_MS,
+        agents: None,
     })
 }
 
@@ -346,6 +347,7 @@ fn children() -> Vec<Work> {
             input_digest: digest_of(format!("{parent}:sum").as_bytes()),
             agent_version: "agent 1.0".into(),
             trace_id: format!("trace-{parent}:sum"),
+            input: Some(format!("{parent}:sum").into_bytes()),
         };
         let guard = guard_at(parent, worker, token);
         start_child_command(&rid(parent), &guard, &sid("sum"), spec, None, "summarize").unwrap()
@@ -652,6 +654,7 @@ fn workload() -> Vec<Work> {
         Cmd(Command::ClaimNext(actum::books::ClaimNext {
             worker: wid("w2"),
             ttl_ms: LEASE_MS,
+            agents: None,
         })),
         Cmd(transition("r2", "w2", RunState::Running)),
         Cmd(begin("r2", "mail", "w2", ToolClass::NotIdempotent)),

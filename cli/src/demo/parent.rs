@@ -144,6 +144,7 @@ fn create_runs(dir: &Path, runs: u32) -> Result<(), CliError> {
                 agent_version: "invoice-agent 1.0".into(),
                 trace_id: format!("demo-{n}"),
                 parent: None,
+                input: None,
             })
             .map_err(fail)?;
     }

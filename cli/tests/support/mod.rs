@@ -127,6 +127,7 @@ fn create(engine: &Engine, run: &str, trace: &str) {
             agent_version: "agent 1.0".into(),
             trace_id: trace.into(),
             parent: None,
+            input: None,
         })
         .unwrap();
 }

@@ -110,6 +110,7 @@ pub(crate) fn create(run: &str, input: &[u8]) -> Command {
         agent_version: "agent/v1".into(),
         trace_id: "trace-1".into(),
         parent: None,
+        input: None,
     })
 }
 pub(crate) fn transition(run: &str, g: &Guard, to: RunState) -> Command {
@@ -132,6 +133,7 @@ pub(crate) fn claim(worker: &str, ttl_ms: u64) -> Command {
     Command::ClaimNext(ClaimNext {
         worker: wid(worker),
         ttl_ms,
+        agents: None,
     })
 }
 pub(crate) fn renew(run: &str, g: &Guard, ttl_ms: u64) -> Command {

@@ -31,7 +31,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("research-1")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"q"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// engine.set_budget(&run, BudgetLimits { tool_calls: Some(0), ..Default::default() },
     ///     "ops", "no tools yet")?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
@@ -83,7 +83,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("research-2")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"q"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// engine.set_budget(&run, BudgetLimits { cost_micros: Some(1_000), ..Default::default() },
     ///     "ops", "")?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
@@ -140,7 +140,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("research-3")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -192,7 +192,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("research-4")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// // A run that never had a budget has an empty book.
     /// let book = engine.budget(&run)?;
     /// assert_eq!((book.limits, book.spent), (None, Cost::default()));

@@ -32,6 +32,9 @@ pub struct ChildSpec {
     pub agent_version: String,
     /// The child's trace id (the parent's, typically).
     pub trace_id: String,
+    /// The child's input itself, kept in the blob store like
+    /// [`CreateRun::input`] (`None` keeps the digest only).
+    pub input: Option<Vec<u8>>,
 }
 
 /// What [`Engine::start_child`] did.
@@ -84,6 +87,7 @@ fn child_commands(
             agent_version: spec.agent_version,
             trace_id: spec.trace_id,
             parent: Some(parent.clone()),
+            input: spec.input,
         }),
         Command::OpenWait(OpenWait {
             run: parent.clone(),
@@ -117,7 +121,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let parent = RunId::new("research-1")?;
     /// engine.create_run(CreateRun { run: parent.clone(), input_digest: digest_of(b"1"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let start = |run: &RunId, lease: &actum::engine::LeaseGrant| engine.transition(Transition {
     ///     run: run.clone(), guard: lease.guard.clone(), to: RunState::Running,
     ///     expected_version: None, reason: "start".into() });
@@ -125,7 +129,7 @@ impl Engine {
     /// start(&parent, &lease)?;
     /// let step = StepId::new("summarize")?;
     /// let spec = ChildSpec { input_digest: digest_of(b"notes"), agent_version: "1".into(),
-    ///     trace_id: "t".into() };
+    ///     trace_id: "t".into(), input: Some(b"notes".to_vec()) };
     /// let started = engine.start_child(&parent, &lease.guard, &step, spec.clone(), None, "fan out")?;
     /// assert_eq!((started.created, started.state), (true, RunState::WaitingTool));
     /// // The child is the only run to claim; it runs, saves its result and ends.

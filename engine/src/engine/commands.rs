@@ -29,7 +29,7 @@ impl Engine {
     /// let dir = tempfile::tempdir()?;
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let cmd = CreateRun { run: RunId::new("ticket-4")?, input_digest: digest_of(b"reset password"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None };
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None };
     /// let created = engine.create_run(cmd.clone())?;
     /// assert_eq!((created.version, created.state, created.existed), (1, RunState::Pending, false));
     /// // The same request again (a retry) changes nothing.
@@ -73,7 +73,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("ticket-5")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"5"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// let to = |to: RunState, expected_version: Option<u64>| Transition { run: run.clone(),
     ///     guard: lease.guard.clone(), to, expected_version, reason: "".into() };
@@ -109,7 +109,7 @@ impl Engine {
     ///     EngineOptions::default())?;
     /// let run = RunId::new("ticket-6")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"6"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let w1 = engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
     /// // While w1's lease lives, nobody else gets the run.
     /// let refused = engine.acquire_lease(&run, &WorkerId::new("w2")?, 30_000);
@@ -147,7 +147,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("ticket-7")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"7"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("a pending run");
     /// assert_eq!(lease.run, run);
     /// // The only run is leased: the next worker finds nothing to do.
@@ -155,9 +155,51 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn claim_next(&self, worker: &WorkerId, ttl_ms: u64) -> Result<Option<LeaseGrant>> {
+        self.claim(worker, ttl_ms, None)
+    }
+
+    /// [`claim_next`](Engine::claim_next), of the runs whose
+    /// `agent_version` is one of `agents` only: a runtime claims the agents
+    /// it serves and leaves the others to theirs.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// for (name, agent) in [("mail-1", "mail@1"), ("trip-1", "travel@2")] {
+    ///     engine.create_run(CreateRun { run: RunId::new(name)?, input_digest: digest_of(b"x"),
+    ///         agent_version: agent.into(), trace_id: "t".into(), parent: None, input: None })?;
+    /// }
+    /// let travel = ["travel@1".to_string(), "travel@2".to_string()];
+    /// let w = WorkerId::new("w1")?;
+    /// // The older run is a mail; a travel worker passes over it.
+    /// let lease = engine.claim_next_of(&w, 30_000, &travel)?.expect("a travel run");
+    /// assert_eq!(lease.run.as_str(), "trip-1");
+    /// assert!(engine.claim_next_of(&w, 30_000, &travel)?.is_none());
+    /// assert_eq!(engine.claim_next(&w, 30_000)?.expect("the mail").run.as_str(), "mail-1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn claim_next_of(
+        &self,
+        worker: &WorkerId,
+        ttl_ms: u64,
+        agents: &[String],
+    ) -> Result<Option<LeaseGrant>> {
+        self.claim(worker, ttl_ms, Some(agents.to_vec()))
+    }
+
+    fn claim(
+        &self,
+        worker: &WorkerId,
+        ttl_ms: u64,
+        agents: Option<Vec<String>>,
+    ) -> Result<Option<LeaseGrant>> {
         let cmd = Command::ClaimNext(ClaimNext {
             worker: worker.clone(),
             ttl_ms,
+            agents,
         });
         match self.answer(cmd)? {
             Answer::NothingToClaim => Ok(None),
@@ -179,7 +221,7 @@ impl Engine {
     ///     EngineOptions::default())?;
     /// # let run = RunId::new("ticket-8")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"8"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
     /// assert_eq!(lease.expires_ms, 31_000);
     /// clock.advance_ms(20_000);
@@ -215,7 +257,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("ticket-9")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"9"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let w1 = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// assert_eq!(engine.release_lease(&run, &w1.guard)?, w1.version + 1);
     /// // The run is free at once: another worker takes it, with a larger token.
@@ -248,7 +290,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("booking-3")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -288,7 +330,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("booking-4")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -321,7 +363,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("payout-2")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -356,7 +398,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("essay-1")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -403,7 +445,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("trip-1")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -439,7 +481,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("invoice-9")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"9"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let paused = engine.operate(&run, OperatorAction::Pause, "ops-anna", "fraud check")?;
     /// assert_eq!((paused.state, paused.changed), (RunState::Paused, true));
     /// // A paused run is not handed to workers.
@@ -492,7 +534,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("order-3")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// let move_to = |to: RunState| Command::Transition(Transition { run: run.clone(),
     ///     guard: lease.guard.clone(), to, expected_version: None, reason: "".into() });

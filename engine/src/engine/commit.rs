@@ -75,7 +75,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("job-1")?;
     /// let create = Command::CreateRun(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None });
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None });
     /// let before = engine.durable_lsn();
     /// assert!(matches!(engine.execute(&create)?, Answer::RunCreated { version: 1, .. }));
     /// assert!(engine.durable_lsn() > before, "acknowledged once durable");
@@ -531,6 +531,7 @@ mod tests {
             agent_version: "a".into(),
             trace_id: "t".into(),
             parent: None,
+            input: None,
         })
     }
 

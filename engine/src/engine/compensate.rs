@@ -56,7 +56,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("trip-4")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -116,6 +116,7 @@ impl Engine {
     ///     agent_version: "treasury 1.0".into(),
     ///     trace_id: "t-9".into(),
     ///     parent: None,
+    ///     input: None,
     /// })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),

@@ -45,7 +45,7 @@ impl Engine {
     /// for name in ["outreach-1", "outreach-2"] {
     ///     let run = RunId::new(name)?;
     ///     engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(name.as_bytes()),
-    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     ///     guards.push((run.clone(), engine.acquire_lease(&run, &WorkerId::new(name)?, 60_000)?.guard));
     /// }
     /// let customer = ResourceId::new("customer:42")?;
@@ -100,7 +100,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("outreach-3")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// let customer = ResourceId::new("customer:42")?;
     /// engine.acquire_resource(&customer, &run, &lease.guard, 30_000)?;
@@ -140,7 +140,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("outreach-4")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// let customer = ResourceId::new("customer:43")?;
     /// assert!(engine.resource(&customer)?.is_none(), "never held");

@@ -119,7 +119,7 @@ impl Engine {
     /// assert!(engine.recovery().created);
     /// let run = RunId::new("job-2")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// // One engine per directory.
     /// let second = Engine::open(dir.path(), EngineOptions::default());
     /// assert!(matches!(second, Err(Error::Locked { .. })));
@@ -149,7 +149,7 @@ impl Engine {
     ///     EngineOptions::default())?;
     /// let run = RunId::new("job-3")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// clock.advance_ms(5_000);
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
     /// // Every time the engine records is the clock's, never the wall's.
@@ -208,7 +208,7 @@ impl Engine {
     /// let dir = tempfile::tempdir()?;
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// engine.create_run(CreateRun { run: RunId::new("job-4")?, input_digest: digest_of(b"4"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// drop(engine); // a crash before any checkpoint
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let recovery = engine.recovery();
@@ -232,7 +232,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let before = engine.wal_stats();
     /// engine.create_run(CreateRun { run: RunId::new("job-5")?, input_digest: digest_of(b"5"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let after = engine.wal_stats();
     /// assert_eq!(after.records, before.records + 1, "one command, one record");
     /// assert!(after.fsyncs > before.fsyncs, "synced before it was acknowledged");
@@ -255,7 +255,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("job-6")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"6"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -284,7 +284,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// for name in ["live", "over"] {
     ///     engine.create_run(CreateRun { run: RunId::new(name)?, input_digest: digest_of(b"x"),
-    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// }
     /// let over = RunId::new("over")?;
     /// engine.operate(&over, OperatorAction::Cancel, "ops", "duplicate")?;
@@ -336,7 +336,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("job-7")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"7"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lsn = engine.checkpoint()?;
     /// assert_eq!(lsn, engine.durable_lsn(), "the state store covers every record");
     /// drop(engine); // a crash right after: the state store has it all
@@ -408,7 +408,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("job-8")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"8"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// engine.close()?;
     /// // A clean shutdown: the next open has nothing to replay, and every run is there.
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;

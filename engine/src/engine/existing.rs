@@ -75,7 +75,7 @@ impl Engine {
     /// // A what-if: the command is decided and read back, in memory only.
     /// let run = RunId::new("what-if")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"?"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// assert_eq!(engine.run(&run)?.expect("in the overlay").created_ms, 1_000);
     /// drop(engine);
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
@@ -218,6 +218,7 @@ mod tests {
                 agent_version: "1".into(),
                 trace_id: "t".into(),
                 parent: None,
+                input: None,
             })
             .unwrap();
     }

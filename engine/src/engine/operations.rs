@@ -295,7 +295,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("crm-1")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -355,7 +355,7 @@ impl Engine {
     ///     EngineOptions::default())?;
     /// # let run = RunId::new("kyc-3")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -410,7 +410,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("claim-5")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"5"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
     /// let mut out = Vec::new();
     /// let lines = engine.export_audit(&run, &mut out)?;

@@ -29,7 +29,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("read-1")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
     /// // Several reads over one view: the run and its journal agree.
     /// let (version, journal) = engine.read(|books| {
@@ -74,7 +74,7 @@ impl Engine {
     /// let run = RunId::new("triage-81")?;
     /// assert!(engine.run(&run)?.is_none());
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"81"),
-    ///     agent_version: "triage 2.0".into(), trace_id: "t-81".into(), parent: None })?;
+    ///     agent_version: "triage 2.0".into(), trace_id: "t-81".into(), parent: None, input: None })?;
     /// let record = engine.run(&run)?.expect("created");
     /// assert_eq!((record.state, record.version), (RunState::Pending, 1));
     /// assert_eq!((record.agent_version.as_str(), record.trace_id.as_str()), ("triage 2.0", "t-81"));
@@ -96,7 +96,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("crm-2")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -126,7 +126,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("audit-1")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?;
     /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -161,7 +161,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("essay-2")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -199,7 +199,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("cart-2")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -249,7 +249,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("essay-3")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -293,7 +293,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("triage-12")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"12"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -334,7 +334,7 @@ impl Engine {
     /// for n in 0..5 {
     ///     engine.create_run(CreateRun { run: RunId::new(format!("r{n}"))?,
     ///         input_digest: digest_of(&[n]), agent_version: "1".into(), trace_id: "t".into(),
-    ///         parent: None })?;
+    ///         parent: None, input: None })?;
     /// }
     /// engine.operate(&RunId::new("r1")?, actum::books::OperatorAction::Cancel, "ops", "dup")?;
     /// let first = engine.runs(Some(RunState::Pending), None, 2)?;
@@ -373,7 +373,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("digest-4")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -408,7 +408,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("refund-9")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"9"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -430,6 +430,36 @@ impl Engine {
         })
     }
 
+    /// The input a run was created with, if its creation stored it
+    /// ([`CreateRun::input`](crate::books::CreateRun::input), or the
+    /// runtime's `start`): what a resumed worker starts from. `None` if
+    /// only its digest was given; `NotFound` if there is no such run.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("trip-3")?;
+    /// let input = br#"{"to": "Lisbon", "nights": 3}"#;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(input),
+    ///     agent_version: "travel@1".into(), trace_id: "t".into(), parent: None,
+    ///     input: Some(input.to_vec()) })?;
+    /// drop(engine); // a crash: the input is in the log, then in the store
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert_eq!(engine.run_input(&run)?.as_deref(), Some(&input[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_input(&self, run: &RunId) -> Result<Option<Vec<u8>>> {
+        self.read(|books| {
+            let record = books.run(run).ok_or_else(|| Error::NotFound {
+                what: format!("run {run}"),
+            })?;
+            Ok(books.blob(&record.input_digest))
+        })
+    }
+
     /// Every table of the books as a [`MemBooks`], to compare with the
     /// reference model.
     ///
@@ -441,7 +471,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// for name in ["a", "b"] {
     ///     engine.create_run(CreateRun { run: RunId::new(name)?, input_digest: digest_of(b"x"),
-    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// }
     /// let snapshot = engine.snapshot()?;
     /// // The same books the reads return...

@@ -52,7 +52,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("report-7")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"7"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// engine.transition(Transition { run: run.clone(), guard: lease.guard,
     ///     to: RunState::Cancelled, expected_version: None, reason: "not needed".into() })?;
@@ -95,7 +95,7 @@ impl Engine {
     ///     EngineOptions::default())?;
     /// let run = RunId::new("report-8")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"8"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// engine.operate(&run, OperatorAction::Cancel, "ops", "not needed")?;
     /// engine.checkpoint()?; // writes the index of ended runs that prune reads
     /// assert!(engine.prune(HOUR, 100)?.pruned.is_empty(), "over for less than an hour");

@@ -65,7 +65,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("trip-5")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"5"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -106,7 +106,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("trip-6")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"6"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -155,7 +155,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("trip-7")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"7"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -207,7 +207,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("eod-2026-11-24")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"eod"),
-    ///     agent_version: "treasury 1.1".into(), trace_id: "t-1".into(), parent: None })?;
+    ///     agent_version: "treasury 1.1".into(), trace_id: "t-1".into(), parent: None, input: None })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// let start = Transition { run: run.clone(), guard: lease.guard.clone(),
     ///     to: RunState::Running, expected_version: None, reason: "start".into() };

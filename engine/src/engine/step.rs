@@ -208,6 +208,7 @@ impl Engine {
     ///     agent_version: "shop-agent 1.0".into(),
     ///     trace_id: "t-1".into(),
     ///     parent: None,
+    ///     input: None,
     /// })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
@@ -264,7 +265,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("payout-3")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -306,7 +307,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("mail-2")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"2"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -342,7 +343,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("sync-5")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"5"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -402,6 +403,7 @@ impl Engine {
     ///     agent_version: "refund-agent 2.1".into(),
     ///     trace_id: "t-9".into(),
     ///     parent: None,
+    ///     input: None,
     /// })?;
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// let guard = lease.guard.clone();
@@ -499,7 +501,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("payout-4")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;

@@ -56,7 +56,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("refund-7")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"7"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// engine.transition(actum::books::Transition { run: run.clone(), guard: lease.guard.clone(),
     ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -115,7 +115,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("vendor-3")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"3"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -173,7 +173,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("shop-1")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -224,7 +224,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// let run = RunId::new("vendor-8")?;
     /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"8"),
-    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     ///     to: RunState::Running, expected_version: None, reason: "start".into() })?;
@@ -278,7 +278,7 @@ impl Engine {
     /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
     /// # let run = RunId::new("kyc-4")?;
     /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"4"),
-    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None })?;
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
     /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
     /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;

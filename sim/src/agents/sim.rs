@@ -184,6 +184,9 @@ impl<'s> Sim<'s> {
                 agent_version: format!("{} agent 1.0", workflow.name()),
                 trace_id: format!("trace-{run}"),
                 parent: None,
+                // Kept in the blob store, so its reference is counted and
+                // pruned with the run's, under crashes like the rest.
+                input: Some(run.as_str().as_bytes().to_vec()),
             });
             let Command::CreateRun(create) = cmd.clone() else {
                 unreachable!()

@@ -441,6 +441,7 @@ impl Sim<'_> {
         let cmd = Command::ClaimNext(actum::books::ClaimNext {
             worker: worker.clone(),
             ttl_ms: LEASE_TTL_MS,
+            agents: None,
         });
         let grant = match self.call(Some(&cmd), |e| e.claim_next(&worker, LEASE_TTL_MS))? {
             Called::Ok(Some(grant)) => grant,
@@ -1225,6 +1226,7 @@ impl Sim<'_> {
             input_digest: digest_of(&job.state.notes),
             agent_version: format!("{} agent 1.0", Workflow::Summary.name()),
             trace_id: format!("trace-{}", job.run),
+            input: Some(job.state.notes.clone()),
         };
         let reason = "the research is summarized by a child run";
         let cmd = start_child_command(&job.run, &job.guard, &step_id, spec.clone(), None, reason)

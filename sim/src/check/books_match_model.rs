@@ -67,6 +67,7 @@ mod tests {
             agent_version: "a".into(),
             trace_id: "t".into(),
             parent: None,
+            input: None,
         });
         let mut landed = model.clone();
         for op in decide(&landed, &create, 7).expect("accepted").ops {

@@ -83,6 +83,7 @@ mod tests {
             agent_version: "a".into(),
             trace_id: "t".into(),
             parent: None,
+            input: None,
         });
         assert!(
             stale_lease_refused(&books, &create).is_ok(),

@@ -384,6 +384,7 @@ fn create(run: &RunId) -> CreateRun {
         agent_version: "state-store fuzz 1".into(),
         trace_id: format!("trace-{run}"),
         parent: None,
+        input: None,
     }
 }
 

@@ -207,6 +207,7 @@ impl Seed {
                 agent_version: "under test".into(),
                 trace_id: format!("harness-{}", self.seed),
                 parent: None,
+                input: None,
             })
             .map_err(|e| self.fail("the run can be created", e.to_string()))?;
         let attempts = self.config.faulty_attempts + CALM_ATTEMPTS_MAX;

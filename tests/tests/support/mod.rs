@@ -49,6 +49,7 @@ pub fn create_cmd(run: &str) -> CreateRun {
         agent_version: "agent 1.0".into(),
         trace_id: format!("trace-{run}"),
         parent: None,
+        input: None,
     }
 }
 

@@ -193,6 +193,8 @@ fn run_created(state: &mut (impl BooksWrite + ?Sized), run: &Run, op: &Op) -> Ap
         format!("run {} is created at version {}", run.id, run.version)
     })?;
     state.put_run(run.clone());
+    // A run created with its input stored holds it like a checkpoint part.
+    reference(state, &run.id, &run.input_digest);
     Ok(())
 }
 

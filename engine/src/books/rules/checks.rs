@@ -3,14 +3,38 @@
 //! no wait is open. Shared by the domain rules of this layer, so that none
 //! of them has to use another for these.
 
+use crate::books::base::digest::{Digest, digest_of};
 use crate::books::base::ids::{FencingToken, RunId};
-use crate::books::base::limits::{NAME_LEN_BYTES_MAX, check_size};
+use crate::books::base::limits::{ARGS_BYTES_MAX, NAME_LEN_BYTES_MAX, check_size};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState};
 use crate::books::vocabulary::command::Guard;
 use crate::books::vocabulary::op::Op;
 use crate::books::vocabulary::state::BooksRead;
 use crate::error::{Error, Result};
+
+/// Checks bytes a command asks the blob store to keep (a step's
+/// arguments, a run's input): at most [`ARGS_BYTES_MAX`], and hashing to
+/// the `digest` the command names (`InvalidCommand` naming `what` if not).
+pub(crate) fn check_stored_bytes(
+    what: impl Fn() -> String,
+    bytes: &[u8],
+    digest: &Digest,
+) -> Result<()> {
+    check_size(&what, bytes.len(), ARGS_BYTES_MAX)?;
+    let found = digest_of(bytes);
+    if found != *digest {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "the {} hash to {}, not to the digest {} the command names",
+                what(),
+                found.short(),
+                digest.short()
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// `RunNotRunning` unless `run` is running: what `refused` names needs it.
 pub(crate) fn check_running(run: &Run, refused: &'static str) -> Result<()> {

@@ -12,15 +12,15 @@
 //! (never resent) otherwise. An outcome is a fact: it is recorded under the
 //! run's current token even after the lease expired.
 
-use crate::books::base::digest::{Digest, digest_of};
+use crate::books::base::digest::Digest;
 use crate::books::base::ids::{EffectKey, EffectKind, FencingToken, RunId, validate_name};
-use crate::books::base::limits::{
-    ARGS_BYTES_MAX, RECEIPT_LEN_BYTES_MAX, SAGA_STEPS_MAX, check_size, check_text,
-};
+use crate::books::base::limits::{RECEIPT_LEN_BYTES_MAX, SAGA_STEPS_MAX, check_size, check_text};
 use crate::books::records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState};
-use crate::books::rules::checks::{check_fact, check_live, check_running, existing};
+use crate::books::rules::checks::{
+    check_fact, check_live, check_running, check_stored_bytes, existing,
+};
 use crate::books::rules::wait::{check_approved, wake_on_reply};
 use crate::books::vocabulary::answer::{Answer, Begun, Decided};
 use crate::books::vocabulary::command::{BeginEffect, DeliverReply, FinishEffect, Reconcile};
@@ -85,24 +85,11 @@ pub(crate) fn decide_begin(
         )?;
     }
     if let Some(args) = &cmd.args {
-        check_size(
+        check_stored_bytes(
             || format!("arguments of step {} of run {}", cmd.step, cmd.run),
-            args.len(),
-            ARGS_BYTES_MAX,
+            args,
+            &cmd.args_digest,
         )?;
-        let found = digest_of(args);
-        if found != cmd.args_digest {
-            return Err(Error::InvalidCommand {
-                reason: format!(
-                    "the arguments of step {} of run {} hash to {}, not to the digest {} the \
-                     command names",
-                    cmd.step,
-                    cmd.run,
-                    found.short(),
-                    cmd.args_digest.short()
-                ),
-            });
-        }
     }
     let run = existing(state, &cmd.run)?;
     check_live(&run, &cmd.guard, now_ms)?;

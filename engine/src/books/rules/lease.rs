@@ -120,7 +120,15 @@ pub(crate) fn decide_acquire(
 pub(crate) fn decide_claim(state: &dyn BooksRead, cmd: &ClaimNext, now_ms: u64) -> Result<Decided> {
     let expires_ms = expiry_ms(cmd.ttl_ms, now_ms)?;
     let mut best: Option<Run> = None;
+    let served = |run: &Run| {
+        cmd.agents
+            .as_ref()
+            .is_none_or(|agents| agents.contains(&run.agent_version))
+    };
     state.visit_claimable(now_ms, &mut |run: &Run| {
+        if !served(run) {
+            return true;
+        }
         best = Some(run.clone());
         false
     });
@@ -363,6 +371,41 @@ mod tests {
             Err(Error::InvalidCommand { .. })
         ));
         assert!(b.mem.run(&rid("r")).unwrap().lease.is_none());
+    }
+
+    #[test]
+    fn claim_next_of_some_agents_passes_over_the_others_in_claim_order() {
+        let mut b = Books::default();
+        for (run, agent) in [("a", "mail@1"), ("b", "travel@1"), ("c", "travel@2")] {
+            let mut cmd = create(run, b"1");
+            if let Command::CreateRun(c) = &mut cmd {
+                c.agent_version = agent.into();
+            }
+            b.ok(cmd);
+        }
+        let of = |agents: &[&str]| {
+            let mut cmd = claim("w", 1_000);
+            if let Command::ClaimNext(c) = &mut cmd {
+                c.agents = Some(agents.iter().map(|a| a.to_string()).collect());
+            }
+            cmd
+        };
+        let leased = |d: &Decided| match &d.answer {
+            Answer::Leased { run, .. } => Some(run.as_str().to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            leased(&b.ok(of(&["travel@2", "travel@1"]))).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            leased(&b.ok(of(&["travel@2", "travel@1"]))).as_deref(),
+            Some("c")
+        );
+        let none = b.ok(of(&["travel@1", "travel@2", "travel@3"]));
+        assert_eq!(none.answer, Answer::NothingToClaim);
+        assert_eq!(leased(&b.ok(of(&[]))), None, "an empty list serves nothing");
+        assert_eq!(leased(&b.ok(claim("w", 1_000))).as_deref(), Some("a"));
     }
 
     #[test]

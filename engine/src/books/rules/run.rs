@@ -14,7 +14,9 @@ use crate::books::records::run::{Run, RunState, transition_allowed};
 use crate::books::records::saga::is_saga_end;
 use crate::books::records::wait::WaitFor;
 use crate::books::rules::checks::check_guard;
-use crate::books::rules::checks::{check_no_open_wait, existing, move_under_current_token};
+use crate::books::rules::checks::{
+    check_no_open_wait, check_stored_bytes, existing, move_under_current_token,
+};
 use crate::books::rules::saga::ending;
 use crate::books::vocabulary::answer::{Answer, Decided};
 use crate::books::vocabulary::command::{CreateRun, Operate, OperatorAction, Transition};
@@ -32,6 +34,13 @@ pub(crate) fn decide_create(
 ) -> Result<Decided> {
     check_text("agent version", &cmd.agent_version)?;
     check_text("trace id", &cmd.trace_id)?;
+    if let Some(input) = &cmd.input {
+        check_stored_bytes(
+            || format!("input of run {}", cmd.run),
+            input,
+            &cmd.input_digest,
+        )?;
+    }
     if let Some(found) = state.run(&cmd.run) {
         if found.input_digest != cmd.input_digest || found.agent_version != cmd.agent_version {
             return Err(Error::RunInputMismatch {
@@ -78,10 +87,19 @@ pub(crate) fn decide_create(
         run: run.id.clone(),
         version: run.version,
     };
-    Ok(Decided {
-        ops: vec![Op::RunCreated { run }],
-        answer,
-    })
+    // The input, if given, goes to the blob store first, so that the run's
+    // creation counts its reference to it (unless the store has it).
+    let mut ops = Vec::with_capacity(2);
+    if let Some(input) = cmd.input.as_ref()
+        && !state.blob_exists(&cmd.input_digest)
+    {
+        ops.push(Op::BlobPut {
+            digest: cmd.input_digest,
+            bytes: input.clone(),
+        });
+    }
+    ops.push(Op::RunCreated { run });
+    Ok(Decided { ops, answer })
 }
 
 /// Decides `Transition`: the run must not be terminal, the guard must hold
@@ -616,5 +634,40 @@ mod tests {
             o.operator.clear();
         }
         assert!(matches!(b.run(cmd), Err(Error::InvalidCommand { .. })));
+    }
+
+    #[test]
+    fn a_run_created_with_its_input_keeps_it_once_and_checks_its_digest() {
+        let mut b = Books::default();
+        let with_input = |run: &str, input: &[u8]| {
+            let mut cmd = create(run, input);
+            if let Command::CreateRun(c) = &mut cmd {
+                c.input = Some(input.to_vec());
+            }
+            cmd
+        };
+        let first = b.ok(with_input("a", b"trip to Lisbon"));
+        assert!(
+            matches!(first.ops[0], Op::BlobPut { .. }),
+            "{:?}",
+            first.ops
+        );
+        assert_eq!(
+            b.mem.blob(&digest_of(b"trip to Lisbon")).unwrap(),
+            b"trip to Lisbon"
+        );
+        // The same input again: the run exists, nothing is written.
+        assert!(b.ok(with_input("a", b"trip to Lisbon")).ops.is_empty());
+        // Another run with the same input finds the bytes stored.
+        let second = b.ok(with_input("b", b"trip to Lisbon"));
+        assert_eq!(second.ops.len(), 1, "{:?}", second.ops);
+        // Bytes that are not the input the digest names are refused.
+        let mut lying = with_input("c", b"trip to Porto");
+        if let Command::CreateRun(c) = &mut lying {
+            c.input = Some(b"trip to Faro".to_vec());
+        }
+        let refused = b.run(lying).unwrap_err().to_string();
+        assert!(refused.contains("input of run c"), "{refused}");
+        assert!(b.mem.run(&rid("c")).is_none());
     }
 }

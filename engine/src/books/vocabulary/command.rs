@@ -50,6 +50,12 @@ pub struct CreateRun {
     pub trace_id: String,
     /// The spawning run, which must exist.
     pub parent: Option<RunId>,
+    /// The input itself, to keep in the blob store (by `input_digest`, which
+    /// it must hash to; at most [`ARGS_BYTES_MAX`](crate::books::ARGS_BYTES_MAX)),
+    /// so a resumed worker reads what the run started from
+    /// ([`Engine::run_input`](crate::Engine::run_input)). `None` keeps the
+    /// digest only.
+    pub input: Option<Vec<u8>>,
 }
 
 /// Move a run to another state.
@@ -85,6 +91,10 @@ pub struct ClaimNext {
     pub worker: WorkerId,
     /// How long the lease lasts, in milliseconds.
     pub ttl_ms: u64,
+    /// Only runs whose `agent_version` is one of these (a runtime claims
+    /// only the agents it serves), in the same order as without it; `None`
+    /// claims any run.
+    pub agents: Option<Vec<String>>,
 }
 
 /// Extend a live lease to now + `ttl_ms`.

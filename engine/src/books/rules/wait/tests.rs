@@ -103,6 +103,7 @@ fn create_child(parent: &str, child: &str) -> Command {
         agent_version: "agent/v1".into(),
         trace_id: "trace-1".into(),
         parent: Some(rid(parent)),
+        input: None,
     })
 }
 
