@@ -13,6 +13,13 @@
 //!   checkpoint wrote them to the state store (hot: in memory) and after (checkpointed: read
 //!   from redb, as settled entries and stored blobs are in steady state).
 //!
+//! - `agent_run/{by_hand,runtime}/T`: one iteration is a whole agent run of 8 steps (its
+//!   creation with its input, claim, start, per step the intent and the outcome with a 1 KiB
+//!   checkpoint, the output with the move to completed), by hand with the engine's calls or
+//!   through `actum::runtime` (a registered handler, `Runtime::work_once`), T threads; the same
+//!   durable commits on both sides, so the ratio is what the runtime adds. Throughput counts
+//!   steps.
+//!
 //! Bytes written are counted under the engine (`actum_benches::counting`) and printed to stderr
 //! after each step and save bench, a final checkpoint included so the state store's share is in.
 //! Run: `cargo bench -p actum-benches --bench agent_step`.
@@ -26,6 +33,7 @@ use actum_benches::agent::{
 };
 use actum_benches::protocol::ProtocolEngine;
 use actum_benches::runner::bench_system;
+use actum_benches::runtime::{AgentRuns, RUN_STEPS};
 use actum_benches::settle_scratch;
 use criterion::{Criterion, SamplingMode, Throughput};
 
@@ -44,6 +52,21 @@ fn agent_steps(c: &mut Criterion) {
         bench_system(&mut group, "step_batched", threads, || {
             StepEngine::new(threads, true)
         });
+    }
+    group.finish();
+}
+
+fn agent_runs(c: &mut Criterion) {
+    let mut group = c.benchmark_group("agent_run");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .sampling_mode(SamplingMode::Flat)
+        .throughput(Throughput::Elements(RUN_STEPS));
+    for threads in [1, 16] {
+        bench_system(&mut group, "by_hand", threads, AgentRuns::by_hand);
+        bench_system(&mut group, "runtime", threads, AgentRuns::runtime);
     }
     group.finish();
 }
@@ -116,5 +139,11 @@ fn point_reads(c: &mut Criterion) {
     settle_scratch();
 }
 
-criterion::criterion_group!(benches, agent_steps, checkpoint_save, point_reads);
+criterion::criterion_group!(
+    benches,
+    agent_steps,
+    agent_runs,
+    checkpoint_save,
+    point_reads
+);
 criterion::criterion_main!(benches);

@@ -5,7 +5,8 @@
 //! [`group_commit`]), actum's WAL ([`actum_wal`]), and the peers ([`peers`]). `effect_protocol`
 //! runs the engine's two-commit effect protocol against the same systems doing two commits
 //! ([`protocol`]); `agent_step` runs whole agent steps and checkpoint saves ([`agent`]), with
-//! bytes written counted under the engine ([`counting`]). The bench files under `benches/` stay
+//! bytes written counted under the engine ([`counting`]), and whole agent runs through the
+//! runtime against the same runs by hand ([`runtime`]). The bench files under `benches/` stay
 //! thin: they pick a system and a writer count and hand both to [`runner`], which times them
 //! with [`harness`]. The `memory_after_runs` example reports resident memory ([`memory`]); `open_time` times an open
 //! after a crash against history and tail ([`open`]).
@@ -24,6 +25,7 @@ pub mod peers;
 pub mod protocol;
 pub mod raw;
 pub mod runner;
+pub mod runtime;
 
 /// Size of one record, in bytes, for every system.
 pub const RECORD_BYTES: usize = 256;

@@ -45,6 +45,12 @@ use actum::state::StateStore;
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeExample;
 
+/// docs/API.md's examples (the engine's step, the runtime), compiled and
+/// run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/API.md")]
+pub struct ApiExamples;
+
 /// Declares the internal layers: public with the `internals` feature,
 /// crate-private (their unused items allowed) without it.
 macro_rules! internal_modules {
@@ -67,6 +73,7 @@ pub mod error;
 mod hot;
 pub mod ids;
 pub mod planted;
+pub mod runtime;
 pub mod storage;
 pub(crate) mod sync;
 pub mod verify;
@@ -83,5 +90,6 @@ pub use db::DbOptions;
 pub use engine::{Engine, EngineOptions};
 pub use error::{Error, RedbPanicked, Result};
 pub use ids::{DatabaseId, Lsn, SegmentId};
+pub use runtime::{RunCtx, Runtime};
 pub use storage::{FsStorage, OpenMode, Storage, StorageFile};
 pub use wal::{WalOptions, WalStats};

@@ -1,0 +1,742 @@
+//! [`RunCtx`]: what a handler calls. Every call first checks the run's
+//! journal (the audit, read once when the handler starts): the handler's
+//! n-th call must be the journal's n-th (a step, a model call, a wait), so a
+//! handler changed under a run in flight is caught before it acts; calls
+//! past the journal's end are new work. Each call then asks the engine,
+//! which answers from the books what is already done.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::books::{
+    AuditEntry, AuditWhat, Compensation, EffectKey, EffectKind, FencingToken, Outcome, Part,
+    RecordDecision, RunId, RunState, SaveCheckpoint, StepId, ToolClass, Usage, WaitFor, WaitStatus,
+    digest_of,
+};
+use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
+use crate::error::Error;
+
+use super::Shared;
+use super::fail::{Divergence, Fail, Stop};
+use super::lease::LeaseWatch;
+
+/// The schema version of the checkpoints the runtime writes: a handler's
+/// state (part [`STATE_PART`]) and a run's output (part [`OUTPUT_PART`]).
+pub const RUNTIME_SCHEMA: u32 = 1;
+/// The part a [`RunCtx::checkpoint`] is saved as.
+pub const STATE_PART: &str = "state";
+/// The part a completed run's output is saved as (its last checkpoint).
+pub const OUTPUT_PART: &str = "output";
+
+/// A tool a step calls: its name, how it treats duplicates, how to ask it
+/// about an ambiguous request (a queryable tool must say), and how many
+/// attempts a retryable failure gets.
+#[derive(Clone)]
+pub struct Tool {
+    spec: ToolSpec,
+    query: Option<Arc<QueryFn>>,
+    attempts: u32,
+}
+
+/// A queryable tool's query: what happened to the request `call.key`
+/// names (never an act).
+pub type QueryFn = dyn Fn(&Call<'_>) -> Outcome + Send + Sync;
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("spec", &self.spec)
+            .field("query", &self.query.is_some())
+            .field("attempts", &self.attempts)
+            .finish()
+    }
+}
+
+impl Tool {
+    /// A tool named `name` of `class`, one attempt. A
+    /// [`ToolClass::Queryable`] tool needs [`Tool::with_query`].
+    pub fn new(name: impl Into<String>, class: ToolClass) -> Tool {
+        Tool {
+            spec: ToolSpec {
+                name: name.into(),
+                class,
+            },
+            query: None,
+            attempts: 1,
+        }
+    }
+
+    /// How to ask the tool about an ambiguous request.
+    pub fn with_query(
+        mut self,
+        query: impl Fn(&Call<'_>) -> Outcome + Send + Sync + 'static,
+    ) -> Tool {
+        self.query = Some(Arc::new(query));
+        self
+    }
+
+    /// Up to `attempts` attempts (at least one) when the tool answers a
+    /// retryable failure; each is a new key (`run/step/n`).
+    pub fn attempts(mut self, attempts: u32) -> Tool {
+        self.attempts = attempts.max(1);
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
+/// What a step's act (or a query) receives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call<'a> {
+    /// The attempt's key; `key.encode()` is the idempotency key to send.
+    pub key: &'a EffectKey,
+    /// The fencing token to send, for tools that check it.
+    pub token: FencingToken,
+    /// True if this resends an earlier attempt's request (same key).
+    pub resend: bool,
+    /// The last instant (engine clock, ms) the request may be sent: the
+    /// lease's expiry less a margin. The runtime checks it before calling
+    /// the act; a tool client that can stall should check it again.
+    pub deadline_ms: u64,
+}
+
+/// When a wait ends by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// At this instant, ms since the epoch (engine clock).
+    At(u64),
+    /// This long after the wait was first opened. Stable: a resumed handler
+    /// asking again gets the deadline recorded then, not a new one.
+    In(u64),
+}
+
+/// How an approval ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// Approved by `approver`.
+    Approved {
+        /// Who.
+        approver: String,
+        /// Their note.
+        note: String,
+    },
+    /// Rejected by `approver`.
+    Rejected {
+        /// Who.
+        approver: String,
+        /// Their note.
+        note: String,
+    },
+    /// Nobody decided before the deadline.
+    Expired,
+}
+
+/// One call of a handler as the run's journal records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Journaled {
+    Step(StepId),
+    Decision(u64),
+    Wait(StepId),
+}
+
+impl std::fmt::Display for Journaled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Journaled::Step(step) => write!(f, "step {step}"),
+            Journaled::Decision(position) => write!(f, "model call {position}"),
+            Journaled::Wait(step) => write!(f, "wait {step}"),
+        }
+    }
+}
+
+/// The calls a run's audit records, in order: each step's first intent,
+/// each model call, each wait opened.
+pub(crate) fn journal_of(audit: &[AuditEntry]) -> Vec<Journaled> {
+    audit
+        .iter()
+        .filter_map(|entry| match &entry.what {
+            AuditWhat::Intended { key, .. }
+                if key.kind() == EffectKind::Act && key.attempt() == 1 =>
+            {
+                Some(Journaled::Step(key.step().clone()))
+            }
+            AuditWhat::DecisionRecorded { position, .. } => Some(Journaled::Decision(*position)),
+            AuditWhat::WaitOpened { step, .. } => Some(Journaled::Wait(step.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a handler works with: its run, its input, and the calls that make
+/// the run durable. See the module docs and docs/API.md, "The runtime".
+pub struct RunCtx<'r> {
+    pub(crate) shared: &'r Shared,
+    pub(crate) run: RunId,
+    pub(crate) agent: String,
+    pub(crate) trace_id: String,
+    pub(crate) watch: Arc<LeaseWatch>,
+    pub(crate) input: Vec<u8>,
+    pub(crate) journal: Vec<Journaled>,
+    pub(crate) calls: u64,
+    pub(crate) decisions: u64,
+    pub(crate) checkpoints: u64,
+    pub(crate) saved_checkpoints: u64,
+    pub(crate) pending: Option<Vec<u8>>,
+    pub(crate) used: BTreeSet<(u8, String)>,
+}
+
+impl std::fmt::Debug for RunCtx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunCtx")
+            .field("run", &self.run)
+            .field("agent", &self.agent)
+            .field("calls", &self.calls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunCtx<'_> {
+    /// The run.
+    pub fn run_id(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The input the run was started with.
+    pub fn input(&self) -> &[u8] {
+        &self.input
+    }
+
+    /// The fencing token of the lease the handler runs under.
+    pub fn token(&self) -> FencingToken {
+        self.watch.guard.token
+    }
+
+    /// True while the handler's calls are answered from the journal (a
+    /// resumed run that has not yet reached new work).
+    pub fn replaying(&self) -> bool {
+        self.calls < self.journal.len() as u64
+    }
+
+    /// A model call, journaled: the first time `model` is called and its
+    /// output recorded at this position; on every resume the recorded output
+    /// is returned and the model is not asked again. `name` and `input`
+    /// (the prompt, tools, parameters) must be the same on resume, else the
+    /// run diverged.
+    pub fn decide(
+        &mut self,
+        name: &str,
+        input: &[u8],
+        model: impl FnOnce() -> Result<Vec<u8>, Fail>,
+    ) -> Result<Vec<u8>, Fail> {
+        self.decide_with_usage(name, input, || model().map(|out| (out, Usage::default())))
+    }
+
+    /// [`decide`](RunCtx::decide), recording what the call cost.
+    pub fn decide_with_usage(
+        &mut self,
+        name: &str,
+        input: &[u8],
+        model: impl FnOnce() -> Result<(Vec<u8>, Usage), Fail>,
+    ) -> Result<Vec<u8>, Fail> {
+        let position = self.decisions;
+        self.enter(Journaled::Decision(position), 0, name)?;
+        self.decisions += 1;
+        let input_digest = digest_of(&[name.as_bytes(), &[0], input].concat());
+        let engine = &self.shared.engine;
+        let at = || format!("model call {name}");
+        match engine.replay_decision(&self.run, position, &input_digest) {
+            Ok(Some(record)) => return Ok(record.output),
+            Ok(None) => {}
+            Err(e) => return Err(self.engine_stop(e, &at())),
+        }
+        self.flush()?;
+        let (output, usage) = model()?;
+        self.live(&at())?;
+        let recorded = engine.record_decision(RecordDecision {
+            run: self.run.clone(),
+            guard: self.watch.guard.clone(),
+            position,
+            input_digest,
+            output: output.clone(),
+            rationale: name.to_string(),
+            usage,
+        });
+        match recorded {
+            Ok(crate::engine::Recorded::Replay(record)) => Ok(record.output),
+            Ok(crate::engine::Recorded::New { .. }) => Ok(output),
+            Err(e) => Err(self.engine_stop(e, &at())),
+        }
+    }
+
+    /// A step: `act` is called at most once per attempt, only after the
+    /// intent is durable, and never again once its outcome is recorded
+    /// (a resumed handler gets the stored receipt). Returns the receipt.
+    /// A failure for good fails the run (`Fail::Failed`, or handle it); an
+    /// ambiguous outcome is resent, queried or left to an operator by the
+    /// tool's class.
+    pub fn step(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        args: &[u8],
+        act: impl FnMut(&Call<'_>) -> Outcome,
+    ) -> Result<Vec<u8>, Fail> {
+        self.step_inner(name, tool, args, None, act)
+    }
+
+    /// A step that `undo` compensates if the run fails or is cancelled
+    /// later: the runtime's saga calls the undo handler registered for
+    /// `undo.tool` ([`Runtime::register_undo`](super::Runtime::register_undo)).
+    pub fn step_with_undo(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        args: &[u8],
+        undo: Compensation,
+        act: impl FnMut(&Call<'_>) -> Outcome,
+    ) -> Result<Vec<u8>, Fail> {
+        self.step_inner(name, tool, args, Some(undo), act)
+    }
+
+    fn step_inner(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        args: &[u8],
+        undo: Option<Compensation>,
+        mut act: impl FnMut(&Call<'_>) -> Outcome,
+    ) -> Result<Vec<u8>, Fail> {
+        let step = self.step_id(name)?;
+        self.enter(Journaled::Step(step.clone()), 1, name)?;
+        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
+            return Err(Fail::failed(format!(
+                "tool {} is queryable but has no query (Tool::with_query)",
+                tool.spec.name
+            )));
+        }
+        let rationale = format!("step {name} of {}", self.agent);
+        let at = || format!("step {name}");
+        let mut ambiguous = 0;
+        loop {
+            self.live(&at())?;
+            let guard = self.watch.guard.clone();
+            let request = StepRequest {
+                guard: &guard,
+                run: &self.run,
+                step: &step,
+                tool: tool.spec.clone(),
+                args,
+                rationale: &rationale,
+                compensation: undo.clone(),
+            };
+            let engine = &self.shared.engine;
+            let plan = engine
+                .begin_step(&request)
+                .map_err(|e| self.engine_stop(e, &at()))?;
+            let result = match plan {
+                StepPlan::Done(result) => result,
+                StepPlan::Act(ctx) => {
+                    let deadline_ms = self.watch.act_deadline_ms();
+                    if !self.watch.keep(engine) || engine.clock().now_ms() > deadline_ms {
+                        // Too late to send: the intent stays open for the
+                        // successor, who resends, queries or asks a person.
+                        return Err(Stop::LeaseLost { at: at() }.into());
+                    }
+                    let call = Call {
+                        key: &ctx.key,
+                        token: ctx.token,
+                        resend: ctx.resend,
+                        deadline_ms,
+                    };
+                    let outcome = act(&call);
+                    let then = self.pending_commands();
+                    let finished = engine
+                        .finish_step_with(&guard, &ctx, outcome, then)
+                        .map_err(|e| self.engine_stop(e, &at()))?;
+                    if finished.then.is_ok() {
+                        self.pending = None;
+                        self.saved_checkpoints = self.checkpoints;
+                    }
+                    finished.result
+                }
+                StepPlan::Query(ctx) => {
+                    let Some(query) = &tool.query else {
+                        unreachable!("a queryable tool without a query was refused above")
+                    };
+                    let call = Call {
+                        key: &ctx.key,
+                        token: ctx.token,
+                        resend: false,
+                        deadline_ms: self.watch.act_deadline_ms(),
+                    };
+                    let found = query(&call);
+                    engine
+                        .resolve_step(&guard, &ctx, found)
+                        .map_err(|e| self.engine_stop(e, &at()))?
+                }
+            };
+            match result {
+                StepResult::Done { receipt, .. } => return Ok(receipt),
+                StepResult::Failed {
+                    key,
+                    retryable: true,
+                    reason,
+                } if key.attempt() < tool.attempts => {
+                    let _ = reason;
+                }
+                StepResult::Failed { key, reason, .. } => {
+                    return Err(Fail::failed(format!(
+                        "step {name} ({}) failed for good at attempt {}: {reason}",
+                        tool.spec.name,
+                        key.attempt()
+                    )));
+                }
+                StepResult::Unknown { key, reason } => {
+                    // An idempotent tool is resent the same key (inside its
+                    // window), a queryable one asked: by the next begin.
+                    ambiguous += 1;
+                    let settles = !matches!(tool.spec.class, ToolClass::NotIdempotent);
+                    if !settles || ambiguous > tool.attempts {
+                        return Err(Stop::OutcomeUnknown { key, reason }.into());
+                    }
+                }
+                StepResult::NeedsReconcile { key, .. } => {
+                    let reason = "the tool was not asked".to_string();
+                    return Err(Stop::OutcomeUnknown { key, reason }.into());
+                }
+                StepResult::Compensated { key } => {
+                    return Err(Fail::failed(format!(
+                        "step {name} was undone by its compensation ({key})"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Waits for a person of `role` to approve `args` (the digest the
+    /// approval is bound to; a step of the same name with the same
+    /// arguments is then allowed to act). The run parks until the approval
+    /// or the deadline.
+    pub fn approval(
+        &mut self,
+        name: &str,
+        args: &[u8],
+        role: &str,
+        deadline: Deadline,
+    ) -> Result<Approval, Fail> {
+        let wait_for = WaitFor::Approval {
+            args_digest: digest_of(args),
+            role: role.to_string(),
+        };
+        let reason = format!("step {name} needs the approval of a {role}");
+        match self.wait(name, wait_for, Some(deadline), &reason)? {
+            WaitStatus::Approved { approver, note } => Ok(Approval::Approved { approver, note }),
+            WaitStatus::Rejected { approver, note } => Ok(Approval::Rejected { approver, note }),
+            WaitStatus::Elapsed => Ok(Approval::Expired),
+            other => Err(unexpected_wait(name, &other)),
+        }
+    }
+
+    /// Sleeps until the deadline: a durable timer (the run holds no worker
+    /// meanwhile, and survives restarts).
+    pub fn sleep(&mut self, name: &str, until: Deadline) -> Result<(), Fail> {
+        let reason = format!("step {name} sleeps");
+        match self.wait(name, WaitFor::Timer, Some(until), &reason)? {
+            WaitStatus::Elapsed => Ok(()),
+            other => Err(unexpected_wait(name, &other)),
+        }
+    }
+
+    /// Waits for the signal `name` (a webhook, a person; `Engine::signal`)
+    /// and returns its payload, or `None` if `within` passed first.
+    pub fn signal(
+        &mut self,
+        name: &str,
+        within: Option<Deadline>,
+    ) -> Result<Option<Vec<u8>>, Fail> {
+        let wait_for = WaitFor::Signal {
+            name: name.to_string(),
+        };
+        let reason = format!("waits for the signal {name}");
+        match self.wait(name, wait_for, within, &reason)? {
+            WaitStatus::Signalled { signal } => Ok(Some(signal.payload)),
+            WaitStatus::Elapsed => Ok(None),
+            other => Err(unexpected_wait(name, &other)),
+        }
+    }
+
+    /// Starts a child run of `kind` (the version the runtime starts new runs
+    /// of that kind with) on `input`, waits for its end, and returns its
+    /// output. A child that failed or was cancelled fails this call.
+    pub fn child(&mut self, name: &str, kind: &str, input: &[u8]) -> Result<Vec<u8>, Fail> {
+        let step = self.step_id(name)?;
+        self.enter(Journaled::Wait(step.clone()), 2, name)?;
+        let agent = self.shared.current_agent(kind).ok_or_else(|| {
+            Fail::failed(format!(
+                "no agent of kind {kind} is registered for child {name}"
+            ))
+        })?;
+        self.flush()?;
+        let at = || format!("child {name}");
+        self.live(&at())?;
+        let spec = ChildSpec {
+            input_digest: digest_of(input),
+            agent_version: agent,
+            trace_id: self.trace_id.clone(),
+            input: Some(input.to_vec()),
+        };
+        let reason = format!("step {name} runs a child {kind}");
+        let engine = &self.shared.engine;
+        let started = engine
+            .start_child(&self.run, &self.watch.guard, &step, spec, None, &reason)
+            .map_err(|e| self.engine_stop(e, &at()))?;
+        match started.wait.status {
+            WaitStatus::Open => {
+                self.watch.let_go();
+                Err(Stop::Parked {
+                    step: name.to_string(),
+                }
+                .into())
+            }
+            WaitStatus::ChildEnded {
+                state: RunState::Completed,
+                checkpoint,
+            } => {
+                let Some(version) = checkpoint else {
+                    return Ok(Vec::new());
+                };
+                let saved = engine
+                    .load_version(&started.child, version, RUNTIME_SCHEMA)
+                    .map_err(|e| self.engine_stop(e, &at()))?;
+                Ok(part(&saved.parts, OUTPUT_PART).unwrap_or_default())
+            }
+            WaitStatus::ChildEnded { state, .. } => Err(Fail::failed(format!(
+                "child {} of step {name} ended {state}",
+                started.child
+            ))),
+            WaitStatus::Elapsed => Err(Fail::failed(format!(
+                "child {} of step {name} did not end in time",
+                started.child
+            ))),
+            other => Err(unexpected_wait(name, &other)),
+        }
+    }
+
+    /// Saves the handler's state as the run's next checkpoint, in the
+    /// commit of the next step's outcome (or of the next wait, model call or
+    /// end, whichever comes first). A resumed handler's calls before the
+    /// last saved one write nothing.
+    pub fn checkpoint(&mut self, state: &[u8]) -> Result<(), Fail> {
+        self.checkpoints += 1;
+        if self.checkpoints <= self.saved_checkpoints {
+            return Ok(());
+        }
+        if self.pending.is_some() {
+            // Two in a row: the first is saved now, so each call is one
+            // version and a resume counts them the same.
+            self.checkpoints -= 1;
+            self.flush()?;
+            self.checkpoints += 1;
+        }
+        self.pending = Some(state.to_vec());
+        Ok(())
+    }
+
+    /// The state of the run's latest saved checkpoint, if any.
+    pub fn last_checkpoint(&self) -> Result<Option<Vec<u8>>, Fail> {
+        let engine = &self.shared.engine;
+        match engine.load_latest(&self.run, RUNTIME_SCHEMA) {
+            Ok(saved) => Ok(saved.and_then(|saved| part(&saved.parts, STATE_PART))),
+            Err(e) => Err(self.engine_stop(e, "reading the last checkpoint")),
+        }
+    }
+
+    /// Opens (or asks again about) the wait at `name`.
+    fn wait(
+        &mut self,
+        name: &str,
+        wait_for: WaitFor,
+        deadline: Option<Deadline>,
+        reason: &str,
+    ) -> Result<WaitStatus, Fail> {
+        let step = self.step_id(name)?;
+        self.enter(Journaled::Wait(step.clone()), 2, name)?;
+        self.flush()?;
+        let at = || format!("wait {name}");
+        self.live(&at())?;
+        let engine = &self.shared.engine;
+        let deadline_ms = match deadline {
+            None => None,
+            Some(Deadline::At(ms)) => Some(ms),
+            Some(Deadline::In(ms)) => {
+                // Stable: the deadline the wait was opened with, if it was.
+                let book = engine
+                    .waits(&self.run)
+                    .map_err(|e| self.engine_stop(e, &at()))?;
+                let opened = book.waits.iter().rev().find(|w| w.step == step);
+                Some(match opened.and_then(|w| w.deadline_ms) {
+                    Some(recorded) => recorded,
+                    None => engine.clock().now_ms().saturating_add(ms),
+                })
+            }
+        };
+        let waited = engine
+            .open_wait(
+                &self.run,
+                &self.watch.guard,
+                &step,
+                wait_for,
+                deadline_ms,
+                reason,
+            )
+            .map_err(|e| self.engine_stop(e, &at()))?;
+        if waited.wait.status == WaitStatus::Open {
+            self.watch.let_go();
+            return Err(Stop::Parked {
+                step: name.to_string(),
+            }
+            .into());
+        }
+        Ok(waited.wait.status)
+    }
+
+    /// Checks the handler's next call against the journal, and that the
+    /// runtime may go on.
+    fn enter(&mut self, called: Journaled, family: u8, name: &str) -> Result<(), Fail> {
+        if self.shared.stopping() {
+            return Err(Stop::ShuttingDown.into());
+        }
+        let call = self.calls;
+        self.calls += 1;
+        let diverged = |recorded: String, called: String| {
+            Fail::Stopped(Stop::Diverged(Divergence {
+                run: self.run.clone(),
+                call: call + 1,
+                recorded,
+                called,
+            }))
+        };
+        if !self.used.insert((family, name.to_string())) {
+            return Err(diverged(
+                format!("{called} once"),
+                format!("{called} a second time (names must be unique in a run)"),
+            ));
+        }
+        match self.journal.get(call as usize) {
+            Some(recorded) if *recorded != called => {
+                Err(diverged(recorded.to_string(), called.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops the handler if the runtime is shutting down or the lease is
+    /// lost; renews it if it is due.
+    fn live(&self, at: &str) -> Result<(), Fail> {
+        if self.shared.stopping() {
+            return Err(Stop::ShuttingDown.into());
+        }
+        if !self.watch.keep(&self.shared.engine) {
+            return Err(Stop::LeaseLost { at: at.to_string() }.into());
+        }
+        Ok(())
+    }
+
+    /// The commands that save the pending checkpoint, if there is one.
+    fn pending_commands(&self) -> Vec<crate::books::Command> {
+        self.pending
+            .as_ref()
+            .map(|state| vec![self.save_command(STATE_PART, state)])
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn save_command(&self, part_name: &str, bytes: &[u8]) -> crate::books::Command {
+        crate::books::Command::SaveCheckpoint(SaveCheckpoint {
+            run: self.run.clone(),
+            guard: self.watch.guard.clone(),
+            schema_version: RUNTIME_SCHEMA,
+            parts: vec![Part {
+                name: part_name.to_string(),
+                bytes: bytes.to_vec(),
+            }],
+        })
+    }
+
+    /// Saves the pending checkpoint now.
+    pub(crate) fn flush(&mut self) -> Result<(), Fail> {
+        let Some(state) = self.pending.take() else {
+            return Ok(());
+        };
+        let crate::books::Command::SaveCheckpoint(save) = self.save_command(STATE_PART, &state)
+        else {
+            unreachable!("save_command builds a SaveCheckpoint")
+        };
+        self.shared
+            .engine
+            .save_checkpoint(save)
+            .map_err(|e| self.engine_stop(e, "saving a checkpoint"))?;
+        self.saved_checkpoints = self.checkpoints;
+        Ok(())
+    }
+
+    fn step_id(&self, name: &str) -> Result<StepId, Fail> {
+        StepId::new(name).map_err(|e| Fail::failed(format!("step name {name:?}: {e}")))
+    }
+
+    /// What an engine error at `at` means for the handler.
+    pub(crate) fn engine_stop(&self, e: Error, at: &str) -> Fail {
+        let diverged = |recorded: String, called: String| {
+            Fail::Stopped(Stop::Diverged(Divergence {
+                run: self.run.clone(),
+                call: self.calls,
+                recorded,
+                called,
+            }))
+        };
+        match e {
+            Error::LeaseLost { .. } | Error::Fenced { .. } | Error::GuardOfAnotherRun { .. } => {
+                self.watch.let_go();
+                Fail::Stopped(Stop::LeaseLost { at: at.to_string() })
+            }
+            Error::RunTerminal { .. } | Error::RunNotRunning { .. } => {
+                Fail::Stopped(Stop::LeaseLost {
+                    at: format!("{at} ({e})"),
+                })
+            }
+            Error::ArgsMismatch {
+                recorded,
+                presented,
+                ..
+            } => diverged(
+                format!("{at} with {recorded}"),
+                format!("{at} with {presented}"),
+            ),
+            Error::Divergence {
+                recorded,
+                attempted,
+                ..
+            } => diverged(
+                format!("{at} with input {}", recorded.short()),
+                format!("{at} with input {}", attempted.short()),
+            ),
+            Error::WaitMismatch { .. } | Error::RunInputMismatch { .. } => {
+                diverged(format!("{at} as recorded"), format!("{at}: {e}"))
+            }
+            other => Fail::Stopped(Stop::Engine(other)),
+        }
+    }
+}
+
+fn part(parts: &[Part], name: &str) -> Option<Vec<u8>> {
+    parts
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| p.bytes.clone())
+}
+
+fn unexpected_wait(name: &str, status: &WaitStatus) -> Fail {
+    Fail::failed(format!("the wait at {name} ended {}", status.name()))
+}

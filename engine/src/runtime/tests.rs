@@ -1,0 +1,606 @@
+#![expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::books::{
+    BeginEffect, Compensation, EffectStatus, Outcome, StepId, ToolClass, WorkerId, digest_of,
+};
+use crate::clock::{Clock, ManualClock};
+use crate::engine::EngineOptions;
+use crate::storage::FsStorage;
+
+const DAY_MS: u64 = 86_400_000;
+const TTL_MS: u64 = 30_000;
+
+struct Bench {
+    dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        Bench {
+            dir: tempfile::tempdir().unwrap(),
+            clock: Arc::new(ManualClock::new(1_700_000_000_000)),
+        }
+    }
+
+    fn engine(&self) -> Arc<Engine> {
+        let storage = Arc::new(FsStorage::new());
+        let engine = Engine::open_with(
+            storage,
+            self.clock.clone(),
+            self.dir.path(),
+            EngineOptions::default(),
+        )
+        .unwrap();
+        Arc::new(engine)
+    }
+
+    fn runtime(&self, engine: &Arc<Engine>) -> Runtime {
+        Runtime::with_options(
+            engine.clone(),
+            RuntimeOptions {
+                worker: "test".into(),
+                lease_ttl_ms: TTL_MS,
+                idle_ms: 1,
+            },
+        )
+    }
+}
+
+fn worker() -> WorkerId {
+    WorkerId::new("test-0").unwrap()
+}
+
+/// Drives runs until nothing is claimable; returns what each pass did.
+fn drain(rt: &Runtime) -> Vec<(RunId, Driven)> {
+    let mut passes = Vec::new();
+    for _ in 0..100 {
+        match rt.work_once(&worker()).unwrap() {
+            Some(pass) => passes.push(pass),
+            None => return passes,
+        }
+    }
+    panic!("the runtime did not drain: {passes:?}");
+}
+
+fn state(engine: &Engine, run: &str) -> RunState {
+    engine
+        .run(&RunId::new(run).unwrap())
+        .unwrap()
+        .unwrap()
+        .state
+}
+
+fn confirmed(receipt: &str) -> Outcome {
+    Outcome::Confirmed {
+        receipt: receipt.as_bytes().to_vec(),
+    }
+}
+
+/// Counts calls of the outside world by name.
+#[derive(Clone, Default)]
+struct World(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl World {
+    fn hit(&self, what: &str) -> u64 {
+        let mut calls = self.0.lock().unwrap();
+        let n = calls.entry(what.to_string()).or_default();
+        *n += 1;
+        *n
+    }
+    fn count(&self, what: &str) -> u64 {
+        self.0.lock().unwrap().get(what).copied().unwrap_or(0)
+    }
+}
+
+/// A trip: a model picks the flight, a person approves it, the flight is
+/// booked (not idempotent), the card charged (idempotent).
+fn register_trip(rt: &Runtime, world: &World) {
+    let w = world.clone();
+    rt.register("trip", "1", move |ctx| {
+        let input = ctx.input().to_vec();
+        let choice = ctx.decide("pick-flight", &input, || {
+            w.hit("model");
+            Ok(b"TP 1234".to_vec())
+        })?;
+        match ctx.approval("book", &choice, "traveller", Deadline::In(DAY_MS))? {
+            Approval::Approved { .. } => {}
+            other => return Err(Fail::failed(format!("not approved: {other:?}"))),
+        }
+        let flights = Tool::new("airline.book", ToolClass::NotIdempotent);
+        let pnr = ctx.step("book", &flights, &choice, |_| {
+            w.hit("book");
+            confirmed("PNR-7")
+        })?;
+        let card = Tool::new(
+            "card.charge",
+            ToolClass::Idempotent {
+                dedup_window_ms: DAY_MS,
+            },
+        );
+        let charge = ctx.step("charge", &card, b"420 EUR", |call| {
+            w.hit("charge");
+            confirmed(&format!("ch-{}", call.key.encode()))
+        })?;
+        Ok([pnr, b" ".to_vec(), charge].concat())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_trip_runs_as_a_function_parks_on_its_approval_and_acts_once() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    register_trip(&rt, &world);
+    let started = rt.start("trip", "trip-1", b"Lisbon").unwrap();
+    assert_eq!((started.created, started.agent.as_str()), (true, "trip@1"));
+    // Idempotent with the same input; another input is refused.
+    assert!(!rt.start("trip", "trip-1", b"Lisbon").unwrap().created);
+    assert!(matches!(
+        rt.start("trip", "trip-1", b"Porto"),
+        Err(Error::RunInputMismatch { .. })
+    ));
+    let run = started.run;
+    assert_eq!(engine.run_input(&run).unwrap().unwrap(), b"Lisbon");
+
+    let passes = drain(&rt);
+    assert_eq!(passes, [(run.clone(), Driven::Parked("book".into()))]);
+    assert_eq!(state(&engine, "trip-1"), RunState::WaitingHuman);
+    assert_eq!(world.count("model"), 1);
+    assert_eq!(
+        world.count("book"),
+        0,
+        "nothing is booked before the approval"
+    );
+
+    let step = StepId::new("book").unwrap();
+    engine
+        .decide_approval(
+            &run,
+            &step,
+            digest_of(b"TP 1234"),
+            "ana",
+            "traveller",
+            true,
+            "ok",
+        )
+        .unwrap();
+    bench.clock.advance_ms(3_600_000);
+    let passes = drain(&rt);
+    assert_eq!(passes, [(run.clone(), Driven::Completed)]);
+    assert_eq!(
+        rt.output(&run).unwrap().unwrap(),
+        b"PNR-7 ch-trip-1/charge/1".to_vec()
+    );
+    // The model was asked once, each act sent once, across the resume.
+    assert_eq!(
+        (
+            world.count("model"),
+            world.count("book"),
+            world.count("charge")
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(rt.stats().completed, 1);
+    assert_eq!(rt.stats().parked, 1);
+}
+
+#[test]
+fn a_restarted_process_resumes_at_the_call_where_the_run_stopped() {
+    let bench = Bench::new();
+    let world = World::default();
+    let handler = |world: World| {
+        move |ctx: &mut RunCtx<'_>| -> std::result::Result<Vec<u8>, Fail> {
+            let mail = Tool::new("mail.send", ToolClass::NotIdempotent);
+            ctx.step("first", &mail, b"hello", |_| {
+                world.hit("first");
+                confirmed("m1")
+            })?;
+            ctx.checkpoint(b"after first")?;
+            let go = ctx.signal("go", None)?.unwrap_or_default();
+            ctx.step("second", &mail, &go, |_| {
+                world.hit("second");
+                confirmed("m2")
+            })?;
+            Ok(b"sent".to_vec())
+        }
+    };
+    let run = {
+        let engine = bench.engine();
+        let rt = bench.runtime(&engine);
+        rt.register("mailer", "1", handler(world.clone())).unwrap();
+        let run = rt.start("mailer", "mail-1", b"x").unwrap().run;
+        assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("go".into()))]);
+        run
+        // The process dies here: engine and runtime dropped without close.
+    };
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    rt.register("mailer", "1", handler(world.clone())).unwrap();
+    engine.signal(&run, "go", b"again", "webhook").unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!((world.count("first"), world.count("second")), (1, 1));
+    // The checkpoint was saved once (version 1) and the output after it.
+    let versions = engine
+        .read(|b| Ok(b.checkpoint_latest(&run).map(|m| m.version)))
+        .unwrap();
+    assert_eq!(versions, Some(2));
+    assert_eq!(
+        engine.load_version(&run, 1, RUNTIME_SCHEMA).unwrap().parts[0].bytes,
+        b"after first"
+    );
+}
+
+#[test]
+fn a_handler_whose_calls_changed_is_stopped_before_it_acts_and_the_run_paused() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let world = World::default();
+    let rt = bench.runtime(&engine);
+    let w = world.clone();
+    rt.register("flow", "1", move |ctx| {
+        let tool = Tool::new("t", ToolClass::NotIdempotent);
+        ctx.step("a", &tool, b"1", |_| {
+            w.hit("a");
+            confirmed("ra")
+        })?;
+        ctx.signal("go", None)?;
+        Ok(Vec::new())
+    })
+    .unwrap();
+    let run = rt.start("flow", "flow-1", b"").unwrap().run;
+    drain(&rt);
+    // Same version, other code: step "a" was renamed "a2".
+    let rt = bench.runtime(&engine);
+    let w = world.clone();
+    rt.register("flow", "1", move |ctx| {
+        let tool = Tool::new("t", ToolClass::NotIdempotent);
+        ctx.step("a2", &tool, b"1", |_| {
+            w.hit("a2");
+            confirmed("ra")
+        })?;
+        Ok(Vec::new())
+    })
+    .unwrap();
+    engine.signal(&run, "go", b"", "test").unwrap();
+    let passes = drain(&rt);
+    let [(_, Driven::Paused(reason))] = passes.as_slice() else {
+        panic!("{passes:?}")
+    };
+    assert!(
+        reason.contains("the journal has step a, the handler called step a2"),
+        "{reason}"
+    );
+    assert_eq!(world.count("a2"), 0, "the renamed step never acted");
+    assert_eq!(state(&engine, "flow-1"), RunState::Paused);
+    assert_eq!(rt.stats().paused, 1);
+}
+
+#[test]
+fn other_arguments_for_a_recorded_step_or_model_call_are_a_divergence() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let args = Arc::new(Mutex::new(b"100 EUR".to_vec()));
+    let rt = bench.runtime(&engine);
+    let a = args.clone();
+    rt.register("pay", "1", move |ctx| {
+        let prompt = a.lock().unwrap().clone();
+        let out = ctx.decide("think", &prompt, || Ok(b"pay".to_vec()))?;
+        let tool = Tool::new("bank", ToolClass::NotIdempotent);
+        ctx.step("pay", &tool, &out, |_| confirmed("ok"))?;
+        ctx.signal("go", None)?;
+        Ok(Vec::new())
+    })
+    .unwrap();
+    let run = rt.start("pay", "pay-1", b"").unwrap().run;
+    drain(&rt);
+    *args.lock().unwrap() = b"200 EUR".to_vec();
+    engine.signal(&run, "go", b"", "test").unwrap();
+    let passes = drain(&rt);
+    let [(_, Driven::Paused(reason))] = passes.as_slice() else {
+        panic!("{passes:?}")
+    };
+    assert!(reason.contains("model call think with input"), "{reason}");
+}
+
+#[test]
+fn a_failed_step_fails_the_run_and_the_saga_undoes_with_the_acts_receipt() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let undone = Arc::new(Mutex::new(Vec::new()));
+    let u = undone.clone();
+    rt.register_undo("airline.cancel", move |call| {
+        u.lock().unwrap().push((
+            call.ctx.key.encode(),
+            call.args.to_vec(),
+            call.receipt.map(<[u8]>::to_vec),
+        ));
+        confirmed("cancelled")
+    });
+    rt.register("trip", "1", |ctx| {
+        let idem = ToolClass::Idempotent {
+            dedup_window_ms: DAY_MS,
+        };
+        let undo = Compensation {
+            tool: "airline.cancel".into(),
+            args: b"cancel".to_vec(),
+            class: idem,
+        };
+        ctx.step_with_undo(
+            "flight",
+            &Tool::new("airline.book", idem),
+            b"TP",
+            undo,
+            |_| confirmed("PNR-9"),
+        )?;
+        ctx.step("hotel", &Tool::new("hotel.book", idem), b"3 nights", |_| {
+            Outcome::Failed {
+                retryable: false,
+                reason: "sold out".into(),
+            }
+        })?;
+        Ok(Vec::new())
+    })
+    .unwrap();
+    let run = rt.start("trip", "trip-2", b"").unwrap().run;
+    let passes = drain(&rt);
+    assert_eq!(passes, [(run.clone(), Driven::Ended(RunState::Failed))]);
+    assert_eq!(
+        *undone.lock().unwrap(),
+        [(
+            "trip-2/flight/undo/1".to_string(),
+            b"cancel".to_vec(),
+            Some(b"PNR-9".to_vec())
+        )]
+    );
+    let audit = engine.audit(&run).unwrap();
+    assert!(
+        audit.iter().any(|e| e.why.contains("sold out")),
+        "the reason is journaled"
+    );
+}
+
+#[test]
+fn a_handler_that_panics_fails_its_run_and_the_worker_goes_on() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    rt.register("bad", "1", |_| panic!("index out of bounds"))
+        .unwrap();
+    rt.register("good", "1", |_| Ok(b"fine".to_vec())).unwrap();
+    let bad = rt.start("bad", "bad-1", b"").unwrap().run;
+    let good = rt.start("good", "good-1", b"").unwrap().run;
+    let passes = drain(&rt);
+    assert_eq!(
+        passes,
+        [
+            (bad.clone(), Driven::Ended(RunState::Failed)),
+            (good.clone(), Driven::Completed)
+        ]
+    );
+    let audit = engine.audit(&bad).unwrap();
+    assert!(audit.iter().any(|e| e.why.contains("index out of bounds")));
+    assert_eq!(rt.stats().panicked, 1);
+}
+
+#[test]
+fn a_runtime_claims_only_the_agents_and_versions_it_serves() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let old = bench.runtime(&engine);
+    old.register("report", "1", |_| Ok(b"v1".to_vec())).unwrap();
+    let run = old.start("report", "report-1", b"").unwrap().run;
+    // A runtime serving only version 2 leaves the version-1 run alone.
+    let new = bench.runtime(&engine);
+    new.register("report", "2", |_| Ok(b"v2".to_vec())).unwrap();
+    new.register("mail", "1", |_| Ok(Vec::new())).unwrap();
+    assert!(drain(&new).is_empty());
+    assert_eq!(drain(&old), [(run.clone(), Driven::Completed)]);
+    assert_eq!(old.output(&run).unwrap().unwrap(), b"v1");
+    // New runs of a kind start at the version registered last.
+    assert_eq!(
+        new.start("report", "report-2", b"").unwrap().agent,
+        "report@2"
+    );
+    assert!(matches!(
+        new.register("report", "2", |_| Ok(Vec::new())),
+        Err(Error::InvalidCommand { .. })
+    ));
+    assert!(matches!(
+        new.register("a@b", "1", |_| Ok(Vec::new())),
+        Err(Error::InvalidCommand { .. })
+    ));
+}
+
+#[test]
+fn a_retryable_failure_is_tried_again_under_a_new_key() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let k = keys.clone();
+    rt.register("retry", "1", move |ctx| {
+        let tool = Tool::new("flaky", ToolClass::NotIdempotent).attempts(3);
+        ctx.step("call", &tool, b"", |call| {
+            let mut keys = k.lock().unwrap();
+            keys.push(call.key.encode());
+            if keys.len() < 2 {
+                Outcome::Failed {
+                    retryable: true,
+                    reason: "503".into(),
+                }
+            } else {
+                confirmed("ok")
+            }
+        })
+    })
+    .unwrap();
+    let run = rt.start("retry", "retry-1", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run, Driven::Completed)]);
+    assert_eq!(*keys.lock().unwrap(), ["retry-1/call/1", "retry-1/call/2"]);
+}
+
+#[test]
+fn an_act_a_dead_worker_left_without_outcome_pauses_the_run_for_a_person() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let sent = Arc::new(AtomicU64::new(0));
+    let s = sent.clone();
+    rt.register("wire", "1", move |ctx| {
+        let tool = Tool::new("bank.wire", ToolClass::NotIdempotent);
+        ctx.step("wire", &tool, b"1000", |_| {
+            s.fetch_add(1, Ordering::Relaxed);
+            confirmed("w1")
+        })
+    })
+    .unwrap();
+    let run = rt.start("wire", "wire-1", b"").unwrap().run;
+    // A worker of an earlier process claimed it, wrote the intent, and died.
+    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: dead.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    engine
+        .begin_effect(BeginEffect {
+            run: run.clone(),
+            step: StepId::new("wire").unwrap(),
+            guard: dead.guard,
+            tool: "bank.wire".into(),
+            tool_class: ToolClass::NotIdempotent,
+            args_digest: digest_of(b"1000"),
+            args: None,
+            rationale: "step wire of wire@1".into(),
+            compensation: None,
+        })
+        .unwrap();
+    bench.clock.advance_ms(TTL_MS + 1);
+    let passes = drain(&rt);
+    let [(_, Driven::Paused(reason))] = passes.as_slice() else {
+        panic!("{passes:?}")
+    };
+    assert!(reason.contains("wire-1/wire/1"), "{reason}");
+    assert_eq!(sent.load(Ordering::Relaxed), 0, "never sent twice");
+    let effect = engine.effects(&run).unwrap();
+    assert!(matches!(effect[0].status, EffectStatus::Unknown { .. }));
+}
+
+#[test]
+fn a_relative_deadline_stays_the_one_the_wait_was_opened_with() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    rt.register("approve", "1", |ctx| {
+        match ctx.approval("ok", b"x", "boss", Deadline::In(DAY_MS))? {
+            Approval::Approved { approver, .. } => Ok(approver.into_bytes()),
+            other => Err(Fail::failed(format!("{other:?}"))),
+        }
+    })
+    .unwrap();
+    let run = rt.start("approve", "ap-1", b"").unwrap().run;
+    let opened_ms = bench.clock.now_ms();
+    drain(&rt);
+    bench.clock.advance_ms(DAY_MS / 2);
+    let step = StepId::new("ok").unwrap();
+    engine
+        .decide_approval(&run, &step, digest_of(b"x"), "bo", "boss", true, "")
+        .unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    let waits = engine.waits(&run).unwrap();
+    assert_eq!(waits.waits[0].deadline_ms, Some(opened_ms + DAY_MS));
+}
+
+#[test]
+fn a_lease_is_renewed_by_the_handlers_calls_and_a_lost_one_stops_the_handler() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let clock = bench.clock.clone();
+    rt.register("slow", "1", move |ctx| {
+        let tool = Tool::new("t", ToolClass::NotIdempotent);
+        for n in 0..6 {
+            // Each act takes 12 s: 72 s in all, over twice the lease.
+            ctx.step(&format!("s{n}"), &tool, b"", |_| {
+                clock.advance_ms(12_000);
+                confirmed("ok")
+            })?;
+        }
+        Ok(Vec::new())
+    })
+    .unwrap();
+    let run = rt.start("slow", "slow-1", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run, Driven::Completed)]);
+
+    let clock = bench.clock.clone();
+    let thief = engine.clone();
+    let stolen = RunId::new("stolen-1").unwrap();
+    rt.register("stolen", "1", move |ctx| {
+        let tool = Tool::new("t", ToolClass::NotIdempotent);
+        ctx.step("a", &tool, b"", |_| {
+            // The act stalls past the lease; another worker takes the run.
+            clock.advance_ms(TTL_MS + 1);
+            let other = WorkerId::new("other").unwrap();
+            thief.acquire_lease(&stolen, &other, TTL_MS).unwrap();
+            confirmed("ok")
+        })?;
+        ctx.step("b", &tool, b"", |_| {
+            unreachable!("b runs under the new holder")
+        })?;
+        Ok(Vec::new())
+    })
+    .unwrap();
+    let run = rt.start("stolen", "stolen-1", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run, Driven::LeaseLost)]);
+}
+
+#[test]
+fn threads_serve_runs_until_shutdown() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    let w = world.clone();
+    rt.register("job", "1", move |ctx| {
+        let tool = Tool::new("t", ToolClass::NotIdempotent);
+        let input = ctx.input().to_vec();
+        ctx.step("do", &tool, &input, |_| {
+            w.hit(&String::from_utf8_lossy(&input));
+            confirmed("ok")
+        })
+    })
+    .unwrap();
+    for n in 0..40 {
+        rt.start("job", &format!("job-{n}"), format!("{n}").as_bytes())
+            .unwrap();
+    }
+    let serving = rt.clone();
+    let server = std::thread::spawn(move || serving.run(4));
+    for _ in 0..10_000 {
+        if rt.stats().completed == 40 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    rt.shutdown();
+    server.join().unwrap().unwrap();
+    assert_eq!(rt.stats().completed, 40);
+    for n in 0..40 {
+        assert_eq!(world.count(&format!("{n}")), 1, "job {n}");
+    }
+}
