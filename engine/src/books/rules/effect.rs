@@ -15,6 +15,7 @@
 use crate::books::base::digest::Digest;
 use crate::books::base::ids::{EffectKey, EffectKind, FencingToken, RunId, validate_name};
 use crate::books::base::limits::{RECEIPT_LEN_BYTES_MAX, SAGA_STEPS_MAX, check_size, check_text};
+use crate::books::records::budget::{Charge, Cost};
 use crate::books::records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState};
@@ -432,6 +433,10 @@ fn settle(
         _ => None,
     };
     let woken = wake_on_reply(state, run, &key, &status, now_ms);
+    let returned = match status {
+        EffectStatus::Failed { .. } => hold_of_failed_act(state, &key, token, now_ms),
+        _ => None,
+    };
     let op = Op::EffectSettled {
         key,
         status,
@@ -439,8 +444,45 @@ fn settle(
         token,
         note,
     };
-    let ops = std::iter::once(op).chain(undone).chain(woken).collect();
+    let ops = std::iter::once(op)
+        .chain(undone)
+        .chain(woken)
+        .chain(returned)
+        .collect();
     Ok(Decided { ops, answer })
+}
+
+/// The settlement of the budget hold an act that failed had reserved: the
+/// tool was called (one tool call is spent), but what the hold reserved in
+/// tokens and money goes back, whoever records the failure (the worker, a
+/// webhook's reply, an operator's reconcile). `None` if no hold is open
+/// for this attempt.
+fn hold_of_failed_act(
+    state: &dyn BooksRead,
+    key: &EffectKey,
+    token: FencingToken,
+    now_ms: u64,
+) -> Option<Op> {
+    if key.kind() != EffectKind::Act {
+        return None;
+    }
+    let charge = Charge::Effect {
+        step: key.step().clone(),
+    };
+    let book = state.budget(key.run())?;
+    let hold = book
+        .reservation(&charge)
+        .filter(|r| r.attempt == key.attempt())?;
+    Some(Op::BudgetSettled {
+        run: key.run().clone(),
+        charge,
+        actual: Cost {
+            tool_calls: hold.amount.tool_calls,
+            ..Cost::default()
+        },
+        at_ms: now_ms,
+        token,
+    })
 }
 
 /// The op marking the act that the confirmed compensation `undo` undid.

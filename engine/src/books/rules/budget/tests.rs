@@ -223,8 +223,8 @@ fn a_recorded_call_left_unsettled_by_a_dead_worker_is_charged_its_full_hold() {
         (after.spent, after.reserved),
         (Cost::tool_call(100), Cost::default())
     );
-    // After a retryable failure, the dead worker's call is charged and
-    // the retry gets a hold of its own, in one commit.
+    // A failed act returns its hold when its failure is recorded: the
+    // call counts, its money does not; the retry gets a hold of its own.
     b.ok(reserve("r", &g, step("mail"), Cost::tool_call(10)));
     let d = b.ok(begin("r", "mail", &g, ToolClass::Queryable, b"m"));
     let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
@@ -234,7 +234,15 @@ fn a_recorded_call_left_unsettled_by_a_dead_worker_is_charged_its_full_hold() {
         retryable: true,
         reason: "busy".into(),
     };
-    b.ok(finish(&key, &g, busy));
+    let d = b.ok(finish(&key, &g, busy));
+    assert!(
+        matches!(
+            d.ops[..],
+            [Op::EffectSettled { .. }, Op::BudgetSettled { .. }]
+        ),
+        "{:?}",
+        d.ops
+    );
     let d = b.ok(reserve("r", &g, step("mail"), Cost::tool_call(10)));
     assert!(
         matches!(reserved(&d), Reserved::Granted { again: false, .. }),
@@ -242,15 +250,65 @@ fn a_recorded_call_left_unsettled_by_a_dead_worker_is_charged_its_full_hold() {
         d.answer
     );
     assert!(
-        matches!(
-            d.ops[..],
-            [Op::BudgetSettled { .. }, Op::BudgetReserved { .. }]
-        ),
+        matches!(d.ops[..], [Op::BudgetReserved { .. }]),
         "{:?}",
         d.ops
     );
     let after = book(&b, "r");
     assert_eq!((after.spent.tool_calls, after.reserved.tool_calls), (2, 1));
+    assert_eq!(
+        after.spent.cost_micros, 100,
+        "the failed call's 10 went back"
+    );
+}
+
+#[test]
+fn an_act_reconciled_failed_returns_its_hold_and_a_confirmed_one_does_not() {
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(set_budget("r", calls(3)));
+    for (name, outcome) in [
+        (
+            "wire",
+            Outcome::Failed {
+                retryable: false,
+                reason: "the bank refused it".into(),
+            },
+        ),
+        ("fee", confirmed(b"fee-1")),
+    ] {
+        b.ok(reserve("r", &g, step(name), Cost::tool_call(5_000)));
+        let d = b.ok(begin(
+            "r",
+            name,
+            &g,
+            ToolClass::NotIdempotent,
+            name.as_bytes(),
+        ));
+        let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
+            panic!()
+        };
+        // The worker dies; the outcome was lost; a person finds out.
+        b.ok(finish(
+            &key,
+            &g,
+            Outcome::Unknown {
+                reason: "timeout".into(),
+            },
+        ));
+        b.ok(reconcile(&key, &g, outcome));
+    }
+    let after = book(&b, "r");
+    // The failed wire's hold went back at the reconcile (one call, no
+    // money); the confirmed fee still holds until it is settled.
+    assert_eq!(
+        after.spent,
+        Cost {
+            tool_calls: 1,
+            ..Cost::default()
+        }
+    );
+    assert_eq!(after.reserved, Cost::tool_call(5_000));
+    assert!(after.reservation(&step("wire")).is_none());
 }
 
 #[test]
