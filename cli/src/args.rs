@@ -94,7 +94,12 @@ pub struct StuckArgs {
     pub dir: PathBuf,
     /// How long a wait or an unknown outcome may last: `90s`, `15m`, `1h`,
     /// `2d` (or `500ms`).
-    #[arg(long = "older-than", value_name = "DURATION", value_parser = parse_duration_ms)]
+    #[arg(
+        long = "older-than",
+        value_name = "DURATION",
+        value_parser = parse_duration_ms,
+        default_value = "1h"
+    )]
     pub older_than_ms: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]

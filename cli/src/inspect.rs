@@ -1,5 +1,5 @@
 //! `actum inspect DIR`: what the books hold, read through a read-only open:
-//! runs by state, the leases held now, effects whose outcome is pending
+//! runs by state and by agent (kind and version), the leases held now, effects whose outcome is pending
 //! (intended) or unknown, open waits, and what the files weigh.
 //!
 //! **Invariant:** reads only, page by page through the engine's public
@@ -51,6 +51,14 @@ struct WaitRow {
     deadline_ms: Option<u64>,
 }
 
+/// The runs of one agent (`kind@version` for the runtime's runs).
+#[derive(Debug, Default, Serialize)]
+struct AgentRow {
+    runs: u64,
+    /// Runs not completed, failed or cancelled.
+    not_over: u64,
+}
+
 /// Everything `inspect` reports.
 #[derive(Debug, Serialize)]
 struct Inspection {
@@ -59,6 +67,9 @@ struct Inspection {
     durable_lsn: u64,
     runs: u64,
     runs_by_state: BTreeMap<&'static str, u64>,
+    /// Per `agent_version` (a runtime's `kind@version`): what a version
+    /// still serves, before its handler is retired.
+    runs_by_agent: BTreeMap<String, AgentRow>,
     leases: Vec<LeaseRow>,
     effects_pending: Vec<EffectRow>,
     effects_unknown: Vec<EffectRow>,
@@ -92,6 +103,7 @@ fn gather(engine: &Engine, dir: &Path) -> actum::Result<Inspection> {
         durable_lsn: engine.durable_lsn().0,
         runs: 0,
         runs_by_state: RunState::ALL.iter().map(|s| (s.name(), 0)).collect(),
+        runs_by_agent: BTreeMap::new(),
         leases: Vec::new(),
         effects_pending: Vec::new(),
         effects_unknown: Vec::new(),
@@ -120,6 +132,12 @@ fn gather(engine: &Engine, dir: &Path) -> actum::Result<Inspection> {
 fn note_run(engine: &Engine, run: &Run, now_ms: u64, found: &mut Inspection) -> actum::Result<()> {
     found.runs += 1;
     *found.runs_by_state.entry(run.state.name()).or_default() += 1;
+    let agent = found
+        .runs_by_agent
+        .entry(run.agent_version.clone())
+        .or_default();
+    agent.runs += 1;
+    agent.not_over += u64::from(!run.state.is_terminal());
     if let Some(lease) = run.lease.as_ref().filter(|l| l.is_live(now_ms)) {
         found.leases.push(LeaseRow {
             run: run.id.to_string(),
@@ -183,6 +201,16 @@ fn write_tables(found: &Inspection, out: &mut dyn Write) -> std::io::Result<()> 
         states.row(vec![(*state).to_string(), count.to_string()]);
     }
     states.write(out)?;
+    writeln!(out)?;
+    let mut agents = Table::new(&["AGENT (KIND@VERSION)", "RUNS", "NOT OVER"]);
+    for (agent, row) in found.runs_by_agent.iter().take(TABLE_ROWS_MAX) {
+        agents.row(vec![
+            agent.clone(),
+            row.runs.to_string(),
+            row.not_over.to_string(),
+        ]);
+    }
+    agents.write(out)?;
     let age = |since: u64| fmt_duration(found.now_ms.saturating_sub(since));
     section(out, "leases held", found.leases.len())?;
     let mut leases = Table::new(&["RUN", "WORKER", "TOKEN", "EXPIRES IN"]);

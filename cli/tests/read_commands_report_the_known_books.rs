@@ -38,6 +38,12 @@ fn inspect_reports_the_exact_counts_of_the_known_books() {
     for (state, count) in expected {
         assert_eq!(states[state], count, "{state}: {states}");
     }
+    // Per agent version: what each still serves.
+    let agents = &found["runs_by_agent"];
+    assert_eq!(agents["shop@1"]["runs"], 2, "{agents}");
+    assert_eq!(agents["shop@1"]["not_over"], 1, "the pending run");
+    assert_eq!(agents["shop@2"]["runs"], 5, "{agents}");
+    assert_eq!(agents["shop@2"]["not_over"], 4, "all but the cancelled run");
     let leases = found["leases"].as_array().unwrap();
     let held: Vec<&str> = leases.iter().map(|l| l["run"].as_str().unwrap()).collect();
     assert_eq!(held, [runs::INTENDED, runs::UNKNOWN]);
@@ -67,6 +73,12 @@ fn inspect_reports_the_exact_counts_of_the_known_books() {
         "{text}"
     );
     assert!(text.contains("open waits: 1"), "{text}");
+    let shop2 = text
+        .lines()
+        .find(|l| l.starts_with("shop@2"))
+        .unwrap_or_default();
+    let columns: Vec<&str> = shop2.split_whitespace().collect();
+    assert_eq!(columns, ["shop@2", "5", "4"], "{text}");
 }
 
 #[test]
@@ -88,7 +100,7 @@ fn export_of_a_run_is_its_audit_journal_line_for_line() {
     for (line, entry) in lines.iter().zip(&audit) {
         assert_eq!(line["run"], runs::DONE);
         assert_eq!(line["seq"], entry.seq);
-        assert_eq!(line["time_ms"], entry.at_ms);
+        assert_eq!(line["at_ms"], entry.at_ms);
         assert_eq!(line["what"], entry.what.to_string());
         assert_eq!(line["why"], entry.why.as_str());
     }
@@ -151,6 +163,22 @@ fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
         &["stuck", "{}", "--older-than", "4h", "--json"],
     ));
     assert_eq!(young.as_array().unwrap().len(), 0);
+    // Without --older-than, an hour: the same rows as asking for 1h.
+    // (their ages differ by the time between the two commands).
+    let default = json(&actum_on(db.path(), &["stuck", "{}", "--json"]));
+    let by_default: Vec<(&str, &str, &str)> = default
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["run"].as_str().unwrap(),
+                r["kind"].as_str().unwrap(),
+                r["at"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(by_default, found);
     let table = actum_on(db.path(), &["stuck", "{}", "--older-than", "90m"]);
     assert!(stdout(&table).starts_with("2 run(s) stuck for 1h 30m or longer"));
     let bad = actum_on(db.path(), &["stuck", "{}", "--older-than", "soon"]);

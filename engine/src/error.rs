@@ -824,3 +824,35 @@ impl std::error::Error for Error {
         }
     }
 }
+
+#[cfg(test)]
+#[expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+mod tests {
+    use super::*;
+
+    /// A token prints as `token N`, so a message must not say "token"
+    /// before it again ("under token token 1").
+    #[test]
+    fn messages_name_a_token_once() {
+        let run = RunId::new("r").unwrap();
+        let messages = [
+            Error::LeaseLost {
+                run: run.clone(),
+                token: FencingToken(1),
+            },
+            Error::Fenced {
+                run: run.clone(),
+                presented: FencingToken(1),
+                current: FencingToken(2),
+            },
+        ]
+        .map(|e| e.to_string());
+        for message in messages {
+            assert!(message.contains("token 1"), "{message}");
+            assert!(!message.contains("token token"), "{message}");
+        }
+    }
+}

@@ -642,7 +642,7 @@ fn workload() -> Vec<Work> {
             usage: Usage {
                 tokens_in: 10,
                 tokens_out: 3,
-                cost_micro_usd: 7,
+                cost_micros: 7,
             },
         })),
         Cmd(Command::Batch(vec![

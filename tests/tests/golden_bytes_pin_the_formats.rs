@@ -253,7 +253,7 @@ fn decision_record() -> DecisionRecord {
         usage: Usage {
             tokens_in: 100,
             tokens_out: 200,
-            cost_micro_usd: 300,
+            cost_micros: 300,
         },
         recorded_ms: 14_000,
         token: token(),

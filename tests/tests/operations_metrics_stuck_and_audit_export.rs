@@ -129,7 +129,7 @@ fn the_audit_export_is_the_journal_line_for_line() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(v["run"], "a");
         assert_eq!(v["seq"], entry.seq);
-        assert_eq!(v["time_ms"], entry.at_ms);
+        assert_eq!(v["at_ms"], entry.at_ms);
         assert_eq!(v["what"], entry.what.to_string());
         assert_eq!(v["why"], entry.why.as_str());
         match entry.token {

@@ -191,7 +191,7 @@ fn decide_amount(engine: &Engine, grant: &LeaseGrant, rng: &mut Rng) -> actum::R
         usage: Usage {
             tokens_in: 120,
             tokens_out: 4,
-            cost_micro_usd: 90,
+            cost_micros: 90,
         },
     })?;
     Ok(match recorded {

@@ -124,7 +124,14 @@ fn create(engine: &Engine, run: &str, trace: &str) {
         .create_run(CreateRun {
             run: rid(run),
             input_digest: digest_of(run.as_bytes()),
-            agent_version: "agent 1.0".into(),
+            // Two versions of one agent, as a runtime names them
+            // (kind@version): the finished and the pending run are the
+            // older version's.
+            agent_version: if [runs::DONE, runs::PENDING].contains(&run) {
+                "shop@1".into()
+            } else {
+                "shop@2".into()
+            },
             trace_id: trace.into(),
             parent: None,
             input: None,

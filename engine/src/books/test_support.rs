@@ -221,7 +221,7 @@ pub(crate) fn decision(
         usage: Usage {
             tokens_in: 10,
             tokens_out: 5,
-            cost_micro_usd: 30,
+            cost_micros: 30,
         },
     })
 }

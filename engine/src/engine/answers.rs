@@ -7,6 +7,20 @@
 
 use crate::books::{Answer, DecisionRecord, Guard, RunId, RunState, WorkerId};
 
+/// A run after `transition`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Moved {
+    /// The run.
+    pub run: RunId,
+    /// Its state before.
+    pub from: RunState,
+    /// Its state now: the state asked for, or `Compensating` for a move to
+    /// failed or cancelled whose saga has acts to undo first.
+    pub to: RunState,
+    /// Its version now.
+    pub version: u64,
+}
+
 /// A run after `create_run`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Created {

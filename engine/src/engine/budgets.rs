@@ -146,9 +146,9 @@ impl Engine {
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// engine.set_budget(&run, BudgetLimits { cost_micros: Some(10_000), ..Default::default() }, "ops", "")?;
     /// let call = Charge::Decision { position: 0 };
-    /// let hold = Usage { tokens_in: 1_000, tokens_out: 100, cost_micro_usd: 2_000 };
+    /// let hold = Usage { tokens_in: 1_000, tokens_out: 100, cost_micros: 2_000 };
     /// engine.reserve(&run, &lease.guard, call.clone(), Cost::of_usage(hold))?;
-    /// let used = Usage { tokens_in: 700, tokens_out: 50, cost_micro_usd: 900 };
+    /// let used = Usage { tokens_in: 700, tokens_out: 50, cost_micros: 900 };
     /// engine.record_decision(RecordDecision { run: run.clone(), guard: lease.guard.clone(),
     ///     position: 0, input_digest: digest_of(b"prompt"), output: b"answer".to_vec(),
     ///     rationale: "".into(), usage: used })?;

@@ -13,7 +13,7 @@ use crate::books::{
 };
 use crate::error::Result;
 
-use super::answers::{Created, LeaseGrant, Operated, Recorded, SavedCheckpoint, unexpected};
+use super::answers::{Created, LeaseGrant, Moved, Operated, Recorded, SavedCheckpoint, unexpected};
 use super::core::Engine;
 use crate::books::Begun;
 
@@ -77,7 +77,7 @@ impl Engine {
     /// let lease = engine.acquire_lease(&run, &WorkerId::new("w1")?, 60_000)?;
     /// let to = |to: RunState, expected_version: Option<u64>| Transition { run: run.clone(),
     ///     guard: lease.guard.clone(), to, expected_version, reason: "".into() };
-    /// let version = engine.transition(to(RunState::Running, Some(lease.version)))?;
+    /// let version = engine.transition(to(RunState::Running, Some(lease.version)))?.version;
     /// assert_eq!(version, lease.version + 1);
     /// // A move based on a stale read is refused.
     /// let stale = engine.transition(to(RunState::Completed, Some(lease.version)));
@@ -88,9 +88,19 @@ impl Engine {
     /// assert_eq!(engine.run(&run)?.expect("created").version, version);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn transition(&self, cmd: Transition) -> Result<u64> {
+    pub fn transition(&self, cmd: Transition) -> Result<Moved> {
         match self.answer(Command::Transition(cmd))? {
-            Answer::Transitioned { version, .. } => Ok(version),
+            Answer::Transitioned {
+                run,
+                from,
+                to,
+                version,
+            } => Ok(Moved {
+                run,
+                from,
+                to,
+                version,
+            }),
             other => unexpected(&other, "transition"),
         }
     }
@@ -451,7 +461,7 @@ impl Engine {
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// let call = RecordDecision { run: run.clone(), guard: lease.guard.clone(), position: 0,
     ///     input_digest: digest_of(b"plan the trip"), output: b"fly on monday".to_vec(),
-    ///     rationale: "cheapest".into(), usage: Usage { tokens_in: 900, tokens_out: 40, cost_micro_usd: 1_200 } };
+    ///     rationale: "cheapest".into(), usage: Usage { tokens_in: 900, tokens_out: 40, cost_micros: 1_200 } };
     /// assert_eq!(engine.record_decision(call.clone())?, Recorded::New { position: 0 });
     /// // A resumed worker asks again: the recorded output; do not call the model.
     /// let Recorded::Replay(record) = engine.record_decision(call.clone())? else { panic!("recorded") };

@@ -29,7 +29,7 @@ mod waits;
 
 pub use crate::books::Begun;
 pub use crate::db::Recovery;
-pub use answers::{Created, LeaseGrant, Operated, Recorded, SavedCheckpoint};
+pub use answers::{Created, LeaseGrant, Moved, Operated, Recorded, SavedCheckpoint};
 pub use children::{ChildSpec, ChildStarted, start_child_command};
 pub use compensate::CompensationRequest;
 pub use coordination::ResourceGrant;
@@ -38,7 +38,7 @@ pub(crate) use existing::require_database;
 pub use operations::{Metrics, Stuck, StuckReason, WAIT_SAMPLES_MAX};
 pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
-    MAX_RECORD_BYTES_DEFAULT,
+    MAX_RECORD_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT,
 };
 pub use retention::{Pruned, Retention};
 pub use sagas::SagaProgress;

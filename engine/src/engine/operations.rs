@@ -204,7 +204,7 @@ pub struct Stuck {
 struct AuditLine<'a> {
     run: &'a str,
     seq: u64,
-    time_ms: u64,
+    at_ms: u64,
     what: String,
     why: &'a str,
     token: Option<u64>,
@@ -446,7 +446,7 @@ impl Engine {
             let line = AuditLine {
                 run: run.as_str(),
                 seq: entry.seq,
-                time_ms: entry.at_ms,
+                at_ms: entry.at_ms,
                 what: entry.what.to_string(),
                 why: &entry.why,
                 token: entry.token.map(|t| t.0),

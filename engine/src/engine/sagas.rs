@@ -226,7 +226,8 @@ impl Engine {
     /// // The hedge is refused: the run fails, and compensates first.
     /// let fail = Transition { run: run.clone(), guard: lease.guard.clone(),
     ///     to: RunState::Failed, expected_version: None, reason: "hedge refused".into() };
-    /// engine.transition(fail)?;
+    /// // The move says where the run went: compensating, its end failed.
+    /// assert_eq!(engine.transition(fail)?.to, RunState::Compensating);
     /// assert_eq!(engine.run(&run)?.map(|r| r.state), Some(RunState::Compensating));
     /// let mut calls = Vec::new();
     /// let progress = engine.run_saga(&lease.guard, &run, "hedge refused",

@@ -623,16 +623,12 @@ impl Runtime {
             reason: reason.to_string(),
         });
         match moved {
-            Ok(_) => {}
-            Err(e) => return settle_refusal(e),
-        }
-        match engine.run(&watch.run)?.map(|r| r.state) {
-            Some(RunState::Compensating) => self.compensate(watch, reason),
-            Some(state) => {
+            Ok(moved) if moved.to == RunState::Compensating => self.compensate(watch, reason),
+            Ok(moved) => {
                 watch.let_go();
-                Ok(Driven::Ended(state))
+                Ok(Driven::Ended(moved.to))
             }
-            None => Ok(Driven::LeaseLost),
+            Err(e) => settle_refusal(e),
         }
     }
 

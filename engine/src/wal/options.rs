@@ -13,10 +13,15 @@ use crate::ids::Lsn;
 /// repair mode, and the test-only planted bug).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalOptions {
-    /// Size of every new segment file, header included (default 64 MiB).
+    /// Size of every new segment file, header included. The engine's
+    /// default ([`EngineOptions::default`](crate::EngineOptions)) is 16 MiB
+    /// ([`SEGMENT_SIZE_BYTES_DEFAULT`](crate::engine::SEGMENT_SIZE_BYTES_DEFAULT));
+    /// a bare log's `WalOptions::default()` is 64 MiB.
     pub segment_size_bytes: u64,
-    /// Largest accepted record payload (default 1 MiB); with its header it
-    /// must fit an empty segment.
+    /// Largest accepted record payload; with its header it must fit an
+    /// empty segment. The engine's default is 4 MiB
+    /// ([`MAX_RECORD_BYTES_DEFAULT`](crate::engine::MAX_RECORD_BYTES_DEFAULT));
+    /// a bare log's `WalOptions::default()` is 1 MiB.
     pub max_record_bytes: u64,
     /// Truncate damaged acknowledged data instead of refusing to open, and
     /// report what was dropped (default false).

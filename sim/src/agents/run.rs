@@ -807,7 +807,7 @@ impl Sim<'_> {
                     let what = v["what"].as_str().unwrap_or_default().to_string();
                     (
                         v["seq"].as_u64().unwrap_or(0),
-                        v["time_ms"].as_u64().unwrap_or(0),
+                        v["at_ms"].as_u64().unwrap_or(0),
                         what,
                     )
                 })

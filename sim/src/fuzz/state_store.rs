@@ -504,7 +504,7 @@ fn journal(engine: &Engine, run: &RunId, guard: &Guard, k: usize) {
         usage: Usage {
             tokens_in: 100,
             tokens_out: 20,
-            cost_micro_usd: 300,
+            cost_micros: 300,
         },
     };
     engine.record_decision(decision).expect("a decision");

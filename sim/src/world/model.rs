@@ -44,7 +44,7 @@ impl Model {
         let usage = Usage {
             tokens_in: 100 + u64::from(input.0[0]),
             tokens_out: 20 + u64::from(input.0[1]),
-            cost_micro_usd: 300 + u64::from(input.0[2]),
+            cost_micros: 300 + u64::from(input.0[2]),
         };
         (output, usage)
     }

@@ -39,7 +39,7 @@ impl Cost {
         Cost {
             tokens_in: usage.tokens_in,
             tokens_out: usage.tokens_out,
-            cost_micros: usage.cost_micro_usd,
+            cost_micros: usage.cost_micros,
             tool_calls: 0,
         }
     }

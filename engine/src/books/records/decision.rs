@@ -15,7 +15,7 @@ pub struct Usage {
     /// Completion tokens.
     pub tokens_out: u64,
     /// Cost in millionths of a US dollar.
-    pub cost_micro_usd: u64,
+    pub cost_micros: u64,
 }
 
 /// One recorded model call.

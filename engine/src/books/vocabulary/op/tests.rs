@@ -236,7 +236,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(
                 |(
                     run,
-                    (position, tokens_in, tokens_out, cost_micro_usd, recorded_ms),
+                    (position, tokens_in, tokens_out, cost_micros, recorded_ms),
                     input_digest,
                     output,
                     rationale,
@@ -251,7 +251,7 @@ fn op() -> impl Strategy<Value = Op> {
                         usage: Usage {
                             tokens_in,
                             tokens_out,
-                            cost_micro_usd
+                            cost_micros
                         },
                         recorded_ms,
                         token
