@@ -187,7 +187,7 @@ fn travel_agent(
         )
         .attempts(3);
         let charge = ctx.step("charge", &card, &itinerary, |call| {
-            let key = call.key.encode();
+            let key = call.idempotency_key.clone();
             let mut w = world.lock().expect("world");
             w.charges.entry(key.clone()).or_insert_with(|| run.clone());
             if let Some(at) = w.lose_ack.iter().position(|k| *k == key) {

@@ -29,8 +29,8 @@ mod vocabulary;
 
 pub use base::digest::{DIGEST_LEN_BYTES, Digest, digest_of};
 pub use base::ids::{
-    EffectKey, EffectKind, FencingToken, ResourceId, RunId, SharedKeyId, StepId, WorkerId,
-    child_run_id,
+    EffectKey, EffectKind, FencingToken, ResourceId, RunId, SharedKeyId, StepId,
+    TOOL_KEY_BYTES_MAX, WorkerId, child_run_id,
 };
 pub use base::limits::*;
 pub use dispatch::decide::decide;

@@ -91,8 +91,11 @@ impl Tool {
 /// What a step's act (or a query) receives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Call<'a> {
-    /// The attempt's key; `key.encode()` is the idempotency key to send.
+    /// The attempt's key.
     pub key: &'a EffectKey,
+    /// The idempotency key to send: `key.tool_key()`, at most 255 bytes
+    /// (`run/step/attempt`, or its digest form when names are long).
+    pub idempotency_key: String,
     /// The fencing token to send, for tools that check it.
     pub token: FencingToken,
     /// True if this resends an earlier attempt's request (same key).
@@ -347,6 +350,7 @@ impl RunCtx<'_> {
                     }
                     let call = Call {
                         key: &ctx.key,
+                        idempotency_key: ctx.key.tool_key(),
                         token: ctx.token,
                         resend: ctx.resend,
                         deadline_ms,
@@ -368,6 +372,7 @@ impl RunCtx<'_> {
                     };
                     let call = Call {
                         key: &ctx.key,
+                        idempotency_key: ctx.key.tool_key(),
                         token: ctx.token,
                         resend: false,
                         deadline_ms: self.watch.act_deadline_ms(),

@@ -12,6 +12,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::books::base::limits::NAME_LEN_BYTES_MAX;
+
+/// The longest idempotency key [`EffectKey::tool_key`] hands a tool.
+pub const TOOL_KEY_BYTES_MAX: usize = 255;
 use crate::error::{Error, Result};
 
 /// True for the characters a name may hold.
@@ -343,6 +346,23 @@ impl EffectKey {
         }
     }
 
+    /// The idempotency key to send a tool that takes at most
+    /// [`TOOL_KEY_BYTES_MAX`] = 255 bytes (the common limit of payment
+    /// APIs): [`encode`](EffectKey::encode) when it fits, which it does
+    /// unless run and step names are long; otherwise `actum-` and the
+    /// BLAKE3 digest of the encoded key in hex (70 bytes), the same for the
+    /// same key on every resume and different for different keys.
+    pub fn tool_key(&self) -> String {
+        let encoded = self.encode();
+        if encoded.len() <= TOOL_KEY_BYTES_MAX {
+            return encoded;
+        }
+        format!(
+            "actum-{}",
+            crate::books::base::digest::digest_of(encoded.as_bytes())
+        )
+    }
+
     /// Inverts [`EffectKey::encode`].
     pub fn parse(text: &str) -> Result<EffectKey> {
         let bad = || Error::InvalidName {
@@ -380,6 +400,42 @@ impl fmt::Display for EffectKey {
 )]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_key_fits_in_255_bytes_and_names_one_key() {
+        let short = EffectKey::new(
+            RunId::new("order-17").unwrap(),
+            StepId::new("pay").unwrap(),
+            2,
+        )
+        .unwrap();
+        assert_eq!(short.tool_key(), "order-17/pay/2");
+        let long = |attempt| {
+            EffectKey::new(
+                RunId::new("r".repeat(NAME_LEN_BYTES_MAX)).unwrap(),
+                StepId::new("s".repeat(NAME_LEN_BYTES_MAX)).unwrap(),
+                attempt,
+            )
+            .unwrap()
+        };
+        let (first, second) = (long(1).tool_key(), long(2).tool_key());
+        assert!(long(1).encode().len() > TOOL_KEY_BYTES_MAX);
+        assert!(
+            first.len() <= TOOL_KEY_BYTES_MAX && first.starts_with("actum-"),
+            "{first}"
+        );
+        assert_eq!(first, long(1).tool_key(), "stable");
+        assert_ne!(first, second, "distinct");
+        let undo = EffectKey::of_kind(
+            RunId::new("r".repeat(NAME_LEN_BYTES_MAX)).unwrap(),
+            StepId::new("s".repeat(NAME_LEN_BYTES_MAX)).unwrap(),
+            EffectKind::Undo,
+            1,
+        )
+        .unwrap();
+        assert!(undo.tool_key().len() <= TOOL_KEY_BYTES_MAX);
+        assert_ne!(undo.tool_key(), first);
+    }
 
     #[test]
     fn names_are_validated() {
