@@ -35,7 +35,8 @@ const THRESHOLD_CENTS: u64 = 50_000;
 const APPROVAL_WINDOW_MS: u64 = 24 * HOUR_MS;
 /// The role an approval must come from.
 const ROLE: &str = "refund-supervisor";
-/// A worker's lease; a dead worker's run is claimable again after it.
+/// A worker's lease: a dead worker's run is claimable again once it ran
+/// out, or at once after a restart (the open releases it).
 const LEASE_MS: u64 = 30_000;
 /// The payment provider deduplicates a refund's key for a day.
 const PSP_DEDUP_MS: u64 = 24 * HOUR_MS;
@@ -253,8 +254,10 @@ fn refunds(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxError> {
     let after = engine.runs(Some(RunState::WaitingHuman), None, 1000)?;
     let leased = after.iter().filter(|r| r.lease.is_some()).count();
     println!(
-        "   reopened: {} log records replayed, {} refunds still waiting, {leased} of them leased",
+        "   reopened: {} log records replayed, {} lease(s) of the dead process released, {} \
+         refunds still waiting, {leased} of them leased",
         engine.recovery().replayed_records,
+        engine.recovery().leases_released,
         after.len()
     );
 
@@ -293,7 +296,7 @@ fn open(dir: &Path, clock: &Arc<ManualClock>) -> Result<Engine, Error> {
 
 /// Workers drain the queue: every claimable run goes through the agent.
 /// Runs come back to the queue when they are woken or their worker's
-/// lease runs out, never while they wait.
+/// lease runs out (or a restart released it), never while they wait.
 fn work(
     engine: &Engine,
     desk: &BTreeMap<RunId, RefundRequest>,
@@ -311,7 +314,7 @@ fn work(
             .ok_or_else(|| format!("claimed {}, which no request names", lease.run))?;
         if world.crashed.contains(&lease.run) && world.resumed.insert(lease.run.clone()) {
             println!(
-                "   [{}] the dead worker's lease ran out: claimed again under token {}",
+                "   [{}] the dead worker's run is claimed again under token {}",
                 request.booking, lease.guard.token.0
             );
         }

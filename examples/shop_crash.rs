@@ -3,9 +3,10 @@
 //! warehouse, each through the engine's step ceremony (intent durable
 //! before the call, outcome recorded after). The process dies in the worst
 //! place: the payment provider has charged the card, and the engine never
-//! heard back. Reopened, the engine lets nobody take the run until the dead
-//! worker's lease runs out; the next worker resends the charge with the
-//! SAME idempotency key, the provider recognises it and charges nothing
+//! heard back. Reopened, the engine releases the dead worker's lease (the
+//! directory lock proves that process gone), so the run is claimed again
+//! at once under a larger fencing token; the next worker resends the charge
+//! with the SAME idempotency key, the provider recognises it and charges nothing
 //! new, and the order is placed once. Other orders crash elsewhere (after
 //! the intent, after the charge was recorded, after the order was sent):
 //! every card is charged exactly once and every order placed exactly once.
@@ -29,8 +30,8 @@ use actum_examples::{BoxError, Checks, Cli, XorShift, euros, main_of};
 /// 2026-11-27 10:00 UTC: the engine's clock starts here and moves only
 /// when the example says so.
 const START_MS: u64 = 1_795_773_600_000;
-/// A worker's lease: after a crash, the run waits this long for a new
-/// worker.
+/// A worker's lease: how long a run stays with a worker that stops
+/// renewing it. A crash frees it at once: the next open releases it.
 const LEASE_MS: u64 = 30_000;
 /// The provider and the warehouse remember a key for a day.
 const DEDUP_MS: u64 = 86_400_000;
@@ -204,9 +205,10 @@ struct World {
     warehouse: Service,
     /// Orders whose process already died once (it dies only the first time).
     crashed: BTreeSet<RunId>,
-    /// Claims tried right after a restart, while the dead worker's lease
-    /// lived: each must have found nothing.
-    early_claims: Vec<Option<RunId>>,
+    /// Claims made right after each restart, with the dead worker's lease
+    /// still unexpired by the clock: the run claimed, and whether under a
+    /// larger token than the dead worker's.
+    retaken: Vec<(RunId, bool)>,
 }
 
 /// How one pass of the agent over a claimed run ended.
@@ -225,7 +227,7 @@ fn shop(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxError> {
         provider: Service::new("ch"),
         warehouse: Service::new("wh"),
         crashed: BTreeSet::new(),
-        early_claims: Vec::new(),
+        retaken: Vec::new(),
     };
     let mut engine = open(dir, &clock)?;
     for order in &orders {
@@ -271,8 +273,8 @@ fn open(dir: &Path, clock: &Arc<ManualClock>) -> Result<Engine, Error> {
 }
 
 /// One order: the run is created and claimed; if the process dies, the
-/// engine is reopened and the run claimed again once the dead worker's
-/// lease ran out. Returns the engine (reopened if it crashed).
+/// engine is reopened and the run claimed again at once (the open released
+/// the dead worker's lease). Returns the engine (reopened if it crashed).
 fn sell(
     mut engine: Engine,
     dir: &Path,
@@ -304,17 +306,20 @@ fn sell(
     // The process is gone: everything the engine held in memory with it.
     // Dropping without `close` is exactly that, to the engine.
     drop(engine);
+    let dead_token = lease.guard.token;
     engine = open(dir, clock)?;
-    let early = engine.claim_next(&worker, LEASE_MS)?;
-    world.early_claims.push(early.map(|l| l.run));
-    clock.advance_ms(LEASE_MS);
+    // No clock moves: the open released the lease, so the run is free now.
     let lease = engine
         .claim_next(&worker, LEASE_MS)?
         .ok_or("the crashed order is not claimable")?;
+    world
+        .retaken
+        .push((lease.run.clone(), lease.guard.token > dead_token));
     println!(
-        "   restarted: {} log records replayed; the run stays with the dead worker until its \
-         lease runs out, then is claimed again under token {}",
+        "   restarted: {} log records replayed, {} lease of the dead worker released; the run \
+         is claimed again at once under token {}",
         engine.recovery().replayed_records,
+        engine.recovery().leases_released,
         lease.guard.token.0
     );
     if shop_agent(&engine, &lease, order, world)? != Flow::Ended {
@@ -550,11 +555,15 @@ fn check(
         world.warehouse.deduplicated,
         sent_then_crashed(Crash::AfterOrderSent),
     );
-    let crashes = orders.iter().filter(|o| o.crash != Crash::Never).count();
+    let crashed: Vec<(RunId, bool)> = orders
+        .iter()
+        .filter(|o| o.crash != Crash::Never)
+        .map(|o| (o.run.clone(), true))
+        .collect();
     checks.equal(
-        "after every crash, nobody could claim the run while the dead worker's lease lived",
-        world.early_claims.clone(),
-        vec![None; crashes],
+        "after every crash, the restarted process claimed the run at once, under a larger token",
+        world.retaken.clone(),
+        crashed,
     );
     checks.check(
         "the scripted crash between payment and order happened",

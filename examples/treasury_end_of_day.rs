@@ -32,7 +32,8 @@ use actum_examples::{BoxError, Checks, Cli, XorShift, main_of};
 const START_MS: u64 = 1_772_485_200_000;
 /// A day, in the engine clock's milliseconds.
 const DAY_MS: u64 = 86_400_000;
-/// A worker's lease; a dead worker's run is claimable again after it.
+/// A worker's lease: how long a run stays with a worker that stops
+/// renewing it. A crash frees it at once: the next open releases it.
 const LEASE_MS: u64 = 60_000;
 /// What the operating account holds before the first day.
 const OPENING_CENTS: i64 = 50_000_000 * 100;
@@ -279,9 +280,10 @@ struct World {
     desk: Desk,
     /// Days whose process already died once (it dies only the first time).
     crashed: BTreeSet<RunId>,
-    /// Claims tried right after a restart, while the dead worker's lease
-    /// lived: each must have found nothing.
-    early_claims: Vec<Option<RunId>>,
+    /// Claims made right after each restart, with the dead worker's lease
+    /// still unexpired by the clock: the run claimed, and whether under a
+    /// larger token than the dead worker's.
+    retaken: Vec<(RunId, bool)>,
 }
 
 /// How one pass of the agent over a claimed run ended.
@@ -304,7 +306,7 @@ fn end_of_days(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxErro
         },
         desk: Desk::default(),
         crashed: BTreeSet::new(),
-        early_claims: Vec::new(),
+        retaken: Vec::new(),
     };
     let mut engine = open(dir, &clock)?;
     for day in &days {
@@ -334,8 +336,9 @@ fn open(dir: &Path, clock: &Arc<ManualClock>) -> Result<Engine, Error> {
 }
 
 /// One day: the scheduler creates the run, a worker claims it, and, if the
-/// process dies, the restarted service claims it again once the dead
-/// worker's lease ran out. Returns the engine (reopened if it crashed).
+/// process dies, the restarted service claims it again at once (its open
+/// released the dead worker's lease). Returns the engine (reopened if it
+/// crashed).
 fn run_day(
     mut engine: Engine,
     dir: &Path,
@@ -362,16 +365,19 @@ fn run_day(
     if end_of_day(&engine, &lease, day, world)? == Flow::Ended {
         return Ok(engine);
     }
+    let dead_token = lease.guard.token;
     drop(engine); // no close: to the engine this is a crash
     engine = open(dir, clock)?;
-    let early = engine.claim_next(&worker, LEASE_MS)?;
-    world.early_claims.push(early.map(|l| l.run));
-    clock.advance_ms(LEASE_MS);
+    // No clock moves: the open released the lease, so the run is free now.
     let lease = claim(&engine, &worker)?;
+    world
+        .retaken
+        .push((lease.run.clone(), lease.guard.token > dead_token));
     println!(
-        "   restarted: {} log records replayed; the run stays with the dead worker until its \
-         lease runs out, then is claimed again under token {}",
+        "   restarted: {} log records replayed, {} lease of the dead worker released; the run \
+         is claimed again at once under token {}",
         engine.recovery().replayed_records,
+        engine.recovery().leases_released,
         lease.guard.token.0
     );
     if end_of_day(&engine, &lease, day, world)? != Flow::Ended {
@@ -726,14 +732,15 @@ fn check(
         &hedges,
     );
     checks.none_of("declined days ended failed, hedged days completed", &ends);
-    let crashes = days
+    let crashed: Vec<(RunId, bool)> = days
         .iter()
         .filter(|d| world.crashed.contains(&d.run))
-        .count();
+        .map(|d| (d.run.clone(), true))
+        .collect();
     checks.equal(
-        "after every crash, nobody could claim the run while the dead worker's lease lived",
-        world.early_claims.clone(),
-        vec![None; crashes],
+        "after every crash, the restarted service claimed the run at once, under a larger token",
+        world.retaken.clone(),
+        crashed,
     );
     checks.check(
         "the scripted crash in the middle of the undo happened and was recovered",

@@ -1,8 +1,9 @@
 //! The writes an operator needs: `pause`, `resume` and `cancel` a run
 //! (`Engine::operate`, no lease), and `reconcile` an effect whose outcome
 //! is pending or unknown from what the operator found out. Each opens the
-//! directory for writing (only if it holds a database), says what changed
-//! and closes the engine cleanly.
+//! directory for writing (only if it holds a database), which releases the
+//! leases a process that died left (said on stderr), says what changed and
+//! closes the engine cleanly.
 //!
 //! `reconcile` goes through the engine's lease-free settle path, the one an
 //! asynchronous tool's webhook uses (`Engine::deliver_reply`): it settles
@@ -30,6 +31,7 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
     let fail = |e| CliError::engine(dir, e);
     let run = RunId::new(args.run.as_str()).map_err(fail)?;
     let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
+    say_leases_released(&engine, dir);
     let done = operate(&engine, &run, action, args);
     let closed = engine.close();
     let (before, after) = done.map_err(fail)?;
@@ -61,6 +63,22 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
     };
     said.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr (stdout stays the command's answer) that the open
+/// released the leases of the process that had `dir` before, if it did:
+/// that changed the books too.
+fn say_leases_released(engine: &Engine, dir: &std::path::Path) {
+    let released = engine.recovery().leases_released;
+    if released > 0 {
+        // A failed write to stderr is no reason to fail the command.
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: opening {} released {released} lease(s) of the process that had it open \
+             before (its lock was free, so it is gone); their runs can be claimed again now",
+            dir.display()
+        );
+    }
 }
 
 /// The run's state before, and the operator's result.
@@ -103,6 +121,7 @@ pub fn reconcile(args: &ReconcileArgs) -> Result<ExitCode, CliError> {
         },
     };
     let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
+    say_leases_released(&engine, dir);
     let done = settle(&engine, &key, outcome, &sender);
     let closed = engine.close();
     let (before, after, woke) = done.map_err(fail)?;

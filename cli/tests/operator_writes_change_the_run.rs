@@ -48,6 +48,13 @@ fn pause_resume_and_cancel_move_the_run_and_journal_who_and_why() {
         "{}",
         stdout(&paused)
     );
+    // The process that built the database is gone: the first writable open
+    // released the live leases of r-intended and r-unknown, and says so.
+    assert!(
+        stderr(&paused).contains("released 2 lease(s)"),
+        "{}",
+        stderr(&paused)
+    );
     assert_eq!(state_of(db.path(), runs::PENDING), RunState::Paused);
     let again = operate(db.path(), "pause", runs::PENDING);
     assert!(
@@ -55,6 +62,7 @@ fn pause_resume_and_cancel_move_the_run_and_journal_who_and_why() {
         "{}",
         stdout(&again)
     );
+    assert!(!stderr(&again).contains("released"), "{}", stderr(&again));
     let resumed = operate(db.path(), "resume", runs::PENDING);
     assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
     assert_eq!(state_of(db.path(), runs::PENDING), RunState::Running);

@@ -89,6 +89,10 @@ pub enum PlantedBug {
     /// A checkpoint writing a prune deletes every blob the pruned run
     /// referenced, counted or not, so kept runs lose the parts they share.
     PruneSharedBlobs,
+    /// The open releases only the leases the state store held, read before
+    /// the log is replayed: a lease granted since the last checkpoint stays
+    /// held by the process that died.
+    ReleaseStoredLeasesOnly,
 }
 
 impl PlantedBug {
@@ -102,7 +106,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 24] = [
+    pub const ENGINE: [PlantedBug; 25] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -127,10 +131,11 @@ impl PlantedBug {
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
+        PlantedBug::ReleaseStoredLeasesOnly,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 29] = [
+    pub const ALL: [PlantedBug; 30] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -160,6 +165,7 @@ impl PlantedBug {
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
+        PlantedBug::ReleaseStoredLeasesOnly,
     ];
 
     /// The bug's command-line name.
@@ -194,6 +200,7 @@ impl PlantedBug {
             PlantedBug::ResourceIgnoresHolder => "resource-ignores-holder",
             PlantedBug::SharedSetBlind => "shared-set-blind",
             PlantedBug::PruneSharedBlobs => "prune-shared-blobs",
+            PlantedBug::ReleaseStoredLeasesOnly => "release-stored-leases-only",
         }
     }
 

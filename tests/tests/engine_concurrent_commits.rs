@@ -10,9 +10,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use actum::ManualClock;
 use actum::books::{BeginEffect, EffectKey, FinishEffect, Outcome, digest_of};
 use actum::engine::{Begun, LeaseGrant};
+use actum::{Clock, ManualClock};
+use actum_sim::check::opened;
 use support::*;
 
 const THREADS: usize = 8;
@@ -77,10 +78,11 @@ fn concurrent_effects_share_fsyncs_and_all_survive_a_crash() {
     let engine = open_fs(dir.path(), &clock);
     assert_eq!(
         engine.snapshot().unwrap(),
-        acknowledged,
-        "every acknowledged command survived"
+        opened(&acknowledged, clock.now_ms()).unwrap(),
+        "every acknowledged command survived, and the open released the leases"
     );
     for grant in &grants {
+        let grant = &take_back(&engine, grant);
         for n in 0..PROTOCOLS_PER_THREAD {
             let begun = engine.begin_effect(charge(grant, n)).unwrap();
             assert!(

@@ -3,8 +3,10 @@
 //! the workload completes without crashing). After each cut the engine is
 //! recovered and its books (every redb table, read into a `MemBooks`) must
 //! equal the reference model driven by the acknowledged commands, with the
-//! one in-flight command either fully landed or not at all. The recovered
-//! engine then finishes the workload and must still match the model.
+//! one in-flight command either fully landed or not at all, and then the
+//! leases the open released (the process holding them is gone). The
+//! workers of the new process take their runs back, and the recovered
+//! engine finishes the workload and must still match the model.
 //!
 //! Replay a failure: the panic message names the seed and the op index `n`.
 
@@ -12,20 +14,23 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    AcquireResource, BeginCompensation, BeginEffect, BudgetLimits, Charge, Command, Compensation,
-    Cost, CreateRun, DecideApproval, DeliverReply, EffectKey, EffectKind, EndSaga, FencingToken,
-    FinishEffect, Guard, OpenWait, Operate, OperatorAction, Outcome, Part, RecordDecision,
-    ReleaseResource, Reserve, ResourceId, RunState, SaveCheckpoint, SendSignal, SetBudget,
-    SetShared, Settle, SharedKeyId, SharedSetter, ToolClass, Transition, Usage, WaitFor, digest_of,
+    AcquireResource, BeginCompensation, BeginEffect, BooksRead, BudgetLimits, Charge, Command,
+    Compensation, Cost, CreateRun, DecideApproval, DeliverReply, EffectKey, EffectKind, EndSaga,
+    FencingToken, FinishEffect, Guard, OpenWait, Operate, OperatorAction, Outcome, Part,
+    RecordDecision, ReleaseResource, Reserve, ResourceId, RunId, RunState, SaveCheckpoint,
+    SendSignal, SetBudget, SetShared, Settle, SharedKeyId, SharedSetter, ToolClass, Transition,
+    Usage, WaitFor, digest_of,
 };
 use actum::db::DbOptions;
 use actum::engine::{ChildSpec, start_child_command};
 use actum::wal::WalOptions;
 use actum::{Clock, DatabaseId, Engine, EngineOptions, Storage};
+use actum_sim::check::{opened, releases_at_open};
 use actum_sim::{FaultConfig, Rng, SimClock, SimDisk};
 use support::*;
 
@@ -712,18 +717,79 @@ fn open(disk: &SimDisk, clock: &SimClock) -> Engine {
     Engine::open_with(storage, Arc::new(clock.clone()), Path::new(DIR), options()).unwrap()
 }
 
-/// Runs `work[from..]`; returns the index of the step that failed (power
-/// cut) or `None` if all completed. Acknowledged commands go to `model`.
+/// The runs the workers of a new process took back after a crash, and how
+/// many times: the open released every live lease of a run not over (the
+/// process that held them is gone), and the worker that held one acquired
+/// its run again, under a token one larger. The workload's later commands
+/// present the workload's tokens shifted by as much.
+#[derive(Clone, Debug, Default)]
+struct Retaken(BTreeMap<RunId, u64>);
+
+impl Retaken {
+    /// `cmd` with every guard it presents (in a batch too) shifted.
+    fn rewrite(&self, cmd: &Command) -> Command {
+        let mut cmd = cmd.clone();
+        self.shift(&mut cmd);
+        cmd
+    }
+
+    fn shift(&self, cmd: &mut Command) {
+        if let Command::Batch(cmds) = cmd {
+            cmds.iter_mut().for_each(|c| self.shift(c));
+        } else if let Some((_, guard)) = cmd.guard_mut()
+            && let Some(times) = self.0.get(&guard.run)
+        {
+            guard.token = FencingToken(guard.token.0 + times);
+        }
+    }
+
+    /// After an open at `opened_ms` on `model`'s books (before its
+    /// releases): applies them to `model`, then each worker that held a
+    /// released lease acquires its run again, on `engine` and in `model`.
+    fn take_back(&mut self, engine: &Engine, opened_ms: u64, model: &mut Model) {
+        let releases = releases_at_open(&model.books, opened_ms);
+        model.books = opened(&model.books, opened_ms).unwrap();
+        for release in releases {
+            let Command::ReleaseLease(release) = release else {
+                unreachable!("an open releases leases")
+            };
+            let acquire = Command::AcquireLease(actum::books::AcquireLease {
+                run: release.run.clone(),
+                worker: release.guard.worker,
+                ttl_ms: LEASE_MS,
+            });
+            let answer = engine.execute(&acquire).unwrap();
+            assert_eq!(answer, model.execute(&acquire, opened_ms).unwrap());
+            *self.0.entry(release.run).or_default() += 1;
+        }
+    }
+}
+
+/// Runs `work[from..]`, its guards shifted by `retaken`; returns the index
+/// of the step that failed (power cut) or `None` if all completed.
+/// Acknowledged commands go to `model`.
 fn drive(
     engine: &Engine,
     clock: &SimClock,
     disk: &SimDisk,
     work: &[Work],
+    retaken: &mut Retaken,
     from: usize,
     model: &mut Model,
 ) -> Option<usize> {
     for (i, step) in work.iter().enumerate().skip(from) {
         let now_ms = clock.advance_ms(STEP_MS);
+        if let Work::Cmd(cmd) = step
+            && let Command::CreateRun(create) = cmd.as_ref()
+            && model.books.run(&create.run).is_none()
+        {
+            // A new life of a pruned run's name counts its tokens from 1.
+            retaken.0.remove(&create.run);
+        }
+        let step = &match step {
+            Work::Cmd(cmd) => Work::Cmd(Box::new(retaken.rewrite(cmd))),
+            other => other.clone(),
+        };
         let result = match step {
             Work::Cmd(cmd) => engine.execute(cmd).map(Some),
             Work::Checkpoint => engine.checkpoint().map(|_| None),
@@ -762,9 +828,10 @@ fn crash_at_every_io(seed: u64) -> u64 {
         let engine = open(&disk, &clock);
         disk.set_crash_after_ops(n);
         let mut model = Model::default();
+        let mut retaken = Retaken::default();
         // A cut may also strike the checkpoint the last command started
         // after it was answered: then nothing is in flight.
-        let failed = match drive(&engine, &clock, &disk, &work, 0, &mut model) {
+        let failed = match drive(&engine, &clock, &disk, &work, &mut retaken, 0, &mut model) {
             Some(failed) => failed,
             None if disk.is_powered_off() => work.len(),
             None => {
@@ -778,25 +845,36 @@ fn crash_at_every_io(seed: u64) -> u64 {
         let mut crash_rng = Rng::new(seed ^ n).fork("crash");
         disk.crash(&mut crash_rng);
         let engine = open(&disk, &clock);
+        let opened_ms = clock.now_ms();
         let recovered = engine.snapshot().unwrap();
-        // The in-flight command landed entirely or not at all.
+        // The in-flight command landed entirely or not at all; then the
+        // open released the leases the dead process held.
         let mut landed = model.clone();
         if let Some(Work::Cmd(cmd)) = work.get(failed) {
-            landed.execute(cmd, clock.now_ms()).unwrap();
+            landed.execute(&retaken.rewrite(cmd), opened_ms).unwrap();
         }
-        let resume_at = if recovered == model.books {
+        let resume_at = if recovered == opened(&model.books, opened_ms).unwrap() {
             failed
-        } else if recovered == landed.books {
+        } else if recovered == opened(&landed.books, opened_ms).unwrap() {
             model = landed;
             failed + 1
         } else {
             panic!(
                 "seed {seed}, crash at op {n} during step {failed}: the recovered books match \
-                 neither the model before nor after that step"
+                 neither the model before nor after that step, with the leases released at open"
             );
         };
+        retaken.take_back(&engine, opened_ms, &mut model);
         // Heal: the recovered engine finishes the workload.
-        let rest = drive(&engine, &clock, &disk, &work, resume_at, &mut model);
+        let rest = drive(
+            &engine,
+            &clock,
+            &disk,
+            &work,
+            &mut retaken,
+            resume_at,
+            &mut model,
+        );
         assert_eq!(rest, None, "seed {seed}, op {n}: no faults while healing");
         assert_eq!(
             engine.snapshot().unwrap(),

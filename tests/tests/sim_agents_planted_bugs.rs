@@ -251,13 +251,15 @@ fn a_saga_that_undoes_its_first_step_first_is_caught_by_the_saga_check() {
 #[test]
 fn a_run_that_ends_without_its_saga_is_caught() {
     // The engine ends the run where the model compensates: the worker's
-    // next call (or the books at recovery) disagrees with the model, or
+    // next call (or the books at recovery) disagrees with the model, the
+    // model's run never ends (no worker claims a run the engine ended), or
     // the end-of-run saga check finds the act never undone.
     let (_, invariant) = caught(PlantedBug::EndWithoutCompensating);
     assert!(
         [
             "the engine decides as the reference model does",
             "after every recovery the books equal the model",
+            "every run ends once the faults stop",
             "a saga undoes what its run did, last first, each once"
         ]
         .contains(&invariant.as_str()),
@@ -307,4 +309,13 @@ fn a_prune_that_takes_blobs_kept_runs_share_is_caught() {
         .contains(&invariant.as_str()),
         "{invariant}"
     );
+}
+
+#[test]
+fn an_open_that_releases_only_the_leases_the_state_store_held_is_caught_by_the_model() {
+    // A lease granted since the last checkpoint is in the log only: an open
+    // that reads the leases before replaying it leaves that one held by the
+    // process that died, where the model released it.
+    let (_, invariant) = caught(PlantedBug::ReleaseStoredLeasesOnly);
+    assert_eq!(invariant, "after every recovery the books equal the model");
 }

@@ -53,7 +53,7 @@ impl Plan {
             seed: args.seed,
             kill_after_ms: (10, 200),
             // Generous for a loaded machine: a run takes a few fsyncs, a
-            // kill at most a lease's life of waiting.
+            // kill a restart (the next worker's open releases its leases).
             deadline: Duration::from_secs(60 + u64::from(runs) / 2 + u64::from(kills) * 3),
         }
     }

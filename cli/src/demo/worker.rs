@@ -28,7 +28,8 @@ use crate::args::WorkerArgs;
 use crate::failure::CliError;
 
 /// How long a worker's lease on a run lasts. A killed worker's runs are
-/// claimed again once it has passed.
+/// claimed again at once by the next worker process: its open releases the
+/// leases the killed one held.
 pub const LEASE_TTL_MS: u64 = 1_000;
 /// How long an idle worker sleeps before it looks for work again.
 const IDLE_MS: u64 = 25;
@@ -95,8 +96,8 @@ fn work_until_all_over(
     worker: &WorkerId,
     rng: &mut Rng,
 ) -> actum::Result<()> {
-    // Bounded by the runs: each pass completes one, or waits for a lease
-    // of a killed worker to run out.
+    // Bounded by the runs: each pass completes one, or waits for a run
+    // another thread holds (or whose lease outlived its thread) to free up.
     loop {
         let Some(grant) = engine.claim_next(worker, LEASE_TTL_MS)? else {
             if all_over(engine)? {

@@ -78,8 +78,14 @@ pub struct Recovery {
     pub state_lsn_at_open: Lsn,
     /// How many WAL records were replayed.
     pub replayed_records: u64,
-    /// The WAL's durable LSN after recovery.
+    /// The WAL's durable LSN after recovery (before the record of the
+    /// leases released at open, if any).
     pub durable_lsn: Lsn,
+    /// How many leases an engine's open released: every live lease of a
+    /// run not over, granted by an earlier open of the directory, whose
+    /// process the directory lock proves gone (0 for a read-only open, and
+    /// from the pipeline alone).
+    pub leases_released: u64,
 }
 
 /// Where a replayed record lies, to name it in an error about its contents.
@@ -339,6 +345,7 @@ impl Recovering {
             state_lsn_at_open,
             replayed_records: replayed,
             durable_lsn: durable,
+            leases_released: 0,
         };
         Ok((Pipeline { db, state, options }, recovery))
     }

@@ -3,9 +3,10 @@
 //! the clock. Opening it recovers: the runs the state store lists as live
 //! are loaded into memory whole, then every WAL record after the state's
 //! `applied_lsn` is replayed into memory through the same `apply` as the
-//! live path. A checkpoint writes the durable records since the last one to
-//! redb in one transaction, off the engine lock, and lets terminal runs
-//! leave memory.
+//! live path; a writable open then releases the leases of the process that
+//! had the directory before (`leases_at_open.rs`). A checkpoint writes the
+//! durable records since the last one to redb in one transaction, off the
+//! engine lock, and lets terminal runs leave memory.
 //!
 //! **Invariant:** the hot books hold exactly the effects of every logged
 //! record (durable or about to be), in LSN order, each once; the state
@@ -35,7 +36,20 @@ use crate::state::RedbBooks;
 use crate::storage::{FsStorage, Storage};
 
 use super::commit::Committed;
+use super::leases_at_open::held_leases;
 use super::options::EngineOptions;
+
+/// Whether an open may change the directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// `open`, `open_with`, `open_existing`: the engine writes, and its
+    /// open releases the leases of the process that had the directory
+    /// before.
+    ReadWrite,
+    /// `open_read_only*`: nothing in the directory changes, the leases
+    /// included.
+    ReadOnly,
+}
 
 /// A logged record whose effects are in the hot books but not yet in the
 /// state store.
@@ -135,7 +149,10 @@ impl Engine {
     }
 
     /// Opens the database in `dir` on `storage` with `clock` (the simulator
-    /// passes its disk and virtual clock).
+    /// passes its disk and virtual clock). Once the log is replayed, the
+    /// leases the earlier process held are released in one commit: the
+    /// directory lock proves that process gone, so its runs are claimed
+    /// again at once, under larger tokens ([`Recovery::leases_released`]).
     ///
     /// ```
     /// use std::sync::Arc;
@@ -163,8 +180,21 @@ impl Engine {
         dir: impl AsRef<Path>,
         options: EngineOptions,
     ) -> Result<Engine> {
+        Engine::open_for(storage, clock, dir.as_ref(), options, Access::ReadWrite)
+    }
+
+    /// [`Engine::open_with`], for `access`: an open that may write then
+    /// releases the leases the earlier process held (see
+    /// `leases_at_open.rs`); a read-only open leaves them as they are.
+    pub(crate) fn open_for(
+        storage: Arc<dyn Storage>,
+        clock: Arc<dyn Clock>,
+        dir: &Path,
+        options: EngineOptions,
+        access: Access,
+    ) -> Result<Engine> {
         options.validate()?;
-        let recovering = Pipeline::open(storage, clock.as_ref(), dir.as_ref(), options.pipeline())?;
+        let recovering = Pipeline::open(storage, clock.as_ref(), dir, options.pipeline())?;
         // One read transaction serves the load and the whole replay: the
         // state store does not change until the first checkpoint.
         let cold = ColdReader::new(recovering.state());
@@ -178,6 +208,10 @@ impl Engine {
             halted: None,
             counters: super::operations::Counters::default(),
         };
+        // (The planted `ReleaseStoredLeasesOnly`: the leases the state
+        // store held, taken before the log is replayed.)
+        let stored_leases = planted(&options.db.wal, PlantedBug::ReleaseStoredLeasesOnly)
+            .then(|| held_leases(&inner.hot));
         let strip = planted(&options.db.wal, PlantedBug::LoseCompensationOnCrash);
         let replayed = recovering
             .replay(|at, payload| replay_record(&mut inner, &cold, at, payload, strip))?;
@@ -187,7 +221,7 @@ impl Engine {
             inner.last_applied, recovery.durable_lsn,
             "replay reached the log's end"
         );
-        Ok(Engine {
+        let mut engine = Engine {
             clock,
             options,
             recovery,
@@ -196,7 +230,12 @@ impl Engine {
             checkpointing: Mutex::new(()),
             combiner: Combiner::default(),
             checkpoint_wanted: AtomicBool::new(false),
-        })
+        };
+        if access == Access::ReadWrite {
+            engine.recovery.leases_released =
+                engine.release_leases_at_open(stored_leases.as_ref())?;
+        }
+        Ok(engine)
     }
 
     /// What opening found and did.

@@ -22,7 +22,7 @@ use crate::db::{CREATING_MARKER, MANIFEST_FILES};
 use crate::error::{Error, Result};
 use crate::storage::{FsStorage, ReadOnlyStorage, Storage};
 
-use super::core::Engine;
+use super::core::{Access, Engine};
 use super::options::EngineOptions;
 
 /// How many of a directory's entries a [`Error::NoDatabase`] names.
@@ -53,9 +53,11 @@ impl Engine {
 
     /// Opens the database in `dir` on `storage` through a
     /// [`ReadOnlyStorage`], with automatic checkpoints off: recovery runs
-    /// as in [`Engine::open_with`], in memory. `NoDatabase` if `dir` is
-    /// missing, not a directory, or holds no manifest (or only an
-    /// interrupted creation); `Locked` if an engine has it open.
+    /// as in [`Engine::open_with`], in memory, except that no lease is
+    /// released: the books show them as the last process left them.
+    /// `NoDatabase` if `dir` is missing, not a directory, or holds no
+    /// manifest (or only an interrupted creation); `Locked` if an engine
+    /// has it open.
     ///
     /// Reads answer as on any engine. Commands are not refused: they are
     /// decided and logged into the overlay, and are gone when the engine
@@ -97,7 +99,7 @@ impl Engine {
             ..options
         };
         let view: Arc<dyn Storage> = Arc::new(ReadOnlyStorage::new(storage));
-        Engine::open_with(view, clock, dir, options)
+        Engine::open_for(view, clock, dir, options, Access::ReadOnly)
     }
 
     /// Opens the database in `dir` on the real file system, as
@@ -187,13 +189,13 @@ pub(crate) fn require_database(storage: &dyn Storage, dir: &Path) -> Result<()> 
     clippy::unwrap_used,
     reason = "a test fails loudly on an unexpected None or Err"
 )]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::books::{CreateRun, RunId, digest_of};
     use crate::storage::OpenMode;
 
     /// Every file under `dir` with its bytes, read through `storage`.
-    fn files(storage: &dyn Storage, dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    pub(crate) fn files(storage: &dyn Storage, dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
         let mut out = Vec::new();
         for name in storage.list_dir(dir).unwrap() {
             let path = dir.join(&name);

@@ -19,6 +19,7 @@ mod compensate;
 mod coordination;
 mod core;
 mod existing;
+mod leases_at_open;
 mod operations;
 mod options;
 mod reads;

@@ -507,7 +507,8 @@ impl<'s> Sim<'s> {
         self.report
             .checked("after every recovery the books equal the model");
         let inflight = self.inflight.take();
-        self.model = check::books_match_model(&found, &self.model, inflight.as_ref())
+        let opened_ms = self.clock.now_ms();
+        self.model = check::books_match_model(&found, &self.model, inflight.as_ref(), opened_ms)
             .map_err(|e| self.fail("after every recovery the books equal the model", e))?;
         self.report
             .checked("no application without a durable intent");

@@ -37,7 +37,7 @@ mod test_support;
 
 pub use acked_survive::acked_appends_survive;
 pub use approval_binds::approval_binds_its_effect;
-pub use books_match_model::{InFlight, books_match_model};
+pub use books_match_model::{InFlight, books_match_model, opened, releases_at_open};
 pub use budgets_hold::{budgets_hold, calls_are_paid_once, reserve_granted_by_the_books};
 pub use children_awaited::children_are_awaited;
 pub use corruption_detected::corruption_is_detected;

@@ -72,6 +72,20 @@ pub fn create_and_lease(engine: &Engine, run: &str, worker: &str) -> LeaseGrant 
     grant
 }
 
+/// What a restarted worker does first: the open that followed the crash
+/// released every live lease (the process holding them was gone), so the
+/// worker takes its run back, under a larger token.
+pub fn take_back(engine: &Engine, grant: &LeaseGrant) -> LeaseGrant {
+    let again = engine
+        .acquire_lease(&grant.run, &grant.guard.worker, LEASE_MS)
+        .unwrap();
+    assert!(
+        again.guard.token > grant.guard.token,
+        "the released token stays fenced"
+    );
+    again
+}
+
 pub fn idempotent() -> ToolClass {
     ToolClass::Idempotent {
         dedup_window_ms: DAY_MS,
