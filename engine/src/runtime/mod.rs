@@ -306,20 +306,6 @@ impl Runtime {
     pub fn start(&self, kind: &str, run: &str, input: &[u8]) -> Result<Started> {
         let run = RunId::new(run)?;
         let engine = &self.shared.engine;
-        if let Some(found) = engine.run(&run)? {
-            if found.input_digest != digest_of(input) {
-                return Err(Error::RunInputMismatch {
-                    run,
-                    recorded: format!("input {}", found.input_digest.short()),
-                    presented: format!("input {}", digest_of(input).short()),
-                });
-            }
-            return Ok(Started {
-                run,
-                created: false,
-                agent: found.agent_version,
-            });
-        }
         let agent = self
             .shared
             .current_agent(kind)
@@ -333,12 +319,25 @@ impl Runtime {
             trace_id: run.as_str().to_string(),
             parent: None,
             input: Some(input.to_vec()),
-        })?;
-        Ok(Started {
-            run,
-            created: !created.existed,
-            agent,
-        })
+        });
+        match created {
+            Ok(created) => Ok(Started {
+                run,
+                created: !created.existed,
+                agent,
+            }),
+            // The run exists at another version: the same input is still
+            // the same run (no read before the create, the common case).
+            Err(mismatch @ Error::RunInputMismatch { .. }) => match engine.run(&run)? {
+                Some(found) if found.input_digest == digest_of(input) => Ok(Started {
+                    run,
+                    created: false,
+                    agent: found.agent_version,
+                }),
+                _ => Err(mismatch),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// The output of a completed run (its handler's return value).
@@ -505,11 +504,18 @@ impl Runtime {
     fn drive_held(&self, watch: &Arc<LeaseWatch>) -> Result<Driven> {
         let engine = &self.shared.engine;
         let run = &watch.run;
-        let Some(record) = engine.run(run)? else {
-            return Err(Error::NotFound {
+        // One read for all the handler starts from: each read waits until
+        // what it saw is durable, so under many writers one is cheaper
+        // than four.
+        let (record, input, audit, saved) = engine.read(|books| {
+            let record = books.run(run).ok_or_else(|| Error::NotFound {
                 what: format!("run {run}, just claimed"),
-            });
-        };
+            })?;
+            let input = books.blob(&record.input_digest).unwrap_or_default();
+            let audit = books.audit(run, 1);
+            let saved = books.checkpoint_latest(run).map_or(0, |m| m.version);
+            Ok((record, input, audit, saved))
+        })?;
         let Some(handler) = self.shared.handler(&record.agent_version) else {
             // Claimed by the filter, so registered; a race with nothing.
             return Ok(Driven::ShutDown);
@@ -532,10 +538,7 @@ impl Runtime {
             // Paused, waiting or over: nothing for a worker to do.
             _ => return Ok(Driven::ShutDown),
         }
-        let input = engine.run_input(run)?.unwrap_or_default();
-        let journal = ctx::journal_of(&engine.audit(run)?);
-        let saved =
-            engine.read(|books| Ok(books.checkpoint_latest(run).map_or(0, |m| m.version)))?;
+        let journal = ctx::journal_of(&audit);
         let mut ctx = RunCtx {
             shared: &self.shared,
             run: run.clone(),
