@@ -1,6 +1,7 @@
 //! The harness bites: each known bug, planted in the engine behind the
 //! test-only `planted-bugs` feature, is caught by the storage campaign
-//! within a stated number of seeds (docs/SIMULATION.md lists the figures).
+//! within a stated number of seeds (docs/SIMULATION.md lists the figures),
+//! by the invariant that names what the bug breaks.
 
 use actum::planted::PlantedBug;
 use actum_sim::campaign::{CampaignConfig, run_seed};
@@ -21,7 +22,8 @@ fn first_catching_seed(bug: PlantedBug) -> Option<(u64, String)> {
     })
 }
 
-fn assert_caught(bug: PlantedBug) {
+/// Asserts that `bug` is caught, and by the invariant meant for it.
+fn assert_caught(bug: PlantedBug, invariant: &str) {
     let (seed, failure) = first_catching_seed(bug).unwrap_or_else(|| {
         panic!(
             "planted bug {} survived {SEEDS_TO_CATCH_MAX} seeds",
@@ -30,29 +32,49 @@ fn assert_caught(bug: PlantedBug) {
     });
     println!("{} caught at seed {seed}: {failure}", bug.name());
     assert!(failure.contains("replay: cargo run"), "{failure}");
+    assert!(
+        failure.contains(&format!("invariant `{invariant}`")),
+        "{} was caught, but not by `{invariant}`: {failure}",
+        bug.name()
+    );
 }
 
 #[test]
 fn acknowledging_before_fsync_is_caught() {
-    assert_caught(PlantedBug::AckBeforeFsync);
+    assert_caught(
+        PlantedBug::AckBeforeFsync,
+        "recovery succeeds without faults",
+    );
 }
 
 #[test]
 fn accepting_a_record_whose_checksum_fails_is_caught() {
-    assert_caught(PlantedBug::AcceptBadChecksum);
+    assert_caught(
+        PlantedBug::AcceptBadChecksum,
+        "recovery succeeds without faults",
+    );
 }
 
 #[test]
 fn skipping_the_directory_sync_after_creating_a_segment_is_caught() {
-    assert_caught(PlantedBug::SkipSegmentDirSync);
+    assert_caught(
+        PlantedBug::SkipSegmentDirSync,
+        "every acknowledged append survives",
+    );
 }
 
 #[test]
 fn treating_mid_log_corruption_as_a_torn_tail_is_caught() {
-    assert_caught(PlantedBug::CorruptionAsTornTail);
+    assert_caught(
+        PlantedBug::CorruptionAsTornTail,
+        "damage gives an error, never wrong data",
+    );
 }
 
 #[test]
 fn recycling_a_segment_file_without_its_new_header_is_caught() {
-    assert_caught(PlantedBug::RecycleKeepsOldHeader);
+    assert_caught(
+        PlantedBug::RecycleKeepsOldHeader,
+        "recovery succeeds without faults",
+    );
 }
