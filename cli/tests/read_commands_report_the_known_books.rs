@@ -129,15 +129,10 @@ fn export_of_a_run_is_its_audit_journal_line_for_line() {
     );
 }
 
-#[test]
-fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
-    let db = known_db();
-    let rows = json(&actum_on(
-        db.path(),
-        &["stuck", "{}", "--older-than", "1h", "--json"],
-    ));
-    let rows = rows.as_array().unwrap();
-    let found: Vec<(&str, &str, &str)> = rows
+/// Each row of `stuck --json` as (run, kind, where it is stuck).
+fn stuck_at(rows: &Value) -> Vec<(&str, &str, &str)> {
+    rows.as_array()
+        .unwrap()
         .iter()
         .map(|r| {
             (
@@ -146,7 +141,18 @@ fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
                 r["at"].as_str().unwrap(),
             )
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
+    let db = known_db();
+    let rows = json(&actum_on(
+        db.path(),
+        &["stuck", "{}", "--older-than", "1h", "--json"],
+    ));
+    let found = stuck_at(&rows);
+    let rows = rows.as_array().unwrap();
     assert_eq!(
         found,
         [
@@ -166,19 +172,7 @@ fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
     // Without --older-than, an hour: the same rows as asking for 1h.
     // (their ages differ by the time between the two commands).
     let default = json(&actum_on(db.path(), &["stuck", "{}", "--json"]));
-    let by_default: Vec<(&str, &str, &str)> = default
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["run"].as_str().unwrap(),
-                r["kind"].as_str().unwrap(),
-                r["at"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(by_default, found);
+    assert_eq!(stuck_at(&default), found);
     let table = actum_on(db.path(), &["stuck", "{}", "--older-than", "90m"]);
     assert!(stdout(&table).starts_with("2 run(s) stuck for 1h 30m or longer"));
     let bad = actum_on(db.path(), &["stuck", "{}", "--older-than", "soon"]);

@@ -92,22 +92,13 @@ impl Engine {
                     })
                 })
                 .collect();
-            match self.answer(Command::Batch(batch)) {
-                Ok(Answer::Batch(answers)) => {
-                    assert_eq!(answers.len(), guards.len(), "one answer per release");
+            match self.commit_batch(batch) {
+                Ok(answers) => {
                     assert!(
                         answers.iter().all(|a| matches!(a, Answer::Released { .. })),
                         "a release answers Released"
                     );
                     return Ok(guards.len() as u64);
-                }
-                Ok(other) => {
-                    return Err(Error::Inconsistent {
-                        what: format!(
-                            "the release of the leases held at open answered {other:?}, not one \
-                             answer per lease"
-                        ),
-                    });
                 }
                 Err(Error::BatchRefused { index, cause })
                     if matches!(*cause, Error::LeaseLost { .. }) && index < guards.len() =>

@@ -138,7 +138,7 @@ pub enum Approval {
 }
 
 /// One call of a handler as the run's journal records it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Journaled {
     Step(StepId),
     Decision(u64),
@@ -188,7 +188,7 @@ pub struct RunCtx<'r> {
     pub(crate) checkpoints: u64,
     pub(crate) saved_checkpoints: u64,
     pub(crate) pending: Option<Vec<u8>>,
-    pub(crate) used: BTreeSet<(u8, String)>,
+    pub(crate) used: BTreeSet<Journaled>,
 }
 
 impl std::fmt::Debug for RunCtx<'_> {
@@ -245,15 +245,19 @@ impl RunCtx<'_> {
         model: impl FnOnce() -> Result<(Vec<u8>, Usage), Fail>,
     ) -> Result<Vec<u8>, Fail> {
         let position = self.decisions;
-        self.enter(Journaled::Decision(position), 0, name)?;
+        let journaled = self.enter(Journaled::Decision(position))?;
         self.decisions += 1;
         let input_digest = digest_of(&[name.as_bytes(), &[0], input].concat());
         let engine = &self.shared.engine;
         let at = || format!("model call {name}");
-        match engine.replay_decision(&self.run, position, &input_digest) {
-            Ok(Some(record)) => return Ok(record.output),
-            Ok(None) => {}
-            Err(e) => return Err(self.engine_stop(e, &at())),
+        // Only a journaled call has a recorded output to read (and a read
+        // waits for durability): past the journal's end the call is new.
+        if journaled {
+            match engine.replay_decision(&self.run, position, &input_digest) {
+                Ok(Some(record)) => return Ok(record.output),
+                Ok(None) => {}
+                Err(e) => return Err(self.engine_stop(e, &at())),
+            }
         }
         self.flush()?;
         let (output, usage) = model()?;
@@ -313,7 +317,7 @@ impl RunCtx<'_> {
         mut act: impl FnMut(&Call<'_>) -> Outcome,
     ) -> Result<Vec<u8>, Fail> {
         let step = self.step_id(name)?;
-        self.enter(Journaled::Step(step.clone()), 1, name)?;
+        self.enter(Journaled::Step(step.clone()))?;
         if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
             return Err(Fail::failed(format!(
                 "tool {} is queryable but has no query (Tool::with_query)",
@@ -360,9 +364,8 @@ impl RunCtx<'_> {
                     let finished = engine
                         .finish_step_with(&guard, &ctx, outcome, then)
                         .map_err(|e| self.engine_stop(e, &at()))?;
-                    if finished.then.is_ok() {
-                        self.pending = None;
-                        self.saved_checkpoints = self.checkpoints;
+                    if finished.then.is_ok() && self.pending.take().is_some() {
+                        self.saved_checkpoints += 1;
                     }
                     finished.result
                 }
@@ -388,10 +391,8 @@ impl RunCtx<'_> {
                 StepResult::Failed {
                     key,
                     retryable: true,
-                    reason,
-                } if key.attempt() < tool.attempts => {
-                    let _ = reason;
-                }
+                    ..
+                } if key.attempt() < tool.attempts => {}
                 StepResult::Failed { key, reason, .. } => {
                     return Err(Fail::failed(format!(
                         "step {name} ({}) failed for good at attempt {}: {reason}",
@@ -478,7 +479,7 @@ impl RunCtx<'_> {
     /// output. A child that failed or was cancelled fails this call.
     pub fn child(&mut self, name: &str, kind: &str, input: &[u8]) -> Result<Vec<u8>, Fail> {
         let step = self.step_id(name)?;
-        self.enter(Journaled::Wait(step.clone()), 2, name)?;
+        self.enter(Journaled::Wait(step.clone()))?;
         let agent = self.shared.current_agent(kind).ok_or_else(|| {
             Fail::failed(format!(
                 "no agent of kind {kind} is registered for child {name}"
@@ -539,13 +540,9 @@ impl RunCtx<'_> {
         if self.checkpoints <= self.saved_checkpoints {
             return Ok(());
         }
-        if self.pending.is_some() {
-            // Two in a row: the first is saved now, so each call is one
-            // version and a resume counts them the same.
-            self.checkpoints -= 1;
-            self.flush()?;
-            self.checkpoints += 1;
-        }
+        // Two in a row: the first is saved now, so each call is one version
+        // and a resume counts them the same.
+        self.flush()?;
         self.pending = Some(state.to_vec());
         Ok(())
     }
@@ -568,7 +565,7 @@ impl RunCtx<'_> {
         reason: &str,
     ) -> Result<WaitStatus, Fail> {
         let step = self.step_id(name)?;
-        self.enter(Journaled::Wait(step.clone()), 2, name)?;
+        let journaled = self.enter(Journaled::Wait(step.clone()))?;
         self.flush()?;
         let at = || format!("wait {name}");
         self.live(&at())?;
@@ -576,8 +573,9 @@ impl RunCtx<'_> {
         let deadline_ms = match deadline {
             None => None,
             Some(Deadline::At(ms)) => Some(ms),
-            Some(Deadline::In(ms)) => {
-                // Stable: the deadline the wait was opened with, if it was.
+            // Stable: the deadline the wait was opened with, if the
+            // journal says it was.
+            Some(Deadline::In(ms)) if journaled => {
                 let book = engine
                     .waits(&self.run)
                     .map_err(|e| self.engine_stop(e, &at()))?;
@@ -587,6 +585,7 @@ impl RunCtx<'_> {
                     None => engine.clock().now_ms().saturating_add(ms),
                 })
             }
+            Some(Deadline::In(ms)) => Some(engine.clock().now_ms().saturating_add(ms)),
         };
         let waited = engine
             .open_wait(
@@ -609,33 +608,37 @@ impl RunCtx<'_> {
     }
 
     /// Checks the handler's next call against the journal, and that the
-    /// runtime may go on.
-    fn enter(&mut self, called: Journaled, family: u8, name: &str) -> Result<(), Fail> {
+    /// runtime may go on; returns whether the journal holds the call (it
+    /// was made before), false past the journal's end.
+    fn enter(&mut self, called: Journaled) -> Result<bool, Fail> {
         if self.shared.stopping() {
             return Err(Stop::ShuttingDown.into());
         }
         let call = self.calls;
         self.calls += 1;
-        let diverged = |recorded: String, called: String| {
-            Fail::Stopped(Stop::Diverged(Divergence {
-                run: self.run.clone(),
-                call: call + 1,
-                recorded,
-                called,
-            }))
-        };
-        if !self.used.insert((family, name.to_string())) {
-            return Err(diverged(
+        // Steps and waits are named once in a run; model calls are counted.
+        if !matches!(called, Journaled::Decision(_)) && !self.used.insert(called.clone()) {
+            return Err(self.diverged(
                 format!("{called} once"),
-                format!("{called} a second time (names must be unique in a run)"),
+                format!("{called} a second time (step names are unique in a run)"),
             ));
         }
         match self.journal.get(call as usize) {
             Some(recorded) if *recorded != called => {
-                Err(diverged(recorded.to_string(), called.to_string()))
+                Err(self.diverged(recorded.to_string(), called.to_string()))
             }
-            _ => Ok(()),
+            recorded => Ok(recorded.is_some()),
         }
+    }
+
+    /// The handler diverged from the journal at its latest call.
+    fn diverged(&self, recorded: String, called: String) -> Fail {
+        Fail::Stopped(Stop::Diverged(Divergence {
+            run: self.run.clone(),
+            call: self.calls,
+            recorded,
+            called,
+        }))
     }
 
     /// Stops the handler if the runtime is shutting down or the lease is
@@ -659,7 +662,11 @@ impl RunCtx<'_> {
     }
 
     pub(crate) fn save_command(&self, part_name: &str, bytes: &[u8]) -> crate::books::Command {
-        crate::books::Command::SaveCheckpoint(SaveCheckpoint {
+        crate::books::Command::SaveCheckpoint(self.save(part_name, bytes))
+    }
+
+    fn save(&self, part_name: &str, bytes: &[u8]) -> SaveCheckpoint {
+        SaveCheckpoint {
             run: self.run.clone(),
             guard: self.watch.guard.clone(),
             schema_version: RUNTIME_SCHEMA,
@@ -667,7 +674,7 @@ impl RunCtx<'_> {
                 name: part_name.to_string(),
                 bytes: bytes.to_vec(),
             }],
-        })
+        }
     }
 
     /// Saves the pending checkpoint now.
@@ -675,15 +682,11 @@ impl RunCtx<'_> {
         let Some(state) = self.pending.take() else {
             return Ok(());
         };
-        let crate::books::Command::SaveCheckpoint(save) = self.save_command(STATE_PART, &state)
-        else {
-            unreachable!("save_command builds a SaveCheckpoint")
-        };
         self.shared
             .engine
-            .save_checkpoint(save)
+            .save_checkpoint(self.save(STATE_PART, &state))
             .map_err(|e| self.engine_stop(e, "saving a checkpoint"))?;
-        self.saved_checkpoints = self.checkpoints;
+        self.saved_checkpoints += 1;
         Ok(())
     }
 
@@ -693,14 +696,7 @@ impl RunCtx<'_> {
 
     /// What an engine error at `at` means for the handler.
     pub(crate) fn engine_stop(&self, e: Error, at: &str) -> Fail {
-        let diverged = |recorded: String, called: String| {
-            Fail::Stopped(Stop::Diverged(Divergence {
-                run: self.run.clone(),
-                call: self.calls,
-                recorded,
-                called,
-            }))
-        };
+        let diverged = |recorded, called| self.diverged(recorded, called);
         match e {
             Error::LeaseLost { .. } | Error::Fenced { .. } | Error::GuardOfAnotherRun { .. } => {
                 self.watch.let_go();

@@ -313,6 +313,40 @@ fn other_arguments_for_a_recorded_step_or_model_call_are_a_divergence() {
 }
 
 #[test]
+fn a_loop_of_model_calls_is_counted_and_a_reused_step_name_is_a_divergence() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let asked = Arc::new(AtomicU64::new(0));
+    let a = asked.clone();
+    rt.register("loop", "1", move |ctx| {
+        let mut answer = Vec::new();
+        for round in 0..3u8 {
+            answer = ctx.decide("think", &[round], || {
+                a.fetch_add(1, Ordering::Relaxed);
+                Ok(vec![round])
+            })?;
+        }
+        ctx.signal("go", None)?;
+        let tool = Tool::new("t", ToolClass::NotIdempotent);
+        ctx.step("act", &tool, &answer, |_| confirmed("1"))?;
+        ctx.step("act", &tool, &answer, |_| confirmed("2"))?;
+        Ok(answer)
+    })
+    .unwrap();
+    let run = rt.start("loop", "loop-1", b"").unwrap().run;
+    drain(&rt);
+    engine.signal(&run, "go", b"", "test").unwrap();
+    let passes = drain(&rt);
+    let [(_, Driven::Paused(reason))] = passes.as_slice() else {
+        panic!("{passes:?}")
+    };
+    assert!(reason.contains("step act a second time"), "{reason}");
+    // Three model calls, each asked once across the resume.
+    assert_eq!(asked.load(Ordering::Relaxed), 3);
+}
+
+#[test]
 fn a_failed_step_fails_the_run_and_the_saga_undoes_with_the_acts_receipt() {
     let bench = Bench::new();
     let engine = bench.engine();
