@@ -93,6 +93,17 @@ pub enum PlantedBug {
     /// the log is replayed: a lease granted since the last checkpoint stays
     /// held by the process that died.
     ReleaseStoredLeasesOnly,
+    /// The runtime's lease keeper takes a refused renewal for a granted
+    /// one and moves its own idea of the expiry on, so a handler whose
+    /// lease ran out still sends its act.
+    RenewAfterLoss,
+    /// A resumed handler's step whose act the books call confirmed calls
+    /// the act again (its outcome thrown away) instead of answering from
+    /// the ledger alone.
+    ResendConfirmedStep,
+    /// A step's retry after a retryable failure sends the new attempt's
+    /// request under the key of the attempt that failed.
+    RetryReusesFailedKey,
 }
 
 impl PlantedBug {
@@ -134,8 +145,16 @@ impl PlantedBug {
         PlantedBug::ReleaseStoredLeasesOnly,
     ];
 
+    /// The bugs of the runtime, which the runtime family of the agent
+    /// campaign catches.
+    pub const RUNTIME: [PlantedBug; 3] = [
+        PlantedBug::RenewAfterLoss,
+        PlantedBug::ResendConfirmedStep,
+        PlantedBug::RetryReusesFailedKey,
+    ];
+
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 30] = [
+    pub const ALL: [PlantedBug; 33] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -166,6 +185,9 @@ impl PlantedBug {
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
         PlantedBug::ReleaseStoredLeasesOnly,
+        PlantedBug::RenewAfterLoss,
+        PlantedBug::ResendConfirmedStep,
+        PlantedBug::RetryReusesFailedKey,
     ];
 
     /// The bug's command-line name.
@@ -201,6 +223,9 @@ impl PlantedBug {
             PlantedBug::SharedSetBlind => "shared-set-blind",
             PlantedBug::PruneSharedBlobs => "prune-shared-blobs",
             PlantedBug::ReleaseStoredLeasesOnly => "release-stored-leases-only",
+            PlantedBug::RenewAfterLoss => "renew-after-loss",
+            PlantedBug::ResendConfirmedStep => "resend-confirmed-step",
+            PlantedBug::RetryReusesFailedKey => "retry-reuses-failed-key",
         }
     }
 
@@ -227,10 +252,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip_and_every_bug_is_storage_or_engine() {
+    fn names_round_trip_and_every_bug_is_in_one_family() {
         for bug in PlantedBug::ALL {
             assert_eq!(PlantedBug::from_name(bug.name()), Some(bug));
-            assert!(PlantedBug::STORAGE.contains(&bug) != PlantedBug::ENGINE.contains(&bug));
+            let families = [
+                PlantedBug::STORAGE.contains(&bug),
+                PlantedBug::ENGINE.contains(&bug),
+                PlantedBug::RUNTIME.contains(&bug),
+            ];
+            assert_eq!(families.iter().filter(|&&f| f).count(), 1, "{bug:?}");
         }
         assert_eq!(PlantedBug::from_name("no-such-bug"), None);
     }

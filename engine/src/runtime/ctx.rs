@@ -15,6 +15,7 @@ use crate::books::{
 };
 use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
 use crate::error::Error;
+use crate::planted::PlantedBug;
 
 use super::Shared;
 use super::fail::{Divergence, Fail, Stop};
@@ -327,6 +328,7 @@ impl RunCtx<'_> {
         let rationale = format!("step {name} of {}", self.agent);
         let at = || format!("step {name}");
         let mut ambiguous = 0;
+        let mut failed_key: Option<EffectKey> = None;
         loop {
             self.live(&at())?;
             let guard = self.watch.guard.clone();
@@ -344,17 +346,40 @@ impl RunCtx<'_> {
                 .begin_step(&request)
                 .map_err(|e| self.engine_stop(e, &at()))?;
             let result = match plan {
-                StepPlan::Done(result) => result,
+                StepPlan::Done(result) => {
+                    if let StepResult::Done { key, .. } = &result
+                        && engine.planted(PlantedBug::ResendConfirmedStep)
+                    {
+                        let call = Call {
+                            key,
+                            idempotency_key: key.tool_key(),
+                            token: guard.token,
+                            resend: true,
+                            deadline_ms: self.watch.act_deadline_ms(),
+                        };
+                        let _thrown_away = act(&call);
+                    }
+                    result
+                }
                 StepPlan::Act(ctx) => {
+                    if !self.watch.keep(engine) {
+                        return Err(Stop::LeaseLost { at: at() }.into());
+                    }
                     let deadline_ms = self.watch.act_deadline_ms();
-                    if !self.watch.keep(engine) || engine.clock().now_ms() > deadline_ms {
+                    if engine.clock().now_ms() > deadline_ms {
                         // Too late to send: the intent stays open for the
                         // successor, who resends, queries or asks a person.
                         return Err(Stop::LeaseLost { at: at() }.into());
                     }
+                    let sent_key = match &failed_key {
+                        Some(failed) if engine.planted(PlantedBug::RetryReusesFailedKey) => {
+                            failed.clone()
+                        }
+                        _ => ctx.key.clone(),
+                    };
                     let call = Call {
-                        key: &ctx.key,
-                        idempotency_key: ctx.key.tool_key(),
+                        key: &sent_key,
+                        idempotency_key: sent_key.tool_key(),
                         token: ctx.token,
                         resend: ctx.resend,
                         deadline_ms,
@@ -392,7 +417,7 @@ impl RunCtx<'_> {
                     key,
                     retryable: true,
                     ..
-                } if key.attempt() < tool.attempts => {}
+                } if key.attempt() < tool.attempts => failed_key = Some(key),
                 StepResult::Failed { key, reason, .. } => {
                     return Err(Fail::failed(format!(
                         "step {name} ({}) failed for good at attempt {}: {reason}",

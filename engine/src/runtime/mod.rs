@@ -652,6 +652,15 @@ impl Runtime {
                 })
         };
         let call = |ctx: &EffectCtx, c: &crate::books::Compensation, query: bool| {
+            // As for a step's act: an undo is sent only under a live lease,
+            // else a successor may send it too.
+            // Unknown, not failed: a resend's earlier request may have
+            // landed, and whoever holds the run now resends or asks.
+            if !query && !watch.keep(engine) {
+                return ToolOutcome::Unknown {
+                    reason: "not sent: the lease was lost".to_string(),
+                };
+            }
             let undos = self
                 .shared
                 .undos

@@ -23,6 +23,8 @@ pub enum Origin {
     Exhaustive(usize),
     /// A schedule built elsewhere (proptest, the fuzzer): it is printed.
     Schedule(Box<AgentSchedule>),
+    /// The runtime family (`actum-sim runtime`): the seed replays it.
+    Runtime,
 }
 
 /// A violated invariant, with everything needed to replay it.
@@ -57,6 +59,10 @@ impl AgentFailure {
             Origin::Exhaustive(index) => format!(
                 "cargo run --release -p actum-sim -- agents --exhaustive --seed {index}{planted} \
                  --history"
+            ),
+            Origin::Runtime => format!(
+                "cargo run --release -p actum-sim -- runtime --seed {}{planted} --history",
+                self.seed
             ),
             Origin::Schedule(_) => "actum_sim::agents::run_agent_schedule on the schedule \
                                     above (proptest keeps it in its regressions file)"

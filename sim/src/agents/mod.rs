@@ -18,6 +18,7 @@ mod exhaustive;
 mod failure;
 mod history;
 mod report;
+pub mod rt;
 mod run;
 mod schedule;
 mod sim;

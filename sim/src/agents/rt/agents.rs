@@ -1,0 +1,269 @@
+//! The campaign's workflows as runtime handlers: each agent is one
+//! function over a [`RunCtx`], as a user would write it; the runtime does
+//! the claiming, leases, replay, waits and sagas. The tools are the
+//! world's ([`Shared::act`]), the model is the world's ([`Shared::model`]).
+//!
+//! - `shop`: charge the card (deduplicated), ship (queryable).
+//! - `refund`: the model decides, refund (queryable), mail (applies every
+//!   request: an ambiguous one goes to a person).
+//! - `treasury`: sweep and fund, each with an undo; hedge (the desk may
+//!   refuse for good, failing the run: the saga returns the funding, then
+//!   the sweep); post.
+//! - `research`: four rounds of a model call and a search, a checkpoint
+//!   after each; then a `summary` child (a model call and a search).
+//! - `vendor`: a 48 h approval of the exact payment, the bank's signal, a
+//!   week's cooling-off timer, then the payment.
+//!
+//! **Invariant:** every handler is deterministic in its run and input:
+//! what it calls, in what order and with what arguments, depends on
+//! nothing else, so a resumed handler replays its journal.
+
+use std::sync::Arc;
+
+use actum::books::{Compensation, RunId, digest_of};
+use actum::runtime::{Approval, Deadline, Fail, RunCtx, Runtime, Tool as RtTool, UndoCall};
+
+use super::world::Shared;
+use crate::agents::workflow::{APPROVAL_WINDOW_MS, COOL_OFF_MS, FINANCE, VERIFIED, vendor_payment};
+use crate::world::{Ask, Tool, tool};
+
+/// The version every handler is registered at.
+pub const VERSION: &str = "1";
+/// Attempts a step gets when its tool answers a retryable failure.
+const ATTEMPTS: u32 = 3;
+/// Rounds of a research run.
+const ROUNDS: u64 = 4;
+
+/// A kind of run the campaign starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Shop,
+    Refund,
+    Treasury,
+    Research,
+    Vendor,
+}
+
+impl Kind {
+    /// Every kind a schedule starts runs of.
+    pub const ALL: [Kind; 5] = [
+        Kind::Shop,
+        Kind::Refund,
+        Kind::Treasury,
+        Kind::Research,
+        Kind::Vendor,
+    ];
+
+    /// The kind's name, as registered.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Shop => "shop",
+            Kind::Refund => "refund",
+            Kind::Treasury => "treasury",
+            Kind::Research => "research",
+            Kind::Vendor => "vendor",
+        }
+    }
+}
+
+/// Registers every handler and undo handler with `runtime`.
+pub fn register(runtime: &Runtime, shared: &Arc<Shared>) -> actum::Result<()> {
+    let s = Arc::clone(shared);
+    runtime.register("shop", VERSION, move |ctx| shop(ctx, &s))?;
+    let s = Arc::clone(shared);
+    runtime.register("refund", VERSION, move |ctx| refund(ctx, &s))?;
+    let s = Arc::clone(shared);
+    runtime.register("treasury", VERSION, move |ctx| treasury(ctx, &s))?;
+    let s = Arc::clone(shared);
+    runtime.register("research", VERSION, move |ctx| research(ctx, &s))?;
+    let s = Arc::clone(shared);
+    runtime.register("summary", VERSION, move |ctx| summary(ctx, &s))?;
+    let s = Arc::clone(shared);
+    runtime.register("vendor", VERSION, move |ctx| vendor(ctx, &s))?;
+    for name in ["bank.unsweep", "bank.unfund"] {
+        let s = Arc::clone(shared);
+        runtime.register_undo(name, move |undo| undo_call(&s, tool(name), undo));
+    }
+    Ok(())
+}
+
+/// The runtime's tool for the world's `name`: its class, its attempts, and
+/// for a queryable one the query.
+fn rt_tool(shared: &Arc<Shared>, name: &str) -> RtTool {
+    let world_tool = tool(name);
+    let mut rt = RtTool::new(name, world_tool.class).attempts(ATTEMPTS);
+    if world_tool.class == actum::books::ToolClass::Queryable {
+        let s = Arc::clone(shared);
+        rt = rt.with_query(move |call| s.act(world_tool, call, Ask::Query));
+    }
+    rt
+}
+
+/// A step of `run` calling the world's tool `name` with `args`.
+fn step(
+    ctx: &mut RunCtx<'_>,
+    shared: &Arc<Shared>,
+    name: &str,
+    tool_name: &str,
+    args: &[u8],
+) -> Result<Vec<u8>, Fail> {
+    let world_tool = tool(tool_name);
+    let args_digest = digest_of(args);
+    ctx.step(name, &rt_tool(shared, tool_name), args, |call| {
+        shared.act(world_tool, call, Ask::Act { args_digest })
+    })
+}
+
+/// A step that the world's `undo` tool compensates.
+fn step_with_undo(
+    ctx: &mut RunCtx<'_>,
+    shared: &Arc<Shared>,
+    (name, tool_name, args): (&str, &str, &[u8]),
+    (undo, undo_args): (&str, Vec<u8>),
+) -> Result<Vec<u8>, Fail> {
+    let world_tool = tool(tool_name);
+    let args_digest = digest_of(args);
+    let compensation = Compensation {
+        tool: undo.to_string(),
+        args: undo_args,
+        class: tool(undo).class,
+    };
+    ctx.step_with_undo(
+        name,
+        &rt_tool(shared, tool_name),
+        args,
+        compensation,
+        |call| shared.act(world_tool, call, Ask::Act { args_digest }),
+    )
+}
+
+/// An undo the runtime's saga asks for: sent (or asked about) like an act.
+fn undo_call(shared: &Shared, undo: Tool, call: &UndoCall<'_>) -> actum::books::Outcome {
+    let rt_call = actum::runtime::Call {
+        key: &call.ctx.key,
+        idempotency_key: call.ctx.key.tool_key(),
+        token: call.ctx.token,
+        resend: call.ctx.resend,
+        deadline_ms: u64::MAX,
+    };
+    let ask = if call.query {
+        Ask::Query
+    } else {
+        Ask::Act {
+            args_digest: digest_of(call.args),
+        }
+    };
+    shared.act(undo, &rt_call, ask)
+}
+
+fn run_of(ctx: &RunCtx<'_>) -> RunId {
+    ctx.run_id().clone()
+}
+
+fn shop(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    let run = run_of(ctx);
+    let charged = step(
+        ctx,
+        s,
+        "charge",
+        "stripe.charge",
+        format!("charge {run}").as_bytes(),
+    )?;
+    let shipped = step(
+        ctx,
+        s,
+        "ship",
+        "warehouse.ship",
+        format!("ship {run}").as_bytes(),
+    )?;
+    Ok([charged, shipped].join(&b' '))
+}
+
+fn refund(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    let run = run_of(ctx);
+    let prompt = format!("should {run} be refunded?").into_bytes();
+    let decided = ctx.decide_with_usage("decide", &prompt, || s.model(&run, 0, &prompt))?;
+    let refunded = step(ctx, s, "refund", "bank.refund", &decided)?;
+    let mailed = step(
+        ctx,
+        s,
+        "email",
+        "mail.send",
+        format!("mail {run}").as_bytes(),
+    )?;
+    Ok([decided, refunded, mailed].join(&b' '))
+}
+
+fn treasury(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    let run = run_of(ctx);
+    let swept = step_with_undo(
+        ctx,
+        s,
+        ("sweep", "bank.sweep", format!("sweep {run}").as_bytes()),
+        (
+            "bank.unsweep",
+            format!("return the sweep of {run}").into_bytes(),
+        ),
+    )?;
+    let funded = step_with_undo(
+        ctx,
+        s,
+        ("fund", "bank.fund", format!("fund {run}").as_bytes()),
+        (
+            "bank.unfund",
+            format!("return the funding of {run}").into_bytes(),
+        ),
+    )?;
+    let hedged = step(
+        ctx,
+        s,
+        "hedge",
+        "fx.hedge",
+        format!("hedge {run}").as_bytes(),
+    )?;
+    let posted = step(
+        ctx,
+        s,
+        "post",
+        "ledger.post",
+        format!("post {run}").as_bytes(),
+    )?;
+    Ok([swept, funded, hedged, posted].join(&b' '))
+}
+
+fn research(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    let run = run_of(ctx);
+    let mut notes = ctx.input().to_vec();
+    for round in 0..ROUNDS {
+        let prompt = format!("what should {run} search in round {round}?").into_bytes();
+        let name = format!("round-{round}");
+        let query = ctx.decide_with_usage(&name, &prompt, || s.model(&run, round, &prompt))?;
+        let found = step(ctx, s, &format!("search-{round}"), "search.query", &query)?;
+        notes.extend_from_slice(&found);
+        ctx.checkpoint(&notes)?;
+    }
+    let summary = ctx.child("summarize", "summary", &notes)?;
+    notes.extend_from_slice(&summary);
+    Ok(notes)
+}
+
+fn summary(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    let run = run_of(ctx);
+    let prompt = [b"summarize: ".as_slice(), ctx.input()].concat();
+    let summary = ctx.decide_with_usage("summarize", &prompt, || s.model(&run, 0, &prompt))?;
+    let cited = step(ctx, s, "cite", "search.query", &summary)?;
+    Ok([summary, cited].join(&b' '))
+}
+
+fn vendor(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    let run = run_of(ctx);
+    let payment = vendor_payment(&run);
+    match ctx.approval("pay", &payment, FINANCE, Deadline::In(APPROVAL_WINDOW_MS))? {
+        Approval::Approved { .. } => {}
+        other => return Err(Fail::failed(format!("finance did not approve: {other:?}"))),
+    }
+    let verified = ctx.signal(VERIFIED, None)?.unwrap_or_default();
+    ctx.sleep("cool-off", Deadline::In(COOL_OFF_MS))?;
+    let paid = step(ctx, s, "pay", "bank.pay", &payment)?;
+    Ok([verified, paid].join(&b' '))
+}

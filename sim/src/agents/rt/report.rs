@@ -1,0 +1,91 @@
+//! What one run of the runtime family did, summed over seeds for the
+//! campaign's summary line.
+//!
+//! **Invariant:** every count is of something that happened in the run.
+
+use std::fmt;
+
+/// Counts of one run of the runtime family (or, summed, of a campaign).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeReport {
+    /// Runs started.
+    pub runs: u64,
+    /// Turns that claimed a run.
+    pub turns: u64,
+    /// Runs the runtime completed, the research runs' children included.
+    pub completed: u64,
+    /// Turns that ended with the lease lost.
+    pub leases_lost: u64,
+    /// Turns that parked a run on a wait.
+    pub parked: u64,
+    /// Turns that paused a run for a person.
+    pub paused: u64,
+    /// Requests sent to tools (acts, undos, queries).
+    pub calls: u64,
+    /// Calls that stalled past the lease while another worker took a turn.
+    pub stalls: u64,
+    /// Processes that died with a request just sent.
+    pub died_after_send: u64,
+    /// Process crashes (each followed by a recovery).
+    pub crashes: u64,
+    /// Clock jumps inside the process's calls.
+    pub jumps: u64,
+    /// Model calls paid for.
+    pub model_calls: u64,
+    /// Outcomes a person settled from the world's records.
+    pub reconciled: u64,
+    /// Approvals and signals sent.
+    pub answers: u64,
+    /// Acts that happened in the world.
+    pub applications: u64,
+    /// Invariants checked (counting each check).
+    pub checks: u64,
+}
+
+impl RuntimeReport {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &RuntimeReport) {
+        self.runs += other.runs;
+        self.turns += other.turns;
+        self.completed += other.completed;
+        self.leases_lost += other.leases_lost;
+        self.parked += other.parked;
+        self.paused += other.paused;
+        self.calls += other.calls;
+        self.stalls += other.stalls;
+        self.died_after_send += other.died_after_send;
+        self.crashes += other.crashes;
+        self.jumps += other.jumps;
+        self.model_calls += other.model_calls;
+        self.reconciled += other.reconciled;
+        self.answers += other.answers;
+        self.applications += other.applications;
+        self.checks += other.checks;
+    }
+}
+
+impl fmt::Display for RuntimeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
+             clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
+             person ({} outcomes settled); {} tool calls, {} applied; {} model calls; {} checks",
+            self.runs,
+            self.completed,
+            self.turns,
+            self.crashes,
+            self.died_after_send,
+            self.jumps,
+            self.stalls,
+            self.leases_lost,
+            self.parked,
+            self.paused,
+            self.reconciled,
+            self.calls,
+            self.applications,
+            self.model_calls,
+            self.checks
+        )
+    }
+}

@@ -1,0 +1,361 @@
+//! [`Shared`]: what the handlers, the undo handlers and the harness share
+//! in one run of the runtime family: the world of tools and its fates, the
+//! process's disk and clock, the runtime of the current process, and the
+//! checks made at the moment the runtime hands a call to a tool.
+//!
+//! Every act goes through [`Shared::act`]: it checks what the runtime
+//! promises at that moment (the run's lease is live under the call's
+//! token; a step the books call confirmed is not sent again), then draws
+//! the call's fate from the seed: delivered, acknowledgement dropped,
+//! request lost, declined, slow; a stall past the lease during which
+//! another worker takes a turn; or the process dying just after the
+//! request left.
+//!
+//! **Invariant:** no lock is held while a nested turn runs or while the
+//! engine is called, so a turn inside a tool call sees the same world a
+//! turn outside it would.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use actum::books::{EffectStatus, Outcome, RunId, Usage, WorkerId, digest_of};
+use actum::runtime::{Call, Driven, Fail, Runtime};
+use actum::{Clock, Engine};
+
+use super::clock::TickingClock;
+use super::report::RuntimeReport;
+use crate::agents::History;
+use crate::disk::SimDisk;
+use crate::rng::Rng;
+use crate::world::{Ask, CALL_TIMEOUT_MS, Fate, REQUEST_LIFETIME_MS_MAX, Reply, Tool, World};
+
+/// Invariant: the runtime hands an act to its tool only while the run's
+/// lease is live under the call's token.
+pub const LIVE_LEASE: &str = "an act is sent only under a live lease";
+/// Invariant: a step whose act the books call confirmed is answered from
+/// the ledger, never sent again.
+pub const CONFIRMED_NOT_SENT: &str = "a confirmed step is never sent again";
+/// Invariant: a model call journaled at a position is replayed, never
+/// asked (and paid) again.
+pub const DECISION_ONCE: &str = "a journaled model call is never asked again";
+/// Invariant: the runtime errs only when its process died.
+pub const ERRS_ONLY_DEAD: &str = "the runtime errs only when its process dies";
+
+/// Per mille of calls that stall past the lease before they are sent.
+const STALL_PER_MILLE: u64 = 30;
+/// Per mille of acts after which the process dies, the request sent.
+const DIE_AFTER_SEND_PER_MILLE: u64 = 25;
+
+/// What the harness and the handlers share.
+pub struct Shared {
+    pub clock: Arc<TickingClock>,
+    pub disk: SimDisk,
+    pub workers: Vec<WorkerId>,
+    /// The lease the runtime's handlers hold, in ms.
+    pub lease_ttl_ms: u64,
+    runtime: Mutex<Option<Arc<Runtime>>>,
+    state: Mutex<State>,
+}
+
+/// The mutable part, behind one lock taken briefly.
+pub struct State {
+    pub world: World,
+    pub fates: Rng,
+    pub calm: bool,
+    /// True while a turn runs inside a tool call (no deeper nesting).
+    pub nested: bool,
+    pub violation: Option<(&'static str, String)>,
+    pub history: History,
+    pub report: RuntimeReport,
+    /// Runs the runtime answered `Completed` for: they must stay so.
+    pub completed: BTreeSet<RunId>,
+}
+
+impl Shared {
+    /// A world with nothing in it yet, and no process.
+    pub fn new(
+        clock: Arc<TickingClock>,
+        disk: SimDisk,
+        workers: Vec<WorkerId>,
+        lease_ttl_ms: u64,
+        fates: Rng,
+        history: History,
+    ) -> Shared {
+        Shared {
+            clock,
+            disk,
+            workers,
+            lease_ttl_ms,
+            runtime: Mutex::new(None),
+            state: Mutex::new(State {
+                world: World::new(),
+                fates,
+                calm: false,
+                nested: false,
+                violation: None,
+                history,
+                report: RuntimeReport::default(),
+                completed: BTreeSet::new(),
+            }),
+        }
+    }
+
+    /// The mutable part.
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The runtime of the live process, if one is up.
+    pub fn runtime(&self) -> Option<Arc<Runtime>> {
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Installs (or, with `None`, tears down) the process's runtime.
+    pub fn set_runtime(&self, runtime: Option<Arc<Runtime>>) {
+        *self.runtime.lock().unwrap_or_else(PoisonError::into_inner) = runtime;
+    }
+
+    /// The live process's engine.
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        self.runtime().map(|r| Arc::clone(r.engine()))
+    }
+
+    /// True once the power is off: the process is dead, whatever it runs.
+    pub fn dead(&self) -> bool {
+        self.disk.is_powered_off()
+    }
+
+    /// A history line at the current virtual time.
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        let now = self.clock.peek();
+        self.state().history.note(now, line);
+    }
+
+    /// Records the first violated invariant; the harness stops at it.
+    pub fn violate(&self, invariant: &'static str, detail: String) {
+        let mut state = self.state();
+        state.history.note(self.clock.peek(), || {
+            format!("VIOLATED {invariant}: {detail}")
+        });
+        state.violation.get_or_insert((invariant, detail));
+    }
+
+    /// One turn of worker `w`: claim a run and drive it until it ends,
+    /// parks or stops.
+    pub fn turn(&self, w: usize) {
+        let Some(runtime) = self.runtime() else {
+            return;
+        };
+        let worker = &self.workers[w];
+        let result = runtime.work_once(worker);
+        drop(runtime);
+        match result {
+            Ok(None) => {}
+            Ok(Some((run, driven))) => {
+                self.note(|| format!("{worker} drove {run}: {driven:?}"));
+                let mut state = self.state();
+                state.report.turns += 1;
+                match driven {
+                    Driven::Completed => {
+                        state.report.completed += 1;
+                        state.completed.insert(run);
+                    }
+                    Driven::LeaseLost => state.report.leases_lost += 1,
+                    Driven::Paused(_) => state.report.paused += 1,
+                    Driven::Parked(_) => state.report.parked += 1,
+                    _ => {}
+                }
+            }
+            Err(e) if self.dead() => self.note(|| format!("{worker} dies with its process: {e}")),
+            Err(e) => self.violate(ERRS_ONLY_DEAD, format!("{worker}'s turn failed: {e}")),
+        }
+    }
+
+    /// Sends `call` to `tool` as the runtime asks (an act, an undo or a
+    /// query) and answers what the caller learns.
+    pub fn act(&self, tool: Tool, call: &Call<'_>, ask: Ask) -> Outcome {
+        let unknown = |reason: &str| Outcome::Unknown {
+            reason: reason.to_string(),
+        };
+        if self.dead() {
+            return unknown("not sent: the process is dead");
+        }
+        let acting = matches!(ask, Ask::Act { .. });
+        if acting && !self.runtime_may_send(call) {
+            return unknown("not sent: the harness found the runtime wrong");
+        }
+        if self.dead() {
+            return unknown("not sent: the process died reading its books");
+        }
+        // The call's fate, drawn before anything else moves.
+        let (stall, fate, dies) = {
+            let mut state = self.state();
+            let calm = state.calm;
+            let nested = state.nested;
+            let fates = &mut state.fates;
+            let stall = !calm && !nested && fates.below(1000) < STALL_PER_MILLE;
+            let business_decline = acting && tool.declines_for_good && fates.below(4) == 0;
+            let fate = if business_decline {
+                Fate::Declined
+            } else if calm {
+                Fate::Delivered
+            } else {
+                match fates.below(100) {
+                    0..6 => Fate::AckDropped,
+                    6..10 => Fate::RequestLost,
+                    10..16 => Fate::Slow {
+                        delay_ms: u32::try_from(fates.below(REQUEST_LIFETIME_MS_MAX + 1))
+                            .expect("a lifetime fits u32"),
+                    },
+                    16..22 if acting => Fate::Declined,
+                    _ => Fate::Delivered,
+                }
+            };
+            let dies = !calm && acting && fates.below(1000) < DIE_AFTER_SEND_PER_MILLE;
+            (stall, fate, dies)
+        };
+        if stall {
+            self.stall(call);
+            if self.dead() {
+                return unknown("not sent: the process died while the call stalled");
+            }
+        }
+        let now = self.clock.peek();
+        let id = {
+            let mut state = self.state();
+            state.report.calls += 1;
+            state
+                .world
+                .send(tool, (call.key, call.token), ask, now, fate)
+        };
+        let what = if acting { "act" } else { "query" };
+        self.note(|| {
+            format!(
+                "{} {what} {} under token {}: {}",
+                tool.name,
+                call.key,
+                call.token.0,
+                fate.name()
+            )
+        });
+        if dies {
+            self.note(|| "the process dies with the request sent".to_string());
+            self.state().report.died_after_send += 1;
+            self.disk.set_crash_after_ops(0);
+            return unknown("the process died");
+        }
+        if let Fate::Slow { delay_ms } = fate {
+            self.clock.advance_ms(u64::from(delay_ms));
+        }
+        let mut state = self.state();
+        state.world.deliver_due(self.clock.peek());
+        match state.world.take_reply(id) {
+            Some(Reply::Fenced) => unknown("the service saw a newer token"),
+            Some(reply) => reply.outcome(),
+            None => {
+                drop(state);
+                // The caller waits out its timeout: by then the request
+                // has arrived or never will.
+                self.clock.advance_ms(CALL_TIMEOUT_MS);
+                self.state().world.deliver_due(self.clock.peek());
+                unknown("no reply before the timeout")
+            }
+        }
+    }
+
+    /// The runtime's promises at the moment it hands over an act: the
+    /// lease is live under the call's token and the step is not confirmed.
+    /// False (with the violation recorded) if one is broken.
+    fn runtime_may_send(&self, call: &Call<'_>) -> bool {
+        let Some(engine) = self.engine() else {
+            return true;
+        };
+        let now = self.clock.peek();
+        let key = call.key.clone();
+        let read = engine.read(|books| Ok((books.run(key.run()), books.effect(&key))));
+        let Ok((run, entry)) = read else {
+            return true; // the process died reading: nothing is sent
+        };
+        let lease = run.and_then(|r| r.lease);
+        let live = lease
+            .as_ref()
+            .is_some_and(|l| l.token == call.token && now < l.expires_ms);
+        if !live {
+            let held = lease.map_or("no lease".to_string(), |l| {
+                format!("token {} until {} ms", l.token.0, l.expires_ms)
+            });
+            self.violate(
+                LIVE_LEASE,
+                format!(
+                    "{} was handed to its tool at {now} ms under token {} (deadline {} ms) while \
+                     the books hold {held}",
+                    call.key, call.token.0, call.deadline_ms
+                ),
+            );
+            return false;
+        }
+        if let Some(entry) = entry
+            && matches!(entry.status, EffectStatus::Confirmed { .. })
+        {
+            self.violate(
+                CONFIRMED_NOT_SENT,
+                format!(
+                    "{} was handed to its tool again, confirmed in the books",
+                    call.key
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// The caller stalls past its lease before its request leaves (a
+    /// pause, a swap storm): meanwhile another worker takes a turn.
+    fn stall(&self, call: &Call<'_>) {
+        let (pause, w) = {
+            let mut state = self.state();
+            state.report.stalls += 1;
+            state.nested = true;
+            let pause = self.lease_ttl_ms + state.fates.below(self.lease_ttl_ms);
+            let w = state.fates.below(self.workers.len() as u64) as usize;
+            (pause, w)
+        };
+        self.note(|| format!("the caller of {} stalls {pause} ms", call.key));
+        self.clock.advance_ms(pause);
+        self.turn(w);
+        self.state().nested = false;
+    }
+
+    /// The model answers `prompt` for `run` at `position`: a paid call.
+    pub fn model(
+        &self,
+        run: &RunId,
+        position: u64,
+        prompt: &[u8],
+    ) -> Result<(Vec<u8>, Usage), Fail> {
+        if self.dead() {
+            return Err(Fail::failed("the process died before the model was asked"));
+        }
+        if let Some(engine) = self.engine()
+            && let Ok(Some(record)) = engine.read(|books| Ok(books.decision_at(run, position)))
+        {
+            self.violate(
+                DECISION_ONCE,
+                format!(
+                    "the model was asked again for decision {position} of {run}, journaled at {} ms",
+                    record.recorded_ms
+                ),
+            );
+        }
+        let now = self.clock.now_ms();
+        let mut state = self.state();
+        state.report.model_calls += 1;
+        Ok(state
+            .world
+            .model()
+            .call(run, position, digest_of(prompt), now))
+    }
+}
