@@ -225,7 +225,9 @@ impl World {
 type Shared = Arc<Mutex<World>>;
 
 fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
-    world.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    world
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The shop's agent, written as if nothing ever failed. `disk` is its
@@ -362,7 +364,9 @@ fn shop(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxError> {
             order.item,
             euros(order.cents)
         );
-        process.runtime.start("shop", order.run.as_str(), order.input().as_bytes())?;
+        process
+            .runtime
+            .start("shop", order.run.as_str(), order.input().as_bytes())?;
         if !serve(&process)? {
             process = restart(process, dir, &clock, &world, &order.run)?;
         }

@@ -391,12 +391,18 @@ mod tests {
         disk.kill();
         assert!(file.write_at(0, b"after!").is_err());
         assert!(file.sync_data().is_err());
-        assert!(disk.open(&dir.path().join("g"), OpenMode::CreateNew).is_err());
+        assert!(
+            disk.open(&dir.path().join("g"), OpenMode::CreateNew)
+                .is_err()
+        );
         let mut read = [0; 6];
         file.read_at(0, &mut read).unwrap();
         assert_eq!(&read, b"before");
         let next = MortalDisk::new();
-        assert!(next.open(&path, OpenMode::Existing).is_ok(), "a new process's disk lives");
+        assert!(
+            next.open(&path, OpenMode::Existing).is_ok(),
+            "a new process's disk lives"
+        );
     }
 
     #[test]
