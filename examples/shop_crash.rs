@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use actum::ManualClock;
 use actum::books::{EffectStatus, FencingToken, Outcome, RunId, RunState, ToolClass, WorkerId};
@@ -224,10 +224,8 @@ impl World {
 
 type Shared = Arc<Mutex<World>>;
 
-fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
-    world
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock(world: &Shared) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The shop's agent, written as if nothing ever failed. `disk` is its

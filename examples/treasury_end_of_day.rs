@@ -29,7 +29,7 @@ use actum::books::{
     ToolClass, WorkerId,
 };
 use actum::engine::{Engine, EngineOptions};
-use actum::runtime::{Fail, RunCtx, Runtime, Tool};
+use actum::runtime::{Fail, RunCtx, Runtime, Tool, UndoCall};
 use actum::{Error, ManualClock};
 use actum_examples::{BoxError, Checks, Cli, MortalDisk, XorShift, main_of};
 
@@ -413,7 +413,7 @@ fn end_of_day(
 fn undo_sweep(
     world: Shared,
     disk: MortalDisk,
-) -> impl Fn(&actum::runtime::UndoCall<'_>) -> Outcome + Send + Sync + 'static {
+) -> impl Fn(&UndoCall<'_>) -> Outcome + Send + Sync + 'static {
     move |undo| {
         let (key, run) = (&undo.ctx.key, undo.ctx.key.run());
         let mut w = lock(&world);
