@@ -1,43 +1,43 @@
-//! A shop that crashes between payment and order, on actum. The shop's
-//! agent charges the customer's card, then places the order with the
-//! warehouse, each through the engine's step ceremony (intent durable
-//! before the call, outcome recorded after). The process dies in the worst
-//! place: the payment provider has charged the card, and the engine never
-//! heard back. Reopened, the engine releases the dead worker's lease (the
-//! directory lock proves that process gone), so the run is claimed again
-//! at once under a larger fencing token; the next worker resends the charge
-//! with the SAME idempotency key, the provider recognises it and charges nothing
-//! new, and the order is placed once. Other orders crash elsewhere (after
-//! the intent, after the charge was recorded, after the order was sent):
-//! every card is charged exactly once and every order placed exactly once.
+//! A shop that crashes between payment and order, on the runtime. The
+//! shop's agent is one function: charge the customer's card, then place the
+//! order with the warehouse (`ctx.step` twice; the runtime makes each intent
+//! durable before the call and records the outcome after). The process dies
+//! in the worst place: the payment provider has charged the card, and the
+//! engine never heard back. Reopened, the engine releases the dead worker's
+//! lease (the directory lock proves that process gone), so the runtime
+//! claims the run again at once under a larger fencing token and calls the
+//! agent from the top; the charge is resent with the SAME idempotency key,
+//! the provider recognises it and charges nothing new, and the order is
+//! placed once. Other orders crash elsewhere (after the intent, after the
+//! charge was recorded, after the order was sent): every card is charged
+//! exactly once and every order placed exactly once.
+//!
+//! A crash is the process's disk dying at that instant ([`MortalDisk`]):
+//! the runtime calls the agent inside the engine's calls, so the engine
+//! cannot be dropped there; a dead disk makes the engine's next write fail,
+//! which leaves the database as a killed process would. The engine is then
+//! dropped without `close` and reopened on a new disk.
 //!
 //! Run it with `cargo run --example shop_crash` (`-- --quick` for three
 //! orders, `-- --dir PATH` to keep the database).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use actum::books::{
-    Command, CreateRun, EffectStatus, Guard, Outcome, RunId, RunState, StepId, ToolClass,
-    Transition, WorkerId, digest_of,
-};
-use actum::engine::{EffectCtx, LeaseGrant, StepPlan, StepRequest, StepResult, ToolSpec};
-use actum::{Engine, EngineOptions, Error, FsStorage, ManualClock};
-use actum_examples::{BoxError, Checks, Cli, XorShift, euros, main_of};
+use actum::ManualClock;
+use actum::books::{EffectStatus, FencingToken, Outcome, RunId, RunState, ToolClass, WorkerId};
+use actum::engine::{Engine, EngineOptions};
+use actum::runtime::{Call, Fail, RunCtx, Runtime, Tool};
+use actum_examples::{BoxError, Checks, Cli, MortalDisk, XorShift, euros, main_of};
 
 /// 2026-11-27 10:00 UTC: the engine's clock starts here and moves only
 /// when the example says so.
 const START_MS: u64 = 1_795_773_600_000;
-/// A worker's lease: how long a run stays with a worker that stops
-/// renewing it. A crash frees it at once: the next open releases it.
-const LEASE_MS: u64 = 30_000;
-/// The provider and the warehouse remember a key for a day.
-const DEDUP_MS: u64 = 86_400_000;
-/// Both services deduplicate by key within the window.
+/// Both services deduplicate by key for a day.
 const IDEMPOTENT: ToolClass = ToolClass::Idempotent {
-    dedup_window_ms: DEDUP_MS,
+    dedup_window_ms: 86_400_000,
 };
 
 /// Runs the example; the exit code says whether every invariant held.
@@ -59,7 +59,7 @@ enum Crash {
     AfterOrderSent,
 }
 
-/// A customer's order.
+/// A customer's order, and where its first process dies.
 #[derive(Clone, Debug)]
 struct Order {
     run: RunId,
@@ -69,25 +69,25 @@ struct Order {
 }
 
 impl Order {
-    /// The charge's arguments.
-    fn charge(&self) -> Vec<u8> {
-        format!(
-            "charge card 4242 EUR {} for {}",
-            euros(self.cents),
-            self.run
-        )
-        .into_bytes()
+    /// The run's input: what the agent starts from.
+    fn input(&self) -> String {
+        format!("{} {}", self.cents, self.item)
     }
+}
 
-    /// The warehouse order's arguments.
-    fn shipment(&self) -> Vec<u8> {
-        format!("ship one {} for {}", self.item, self.run).into_bytes()
-    }
+/// The charge's arguments.
+fn charge_args(run: &RunId, cents: u64) -> Vec<u8> {
+    format!("charge card 4242 EUR {} for {run}", euros(cents)).into_bytes()
+}
+
+/// The warehouse order's arguments.
+fn shipment_args(run: &RunId, item: &str) -> Vec<u8> {
+    format!("ship one {item} for {run}").into_bytes()
 }
 
 /// Three scripted orders (the crash between payment and order first),
 /// then, unless `--quick`, twenty-seven more from a seeded generator.
-fn orders(quick: bool) -> Result<Vec<Order>, Error> {
+fn orders(quick: bool) -> Result<Vec<Order>, BoxError> {
     const ITEMS: [&str; 6] = [
         "desk lamp",
         "kettle",
@@ -96,7 +96,7 @@ fn orders(quick: bool) -> Result<Vec<Order>, Error> {
         "teapot",
         "umbrella",
     ];
-    let order = |n: usize, cents, crash| -> Result<Order, Error> {
+    let order = |n: usize, cents, crash| -> Result<Order, BoxError> {
         Ok(Order {
             run: RunId::new(format!("order-{n:04}"))?,
             item: ITEMS[n % ITEMS.len()],
@@ -128,7 +128,7 @@ fn orders(quick: bool) -> Result<Vec<Order>, Error> {
 
 /// An outside service that deduplicates requests by idempotency key, as
 /// payment providers do (for a day; this one keeps every key, and the
-/// engine resends only inside the window the tool declares): it records
+/// runtime resends only inside the window the tool declares): it records
 /// every request and every application.
 #[derive(Debug, Default)]
 struct Service {
@@ -198,47 +198,213 @@ impl Service {
     }
 }
 
-/// Everything outside the engine.
+/// Everything outside the engine; it outlives every process.
 #[derive(Debug)]
 struct World {
     provider: Service,
     warehouse: Service,
+    /// Where each order's first process dies.
+    crash_at: BTreeMap<RunId, Crash>,
     /// Orders whose process already died once (it dies only the first time).
     crashed: BTreeSet<RunId>,
-    /// Claims made right after each restart, with the dead worker's lease
-    /// still unexpired by the clock: the run claimed, and whether under a
-    /// larger token than the dead worker's.
+    /// The fencing token each run's agent last ran under.
+    tokens: BTreeMap<RunId, FencingToken>,
+    /// After each restart, with the dead worker's lease still unexpired by
+    /// the clock: the crashed run, and whether the restarted process ran it
+    /// under a larger token than the dead worker's.
     retaken: Vec<(RunId, bool)>,
 }
 
-/// How one pass of the agent over a claimed run ended.
-#[derive(Debug, PartialEq, Eq)]
-enum Flow {
-    Ended,
-    /// The process died holding the lease.
-    Crashed,
+impl World {
+    /// True, once per order, when its process is to die at `point`.
+    fn dies_at(&mut self, run: &RunId, point: Crash) -> bool {
+        self.crash_at.get(run) == Some(&point) && self.crashed.insert(run.clone())
+    }
+}
+
+type Shared = Arc<Mutex<World>>;
+
+fn lock(world: &Shared) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The shop's agent, written as if nothing ever failed. `disk` is its
+/// process's disk, which the world kills where the order's crash is.
+fn shop_agent(
+    world: Shared,
+    disk: MortalDisk,
+) -> impl Fn(&mut RunCtx<'_>) -> Result<Vec<u8>, Fail> + Send + Sync + 'static {
+    move |ctx| {
+        let run = ctx.run_id().clone();
+        lock(&world).tokens.insert(run.clone(), ctx.token());
+        let input = String::from_utf8_lossy(ctx.input()).into_owned();
+        let (cents, item) = input.split_once(' ').ok_or("an order names its price")?;
+        let cents: u64 = cents.parse().map_err(|_| "an order's price is in cents")?;
+        let charge = Tool::new("psp.charge", IDEMPOTENT);
+        let args = charge_args(&run, cents);
+        let mut sent = false;
+        let receipt = ctx.step("charge", &charge, &args, |call| {
+            sent = true;
+            let mut w = lock(&world);
+            if w.dies_at(&run, Crash::AfterChargeIntent) {
+                println!(
+                    "   charge intent {} is durable; the process dies before calling the provider",
+                    call.key
+                );
+                disk.kill();
+                return Outcome::Unknown {
+                    reason: "the process died".into(),
+                };
+            }
+            let (outcome, deduplicated) = w.provider.apply(&call.idempotency_key, &args);
+            tell("charge", call, &outcome, deduplicated, "the provider");
+            if w.dies_at(&run, Crash::AfterChargeSent) {
+                println!("   the process dies before the charge's outcome is recorded");
+                disk.kill();
+            }
+            outcome
+        })?;
+        if !sent {
+            let receipt = String::from_utf8_lossy(&receipt);
+            println!("   charge: in the ledger ({receipt}); the provider is not called");
+        }
+        if lock(&world).dies_at(&run, Crash::AfterChargeRecorded) {
+            println!("   the process dies after the charge was recorded, before the order");
+            disk.kill();
+        }
+        let warehouse = Tool::new("warehouse.order", IDEMPOTENT);
+        let shipment = shipment_args(&run, item);
+        let reference = ctx.step("place-order", &warehouse, &shipment, |call| {
+            let mut w = lock(&world);
+            let (outcome, deduplicated) = w.warehouse.apply(&call.idempotency_key, &shipment);
+            tell("order", call, &outcome, deduplicated, "the warehouse");
+            if w.dies_at(&run, Crash::AfterOrderSent) {
+                println!("   the process dies before the order's outcome is recorded");
+                disk.kill();
+            }
+            outcome
+        })?;
+        Ok(reference)
+    }
+}
+
+/// Says what a call to `service` did: a first send, or a resend with the
+/// same key that the service recognised.
+fn tell(what: &str, call: &Call<'_>, outcome: &Outcome, deduplicated: bool, service: &str) {
+    let reference = match outcome {
+        Outcome::Confirmed { receipt } => String::from_utf8_lossy(receipt).into_owned(),
+        Outcome::Failed { reason, .. } | Outcome::Unknown { reason } => reason.clone(),
+    };
+    match (call.resend, deduplicated) {
+        (false, _) => println!("   {what} sent under key {}: {reference}", call.key),
+        (true, true) => println!(
+            "   {what} resent with the SAME key {}: {service} recognises it, nothing new is done ({reference})",
+            call.key
+        ),
+        (true, false) => println!(
+            "   {what} resent with the same key {}: {service} had never received it, so it acts now ({reference})",
+            call.key
+        ),
+    }
+}
+
+/// One process of the shop's service: its disk, and a runtime over an
+/// engine on that disk serving the agent.
+struct Process {
+    disk: MortalDisk,
+    runtime: Runtime,
+}
+
+fn boot(dir: &Path, clock: &Arc<ManualClock>, world: &Shared) -> Result<Process, BoxError> {
+    let disk = MortalDisk::new();
+    let engine = Engine::open_with(
+        Arc::new(disk.clone()),
+        clock.clone(),
+        dir,
+        EngineOptions::default(),
+    )?;
+    let runtime = Runtime::new(Arc::new(engine));
+    runtime.register("shop", "1", shop_agent(world.clone(), disk.clone()))?;
+    Ok(Process { disk, runtime })
+}
+
+/// The worker drains the queue; false if the process died on the way.
+fn serve(process: &Process) -> Result<bool, BoxError> {
+    let worker = WorkerId::new("shop-worker")?;
+    for _ in 0..100 {
+        match process.runtime.work_once(&worker) {
+            Ok(Some((run, driven))) => println!("   [{run}] {driven:?}"),
+            Ok(None) => return Ok(true),
+            Err(_) if process.disk.is_dead() => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err("the worker did not drain the queue".into())
 }
 
 /// The example: each order, its crash and its restart.
 fn shop(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxError> {
     let clock = Arc::new(ManualClock::new(START_MS));
     let orders = orders(cli.quick)?;
-    let mut world = World {
+    let world: Shared = Arc::new(Mutex::new(World {
         provider: Service::new("ch"),
         warehouse: Service::new("wh"),
+        crash_at: orders.iter().map(|o| (o.run.clone(), o.crash)).collect(),
         crashed: BTreeSet::new(),
+        tokens: BTreeMap::new(),
         retaken: Vec::new(),
-    };
-    let mut engine = open(dir, &clock)?;
+    }));
+    let mut process = boot(dir, &clock, &world)?;
     for order in &orders {
-        engine = sell(engine, dir, &clock, order, &mut world)?;
+        println!(
+            "== {}: one {} for EUR {}",
+            order.run,
+            order.item,
+            euros(order.cents)
+        );
+        process
+            .runtime
+            .start("shop", order.run.as_str(), order.input().as_bytes())?;
+        if !serve(&process)? {
+            process = restart(process, dir, &clock, &world, &order.run)?;
+        }
         clock.advance_ms(60_000);
     }
-    statement(&orders, &world);
+    let w = lock(&world);
+    statement(&orders, &w);
     println!("== the checks");
-    check(&engine, &orders, &world, checks)?;
-    engine.close()?;
-    Ok(())
+    check(process.runtime.engine(), &orders, &w, checks)
+}
+
+/// The process died: everything it held in memory went with it (its engine
+/// is dropped without `close`). A new one opens the database; no clock
+/// moves, yet the run is claimed again at once: the open released the lease.
+fn restart(
+    dead: Process,
+    dir: &Path,
+    clock: &Arc<ManualClock>,
+    world: &Shared,
+    run: &RunId,
+) -> Result<Process, BoxError> {
+    drop(dead);
+    let dead_token = lock(world).tokens.get(run).copied();
+    let process = boot(dir, clock, world)?;
+    let recovery = process.runtime.engine().recovery();
+    println!(
+        "   restarted: {} log records replayed, {} lease of the dead worker released",
+        recovery.replayed_records, recovery.leases_released,
+    );
+    if !serve(&process)? {
+        return Err(format!("{run} crashed twice").into());
+    }
+    let mut w = lock(world);
+    let token = w.tokens.get(run).copied();
+    println!(
+        "   the run was claimed again under token {}",
+        token.map_or(0, |t| t.0)
+    );
+    w.retaken.push((run.clone(), token > dead_token));
+    Ok(process)
 }
 
 /// Prints the card statement: what the provider charged, order by order.
@@ -261,228 +427,6 @@ fn statement(orders: &[Order], world: &World) {
     }
 }
 
-/// Opens the engine in `dir` on the real file system and the example's
-/// clock.
-fn open(dir: &Path, clock: &Arc<ManualClock>) -> Result<Engine, Error> {
-    Engine::open_with(
-        Arc::new(FsStorage::new()),
-        clock.clone(),
-        dir,
-        EngineOptions::default(),
-    )
-}
-
-/// One order: the run is created and claimed; if the process dies, the
-/// engine is reopened and the run claimed again at once (the open released
-/// the dead worker's lease). Returns the engine (reopened if it crashed).
-fn sell(
-    mut engine: Engine,
-    dir: &Path,
-    clock: &Arc<ManualClock>,
-    order: &Order,
-    world: &mut World,
-) -> Result<Engine, BoxError> {
-    println!(
-        "== {}: one {} for EUR {}",
-        order.run,
-        order.item,
-        euros(order.cents)
-    );
-    engine.create_run(CreateRun {
-        run: order.run.clone(),
-        input_digest: digest_of(&order.charge()),
-        agent_version: "shop-agent 1.0".into(),
-        trace_id: format!("trace-{}", order.run),
-        parent: None,
-        input: None,
-    })?;
-    let worker = WorkerId::new("shop-worker")?;
-    let lease = engine
-        .claim_next(&worker, LEASE_MS)?
-        .ok_or("nothing to claim")?;
-    if shop_agent(&engine, &lease, order, world)? == Flow::Ended {
-        return Ok(engine);
-    }
-    // The process is gone: everything the engine held in memory with it.
-    // Dropping without `close` is exactly that, to the engine.
-    drop(engine);
-    let dead_token = lease.guard.token;
-    engine = open(dir, clock)?;
-    // No clock moves: the open released the lease, so the run is free now.
-    let lease = engine
-        .claim_next(&worker, LEASE_MS)?
-        .ok_or("the crashed order is not claimable")?;
-    world
-        .retaken
-        .push((lease.run.clone(), lease.guard.token > dead_token));
-    println!(
-        "   restarted: {} log records replayed, {} lease of the dead worker released; the run \
-         is claimed again at once under token {}",
-        engine.recovery().replayed_records,
-        engine.recovery().leases_released,
-        lease.guard.token.0
-    );
-    if shop_agent(&engine, &lease, order, world)? != Flow::Ended {
-        return Err(format!("{} crashed twice", order.run).into());
-    }
-    Ok(engine)
-}
-
-/// True, once per order, when its process is to die at `point`.
-fn dies_at(world: &mut World, order: &Order, point: Crash) -> bool {
-    order.crash == point && world.crashed.insert(order.run.clone())
-}
-
-/// One pass of the shop's agent over its claimed run. It starts from the
-/// top every time: each step asks the engine, which answers from the books
-/// what is already done, and says when to resend with the same key.
-fn shop_agent(
-    engine: &Engine,
-    lease: &LeaseGrant,
-    order: &Order,
-    world: &mut World,
-) -> Result<Flow, BoxError> {
-    let (run, guard) = (&lease.run, &lease.guard);
-    if engine.run(run)?.map(|r| r.state) == Some(RunState::Pending) {
-        engine.transition(move_to(
-            run,
-            guard,
-            RunState::Running,
-            "the customer checked out",
-        ))?;
-    }
-    let step = StepId::new("charge")?;
-    let args = order.charge();
-    let charge = StepRequest {
-        guard,
-        run,
-        step: &step,
-        tool: ToolSpec {
-            name: "psp.charge".into(),
-            class: IDEMPOTENT,
-        },
-        args: &args,
-        rationale: "the customer confirmed the cart",
-        compensation: None,
-    };
-    match engine.begin_step(&charge)? {
-        StepPlan::Act(ctx) => {
-            if dies_at(world, order, Crash::AfterChargeIntent) {
-                println!(
-                    "   charge intent {} is durable; the process dies before calling the provider",
-                    ctx.key
-                );
-                return Ok(Flow::Crashed);
-            }
-            let (outcome, deduplicated) = world.provider.apply(&ctx.key.encode(), &args);
-            tell("charge", &ctx, &outcome, deduplicated, "the provider");
-            if dies_at(world, order, Crash::AfterChargeSent) {
-                println!("   the process dies before the charge's outcome is recorded");
-                return Ok(Flow::Crashed);
-            }
-            let result = engine.finish_step(guard, &ctx, outcome)?;
-            if !matches!(result, StepResult::Done { .. }) {
-                return Err(format!("{run}: the charge: {result:?}").into());
-            }
-        }
-        StepPlan::Done(StepResult::Done { key, receipt, .. }) => {
-            let receipt = String::from_utf8_lossy(&receipt);
-            println!("   charge {key}: in the ledger ({receipt}); the provider is not called");
-        }
-        other => return Err(format!("{run}: the charge: {other:?}").into()),
-    }
-    if dies_at(world, order, Crash::AfterChargeRecorded) {
-        println!("   the process dies after the charge was recorded, before the order");
-        return Ok(Flow::Crashed);
-    }
-    place_order(engine, run, guard, order, world)
-}
-
-/// Places the order; its outcome and the run's end land in one commit.
-fn place_order(
-    engine: &Engine,
-    run: &RunId,
-    guard: &Guard,
-    order: &Order,
-    world: &mut World,
-) -> Result<Flow, BoxError> {
-    let step = StepId::new("place-order")?;
-    let args = order.shipment();
-    let request = StepRequest {
-        guard,
-        run,
-        step: &step,
-        tool: ToolSpec {
-            name: "warehouse.order".into(),
-            class: IDEMPOTENT,
-        },
-        args: &args,
-        rationale: "the card was charged",
-        compensation: None,
-    };
-    let ctx = match engine.begin_step(&request)? {
-        StepPlan::Act(ctx) => ctx,
-        StepPlan::Done(StepResult::Done { .. }) => {
-            engine.transition(move_to(run, guard, RunState::Completed, "ordered"))?;
-            return Ok(Flow::Ended);
-        }
-        other => return Err(format!("{run}: the order: {other:?}").into()),
-    };
-    let (outcome, deduplicated) = world.warehouse.apply(&ctx.key.encode(), &args);
-    tell("order", &ctx, &outcome, deduplicated, "the warehouse");
-    if dies_at(world, order, Crash::AfterOrderSent) {
-        println!("   the process dies before the order's outcome is recorded");
-        return Ok(Flow::Crashed);
-    }
-    let then = match ctx.result(&outcome) {
-        StepResult::Done { .. } => vec![Command::Transition(move_to(
-            run,
-            guard,
-            RunState::Completed,
-            "ordered",
-        ))],
-        _ => Vec::new(),
-    };
-    let finished = engine.finish_step_with(guard, &ctx, outcome, then)?;
-    finished.then?;
-    if !matches!(finished.result, StepResult::Done { .. }) {
-        return Err(format!("{run}: the order: {:?}", finished.result).into());
-    }
-    println!("   order placed; the run completed in the same commit");
-    Ok(Flow::Ended)
-}
-
-/// Says what a call to `service` did: a first send, or a resend with the
-/// same key that the service recognised.
-fn tell(what: &str, ctx: &EffectCtx, outcome: &Outcome, deduplicated: bool, service: &str) {
-    let reference = match outcome {
-        Outcome::Confirmed { receipt } => String::from_utf8_lossy(receipt).into_owned(),
-        Outcome::Failed { reason, .. } | Outcome::Unknown { reason } => reason.clone(),
-    };
-    match (ctx.resend, deduplicated) {
-        (false, _) => println!("   {what} sent under key {}: {reference}", ctx.key),
-        (true, true) => println!(
-            "   {what} resent with the SAME key {}: {service} recognises it, nothing new is done ({reference})",
-            ctx.key
-        ),
-        (true, false) => println!(
-            "   {what} resent with the same key {}: {service} had never received it, so it acts now ({reference})",
-            ctx.key
-        ),
-    }
-}
-
-/// A transition of `run` under `guard`.
-fn move_to(run: &RunId, guard: &Guard, to: RunState, reason: &str) -> Transition {
-    Transition {
-        run: run.clone(),
-        guard: guard.clone(),
-        to,
-        expected_version: None,
-        reason: reason.to_string(),
-    }
-}
-
 /// The invariants, from the provider's and the warehouse's records and
 /// the engine's books.
 fn check(
@@ -497,7 +441,8 @@ fn check(
     let mut books = Vec::new();
     for order in orders {
         let charges = world.provider.applied_for(&order.run);
-        if charges.len() != 1 || charges.iter().any(|(_, args, _)| *args != order.charge()) {
+        let args = charge_args(&order.run, order.cents);
+        if charges.len() != 1 || charges.iter().any(|(_, a, _)| *a != args) {
             charged.push(format!("{}: {} charges", order.run, charges.len()));
         }
         let shipments = world.warehouse.applied_for(&order.run);

@@ -1,40 +1,43 @@
-//! A treasury agent's end of day (seed 002) on actum: after the close it
-//! sweeps the excess cash of the operating account to a money-market
-//! fund, then hedges the day's currency exposure. The sweep's intent
-//! registers its compensation (the transfer back), so when the dealing
-//! desk declines the hedge the confirmed sweep is undone through the
-//! engine (`begin_compensation`), as an effect of its own with its own
-//! key: the run ends failed with the sweep returned exactly once, even
-//! though the process dies after the bank moved the money back and before
-//! that was recorded. The bank deduplicates nothing; it can only be asked
-//! what a key did, and that is what the resumed worker does.
+//! A treasury agent's end of day (seed 002) on the runtime: after the close
+//! it sweeps the excess cash of the operating account to a money-market
+//! fund, then hedges the day's currency exposure. The sweep is a
+//! `ctx.step_with_undo` whose compensation is the transfer back, so when the
+//! dealing desk declines the hedge the run fails and the runtime's saga
+//! undoes the confirmed sweep with the undo handler registered for the bank,
+//! as an effect of its own with its own key: the run ends failed with the
+//! sweep returned exactly once, even though the process dies after the bank
+//! moved the money back and before that was recorded. The bank deduplicates
+//! nothing; it can only be asked what a key did (`Tool::with_query`, and the
+//! undo handler's `query`), and that is what the resumed worker does.
+//!
+//! A crash is the process's disk dying at that instant ([`MortalDisk`]):
+//! the runtime calls the agent and its undo inside the engine's calls, so
+//! the engine cannot be dropped there; a dead disk makes the engine's next
+//! write fail, which leaves the database as a killed process would. The
+//! engine is then dropped without `close` and reopened on a new disk.
 //!
 //! Run it with `cargo run --example treasury_end_of_day` (`-- --quick` for
 //! one day only, `-- --dir PATH` to keep the database).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use actum::books::{
-    Compensation, CreateRun, EffectKind, EffectStatus, Guard, Outcome, RunId, RunState, StepId,
-    ToolClass, Transition, WorkerId, digest_of,
+    Compensation, EffectKind, EffectStatus, FencingToken, Outcome, RunId, RunState, StepId,
+    ToolClass, WorkerId,
 };
-use actum::engine::{
-    CompensationRequest, EffectCtx, LeaseGrant, StepPlan, StepRequest, StepResult, ToolSpec,
-};
-use actum::{Engine, EngineOptions, Error, FsStorage, ManualClock};
-use actum_examples::{BoxError, Checks, Cli, XorShift, main_of};
+use actum::engine::{Engine, EngineOptions};
+use actum::runtime::{Fail, RunCtx, Runtime, Tool, UndoCall};
+use actum::{Error, ManualClock};
+use actum_examples::{BoxError, Checks, Cli, MortalDisk, XorShift, main_of};
 
 /// 2026-03-02 21:00 UTC, after the close: the engine's clock starts here
 /// and moves only when the example says so.
 const START_MS: u64 = 1_772_485_200_000;
 /// A day, in the engine clock's milliseconds.
 const DAY_MS: u64 = 86_400_000;
-/// A worker's lease: how long a run stays with a worker that stops
-/// renewing it. A crash frees it at once: the next open releases it.
-const LEASE_MS: u64 = 60_000;
 /// What the operating account holds before the first day.
 const OPENING_CENTS: i64 = 50_000_000 * 100;
 /// The account the day's excess cash leaves.
@@ -68,7 +71,7 @@ enum Crash {
     UndoSentNotRecorded,
 }
 
-/// One business day's run.
+/// One business day's run, and what the world does to it.
 #[derive(Clone, Debug)]
 struct Day {
     run: RunId,
@@ -79,6 +82,13 @@ struct Day {
     aud_cents: i64,
     hedge: Hedge,
     crash: Crash,
+}
+
+impl Day {
+    /// The run's input: what the agent starts from.
+    fn input(&self) -> String {
+        format!("{} {}", self.excess_cents, self.aud_cents)
+    }
 }
 
 /// The days: one scripted day (declined hedge, and the process dies in
@@ -243,17 +253,19 @@ impl Bank {
 /// The dealing desk: books a forward or declines it.
 #[derive(Debug, Default)]
 struct Desk {
+    /// What it will say to each day's hedge.
+    answers: BTreeMap<RunId, Hedge>,
     /// Every hedge request: key and answer.
     requests: Vec<(String, Outcome)>,
 }
 
 impl Desk {
-    fn hedge(&mut self, key: &str, day: &Day) -> Outcome {
-        let outcome = match day.hedge {
-            Hedge::Accept => Outcome::Confirmed {
+    fn hedge(&mut self, key: &str, run: &RunId) -> Outcome {
+        let outcome = match self.answers.get(run) {
+            Some(Hedge::Accept) => Outcome::Confirmed {
                 receipt: format!("FWD-{:04}", self.requests.len() + 1).into_bytes(),
             },
-            Hedge::Decline => Outcome::Failed {
+            _ => Outcome::Failed {
                 retryable: false,
                 reason: "counterparty credit line exhausted".into(),
             },
@@ -273,372 +285,274 @@ impl Desk {
     }
 }
 
-/// Everything outside the engine.
+/// Everything outside the engine; it outlives every process.
 #[derive(Debug)]
 struct World {
     bank: Bank,
     desk: Desk,
+    /// Where each day's first process dies.
+    crash_at: BTreeMap<RunId, Crash>,
     /// Days whose process already died once (it dies only the first time).
     crashed: BTreeSet<RunId>,
-    /// Claims made right after each restart, with the dead worker's lease
-    /// still unexpired by the clock: the run claimed, and whether under a
-    /// larger token than the dead worker's.
+    /// The fencing token each run was last worked under (by the agent, a
+    /// query or an undo).
+    tokens: BTreeMap<RunId, FencingToken>,
+    /// After each restart, with the dead worker's lease still unexpired by
+    /// the clock: the crashed run, and whether the restarted service worked
+    /// it under a larger token than the dead worker's.
     retaken: Vec<(RunId, bool)>,
 }
 
-/// How one pass of the agent over a claimed run ended.
-#[derive(Debug, PartialEq, Eq)]
-enum Flow {
-    Ended,
-    /// The process died holding the lease.
-    Crashed,
+impl World {
+    /// True, once per day, when the day's process is to die at `point`.
+    fn dies_at(&mut self, run: &RunId, point: Crash) -> bool {
+        self.crash_at.get(run) == Some(&point) && self.crashed.insert(run.clone())
+    }
+}
+
+type Shared = Arc<Mutex<World>>;
+
+fn lock(world: &Shared) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The end-of-day agent, written as if nothing ever failed. `disk` is its
+/// process's disk, which the world kills where the day's crash is.
+fn end_of_day(
+    world: Shared,
+    disk: MortalDisk,
+) -> impl Fn(&mut RunCtx<'_>) -> Result<Vec<u8>, Fail> + Send + Sync + 'static {
+    move |ctx| {
+        let run = ctx.run_id().clone();
+        lock(&world).tokens.insert(run.clone(), ctx.token());
+        let input = String::from_utf8_lossy(ctx.input()).into_owned();
+        let amounts: Vec<i64> = input.split(' ').filter_map(|n| n.parse().ok()).collect();
+        let [excess, aud] = amounts[..] else {
+            return Err(Fail::failed(
+                "a day's input is its excess cash and exposure",
+            ));
+        };
+        let transfer = |from: &str, to: &str| Instruction {
+            from: from.into(),
+            to: to.into(),
+            cents: excess,
+        };
+        let sweep = transfer(OPERATING, MMF).encode();
+        let back = Compensation {
+            tool: "bank.transfer".into(),
+            args: transfer(MMF, OPERATING).encode(),
+            class: QUERYABLE,
+        };
+        // A bank that lost the request ("never received") is a retryable
+        // failure: the next attempt gets the next key.
+        let w = world.clone();
+        let bank = Tool::new("bank.transfer", QUERYABLE)
+            .with_query(move |call| {
+                let mut w = lock(&w);
+                w.tokens.insert(call.key.run().clone(), call.token);
+                let found = w.bank.lookup(&call.idempotency_key);
+                let said = said(&found);
+                println!(
+                    "   sweep {}: an intent without an outcome; the bank is asked: {said}",
+                    call.key
+                );
+                found
+            })
+            .attempts(3);
+        let mut sent = false;
+        let swept = ctx.step_with_undo("sweep", &bank, &sweep, back, |call| {
+            sent = true;
+            let mut w = lock(&world);
+            if w.dies_at(&run, Crash::BeforeSweepSent) {
+                let key = &call.key;
+                println!(
+                    "   sweep intent {key} is durable; the process dies before calling the bank"
+                );
+                disk.kill();
+                return Outcome::Unknown {
+                    reason: "the process died".into(),
+                };
+            }
+            let outcome = w.bank.execute(&call.idempotency_key, &sweep);
+            println!(
+                "   sweep {}: {} (sent to the bank)",
+                call.key,
+                said(&outcome)
+            );
+            outcome
+        })?;
+        if !sent {
+            println!(
+                "   sweep: confirmed {} (from the ledger, not sent again)",
+                text(&swept)
+            );
+        }
+        if lock(&world).dies_at(&run, Crash::AfterSweep) {
+            println!("   the process dies after the sweep was recorded");
+            disk.kill();
+        }
+        // A decline fails the run: the runtime's saga returns the sweep.
+        let w = world.clone();
+        let desk = Tool::new("fx.forward", QUERYABLE)
+            .with_query(move |call| lock(&w).desk.lookup(&call.idempotency_key));
+        let forward = format!("sell AUD {aud} forward 1M");
+        let booked = ctx.step("hedge", &desk, forward.as_bytes(), |call| {
+            let outcome = lock(&world).desk.hedge(&call.idempotency_key, &run);
+            match &outcome {
+                Outcome::Confirmed { receipt } => println!("   hedge: booked {}", text(receipt)),
+                other => println!("   hedge: the desk declines it: {}", said(other)),
+            }
+            outcome
+        })?;
+        Ok(booked)
+    }
+}
+
+/// Undoes a sweep: sends the transfer back, or, for a request a dead
+/// process may have sent, asks the bank what it did (never sends twice).
+fn undo_sweep(
+    world: Shared,
+    disk: MortalDisk,
+) -> impl Fn(&UndoCall<'_>) -> Outcome + Send + Sync + 'static {
+    move |undo| {
+        let (key, run) = (&undo.ctx.key, undo.ctx.key.run());
+        let mut w = lock(&world);
+        w.tokens.insert(run.clone(), undo.ctx.token);
+        if undo.query {
+            let found = w.bank.lookup(&key.tool_key());
+            println!(
+                "   undo {key}: the bank is asked what it did: {}",
+                said(&found)
+            );
+            return found;
+        }
+        let outcome = w.bank.execute(&key.tool_key(), undo.args);
+        println!(
+            "   undo {key}: the transfer back sent to the bank: {}",
+            said(&outcome)
+        );
+        if w.dies_at(run, Crash::UndoSentNotRecorded) {
+            println!("   the process dies before the undo's outcome is recorded");
+            disk.kill();
+        }
+        outcome
+    }
+}
+
+/// One process of the treasury service: its disk, and a runtime over an
+/// engine on that disk serving the agent and the sweep's undo.
+struct Process {
+    disk: MortalDisk,
+    runtime: Runtime,
+}
+
+fn boot(dir: &Path, clock: &Arc<ManualClock>, world: &Shared) -> Result<Process, BoxError> {
+    let disk = MortalDisk::new();
+    let engine = Engine::open_with(
+        Arc::new(disk.clone()),
+        clock.clone(),
+        dir,
+        EngineOptions::default(),
+    )?;
+    let runtime = Runtime::new(Arc::new(engine));
+    runtime.register(
+        "treasury-eod",
+        "3.2",
+        end_of_day(world.clone(), disk.clone()),
+    )?;
+    runtime.register_undo("bank.transfer", undo_sweep(world.clone(), disk.clone()));
+    Ok(Process { disk, runtime })
+}
+
+/// The worker drains the queue; false if the process died on the way.
+fn serve(process: &Process) -> Result<bool, BoxError> {
+    let worker = WorkerId::new("treasury-worker")?;
+    for _ in 0..100 {
+        match process.runtime.work_once(&worker) {
+            Ok(Some((_, driven))) => println!("   run {driven:?}"),
+            Ok(None) => return Ok(true),
+            Err(_) if process.disk.is_dead() => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err("the worker did not drain the queue".into())
 }
 
 /// The example: each day's run, with its crash and restart.
 fn end_of_days(cli: &Cli, dir: &Path, checks: &mut Checks) -> Result<(), BoxError> {
     let clock = Arc::new(ManualClock::new(START_MS));
     let days = days(cli.quick)?;
-    let mut world = World {
+    let world: Shared = Arc::new(Mutex::new(World {
         bank: Bank {
             operating: OPENING_CENTS,
             mmf: 0,
             transfers: Vec::new(),
         },
-        desk: Desk::default(),
+        desk: Desk {
+            answers: days.iter().map(|d| (d.run.clone(), d.hedge)).collect(),
+            requests: Vec::new(),
+        },
+        crash_at: days.iter().map(|d| (d.run.clone(), d.crash)).collect(),
         crashed: BTreeSet::new(),
+        tokens: BTreeMap::new(),
         retaken: Vec::new(),
-    };
-    let mut engine = open(dir, &clock)?;
+    }));
+    let mut process = boot(dir, &clock, &world)?;
     for day in &days {
-        engine = run_day(engine, dir, &clock, day, &mut world)?;
+        println!(
+            "== {}: sweep USD {} to the fund, then hedge AUD {}",
+            day.date,
+            money(day.excess_cents),
+            money(day.aud_cents)
+        );
+        let input = day.input();
+        process
+            .runtime
+            .start("treasury-eod", day.run.as_str(), input.as_bytes())?;
+        if !serve(&process)? {
+            process = restart(process, dir, &clock, &world, &day.run)?;
+        }
         clock.advance_ms(DAY_MS);
     }
-    let crashes = world.crashed.len();
+    let w = lock(&world);
     println!(
-        "== {crashes} of {} days crashed once and resumed",
+        "== {} of {} days crashed once and resumed",
+        w.crashed.len(),
         days.len()
     );
     println!("== the checks");
-    check(&engine, &days, &world, checks)?;
-    engine.close()?;
-    Ok(())
+    check(process.runtime.engine(), &days, &w, checks)
 }
 
-/// Opens the engine in `dir` on the real file system and the example's
-/// clock.
-fn open(dir: &Path, clock: &Arc<ManualClock>) -> Result<Engine, Error> {
-    Engine::open_with(
-        Arc::new(FsStorage::new()),
-        clock.clone(),
-        dir,
-        EngineOptions::default(),
-    )
-}
-
-/// One day: the scheduler creates the run, a worker claims it, and, if the
-/// process dies, the restarted service claims it again at once (its open
-/// released the dead worker's lease). Returns the engine (reopened if it
-/// crashed).
-fn run_day(
-    mut engine: Engine,
+/// The process died: its engine is dropped without `close`. The restarted
+/// service opens the database; no clock moves, yet the run is worked again
+/// at once: the open released the dead worker's lease.
+fn restart(
+    dead: Process,
     dir: &Path,
     clock: &Arc<ManualClock>,
-    day: &Day,
-    world: &mut World,
-) -> Result<Engine, BoxError> {
-    println!(
-        "== {}: sweep USD {} to the fund, then hedge AUD {}",
-        day.date,
-        money(day.excess_cents),
-        money(day.aud_cents)
-    );
-    engine.create_run(CreateRun {
-        run: day.run.clone(),
-        input_digest: digest_of(day.date.as_bytes()),
-        agent_version: "treasury-eod 3.2".into(),
-        trace_id: format!("trace-{}", day.date),
-        parent: None,
-        input: None,
-    })?;
-    let worker = WorkerId::new("treasury-worker")?;
-    let lease = claim(&engine, &worker)?;
-    if end_of_day(&engine, &lease, day, world)? == Flow::Ended {
-        return Ok(engine);
-    }
-    let dead_token = lease.guard.token;
-    drop(engine); // no close: to the engine this is a crash
-    engine = open(dir, clock)?;
-    // No clock moves: the open released the lease, so the run is free now.
-    let lease = claim(&engine, &worker)?;
-    world
-        .retaken
-        .push((lease.run.clone(), lease.guard.token > dead_token));
-    println!(
-        "   restarted: {} log records replayed, {} lease of the dead worker released; the run \
-         is claimed again at once under token {}",
-        engine.recovery().replayed_records,
-        engine.recovery().leases_released,
-        lease.guard.token.0
-    );
-    if end_of_day(&engine, &lease, day, world)? != Flow::Ended {
-        return Err(format!("{} crashed twice", day.run).into());
-    }
-    Ok(engine)
-}
-
-/// The next claimable run, which must exist.
-fn claim(engine: &Engine, worker: &WorkerId) -> Result<LeaseGrant, BoxError> {
-    engine
-        .claim_next(worker, LEASE_MS)?
-        .ok_or_else(|| "nothing to claim".into())
-}
-
-/// True, once per day, when the day's process is to die at `point`.
-fn dies_at(world: &mut World, day: &Day, point: Crash) -> bool {
-    day.crash == point && world.crashed.insert(day.run.clone())
-}
-
-/// One pass of the end-of-day agent over its claimed run. It starts from
-/// the top every time: each step asks the engine, which answers from the
-/// books what is already done.
-fn end_of_day(
-    engine: &Engine,
-    lease: &LeaseGrant,
-    day: &Day,
-    world: &mut World,
-) -> Result<Flow, BoxError> {
-    let (run, guard) = (&lease.run, &lease.guard);
-    if engine.run(run)?.map(|r| r.state) == Some(RunState::Pending) {
-        engine.transition(move_to(run, guard, RunState::Running, "after the close"))?;
-    }
-    let sweep = StepId::new("sweep")?;
-    if sweep_cash(engine, lease, &sweep, day, world)? == Flow::Crashed {
-        return Ok(Flow::Crashed);
-    }
-    if dies_at(world, day, Crash::AfterSweep) {
-        println!("   the process dies after the sweep was recorded");
-        return Ok(Flow::Crashed);
-    }
-    let declined = match hedge(engine, guard, run, day, world)? {
-        None => {
-            engine.transition(move_to(run, guard, RunState::Completed, "swept and hedged"))?;
-            println!("   run completed");
-            return Ok(Flow::Ended);
-        }
-        Some(reason) => reason,
-    };
-    let request = CompensationRequest {
-        guard,
-        run,
-        step: &sweep,
-        rationale: "the hedge was declined: the cash goes back to operating",
-    };
-    if undo_sweep(engine, &request, day, world)? == Flow::Crashed {
-        return Ok(Flow::Crashed);
-    }
-    let reason = format!("hedge declined ({declined}); the sweep was returned");
-    engine.transition(move_to(run, guard, RunState::Failed, &reason))?;
-    println!("   run failed: {reason}");
-    Ok(Flow::Ended)
-}
-
-/// The sweep, through the ceremony in halves so the process can die
-/// between them. Its intent registers the transfer back.
-fn sweep_cash(
-    engine: &Engine,
-    lease: &LeaseGrant,
-    step: &StepId,
-    day: &Day,
-    world: &mut World,
-) -> Result<Flow, BoxError> {
-    let order = Instruction {
-        from: OPERATING.into(),
-        to: MMF.into(),
-        cents: day.excess_cents,
-    };
-    let back = Instruction {
-        from: MMF.into(),
-        to: OPERATING.into(),
-        cents: day.excess_cents,
-    };
-    let args = order.encode();
-    let request = StepRequest {
-        guard: &lease.guard,
-        run: &lease.run,
-        step,
-        tool: ToolSpec {
-            name: "bank.transfer".into(),
-            class: QUERYABLE,
-        },
-        args: &args,
-        rationale: "cash above the policy floor goes to the whitelisted fund",
-        compensation: Some(Compensation {
-            tool: "bank.transfer".into(),
-            args: back.encode(),
-            class: QUERYABLE,
-        }),
-    };
-    // A bank that lost the request ("never received") is a retryable
-    // failure: the next attempt gets the next key.
-    for _ in 0..3 {
-        let Some((result, how)) = sweep_attempt(engine, &request, day, world)? else {
-            return Ok(Flow::Crashed);
-        };
-        match result {
-            StepResult::Done { key, receipt, .. } => {
-                println!("   sweep {key}: confirmed {} ({how})", text(&receipt));
-                return Ok(Flow::Ended);
-            }
-            StepResult::Compensated { key } => {
-                println!("   sweep {key}: in the ledger, already returned");
-                return Ok(Flow::Ended);
-            }
-            StepResult::Failed {
-                retryable: true,
-                key,
-                reason,
-            } => {
-                println!("   sweep {key} did not happen ({reason}): a new attempt");
-            }
-            other => return Err(format!("the sweep of {}: {other:?}", day.date).into()),
-        }
-    }
-    Err(format!("the sweep of {} failed three times", day.date).into())
-}
-
-/// One turn of the sweep's ceremony: the result and how it was reached,
-/// or `None` if the process died.
-fn sweep_attempt(
-    engine: &Engine,
-    request: &StepRequest<'_>,
-    day: &Day,
-    world: &mut World,
-) -> Result<Option<(StepResult, &'static str)>, Error> {
-    Ok(Some(match engine.begin_step(request)? {
-        StepPlan::Act(ctx) => {
-            if dies_at(world, day, Crash::BeforeSweepSent) {
-                println!(
-                    "   sweep intent {} is durable; the process dies before calling the bank",
-                    ctx.key
-                );
-                return Ok(None);
-            }
-            let outcome = world.bank.execute(&ctx.key.encode(), request.args);
-            let result = engine.finish_step(request.guard, &ctx, outcome)?;
-            (result, "sent to the bank")
-        }
-        // An intent without an outcome, on a tool that can be asked:
-        // ask, never send again.
-        StepPlan::Query(ctx) => {
-            let found = world.bank.lookup(&ctx.key.encode());
-            println!(
-                "   sweep {}: an intent without an outcome; the bank is asked: {}",
-                ctx.key,
-                said(&found)
-            );
-            let result = engine.resolve_step(request.guard, &ctx, found)?;
-            (result, "as the bank answered, not sent again")
-        }
-        StepPlan::Done(result) => (result, "from the ledger, not sent again"),
-    }))
-}
-
-/// The hedge; `Some(reason)` if the desk declined it. A decline recorded
-/// before a crash is answered by the ledger the same way, and the desk is
-/// not asked again.
-fn hedge(
-    engine: &Engine,
-    guard: &Guard,
+    world: &Shared,
     run: &RunId,
-    day: &Day,
-    world: &mut World,
-) -> Result<Option<String>, BoxError> {
-    let step = StepId::new("hedge")?;
-    let args = format!("sell AUD {} forward 1M", day.aud_cents);
-    let request = StepRequest {
-        guard,
-        run,
-        step: &step,
-        tool: ToolSpec {
-            name: "fx.forward".into(),
-            class: QUERYABLE,
-        },
-        args: args.as_bytes(),
-        rationale: "the AUD exposure is above the policy's threshold",
-        compensation: None,
-    };
-    // Both closures reach the desk; only one of them runs.
-    let desk = std::cell::RefCell::new(&mut world.desk);
-    let result = engine.step_queryable(
-        &request,
-        |ctx: &EffectCtx| desk.borrow_mut().hedge(&ctx.key.encode(), day),
-        |ctx: &EffectCtx| desk.borrow().lookup(&ctx.key.encode()),
+) -> Result<Process, BoxError> {
+    drop(dead);
+    let dead_token = lock(world).tokens.get(run).copied();
+    let process = boot(dir, clock, world)?;
+    let recovery = process.runtime.engine().recovery();
+    println!(
+        "   restarted: {} log records replayed, {} lease of the dead worker released",
+        recovery.replayed_records, recovery.leases_released,
     );
-    match result {
-        Ok(StepResult::Done { receipt, .. }) => {
-            println!("   hedge: booked {}", text(&receipt));
-            Ok(None)
-        }
-        Ok(StepResult::Failed {
-            retryable: false,
-            reason,
-            ..
-        }) => {
-            println!("   hedge: the desk declines it: {reason}");
-            Ok(Some(reason))
-        }
-        Ok(other) => Err(format!("the hedge of {}: {other:?}", day.date).into()),
-        Err(e) => Err(e.into()),
+    if !serve(&process)? {
+        return Err(format!("{run} crashed twice").into());
     }
-}
-
-/// Undoes the confirmed sweep with the compensation its intent
-/// registered: intent first, then the bank, then the outcome. After a
-/// crash in between, the undoing tool's class decides: the bank is asked,
-/// never told twice.
-fn undo_sweep(
-    engine: &Engine,
-    request: &CompensationRequest<'_>,
-    day: &Day,
-    world: &mut World,
-) -> Result<Flow, BoxError> {
-    let (plan, compensation) = engine.begin_compensation(request)?;
-    let result = match plan {
-        StepPlan::Act(ctx) => {
-            let outcome = world.bank.execute(&ctx.key.encode(), &compensation.args);
-            println!(
-                "   undo {}: {} sent to the bank: {}",
-                ctx.key,
-                compensation.tool,
-                said(&outcome)
-            );
-            if dies_at(world, day, Crash::UndoSentNotRecorded) {
-                println!("   the process dies before the undo's outcome is recorded");
-                return Ok(Flow::Crashed);
-            }
-            engine.finish_step(request.guard, &ctx, outcome)?
-        }
-        StepPlan::Query(ctx) => {
-            let found = world.bank.lookup(&ctx.key.encode());
-            println!(
-                "   undo {}: the bank is asked what it did: {}",
-                ctx.key,
-                said(&found)
-            );
-            engine.resolve_step(request.guard, &ctx, found)?
-        }
-        StepPlan::Done(result) => result,
-    };
-    match result {
-        StepResult::Done { key, receipt, .. } => {
-            println!(
-                "   undo {key}: confirmed {}; the sweep is compensated",
-                text(&receipt)
-            );
-            Ok(Flow::Ended)
-        }
-        other => Err(format!("the undo of {}'s sweep: {other:?}", day.date).into()),
-    }
+    let mut w = lock(world);
+    let token = w.tokens.get(run).copied();
+    println!(
+        "   the run was worked again under token {}",
+        token.map_or(0, |t| t.0)
+    );
+    w.retaken.push((run.clone(), token > dead_token));
+    Ok(process)
 }
 
 /// A receipt or reference as text.
@@ -652,17 +566,6 @@ fn said(outcome: &Outcome) -> String {
         Outcome::Confirmed { receipt } => format!("done, {}", text(receipt)),
         Outcome::Failed { reason, .. } => format!("failed, {reason}"),
         Outcome::Unknown { reason } => format!("unknown, {reason}"),
-    }
-}
-
-/// A transition of `run` under `guard`.
-fn move_to(run: &RunId, guard: &Guard, to: RunState, reason: &str) -> Transition {
-    Transition {
-        run: run.clone(),
-        guard: guard.clone(),
-        to,
-        expected_version: None,
-        reason: reason.to_string(),
     }
 }
 
@@ -738,7 +641,7 @@ fn check(
         .map(|d| (d.run.clone(), true))
         .collect();
     checks.equal(
-        "after every crash, the restarted service claimed the run at once, under a larger token",
+        "after every crash, the restarted service worked the run at once, under a larger token",
         world.retaken.clone(),
         crashed,
     );

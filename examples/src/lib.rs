@@ -1,15 +1,23 @@
 //! Scaffolding shared by the runnable examples in this directory: the
 //! command line (`--quick`, `--dir PATH`), where the database lives, a
-//! seeded generator, and the invariant checks that decide the exit code.
+//! seeded generator, the invariant checks that decide the exit code, and a
+//! disk that dies with its process ([`MortalDisk`]).
 //!
-//! Nothing here touches the engine: each example shows the engine's API on
-//! its own, and uses this crate only so that its file is about the agent,
-//! not about argument parsing.
+//! Nothing here calls the engine: each example shows the engine's API on its
+//! own, and uses this crate only so that its file is about the agent, not
+//! about argument parsing. The one engine type touched is the `Storage`
+//! trait, which [`MortalDisk`] implements so that an example can kill its
+//! process at an exact instant (between an act and its record, say).
 
 use std::error::Error;
 use std::fmt::Debug;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actum::storage::{DirLock, FsStorage, OpenMode, Storage, StorageFile};
 
 /// What every example's `main` returns on a failure it did not check for
 /// (an engine error, an I/O error): printed, and the exit code is 1.
@@ -216,6 +224,125 @@ impl XorShift {
     }
 }
 
+/// The disk of one process of an example's service: the real file system,
+/// until [`kill`](MortalDisk::kill). From then on every write, resize, sync,
+/// creation, rename and removal fails, as if the process had been killed at
+/// that instant: nothing the engine writes afterwards lands, its next commit
+/// fails and it halts, and whatever the process was doing stops there.
+///
+/// This is how an example crashes in the middle of a handler. The runtime
+/// runs the handler inside the engine's calls, so the engine cannot simply
+/// be dropped there; a killed disk leaves the database exactly as a killed
+/// process would (the dead worker's lease still in the books, an act's
+/// intent without its outcome), and the next process opens it on a new
+/// disk. Reads still work, so the dead engine can be dropped quietly.
+#[derive(Clone, Debug, Default)]
+pub struct MortalDisk {
+    dead: Arc<AtomicBool>,
+}
+
+impl MortalDisk {
+    /// A live disk for a new process.
+    pub fn new() -> MortalDisk {
+        MortalDisk::default()
+    }
+
+    /// Kills the process: no write of it lands from now on.
+    pub fn kill(&self) {
+        self.dead.store(true, Ordering::Release);
+    }
+
+    /// True once [`kill`](MortalDisk::kill) was called.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    fn alive(&self) -> io::Result<()> {
+        if self.is_dead() {
+            return Err(io::Error::other("the process was killed"));
+        }
+        Ok(())
+    }
+}
+
+/// A file on a [`MortalDisk`].
+#[derive(Debug)]
+struct MortalFile {
+    disk: MortalDisk,
+    file: Box<dyn StorageFile>,
+}
+
+impl StorageFile for MortalFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_at(offset, buf)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.disk.alive()?;
+        self.file.write_at(offset, data)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.file.len()
+    }
+
+    fn set_len(&self, len_bytes: u64) -> io::Result<()> {
+        self.disk.alive()?;
+        self.file.set_len(len_bytes)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.disk.alive()?;
+        self.file.sync_data()
+    }
+}
+
+impl Storage for MortalDisk {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+        if mode != OpenMode::Existing {
+            self.alive()?;
+        }
+        let file = FsStorage::new().open(path, mode)?;
+        Ok(Box::new(MortalFile {
+            disk: self.clone(),
+            file,
+        }))
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
+        FsStorage::new().create_dir_all(dir)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        FsStorage::new().list_dir(dir)
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        FsStorage::new().exists(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.alive()?;
+        FsStorage::new().rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.alive()?;
+        FsStorage::new().remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
+        FsStorage::new().sync_dir(dir)
+    }
+
+    fn lock_dir(&self, dir: &Path) -> io::Result<Box<dyn DirLock>> {
+        self.alive()?;
+        FsStorage::new().lock_dir(dir)
+    }
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
@@ -251,6 +378,31 @@ mod tests {
         let mut checks = Checks::default();
         checks.equal("one is two", 1, 2);
         assert_eq!(checks.finish("x"), ExitCode::FAILURE);
+    }
+
+    #[test]
+    fn a_killed_disk_writes_nothing_more_but_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = MortalDisk::new();
+        let path = dir.path().join("f");
+        let file = disk.open(&path, OpenMode::CreateNew).unwrap();
+        file.write_at(0, b"before").unwrap();
+        file.sync_data().unwrap();
+        disk.kill();
+        assert!(file.write_at(0, b"after!").is_err());
+        assert!(file.sync_data().is_err());
+        assert!(
+            disk.open(&dir.path().join("g"), OpenMode::CreateNew)
+                .is_err()
+        );
+        let mut read = [0; 6];
+        file.read_at(0, &mut read).unwrap();
+        assert_eq!(&read, b"before");
+        let next = MortalDisk::new();
+        assert!(
+            next.open(&path, OpenMode::Existing).is_ok(),
+            "a new process's disk lives"
+        );
     }
 
     #[test]
