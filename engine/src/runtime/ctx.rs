@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::books::{
-    AuditEntry, AuditWhat, Compensation, EffectKey, EffectKind, FencingToken, Outcome, Part,
-    RecordDecision, RunId, RunState, SaveCheckpoint, StepId, ToolClass, Usage, WaitFor, WaitStatus,
-    digest_of,
+    AuditEntry, AuditWhat, Compensation, EffectKey, EffectKind, EffectStatus, FencingToken,
+    Outcome, Part, RecordDecision, RunId, RunState, SaveCheckpoint, StepId, ToolClass, Usage,
+    WaitFor, WaitStatus, digest_of,
 };
 use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
 use crate::error::Error;
@@ -37,6 +37,49 @@ pub struct Tool {
     spec: ToolSpec,
     query: Option<Arc<QueryFn>>,
     attempts: u32,
+    backoff: Backoff,
+}
+
+/// How long a step waits before it tries a retryable failure again: a
+/// durable timer (the run parks and holds no worker), the first one
+/// `first_ms`, each next one twice as long up to `max_ms`, each drawn
+/// between half and all of that from the run, step and attempt (seeded
+/// jitter: the same on every replay, different across runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first wait's ceiling, ms; 0 retries at once.
+    pub first_ms: u64,
+    /// No wait is longer, ms.
+    pub max_ms: u64,
+}
+
+impl Default for Backoff {
+    /// 1 s, doubling up to a minute.
+    fn default() -> Backoff {
+        Backoff {
+            first_ms: 1_000,
+            max_ms: 60_000,
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait before the attempt after `attempt` of `step` in `run`, ms.
+    pub fn delay_ms(&self, run: &RunId, step: &str, attempt: u32) -> u64 {
+        if self.first_ms == 0 {
+            return 0;
+        }
+        let doublings = attempt.saturating_sub(1).min(63);
+        let ceiling = self
+            .first_ms
+            .saturating_mul(1u64 << doublings)
+            .min(self.max_ms.max(self.first_ms));
+        let seed = digest_of(format!("{run}/{step}/{attempt}").as_bytes());
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&seed.0[..8]);
+        let half = ceiling / 2;
+        half + u64::from_le_bytes(bytes) % (ceiling - half + 1)
+    }
 }
 
 /// A queryable tool's query: what happened to the request `call.key`
@@ -49,6 +92,7 @@ impl std::fmt::Debug for Tool {
             .field("spec", &self.spec)
             .field("query", &self.query.is_some())
             .field("attempts", &self.attempts)
+            .field("backoff", &self.backoff)
             .finish()
     }
 }
@@ -64,6 +108,7 @@ impl Tool {
             },
             query: None,
             attempts: 1,
+            backoff: Backoff::default(),
         }
     }
 
@@ -80,6 +125,13 @@ impl Tool {
     /// retryable failure; each is a new key (`run/step/n`).
     pub fn attempts(mut self, attempts: u32) -> Tool {
         self.attempts = attempts.max(1);
+        self
+    }
+
+    /// How long to wait between attempts (default: [`Backoff::default`]);
+    /// `backoff(0, 0)` retries at once.
+    pub fn backoff(mut self, first_ms: u64, max_ms: u64) -> Tool {
+        self.backoff = Backoff { first_ms, max_ms };
         self
     }
 
@@ -318,7 +370,7 @@ impl RunCtx<'_> {
         mut act: impl FnMut(&Call<'_>) -> Outcome,
     ) -> Result<Vec<u8>, Fail> {
         let step = self.step_id(name)?;
-        self.enter(Journaled::Step(step.clone()))?;
+        let journaled = self.enter(Journaled::Step(step.clone()))?;
         if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
             return Err(Fail::failed(format!(
                 "tool {} is queryable but has no query (Tool::with_query)",
@@ -329,6 +381,9 @@ impl RunCtx<'_> {
         let at = || format!("step {name}");
         let mut ambiguous = 0;
         let mut failed_key: Option<EffectKey> = None;
+        if journaled {
+            failed_key = self.resume_retries(name, &step, tool)?;
+        }
         loop {
             self.live(&at())?;
             let guard = self.watch.guard.clone();
@@ -417,13 +472,12 @@ impl RunCtx<'_> {
                     key,
                     retryable: true,
                     ..
-                } if key.attempt() < tool.attempts => failed_key = Some(key),
+                } if key.attempt() < tool.attempts => {
+                    self.backoff(name, tool, key.attempt())?;
+                    failed_key = Some(key);
+                }
                 StepResult::Failed { key, reason, .. } => {
-                    return Err(Fail::failed(format!(
-                        "step {name} ({}) failed for good at attempt {}: {reason}",
-                        tool.spec.name,
-                        key.attempt()
-                    )));
+                    return Err(failed_for_good(name, tool, key.attempt(), &reason));
                 }
                 StepResult::Unknown { key, reason } => {
                     // An idempotent tool is resent the same key (inside its
@@ -444,6 +498,57 @@ impl RunCtx<'_> {
                     )));
                 }
             }
+        }
+    }
+
+    /// A resumed step: the backoffs of its failed attempts again, in order,
+    /// as the journal holds them (each answered by its elapsed timer, or
+    /// opened if the crash came first); if its latest attempt failed for
+    /// good, or was the last, the failure answers as it did the first time.
+    /// Returns the latest attempt's key if it failed and is retried.
+    fn resume_retries(
+        &mut self,
+        name: &str,
+        step: &StepId,
+        tool: &Tool,
+    ) -> Result<Option<EffectKey>, Fail> {
+        let engine = &self.shared.engine;
+        let latest = engine
+            .read(|books| Ok(books.latest_effect(&self.run, step, EffectKind::Act)))
+            .map_err(|e| self.engine_stop(e, &format!("step {name}")))?;
+        let Some(entry) = latest else {
+            return Ok(None);
+        };
+        let attempt = entry.key.attempt();
+        // Every attempt before the latest failed and was waited out.
+        for earlier in 1..attempt {
+            self.backoff(name, tool, earlier)?;
+        }
+        let EffectStatus::Failed { retryable, reason } = &entry.status else {
+            return Ok(None);
+        };
+        if !retryable || attempt >= tool.attempts {
+            return Err(failed_for_good(name, tool, attempt, reason));
+        }
+        self.backoff(name, tool, attempt)?;
+        Ok(Some(entry.key.clone()))
+    }
+
+    /// Waits out the backoff after `attempt` of step `name` failed: a
+    /// durable timer named `<name>:retry-<attempt>` (none if it is zero).
+    fn backoff(&mut self, name: &str, tool: &Tool, attempt: u32) -> Result<(), Fail> {
+        let delay_ms = tool.backoff.delay_ms(&self.run, name, attempt);
+        if delay_ms == 0 {
+            return Ok(());
+        }
+        let wait = format!("{name}:retry-{attempt}");
+        let reason = format!(
+            "step {name} waits {delay_ms} ms before attempt {}",
+            attempt + 1
+        );
+        match self.wait(&wait, WaitFor::Timer, Some(Deadline::In(delay_ms)), &reason)? {
+            WaitStatus::Elapsed => Ok(()),
+            other => Err(unexpected_wait(&wait, &other)),
         }
     }
 
@@ -765,4 +870,13 @@ fn part(parts: &[Part], name: &str) -> Option<Vec<u8>> {
 
 fn unexpected_wait(name: &str, status: &WaitStatus) -> Fail {
     Fail::failed(format!("the wait at {name} ended {}", status.name()))
+}
+
+/// The failure of a step whose attempts are spent or whose tool refused
+/// for good: the same words the first time and on every replay.
+fn failed_for_good(name: &str, tool: &Tool, attempt: u32, reason: &str) -> Fail {
+    Fail::failed(format!(
+        "step {name} ({}) failed for good at attempt {attempt}: {reason}",
+        tool.spec.name
+    ))
 }

@@ -39,7 +39,8 @@ use crate::engine::{EffectCtx, Engine, LeaseGrant, SagaProgress, ToolOutcome};
 use crate::error::{Error, Result};
 
 pub use ctx::{
-    Approval, Call, Deadline, OUTPUT_PART, QueryFn, RUNTIME_SCHEMA, RunCtx, STATE_PART, Tool,
+    Approval, Backoff, Call, Deadline, OUTPUT_PART, QueryFn, RUNTIME_SCHEMA, RunCtx, STATE_PART,
+    Tool,
 };
 pub use fail::{Divergence, Fail, Stop};
 
@@ -120,6 +121,10 @@ pub enum Driven {
     LeaseLost,
     /// The runtime is shutting down; the lease was released.
     ShutDown,
+    /// Claimed, but there was nothing for this runtime to do (the run was
+    /// paused, waiting or over by the time it was read, or its agent is not
+    /// served here); the lease was released.
+    Skipped(String),
 }
 
 /// Counters of what the runtime's workers did, since it was made.
@@ -472,7 +477,7 @@ impl Runtime {
             Driven::Parked(_) => &c.parked,
             Driven::Paused(_) => &c.paused,
             Driven::LeaseLost => &c.lease_lost,
-            Driven::Compensating | Driven::ShutDown => return,
+            Driven::Compensating | Driven::ShutDown | Driven::Skipped(_) => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -490,7 +495,11 @@ impl Runtime {
         let driven = self.drive_held(&watch);
         self.shared.keeper.drop_run(&grant.run);
         let driven = driven?;
-        if matches!(driven, Driven::ShutDown | Driven::Paused(_)) && !watch.lost() {
+        if matches!(
+            driven,
+            Driven::ShutDown | Driven::Paused(_) | Driven::Skipped(_)
+        ) && !watch.lost()
+        {
             watch.let_go();
             match engine.release_lease(&grant.run, &grant.guard) {
                 Ok(_) => {}
@@ -518,7 +527,10 @@ impl Runtime {
         })?;
         let Some(handler) = self.shared.handler(&record.agent_version) else {
             // Claimed by the filter, so registered; a race with nothing.
-            return Ok(Driven::ShutDown);
+            return Ok(Driven::Skipped(format!(
+                "no handler of {} is registered here",
+                record.agent_version
+            )));
         };
         match record.state {
             RunState::Pending => {
@@ -536,7 +548,7 @@ impl Runtime {
             RunState::Compensating => return self.compensate(watch, "the run failed"),
             RunState::Running => {}
             // Paused, waiting or over: nothing for a worker to do.
-            _ => return Ok(Driven::ShutDown),
+            other => return Ok(Driven::Skipped(format!("the run is {other}"))),
         }
         let journal = ctx::journal_of(&audit);
         let mut ctx = RunCtx {

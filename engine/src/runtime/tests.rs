@@ -465,7 +465,7 @@ fn a_retryable_failure_is_tried_again_under_a_new_key() {
     let k = keys.clone();
     rt.register("retry", "1", move |ctx| {
         let tool = Tool::new("flaky", ToolClass::NotIdempotent).attempts(3);
-        ctx.step("call", &tool, b"", |call| {
+        let receipt = ctx.step("call", &tool, b"", |call| {
             let mut keys = k.lock().unwrap();
             keys.push(call.key.encode());
             if keys.len() < 2 {
@@ -476,12 +476,110 @@ fn a_retryable_failure_is_tried_again_under_a_new_key() {
             } else {
                 confirmed("ok")
             }
-        })
+        })?;
+        // Parks once more, so the step (and its backoff) is replayed.
+        ctx.signal("go", None)?;
+        Ok(receipt)
     })
     .unwrap();
     let run = rt.start("retry", "retry-1", b"").unwrap().run;
+    // The first attempt fails: the run waits out its backoff on a durable
+    // timer, holding no worker.
+    assert_eq!(
+        drain(&rt),
+        [(run.clone(), Driven::Parked("call:retry-1".into()))]
+    );
+    let timer = engine.waits(&run).unwrap().open_wait().cloned().unwrap();
+    let now = bench.clock.now_ms();
+    let waits = timer.deadline_ms.unwrap() - now;
+    let expected = crate::runtime::Backoff::default().delay_ms(&run, "call", 1);
+    assert_eq!(waits, expected);
+    assert!(
+        (500..=1_000).contains(&waits),
+        "half to all of the first 1 s"
+    );
+    assert_eq!(drain(&rt), [], "not before the timer");
+    bench.clock.advance_ms(waits);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("go".into()))]);
+    // Replayed after the signal: the confirmed second attempt and the
+    // backoff before it answer from the books, in the journal's order.
+    engine.signal(&run, "go", b"", "ops").unwrap();
     assert_eq!(drain(&rt), [(run, Driven::Completed)]);
     assert_eq!(*keys.lock().unwrap(), ["retry-1/call/1", "retry-1/call/2"]);
+}
+
+#[test]
+fn backoff_doubles_to_its_ceiling_with_jitter_fixed_by_run_step_and_attempt() {
+    let run = RunId::new("r").unwrap();
+    let backoff = crate::runtime::Backoff {
+        first_ms: 1_000,
+        max_ms: 5_000,
+    };
+    for (attempt, ceiling) in [(1, 1_000), (2, 2_000), (3, 4_000), (4, 5_000), (40, 5_000)] {
+        let delay = backoff.delay_ms(&run, "s", attempt);
+        assert!(
+            (ceiling / 2..=ceiling).contains(&delay),
+            "attempt {attempt}: {delay}"
+        );
+        assert_eq!(delay, backoff.delay_ms(&run, "s", attempt), "seeded");
+    }
+    let other = RunId::new("q").unwrap();
+    let spread: std::collections::BTreeSet<u64> = (0..20)
+        .map(|i| backoff.delay_ms(&RunId::new(format!("r{i}")).unwrap(), "s", 3))
+        .chain([backoff.delay_ms(&other, "s", 3)])
+        .collect();
+    assert!(spread.len() > 10, "runs spread out: {spread:?}");
+    let now = crate::runtime::Backoff {
+        first_ms: 0,
+        max_ms: 0,
+    };
+    assert_eq!(now.delay_ms(&run, "s", 3), 0);
+}
+
+#[test]
+fn a_step_whose_last_attempt_failed_answers_the_same_failure_when_replayed() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let f = failures.clone();
+    rt.register("spent", "1", move |ctx| {
+        let tool = Tool::new("flaky", ToolClass::NotIdempotent)
+            .attempts(2)
+            .backoff(0, 0);
+        let result = ctx.step("call", &tool, b"", |_| {
+            c.fetch_add(1, Ordering::Relaxed);
+            Outcome::Failed {
+                retryable: true,
+                reason: "503".into(),
+            }
+        });
+        if let Err(Fail::Failed { reason }) = &result {
+            f.lock().unwrap().push(reason.clone());
+        }
+        // The handler handles it, as one may: pauses for a person (a
+        // replay must meet the same answer, not a third attempt).
+        match result {
+            Err(Fail::Failed { .. }) => ctx
+                .signal("operator-says-go", None)
+                .map(|_| b"gave up".to_vec()),
+            other => other,
+        }
+    })
+    .unwrap();
+    let run = rt.start("spent", "spent-1", b"").unwrap().run;
+    assert_eq!(
+        drain(&rt),
+        [(run.clone(), Driven::Parked("operator-says-go".into()))]
+    );
+    engine.signal(&run, "operator-says-go", b"", "ops").unwrap();
+    assert_eq!(drain(&rt), [(run, Driven::Completed)]);
+    assert_eq!(calls.load(Ordering::Relaxed), 2, "two attempts, no third");
+    let failures = failures.lock().unwrap();
+    assert_eq!(failures.len(), 2, "answered twice: first and replayed");
+    assert_eq!(failures[0], failures[1], "one answer, both times");
 }
 
 #[test]
