@@ -44,6 +44,7 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
     );
     assert!(total.parked > 0 && total.answers > 0, "{total}");
     assert!(total.paused > 0 && total.reconciled > 0, "{total}");
+    assert!(total.cancels > 0, "{total}");
     assert!(total.completed > 0 && total.model_calls > 0, "{total}");
 }
 

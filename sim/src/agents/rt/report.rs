@@ -36,6 +36,8 @@ pub struct RuntimeReport {
     pub reconciled: u64,
     /// Approvals and signals sent.
     pub answers: u64,
+    /// Runs an operator cancelled.
+    pub cancels: u64,
     /// Acts that happened in the world.
     pub applications: u64,
     /// Invariants checked (counting each check).
@@ -59,6 +61,7 @@ impl RuntimeReport {
         self.model_calls += other.model_calls;
         self.reconciled += other.reconciled;
         self.answers += other.answers;
+        self.cancels += other.cancels;
         self.applications += other.applications;
         self.checks += other.checks;
     }
@@ -70,7 +73,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled); {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled), {} cancelled; {} tool calls, {} applied; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -82,6 +85,7 @@ impl fmt::Display for RuntimeReport {
             self.parked,
             self.paused,
             self.reconciled,
+            self.cancels,
             self.calls,
             self.applications,
             self.model_calls,

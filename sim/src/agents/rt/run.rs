@@ -46,7 +46,7 @@ const WORKERS: usize = 3;
 /// Runs a seed starts, at most.
 const RUNS_MAX: u64 = 6;
 /// Chance per clock read of a jump in the fault phase, ppm.
-const JUMP_PPM: u32 = 6_000;
+const JUMP_PPM: u32 = 20_000;
 /// The most I/O calls ahead a power cut is armed.
 const CRASH_AFTER_OPS_MAX: u64 = 80;
 /// Recoveries tried before faults are switched off to let one succeed.
@@ -214,7 +214,8 @@ impl RtSim {
                 let rejects = self.events.below(8) == 0;
                 self.answer_waits(rejects)?;
             }
-            88..95 => self.settle_for_person()?,
+            88..94 => self.settle_for_person()?,
+            94 => self.cancel_one(),
             95..99 => {
                 let after = self.events.below(CRASH_AFTER_OPS_MAX);
                 self.shared
@@ -442,6 +443,26 @@ impl RtSim {
             }
         }
         Ok(())
+    }
+
+    /// An operator cancels one run not over, drawn from the seed: a
+    /// running one stops at its holder's next call, a waiting parent takes
+    /// its child along, one with acts to undo compensates first.
+    fn cancel_one(&mut self) {
+        let live = self.live_runs();
+        if live.is_empty() {
+            return;
+        }
+        let (run, state) = live[self.events.below(live.len() as u64) as usize].clone();
+        let Some(engine) = self.shared.engine() else {
+            return;
+        };
+        let cancelled = engine.operate(&run, OperatorAction::Cancel, PERSON, "no longer wanted");
+        self.shared
+            .note(|| format!("an operator cancels {run} ({state}): {cancelled:?}"));
+        if cancelled.is_ok() {
+            self.shared.state().report.cancels += 1;
+        }
     }
 
     /// The faults stop; every run must end.
