@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::books::{
-    AuditEntry, AuditWhat, Compensation, EffectKey, EffectKind, EffectStatus, FencingToken,
-    Outcome, Part, RecordDecision, RunId, RunState, SaveCheckpoint, StepId, ToolClass, Usage,
-    WaitFor, WaitStatus, digest_of,
+    AuditEntry, AuditWhat, Charge, Compensation, Cost, EffectKey, EffectKind, EffectStatus,
+    FencingToken, Outcome, Part, RecordDecision, Reserved, RunId, RunState, SaveCheckpoint, StepId,
+    ToolClass, Usage, WaitFor, WaitStatus, digest_of,
 };
 use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
 use crate::error::Error;
@@ -38,6 +38,7 @@ pub struct Tool {
     query: Option<Arc<QueryFn>>,
     attempts: u32,
     backoff: Backoff,
+    hold: Cost,
 }
 
 /// How long a step waits before it tries a retryable failure again: a
@@ -93,6 +94,7 @@ impl std::fmt::Debug for Tool {
             .field("query", &self.query.is_some())
             .field("attempts", &self.attempts)
             .field("backoff", &self.backoff)
+            .field("hold", &self.hold)
             .finish()
     }
 }
@@ -109,6 +111,7 @@ impl Tool {
             query: None,
             attempts: 1,
             backoff: Backoff::default(),
+            hold: Cost::tool_call(0),
         }
     }
 
@@ -132,6 +135,14 @@ impl Tool {
     /// `backoff(0, 0)` retries at once.
     pub fn backoff(mut self, first_ms: u64, max_ms: u64) -> Tool {
         self.backoff = Backoff { first_ms, max_ms };
+        self
+    }
+
+    /// What one call of the tool holds of a run's budget before it is
+    /// made, and is charged once it is confirmed (default: one tool call,
+    /// no money). Only runs with a budget (or an ancestor with one) reserve.
+    pub fn hold(mut self, cost: Cost) -> Tool {
+        self.hold = cost;
         self
     }
 
@@ -242,6 +253,8 @@ pub struct RunCtx<'r> {
     pub(crate) saved_checkpoints: u64,
     pub(crate) pending: Option<Vec<u8>>,
     pub(crate) used: BTreeSet<Journaled>,
+    /// The run or an ancestor has budget limits: calls reserve and settle.
+    pub(crate) budgeted: bool,
 }
 
 impl std::fmt::Debug for RunCtx<'_> {
@@ -313,6 +326,19 @@ impl RunCtx<'_> {
             }
         }
         self.flush()?;
+        let charge = Charge::Decision { position };
+        if self.budgeted {
+            let hold = self.shared.options.decision_hold;
+            if let Reserved::Replayed { .. } = self.reserve(charge.clone(), hold, &at())? {
+                // Recorded before (a journal cut short): never asked again.
+                let recorded = engine
+                    .read(|books| Ok(books.decision_at(&self.run, position)))
+                    .map_err(|e| self.engine_stop(e, &at()))?;
+                if let Some(record) = recorded.filter(|r| r.input_digest == input_digest) {
+                    return Ok(record.output);
+                }
+            }
+        }
         let (output, usage) = model()?;
         self.live(&at())?;
         let recorded = engine.record_decision(RecordDecision {
@@ -324,11 +350,43 @@ impl RunCtx<'_> {
             rationale: name.to_string(),
             usage,
         });
-        match recorded {
-            Ok(crate::engine::Recorded::Replay(record)) => Ok(record.output),
-            Ok(crate::engine::Recorded::New { .. }) => Ok(output),
-            Err(e) => Err(self.engine_stop(e, &at())),
+        let output = match recorded {
+            Ok(crate::engine::Recorded::Replay(record)) => return Ok(record.output),
+            Ok(crate::engine::Recorded::New { .. }) => output,
+            Err(e) => return Err(self.engine_stop(e, &at())),
+        };
+        if self.budgeted {
+            let actual = Cost {
+                tokens_in: usage.tokens_in,
+                tokens_out: usage.tokens_out,
+                cost_micros: usage.cost_micros,
+                tool_calls: 0,
+            };
+            self.settle(charge, actual, &at())?;
         }
+        Ok(output)
+    }
+
+    /// Holds `amount` of the run's budget for `charge`; a budget with no
+    /// room stops the handler (the engine paused the run).
+    fn reserve(&self, charge: Charge, amount: Cost, at: &str) -> Result<Reserved, Fail> {
+        let engine = &self.shared.engine;
+        let reserved = engine
+            .reserve(&self.run, &self.watch.guard, charge, amount)
+            .map_err(|e| self.engine_stop(e, at))?;
+        match reserved {
+            Reserved::Exhausted { reason } => Err(Stop::BudgetExhausted { reason }.into()),
+            other => Ok(other),
+        }
+    }
+
+    /// Charges what the call cost and lets the rest of its hold go.
+    fn settle(&self, charge: Charge, actual: Cost, at: &str) -> Result<(), Fail> {
+        self.shared
+            .engine
+            .settle(&self.run, &self.watch.guard, charge, actual)
+            .map(|_| ())
+            .map_err(|e| self.engine_stop(e, at))
     }
 
     /// A step: `act` is called at most once per attempt, only after the
@@ -397,6 +455,13 @@ impl RunCtx<'_> {
                 compensation: undo.clone(),
             };
             let engine = &self.shared.engine;
+            let charge = Charge::Effect { step: step.clone() };
+            // A replayed call answers `Replayed`, and nothing is held.
+            let held = self.budgeted
+                && matches!(
+                    self.reserve(charge.clone(), tool.hold, &at())?,
+                    Reserved::Granted { .. }
+                );
             let plan = engine
                 .begin_step(&request)
                 .map_err(|e| self.engine_stop(e, &at()))?;
@@ -467,7 +532,12 @@ impl RunCtx<'_> {
                 }
             };
             match result {
-                StepResult::Done { receipt, .. } => return Ok(receipt),
+                StepResult::Done { receipt, .. } => {
+                    if held {
+                        self.settle(charge, tool.hold, &at())?;
+                    }
+                    return Ok(receipt);
+                }
                 StepResult::Failed {
                     key,
                     retryable: true,

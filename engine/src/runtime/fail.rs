@@ -95,6 +95,13 @@ pub enum Stop {
         /// What was known.
         reason: String,
     },
+    /// The run's budget (or an ancestor's) has no room for the call: the
+    /// engine paused the run in the same commit that refused the hold, and
+    /// the call was not made. Raise the budget, then resume the run.
+    BudgetExhausted {
+        /// Which limit, by how much.
+        reason: String,
+    },
     /// An engine call failed in a way the run cannot go on from (the
     /// engine halted, an I/O error): the runtime reports it.
     Engine(Error),
@@ -112,6 +119,9 @@ impl fmt::Display for Stop {
                     f,
                     "the outcome of {key} is unknown ({reason}): reconcile it"
                 )
+            }
+            Stop::BudgetExhausted { reason } => {
+                write!(f, "the budget has no room for the call: {reason}")
             }
             Stop::Engine(e) => write!(f, "engine error: {e}"),
         }

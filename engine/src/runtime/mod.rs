@@ -33,7 +33,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::books::{
-    Command, CreateRun, OperatorAction, RunId, RunState, Transition, WorkerId, digest_of,
+    Command, Cost, CreateRun, OperatorAction, RunId, RunState, Transition, WorkerId, digest_of,
 };
 use crate::engine::{EffectCtx, Engine, LeaseGrant, SagaProgress, ToolOutcome};
 use crate::error::{Error, Result};
@@ -78,6 +78,11 @@ pub struct RuntimeOptions {
     /// How long an idle worker pauses before it looks for work again, in
     /// real milliseconds (pacing only: no decision reads the wall clock).
     pub idle_ms: u64,
+    /// What a model call of a run with a budget holds before it is made
+    /// (settled to its usage after). Zero by default: the call is refused
+    /// only once the budget is spent, so a run may pass a limit by one
+    /// call's usage; hold a call's most to fail closed before it.
+    pub decision_hold: Cost,
 }
 
 impl Default for RuntimeOptions {
@@ -86,6 +91,7 @@ impl Default for RuntimeOptions {
             worker: "runtime".to_string(),
             lease_ttl_ms: 30_000,
             idle_ms: 10,
+            decision_hold: Cost::default(),
         }
     }
 }
@@ -516,14 +522,15 @@ impl Runtime {
         // One read for all the handler starts from: each read waits until
         // what it saw is durable, so under many writers one is cheaper
         // than four.
-        let (record, input, audit, saved) = engine.read(|books| {
+        let (record, input, audit, saved, budgeted) = engine.read(|books| {
             let record = books.run(run).ok_or_else(|| Error::NotFound {
                 what: format!("run {run}, just claimed"),
             })?;
             let input = books.blob(&record.input_digest).unwrap_or_default();
             let audit = books.audit(run, 1);
             let saved = books.checkpoint_latest(run).map_or(0, |m| m.version);
-            Ok((record, input, audit, saved))
+            let budgeted = has_budget(books, &record);
+            Ok((record, input, audit, saved, budgeted))
         })?;
         let Some(handler) = self.shared.handler(&record.agent_version) else {
             // Claimed by the filter, so registered; a race with nothing.
@@ -565,6 +572,7 @@ impl Runtime {
             saved_checkpoints: saved,
             pending: None,
             used: Default::default(),
+            budgeted,
         };
         let returned = catch_unwind(AssertUnwindSafe(|| handler(&mut ctx)));
         let returned = match returned {
@@ -723,6 +731,14 @@ impl Runtime {
                     "the outcome of {key} is unknown ({reason}): reconcile it, then resume the run"
                 ),
             ),
+            Stop::BudgetExhausted { reason } => {
+                // Paused by the engine with the refused hold; the lease is
+                // released, so a resume makes the run claimable at once.
+                Ok(Driven::Paused(format!(
+                    "the budget has no room for the next call ({reason}): raise it, then \
+                     resume the run"
+                )))
+            }
             Stop::Engine(e) if stops_the_worker(&e) => Err(e),
             Stop::Engine(e) => self.fail(watch, &format!("the engine refused a call: {e}")),
         }
@@ -740,6 +756,28 @@ impl Runtime {
             Err(e) => settle_refusal(e),
         }
     }
+}
+
+/// True if the run or an ancestor it draws on has budget limits: its model
+/// calls and acts then reserve and settle (an unlimited run pays nothing
+/// for the check but this read).
+fn has_budget(books: &dyn crate::books::BooksRead, run: &crate::books::Run) -> bool {
+    const ANCESTORS_MAX: usize = 32;
+    let limited = |id: &RunId| books.budget(id).is_some_and(|b| b.limits.is_some());
+    if limited(&run.id) {
+        return true;
+    }
+    let mut parent = run.parent.clone();
+    for _ in 0..ANCESTORS_MAX {
+        let Some(id) = parent else {
+            return false;
+        };
+        if limited(&id) {
+            return true;
+        }
+        parent = books.run(&id).and_then(|r| r.parent);
+    }
+    false
 }
 
 /// An engine error that stops a worker rather than a run: the engine

@@ -49,6 +49,7 @@ impl Bench {
                 worker: "test".into(),
                 lease_ttl_ms: TTL_MS,
                 idle_ms: 1,
+                ..RuntimeOptions::default()
             },
         )
     }
@@ -735,4 +736,91 @@ fn threads_serve_runs_until_shutdown() {
     for n in 0..40 {
         assert_eq!(world.count(&format!("{n}")), 1, "job {n}");
     }
+}
+
+#[test]
+fn a_run_with_a_budget_reserves_and_settles_each_call_and_pauses_when_it_is_spent() {
+    use crate::books::{BudgetLimits, Usage};
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = Runtime::with_options(
+        engine.clone(),
+        RuntimeOptions {
+            worker: "w".into(),
+            lease_ttl_ms: TTL_MS,
+            idle_ms: 0,
+            decision_hold: Cost {
+                tokens_in: 50,
+                tokens_out: 50,
+                cost_micros: 0,
+                tool_calls: 0,
+            },
+        },
+    );
+    let sent = Arc::new(AtomicU64::new(0));
+    let asked = Arc::new(AtomicU64::new(0));
+    let (s, a) = (sent.clone(), asked.clone());
+    rt.register("shopper", "1", move |ctx| {
+        let tool = Tool::new("search", ToolClass::NotIdempotent).hold(Cost::tool_call(300));
+        let plan = ctx.decide_with_usage("plan", b"what to buy", || {
+            a.fetch_add(1, Ordering::Relaxed);
+            let usage = Usage {
+                tokens_in: 30,
+                tokens_out: 10,
+                cost_micros: 0,
+            };
+            Ok((b"three searches".to_vec(), usage))
+        })?;
+        for n in 0..3 {
+            ctx.step(&format!("search-{n}"), &tool, &plan, |_| {
+                s.fetch_add(1, Ordering::Relaxed);
+                confirmed("found")
+            })?;
+        }
+        Ok(b"bought".to_vec())
+    })
+    .unwrap();
+    let run = rt.start("shopper", "shop-1", b"").unwrap().run;
+    let limits = BudgetLimits {
+        tool_calls: Some(2),
+        tokens_in: Some(100),
+        ..BudgetLimits::default()
+    };
+    engine
+        .set_budget(&run, limits, "ops", "two searches")
+        .unwrap();
+    let driven = drain(&rt);
+    assert!(
+        matches!(&driven[..], [(_, Driven::Paused(why))] if why.contains("budget")),
+        "{driven:?}"
+    );
+    assert_eq!(
+        sent.load(Ordering::Relaxed),
+        2,
+        "the third search was not sent"
+    );
+    assert_eq!(state(&engine, "shop-1"), RunState::Paused);
+    let book = engine.budget(&run).unwrap();
+    assert_eq!(book.spent.tool_calls, 2);
+    assert_eq!(book.spent.cost_micros, 600, "two calls charged as held");
+    assert_eq!(
+        book.spent.tokens_in, 30,
+        "the model call settled to its usage"
+    );
+    assert_eq!(book.reserved, Cost::default(), "nothing left held");
+    // Raised and resumed: the replay pays nothing again and the third
+    // search goes out.
+    let raised = BudgetLimits {
+        tool_calls: Some(3),
+        ..limits
+    };
+    engine.set_budget(&run, raised, "ops", "one more").unwrap();
+    engine
+        .operate(&run, OperatorAction::Resume, "ops", "raised")
+        .unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(sent.load(Ordering::Relaxed), 3);
+    assert_eq!(asked.load(Ordering::Relaxed), 1, "the model was asked once");
+    let book = engine.budget(&run).unwrap();
+    assert_eq!((book.spent.tool_calls, book.spent.tokens_in), (3, 30));
 }

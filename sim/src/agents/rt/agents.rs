@@ -20,10 +20,11 @@
 
 use std::sync::Arc;
 
-use actum::books::{Compensation, RunId, digest_of};
+use actum::books::{Compensation, Cost, RunId, digest_of};
 use actum::runtime::{Approval, Deadline, Fail, RunCtx, Runtime, Tool as RtTool, UndoCall};
 
 use super::world::Shared;
+use crate::agents::worker::SEARCH_HOLD_MICROS;
 use crate::agents::workflow::{APPROVAL_WINDOW_MS, COOL_OFF_MS, FINANCE, VERIFIED, vendor_payment};
 use crate::world::{Ask, Tool, tool};
 
@@ -92,6 +93,10 @@ pub fn register(runtime: &Runtime, shared: &Arc<Shared>) -> actum::Result<()> {
 fn rt_tool(shared: &Arc<Shared>, name: &str) -> RtTool {
     let world_tool = tool(name);
     let mut rt = RtTool::new(name, world_tool.class).attempts(ATTEMPTS);
+    if name == "search.query" {
+        // What a research run's budget holds for a search.
+        rt = rt.hold(Cost::tool_call(SEARCH_HOLD_MICROS));
+    }
     if world_tool.class == actum::books::ToolClass::Queryable {
         let s = Arc::clone(shared);
         rt = rt.with_query(move |call| s.act(world_tool, call, Ask::Query));

@@ -38,6 +38,8 @@ pub struct RuntimeReport {
     pub answers: u64,
     /// Runs an operator cancelled.
     pub cancels: u64,
+    /// Budgets a person raised for a run paused with its searches spent.
+    pub budgets_raised: u64,
     /// Acts that happened in the world.
     pub applications: u64,
     /// Invariants checked (counting each check).
@@ -62,6 +64,7 @@ impl RuntimeReport {
         self.reconciled += other.reconciled;
         self.answers += other.answers;
         self.cancels += other.cancels;
+        self.budgets_raised += other.budgets_raised;
         self.applications += other.applications;
         self.checks += other.checks;
     }
@@ -73,7 +76,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled), {} cancelled; {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled; {} tool calls, {} applied; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -85,6 +88,7 @@ impl fmt::Display for RuntimeReport {
             self.parked,
             self.paused,
             self.reconciled,
+            self.budgets_raised,
             self.cancels,
             self.calls,
             self.applications,

@@ -31,6 +31,8 @@ use super::agents::{self, Kind};
 use super::clock::TickingClock;
 use super::report::RuntimeReport;
 use super::world::Shared;
+use crate::agents::sim::research_budget;
+use crate::agents::worker::DECISION_HOLD;
 use crate::agents::{AgentConfig, AgentFailure, DB_DIR, History, Origin, START_MS};
 use crate::check;
 use crate::clock::SimClock;
@@ -87,6 +89,8 @@ struct RtSim {
     events: Rng,
     crashes: Rng,
     runs: Vec<(RunId, Kind)>,
+    /// The searches each research run's budget allows (its child's too).
+    budgets: Vec<(RunId, u64)>,
     checkpoint_every_records: u64,
 }
 
@@ -110,12 +114,17 @@ impl RtSim {
         let fates = root.fork("fates");
         let mut plan = root.fork("runs");
         let count = 2 + plan.below(RUNS_MAX - 1);
-        let runs = (0..count)
+        let runs: Vec<(RunId, Kind)> = (0..count)
             .map(|i| {
                 let kind = *plan.pick(&Kind::ALL);
                 let run = RunId::new(format!("{}-{i}", kind.name())).expect("a valid run id");
                 (run, kind)
             })
+            .collect();
+        let budgets = runs
+            .iter()
+            .filter(|(_, kind)| *kind == Kind::Research)
+            .map(|(run, _)| (run.clone(), plan.below(6)))
             .collect();
         let checkpoint_every_records = 8 + plan.below(120);
         let shared = Arc::new(Shared::new(
@@ -134,6 +143,7 @@ impl RtSim {
             events: root.fork("events"),
             crashes: root.fork("crashes"),
             runs,
+            budgets,
             checkpoint_every_records,
         }
     }
@@ -183,6 +193,17 @@ impl RtSim {
             runtime
                 .start(kind.name(), run.as_str(), run.as_str().as_bytes())
                 .map_err(|e| self.fail("runs can be started", e.to_string()))?;
+        }
+        for (run, searches) in &self.budgets {
+            runtime
+                .engine()
+                .set_budget(
+                    run,
+                    research_budget(*searches),
+                    PERSON,
+                    "the research budget",
+                )
+                .map_err(|e| self.fail("budgets can be set", e.to_string()))?;
         }
         drop(runtime);
         self.shared.state().report.runs = self.runs.len() as u64;
@@ -280,6 +301,7 @@ impl RtSim {
                         worker: "rt".to_string(),
                         lease_ttl_ms: LEASE_TTL_MS,
                         idle_ms: 0,
+                        decision_hold: DECISION_HOLD,
                     };
                     let runtime = Runtime::with_options(Arc::new(engine), options);
                     agents::register(&runtime, &self.shared)
@@ -437,12 +459,48 @@ impl RtSim {
                 }
             }
             if state == RunState::Paused {
+                self.raise_spent_budget(&engine, &run);
                 let resumed = engine.operate(&run, OperatorAction::Resume, PERSON, "settled");
                 self.shared
                     .note(|| format!("a person resumes {run}: {resumed:?}"));
             }
         }
         Ok(())
+    }
+
+    /// Raises by one search the budget that stops `run`, its own or the
+    /// nearest ancestor's it draws on, if its searches are spent (settled
+    /// or held).
+    fn raise_spent_budget(&self, engine: &Engine, run: &RunId) {
+        let mut next = Some(run.clone());
+        while let Some(id) = next {
+            next = engine.run(&id).ok().flatten().and_then(|r| r.parent);
+            let Ok(book) = engine.budget(&id) else {
+                continue;
+            };
+            let used = book.spent.tool_calls + book.reserved.tool_calls;
+            let Some(limits) = book
+                .limits
+                .filter(|l| l.tool_calls.is_some_and(|c| c <= used))
+            else {
+                continue;
+            };
+            let raised = actum::books::BudgetLimits {
+                tool_calls: Some(used + 1),
+                ..limits
+            };
+            let set = engine.set_budget(&id, raised, PERSON, "one more search");
+            self.shared.note(|| {
+                format!(
+                    "a person raises {id}'s budget to {} searches: {set:?}",
+                    used + 1
+                )
+            });
+            if set.is_ok() {
+                self.shared.state().report.budgets_raised += 1;
+            }
+            return;
+        }
     }
 
     /// An operator cancels one run not over, drawn from the seed: a
@@ -534,6 +592,9 @@ impl RtSim {
                     if let Some(saga) = books.saga(id) {
                         mem.put_saga(saga);
                     }
+                    if let Some(budget) = books.budget(id) {
+                        mem.put_budget(budget);
+                    }
                     for position in 0..books.decision_count(id) {
                         if let Some(record) = books.decision_at(id, position) {
                             mem.put_decision(record);
@@ -597,6 +658,14 @@ impl RtSim {
             (
                 "the world refuses stale tokens",
                 Box::new(|| check::world_refuses_stale_tokens(&deliveries)),
+            ),
+            (
+                "a budget is never passed",
+                Box::new(|| check::budgets_hold(&books, None)),
+            ),
+            (
+                "every call the world saw was paid for",
+                Box::new(|| check::calls_are_paid_once(&books, &log)),
             ),
             (
                 "a resend carries the same payload",
