@@ -268,25 +268,52 @@ impl Runtime {
         version: &str,
         handler: impl Fn(&mut RunCtx<'_>) -> std::result::Result<Vec<u8>, Fail> + Send + Sync + 'static,
     ) -> Result<()> {
-        for (what, name) in [("kind", kind), ("version", version)] {
+        self.register_compatible(kind, version, &[], handler)
+    }
+
+    /// [`register`](Runtime::register), and the same handler also resumes
+    /// the runs started at each of the `compatible` versions of `kind`: a
+    /// run keeps the version it started with (its record says so), and
+    /// only a handler of that version, or one registered as compatible
+    /// with it, drives it. Compatible means it replays the older runs'
+    /// journals: the same calls in the same order up to where they stand
+    /// (new calls after that are fine); a run whose journal it does not
+    /// match stops with a divergence and waits for an operator.
+    pub fn register_compatible(
+        &self,
+        kind: &str,
+        version: &str,
+        compatible: &[&str],
+        handler: impl Fn(&mut RunCtx<'_>) -> std::result::Result<Vec<u8>, Fail> + Send + Sync + 'static,
+    ) -> Result<()> {
+        for (what, name) in std::iter::once(("kind", kind))
+            .chain(std::iter::once(("version", version)))
+            .chain(compatible.iter().map(|v| ("version", *v)))
+        {
             if name.is_empty() || name.contains('@') {
                 return Err(Error::InvalidCommand {
                     reason: format!("agent {what} {name:?} must be non-empty and without '@'"),
                 });
             }
         }
-        let agent = agent_name(kind, version);
+        let served: Vec<String> = std::iter::once(version)
+            .chain(compatible.iter().copied())
+            .map(|v| agent_name(kind, v))
+            .collect();
         let mut agents = self
             .shared
             .agents
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        if agents.contains_key(&agent) {
+        if let Some(taken) = served.iter().find(|agent| agents.contains_key(*agent)) {
             return Err(Error::InvalidCommand {
-                reason: format!("agent {agent} is registered already"),
+                reason: format!("agent {taken} is registered already"),
             });
         }
-        agents.insert(agent, Arc::new(handler));
+        let handler: Arc<Handler> = Arc::new(handler);
+        for agent in served {
+            agents.insert(agent, Arc::clone(&handler));
+        }
         let mut current = self
             .shared
             .current

@@ -824,3 +824,48 @@ fn a_run_with_a_budget_reserves_and_settles_each_call_and_pauses_when_it_is_spen
     let book = engine.budget(&run).unwrap();
     assert_eq!((book.spent.tool_calls, book.spent.tokens_in), (3, 30));
 }
+
+#[test]
+fn a_run_keeps_its_version_and_only_a_compatible_handler_resumes_it() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let tool = || Tool::new("t", ToolClass::NotIdempotent);
+    let v1 = bench.runtime(&engine);
+    v1.register("trip", "1", move |ctx| {
+        ctx.step("a", &tool(), b"", |_| confirmed("a"))?;
+        ctx.signal("go", None)?;
+        ctx.step("b", &tool(), b"", |_| confirmed("b"))?;
+        Ok(b"v1".to_vec())
+    })
+    .unwrap();
+    let run = v1.start("trip", "trip-1", b"").unwrap().run;
+    assert_eq!(drain(&v1), [(run.clone(), Driven::Parked("go".into()))]);
+    drop(v1);
+    engine.signal(&run, "go", b"", "ops").unwrap();
+    // A deploy of version 2 alone does not touch a run of version 1.
+    let v2 = bench.runtime(&engine);
+    v2.register("trip", "2", |_| Ok(b"v2".to_vec())).unwrap();
+    assert_eq!(drain(&v2), []);
+    drop(v2);
+    // Version 3 says it replays version 1's journal: it resumes the run
+    // where it stands, and may add calls after.
+    let v3 = bench.runtime(&engine);
+    v3.register_compatible("trip", "3", &["1"], move |ctx| {
+        ctx.step("a", &tool(), b"", |_| unreachable!("a was confirmed"))?;
+        ctx.signal("go", None)?;
+        ctx.step("b", &tool(), b"", |_| confirmed("b"))?;
+        ctx.step("c", &tool(), b"", |_| confirmed("c"))?;
+        Ok(b"v3".to_vec())
+    })
+    .unwrap();
+    assert_eq!(drain(&v3), [(run.clone(), Driven::Completed)]);
+    assert_eq!(v3.output(&run).unwrap().as_deref(), Some(&b"v3"[..]));
+    let record = engine.run(&run).unwrap().unwrap();
+    assert_eq!(record.agent_version, "trip@1", "the run keeps its version");
+    let next = v3.start("trip", "trip-2", b"").unwrap();
+    assert_eq!(next.agent, "trip@3", "new runs start at the latest");
+    assert!(matches!(
+        v3.register_compatible("trip", "4", &["1"], |_| Ok(Vec::new())),
+        Err(Error::InvalidCommand { .. })
+    ));
+}
