@@ -679,12 +679,27 @@ impl RunCtx<'_> {
     /// output. A child that failed or was cancelled fails this call.
     pub fn child(&mut self, name: &str, kind: &str, input: &[u8]) -> Result<Vec<u8>, Fail> {
         let step = self.step_id(name)?;
-        self.enter(Journaled::Wait(step.clone()))?;
-        let agent = self.shared.current_agent(kind).ok_or_else(|| {
-            Fail::failed(format!(
-                "no agent of kind {kind} is registered for child {name}"
-            ))
-        })?;
+        let journaled = self.enter(Journaled::Wait(step.clone()))?;
+        // A child started before keeps the version it started at (a later
+        // deploy starts new children at its own).
+        let existing = if journaled {
+            let child = crate::books::child_run_id(&self.run, &step)
+                .map_err(|e| self.engine_stop(e, &format!("child {name}")))?;
+            self.shared
+                .engine
+                .run(&child)
+                .map_err(|e| self.engine_stop(e, &format!("child {name}")))?
+                .map(|r| r.agent_version)
+        } else {
+            None
+        };
+        let agent = existing
+            .or_else(|| self.shared.current_agent(kind))
+            .ok_or_else(|| {
+                Fail::failed(format!(
+                    "no agent of kind {kind} is registered for child {name}"
+                ))
+            })?;
         self.flush()?;
         let at = || format!("child {name}");
         self.live(&at())?;

@@ -869,3 +869,41 @@ fn a_run_keeps_its_version_and_only_a_compatible_handler_resumes_it() {
         Err(Error::InvalidCommand { .. })
     ));
 }
+
+#[test]
+fn a_child_started_before_a_redeploy_keeps_its_version_when_its_parent_replays() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let register = |rt: &Runtime, version: &str, older: &[&str]| {
+        rt.register_compatible("parent", version, older, |ctx| {
+            let kid = ctx.child("kid", "sub", b"kid input")?;
+            Ok([b"got ".as_slice(), &kid].concat())
+        })
+        .unwrap();
+        rt.register_compatible("sub", version, older, |ctx| {
+            ctx.signal("go", None)?;
+            Ok(b"kid done".to_vec())
+        })
+        .unwrap();
+    };
+    let v1 = bench.runtime(&engine);
+    register(&v1, "1", &[]);
+    let run = v1.start("parent", "p-1", b"").unwrap().run;
+    let parked: Vec<Driven> = drain(&v1).into_iter().map(|(_, d)| d).collect();
+    assert_eq!(
+        parked,
+        [Driven::Parked("kid".into()), Driven::Parked("go".into())]
+    );
+    drop(v1);
+    let v2 = bench.runtime(&engine);
+    register(&v2, "2", &["1"]);
+    let kid = RunId::new("p-1:kid").unwrap();
+    engine.signal(&kid, "go", b"", "ops").unwrap();
+    let done: Vec<Driven> = drain(&v2).into_iter().map(|(_, d)| d).collect();
+    assert_eq!(done, [Driven::Completed, Driven::Completed]);
+    assert_eq!(
+        v2.output(&run).unwrap().as_deref(),
+        Some(&b"got kid done"[..])
+    );
+    assert_eq!(engine.run(&kid).unwrap().unwrap().agent_version, "sub@1");
+}

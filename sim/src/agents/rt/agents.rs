@@ -67,20 +67,32 @@ impl Kind {
     }
 }
 
-/// Registers every handler and undo handler with `runtime`.
-pub fn register(runtime: &Runtime, shared: &Arc<Shared>) -> actum::Result<()> {
-    let s = Arc::clone(shared);
-    runtime.register("shop", VERSION, move |ctx| shop(ctx, &s))?;
-    let s = Arc::clone(shared);
-    runtime.register("refund", VERSION, move |ctx| refund(ctx, &s))?;
-    let s = Arc::clone(shared);
-    runtime.register("treasury", VERSION, move |ctx| treasury(ctx, &s))?;
-    let s = Arc::clone(shared);
-    runtime.register("research", VERSION, move |ctx| research(ctx, &s))?;
-    let s = Arc::clone(shared);
-    runtime.register("summary", VERSION, move |ctx| summary(ctx, &s))?;
-    let s = Arc::clone(shared);
-    runtime.register("vendor", VERSION, move |ctx| vendor(ctx, &s))?;
+/// The version a redeployed process registers, compatible with
+/// [`VERSION`]: the same handlers, so they replay its journals.
+pub const REDEPLOYED: &str = "2";
+
+/// Registers every handler and undo handler with `runtime`: at
+/// [`VERSION`], or if `redeployed` at [`REDEPLOYED`], compatible with it
+/// (runs keep the version they started with; new children start at 2).
+pub fn register(runtime: &Runtime, shared: &Arc<Shared>, redeployed: bool) -> actum::Result<()> {
+    type Agent = fn(&mut RunCtx<'_>, &Arc<Shared>) -> Result<Vec<u8>, Fail>;
+    let agents: [(&str, Agent); 6] = [
+        ("shop", shop),
+        ("refund", refund),
+        ("treasury", treasury),
+        ("research", research),
+        ("summary", summary),
+        ("vendor", vendor),
+    ];
+    for (kind, agent) in agents {
+        let s = Arc::clone(shared);
+        let handler = move |ctx: &mut RunCtx<'_>| agent(ctx, &s);
+        if redeployed {
+            runtime.register_compatible(kind, REDEPLOYED, &[VERSION], handler)?;
+        } else {
+            runtime.register(kind, VERSION, handler)?;
+        }
+    }
     for name in ["bank.unsweep", "bank.unfund"] {
         let s = Arc::clone(shared);
         runtime.register_undo(name, move |undo| undo_call(&s, tool(name), undo));

@@ -92,6 +92,8 @@ struct RtSim {
     /// The searches each research run's budget allows (its child's too).
     budgets: Vec<(RunId, u64)>,
     checkpoint_every_records: u64,
+    /// True once the process came back as version 2 (and stays so).
+    redeployed: bool,
 }
 
 impl RtSim {
@@ -145,6 +147,7 @@ impl RtSim {
             runs,
             budgets,
             checkpoint_every_records,
+            redeployed: false,
         }
     }
 
@@ -304,7 +307,11 @@ impl RtSim {
                         decision_hold: DECISION_HOLD,
                     };
                     let runtime = Runtime::with_options(Arc::new(engine), options);
-                    agents::register(&runtime, &self.shared)
+                    // A crashed process may come back as a redeploy.
+                    if !self.redeployed && self.shared.state().report.crashes > 0 {
+                        self.redeployed = self.crashes.below(2) == 0;
+                    }
+                    agents::register(&runtime, &self.shared, self.redeployed)
                         .map_err(|e| self.fail("handlers register", e.to_string()))?;
                     self.shared.set_runtime(Some(Arc::new(runtime)));
                     return self.completed_survive();
