@@ -52,6 +52,7 @@ fn shop(env: &mut WorkflowEnv<'_>, careless: Option<Careless>) -> actum::Result<
                     token: guard.token,
                     resend: false,
                     intent_lsn: actum::Lsn::ZERO,
+                    act_receipt: None,
                 };
                 env.act(CHARGE, &early, request.args);
                 env.step(&request, CHARGE)?

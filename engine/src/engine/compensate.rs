@@ -9,7 +9,9 @@
 //! tool and arguments the books registered, never ones the caller supplies
 //! after the fact.
 
-use crate::books::{BeginCompensation, Command, Compensation, EffectKind, Guard, RunId, StepId};
+use crate::books::{
+    BeginCompensation, Command, Compensation, EffectKind, EffectStatus, Guard, RunId, StepId,
+};
 use crate::error::{Error, Result};
 
 use super::core::Engine;
@@ -42,8 +44,10 @@ impl CompensationRequest<'_> {
 
 impl Engine {
     /// Begins undoing `request.step`'s confirmed act: the compensation's
-    /// key, ledger check and durable intent. Returns the plan and the
-    /// compensation the act registered (the tool and arguments to call).
+    /// key, ledger check and durable intent. Returns the plan (its context
+    /// carries the act's receipt, `act_receipt`, for the undo and for a
+    /// query) and the compensation the act registered (the tool and
+    /// arguments to call).
     /// Report the outcome with [`Engine::finish_step`] (or
     /// [`Engine::resolve_step`] after a query), as for an act.
     ///
@@ -73,6 +77,8 @@ impl Engine {
     /// // The compensation the act registered, under its own key, its intent durable.
     /// assert_eq!((ctx.key.encode(), registered), ("trip-4/book-hotel/undo/1".to_string(), undo));
     /// assert!(engine.durable_lsn() >= ctx.intent_lsn);
+    /// // With the act's receipt: what to cancel.
+    /// assert_eq!(ctx.act_receipt.as_deref(), Some(&b"booking 77"[..]));
     /// engine.finish_step(&lease.guard, &ctx, Outcome::Confirmed { receipt: b"cx-1".to_vec() })?;
     /// let act = engine.effect(&EffectKey::new(run.clone(), hotel, 1)?)?.expect("booked");
     /// assert!(matches!(act.status, EffectStatus::Compensated { .. }));
@@ -82,12 +88,19 @@ impl Engine {
         &self,
         request: &CompensationRequest<'_>,
     ) -> Result<(StepPlan, Compensation)> {
-        let plan = self.plan(request.command(), request.guard)?;
-        let registered = self.read(|books| {
-            Ok(books
-                .latest_effect(request.run, request.step, EffectKind::Act)
-                .and_then(|act| act.compensation))
-        })?;
+        let mut plan = self.plan(request.command(), request.guard)?;
+        let act =
+            self.read(|books| Ok(books.latest_effect(request.run, request.step, EffectKind::Act)))?;
+        let receipt = act.as_ref().and_then(|act| match &act.status {
+            EffectStatus::Confirmed { receipt } | EffectStatus::Compensated { receipt, .. } => {
+                Some(receipt.clone())
+            }
+            _ => None,
+        });
+        if let StepPlan::Act(ctx) | StepPlan::Query(ctx) = &mut plan {
+            ctx.act_receipt = receipt;
+        }
+        let registered = act.and_then(|act| act.compensation);
         let compensation = registered.ok_or_else(|| Error::Inconsistent {
             what: format!(
                 "step {} of run {} began a compensation but registers none",

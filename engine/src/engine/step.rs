@@ -55,6 +55,10 @@ pub struct EffectCtx {
     /// the resend) that is durable before the act may start, so
     /// `Engine::durable_lsn() >= intent_lsn` holds whenever the act runs.
     pub intent_lsn: Lsn,
+    /// For a compensation (or its query): the receipt of the act it
+    /// undoes (the booking reference to cancel, the charge to refund);
+    /// `None` for an act.
+    pub act_receipt: Option<Vec<u8>>,
 }
 
 /// One step's request: who, which step, which tool, with what and why.
@@ -546,6 +550,7 @@ impl Engine {
             token,
             resend,
             intent_lsn: rests_on,
+            act_receipt: None,
         };
         let skip_ledger = self.planted(PlantedBug::SkipLedgerOnResume);
         Ok(match begun {

@@ -687,17 +687,6 @@ impl Runtime {
     /// then waits for an operator: `actum stuck` lists it).
     fn compensate(&self, watch: &Arc<LeaseWatch>, rationale: &str) -> Result<Driven> {
         let engine = &self.shared.engine;
-        let acts = engine.effects(&watch.run)?;
-        let receipt_of = |ctx: &EffectCtx| -> Option<Vec<u8>> {
-            acts.iter()
-                .filter(|e| {
-                    e.key.kind() == crate::books::EffectKind::Act && e.key.step() == ctx.key.step()
-                })
-                .find_map(|e| match &e.status {
-                    crate::books::EffectStatus::Confirmed { receipt } => Some(receipt.clone()),
-                    _ => None,
-                })
-        };
         let call = |ctx: &EffectCtx, c: &crate::books::Compensation, query: bool| {
             // As for a step's act: an undo is sent only under a live lease,
             // else a successor may send it too.
@@ -720,11 +709,10 @@ impl Runtime {
                 };
             };
             drop(undos);
-            let receipt = receipt_of(ctx);
             undo(&UndoCall {
                 ctx,
                 args: &c.args,
-                receipt: receipt.as_deref(),
+                receipt: ctx.act_receipt.as_deref(),
                 query,
             })
         };

@@ -48,6 +48,7 @@ mod tests {
             token: FencingToken(1),
             resend: false,
             intent_lsn: Lsn(7),
+            act_receipt: None,
         };
         assert!(intent_durable_before_act(Lsn(7), &ctx).is_ok());
         assert!(intent_durable_before_act(Lsn(6), &ctx).is_err());
