@@ -570,6 +570,7 @@ pub fn is_refusal(error: &Error) -> bool {
             | Error::ApproverRole { .. }
             | Error::NotApproved { .. }
             | Error::NotReserved { .. }
+            | Error::BudgetExhausted { .. }
             | Error::SagaOutstanding { .. }
             | Error::ResourceHeld { .. }
             | Error::ResourceNotHeld { .. }

@@ -9,8 +9,11 @@
 //! outcome (or whose outcome was reported `Unknown`) is decided by the
 //! tool's class: resent with the *same* key only inside an idempotent
 //! tool's dedup window, queried on a queryable tool, and left `Unknown`
-//! (never resent) otherwise. An outcome is a fact: it is recorded under the
-//! run's current token even after the lease expired.
+//! (never resent) otherwise. A fresh act on a run with budget limits fails
+//! closed: it is refused if it would pass them, and its tool call is
+//! counted in the intent's commit unless a reserve already holds it. An
+//! outcome is a fact: it is recorded under the run's current token even
+//! after the lease expired.
 
 use crate::books::base::digest::Digest;
 use crate::books::base::ids::{EffectKey, EffectKind, FencingToken, RunId, validate_name};
@@ -19,6 +22,7 @@ use crate::books::records::budget::{Charge, Cost};
 use crate::books::records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState};
+use crate::books::rules::budget::decide_act_within_budget;
 use crate::books::rules::checks::{
     check_fact, check_live, check_running, check_stored_bytes, existing,
 };
@@ -124,11 +128,19 @@ pub(crate) fn decide_begin(
     };
     let first = EffectKey::new(cmd.run.clone(), cmd.step.clone(), 1)?;
     let mut decided = begin_side(latest, first, &intent, cmd.guard.token, now_ms)?;
+    let intended = decided.ops.iter().find_map(|op| match op {
+        Op::EffectIntended { entry } => Some(entry.key.attempt()),
+        _ => None,
+    });
+    let intends = intended.is_some();
+    // A fresh act fails closed on the run's budget (a resend, a replay or a
+    // query of an act begun before is the same call: never refused).
+    if let Some(attempt) = intended {
+        let charged =
+            decide_act_within_budget(state, &run, (&cmd.step, attempt), cmd.guard.token, now_ms)?;
+        decided.ops.extend(charged);
+    }
     // A fresh intent stores its arguments, unless the blob store has them.
-    let intends = decided
-        .ops
-        .iter()
-        .any(|op| matches!(op, Op::EffectIntended { .. }));
     if let Some(args) = cmd.args.as_ref().filter(|_| intends)
         && !state.blob_exists(&cmd.args_digest)
     {
