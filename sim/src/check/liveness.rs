@@ -1,7 +1,8 @@
 //! Invariant: liveness. After the faults stop (the calm phase), every run
 //! reaches a terminal state, no intent is left open, and the only `Unknown`
 //! entries are on tools that can neither deduplicate nor answer a query
-//! (or idempotent ones whose intent outlived the dedup window). A run an
+//! (or idempotent ones whose intent outlived the dedup window less the
+//! tool's resend margin, past which the engine no longer resends). A run an
 //! operator cancelled is the exception: a cancel does not wait for acts in
 //! flight, so its open entries stay open for a person to reconcile (each
 //! still applied at most once: `effect_applied_at_most_once`).
@@ -28,10 +29,12 @@ pub fn every_run_ends_settled(books: &MemBooks) -> Result<(), String> {
                 return Err(format!("effect {} is still only intended", entry.key));
             }
             (EffectStatus::Unknown { .. }, ToolClass::NotIdempotent) => {}
-            (EffectStatus::Unknown { .. }, ToolClass::Idempotent { dedup_window_ms })
-                if entry
-                    .settled_ms
-                    .is_some_and(|at| at.saturating_sub(entry.intended_ms) >= dedup_window_ms) => {}
+            (EffectStatus::Unknown { .. }, class)
+                if class.resend_horizon_ms().is_some_and(|horizon| {
+                    entry
+                        .settled_ms
+                        .is_some_and(|at| at.saturating_sub(entry.intended_ms) >= horizon)
+                }) => {}
             (EffectStatus::Unknown { reason }, class) => {
                 return Err(format!(
                     "effect {} on a {class:?} tool ended unknown ({reason}); it should have been \
@@ -75,6 +78,21 @@ mod tests {
             every_run_ends_settled(&aged).is_ok(),
             "settled 1000 ms after its intent"
         );
+        // Inside the window, but past the window less its resend margin
+        // (the default's 105 ms, or a declared one): never resent, so a
+        // person must reconcile it.
+        for edge in [
+            ToolClass::Idempotent {
+                dedup_window_ms: 1_050,
+            },
+            ToolClass::IdempotentWithMargin {
+                dedup_window_ms: 5_000,
+                resend_margin_ms: 4_500,
+            },
+        ] {
+            let aged = books_with(vec![entry("r/pay/1", unknown.clone(), edge)]);
+            assert!(every_run_ends_settled(&aged).is_ok(), "{edge:?}");
+        }
         let fresh = ToolClass::Idempotent {
             dedup_window_ms: 5_000,
         };

@@ -321,9 +321,7 @@ impl World {
     /// The stored receipt if `call` repeats a key an idempotent service
     /// applied inside its window.
     fn repeat(&mut self, tool: Tool, call: &Call, now_ms: u64) -> Option<Vec<u8>> {
-        let ToolClass::Idempotent { dedup_window_ms } = tool.class else {
-            return None;
-        };
+        let dedup_window_ms = tool.class.dedup_window_ms()?;
         let &seq = self.by_key.get(&(tool.name, call.key.clone()))?;
         let first = &self.log[seq];
         if now_ms.saturating_sub(first.at_ms) >= dedup_window_ms {
