@@ -162,14 +162,17 @@ impl World {
         id
     }
 
-    /// Delivers every request due by `now_ms`, in (due time, id) order.
+    /// Delivers every request due by `now_ms`, in (due time, id) order,
+    /// each at its due time: a clock jump past it does not hold a request
+    /// back, so it reaches the service within its lifetime, and the
+    /// service deduplicates (and records it) as of its arrival.
     pub fn deliver_due(&mut self, now_ms: u64) {
         while let Some(entry) = self.in_flight.first_entry() {
             if entry.key().0 > now_ms {
                 break;
             }
             let call = entry.remove();
-            let reply = self.deliver(&call, now_ms);
+            let reply = self.deliver(&call, call.deliver_ms);
             let acked = !matches!(call.fate, Fate::AckDropped);
             if !acked {
                 self.stats.acks_dropped += 1;
