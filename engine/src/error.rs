@@ -364,6 +364,19 @@ pub enum Error {
         /// The charge, in words (`model call 3`, `the act of step pay`).
         charge: String,
     },
+    /// A step's act was begun on a run with budget limits, and it would
+    /// pass one: one more tool call than `tool_calls` allows (unless a
+    /// reserve already holds this act), or a limit of the run or of an
+    /// ancestor it draws on is already passed, or the run's time running
+    /// is used up. The act is not begun and nothing is recorded.
+    BudgetExhausted {
+        /// The run.
+        run: RunId,
+        /// The step whose act was refused.
+        step: StepId,
+        /// Which limit, of which run's budget, and what it holds.
+        limit: String,
+    },
     /// An effect was begun at a step whose approval was not granted.
     NotApproved {
         /// The run.
@@ -724,6 +737,12 @@ impl fmt::Display for Error {
                 f,
                 "{charge} of run {run} has no open reservation to settle, and was never \
                  recorded; reserve before the call"
+            ),
+            Error::BudgetExhausted { run, step, limit } => write!(
+                f,
+                "the act of step {step} of run {run} would pass its budget: {limit}; nothing \
+                 was begun (reserve the call first: a refused reserve pauses the run until an \
+                 operator raises the budget)"
             ),
             Error::NotApproved { run, step, status } => write!(
                 f,

@@ -48,6 +48,7 @@ op.lease_acquired                  0202723102773103b81708c413
 op.lease_renewed                   0302723103f02e098827
 op.lease_released                  04027231030ad836
 op.effect_intended.act             050272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
+op.effect_intended.margin          050272310273310002037061790380dddb01c0a907303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
 op.effect_intended.undo            05027231027331010106726566756e6402404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f04756e646f0000904e030000
 op.effect_resent                   06027231027331000203f855
 op.effect_settled.confirmed        0702723102733100020102aabbe05d03016e
@@ -81,8 +82,8 @@ op.resource_released               140b637573746f6d65723a343202723104c49001
 op.run_pruned                      16027231a09c01
 op.shared_set                      1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
 op.shared_set.cleared_by_operator  1507646e633a633432030003bb9401036f70730000000177
-payload.two_ops                    06020302723103f02e09882704027231030ad836
-payload.no_ops                     0600
+payload.two_ops                    07020302723103f02e09882704027231030ad836
+payload.no_ops                     0700
 row.run                            931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                       a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                         f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
@@ -201,6 +202,17 @@ fn act_entry() -> EffectEntry {
         token: token(),
         resends: 5,
         settled_ms: Some(9_000),
+    }
+}
+
+/// An act's entry on a tool that declares its resend margin (version 7).
+fn margin_entry() -> EffectEntry {
+    EffectEntry {
+        tool_class: ToolClass::IdempotentWithMargin {
+            dedup_window_ms: 3_600_000,
+            resend_margin_ms: 120_000,
+        },
+        ..act_entry()
     }
 }
 
@@ -451,6 +463,12 @@ fn ops() -> Vec<(&'static str, Op)> {
         (
             "op.effect_intended.act",
             Op::EffectIntended { entry: act_entry() },
+        ),
+        (
+            "op.effect_intended.margin",
+            Op::EffectIntended {
+                entry: margin_entry(),
+            },
         ),
         (
             "op.effect_intended.undo",
@@ -1283,6 +1301,7 @@ fn class_index(class: &ToolClass) -> u8 {
         ToolClass::Idempotent { .. } => 0,
         ToolClass::Queryable => 1,
         ToolClass::NotIdempotent => 2,
+        ToolClass::IdempotentWithMargin { .. } => 3,
     }
 }
 
@@ -1374,7 +1393,7 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
         let compensation = entry.compensation.as_ref().map(|c| class_index(&c.class));
         std::iter::once(class_index(&entry.tool_class)).chain(compensation)
     });
-    assert_all(classes, &[0, 1, 2], "tool class");
+    assert_all(classes, &[0, 1, 2, 3], "tool class");
     let kinds = entries.iter().map(|entry| entry.key.kind());
     assert_all(kinds, &[EffectKind::Act, EffectKind::Undo], "effect kind");
     let audits = audit_entries();
@@ -1434,18 +1453,22 @@ fn a_payload_is_the_version_byte_then_the_op_list() {
     assert_eq!(payload[2..], [ops[0].encode(), ops[1].encode()].concat());
 }
 
-/// Versions 2 to 6 only appended variants, so the payload of a record of
+/// Versions 2 to 7 only appended variants, so the payload of a record of
 /// an older version (the bytes `payload.two_ops` had when those versions
 /// were written) still decodes to the same ops.
 #[test]
-fn version_1_to_5_payloads_still_decode() {
+fn version_1_to_6_payloads_still_decode() {
     let v1 = unhex("01020302723103f02e09882704027231030ad836").unwrap();
     let v2 = unhex("02020302723103f02e09882704027231030ad836").unwrap();
     let v3 = unhex("03020302723103f02e09882704027231030ad836").unwrap();
     let v4 = unhex("04020302723103f02e09882704027231030ad836").unwrap();
     let v5 = unhex("05020302723103f02e09882704027231030ad836").unwrap();
-    assert_eq!((v1[0], v2[0], v3[0], v4[0], v5[0]), (1, 2, 3, 4, 5));
-    for old in [&v1, &v2, &v3, &v4, &v5] {
+    let v6 = unhex("06020302723103f02e09882704027231030ad836").unwrap();
+    assert_eq!(
+        (v1[0], v2[0], v3[0], v4[0], v5[0], v6[0]),
+        (1, 2, 3, 4, 5, 6)
+    );
+    for old in [&v1, &v2, &v3, &v4, &v5, &v6] {
         assert_eq!(
             decode_ops(old).unwrap(),
             vec![lease_renewed(), lease_released()]

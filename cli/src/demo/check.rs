@@ -4,7 +4,10 @@
 //! - every run completed;
 //! - each run's transfer and mail were confirmed once in the books and
 //!   applied once by the bank and the mailer (counted by idempotency key
-//!   in their files), with the receipt the books hold;
+//!   in their files, and by run across keys), with the receipt the books
+//!   hold. The mailer sends every request it receives, so a mail sent
+//!   twice with one key shows here as that key applied twice, and a mail
+//!   sent again under a new attempt's key as its run mailed twice;
 //! - no application without a durable intent: every key in the files is
 //!   an intent in the books, written before the application;
 //! - every mail quotes its run's bank receipt;
@@ -55,6 +58,7 @@ pub struct Summary {
     completed: u32,
     effects_confirmed: u64,
     resends: u64,
+    retried: u64,
     resumes: u64,
     transfers: (usize, usize),
     mails: (usize, usize),
@@ -90,6 +94,7 @@ pub fn check(
         completed: 0,
         effects_confirmed: 0,
         resends: 0,
+        retried: 0,
         resumes: 0,
         transfers: (0, 0),
         mails: (0, 0),
@@ -171,6 +176,15 @@ fn check_run(engine: &Engine, run: &RunId, summary: &mut Summary) -> actum::Resu
                         .push(format!("run {run}: step {step} was confirmed twice"));
                 }
             }
+            // An attempt the tool never applied (the mailer, asked about
+            // an ambiguous mail, did not hold its key): the next attempt
+            // sends it under its own key.
+            (
+                EffectStatus::Failed {
+                    retryable: true, ..
+                },
+                EffectKind::Act,
+            ) => summary.retried += 1,
             (status, _) => summary.violations.push(format!(
                 "run {run}: effect {} is {}, not confirmed",
                 entry.key,
@@ -210,12 +224,8 @@ fn check_tool(
             .or_default()
             .push(application);
     }
+    summary.violations.extend(applied_twice(file, &per_key));
     for (key, applied) in &per_key {
-        if applied.len() > 1 {
-            summary
-                .violations
-                .push(format!("{file}: {key} was applied {} times", applied.len()));
-        }
         let intent = EffectKey::parse(key)
             .ok()
             .map(|k| engine.effect(&k))
@@ -250,6 +260,30 @@ fn check_tool(
         }
     }
     Ok(())
+}
+
+/// The violations of "once per key, once per run" among one tool's
+/// applications, grouped by key: a key applied more than once (named,
+/// with how many times), and a run whose step was applied under more than
+/// one key (each attempt's key named).
+fn applied_twice(file: &str, per_key: &BTreeMap<&str, Vec<&Application>>) -> Vec<String> {
+    let mut violations = Vec::new();
+    let mut per_run: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (key, applied) in per_key {
+        if applied.len() > 1 {
+            violations.push(format!("{file}: {key} was applied {} times", applied.len()));
+        }
+        let run = key.split('/').next().unwrap_or_default();
+        per_run.entry(run).or_default().push(key);
+    }
+    for (run, keys) in per_run.iter().filter(|(_, keys)| keys.len() > 1) {
+        violations.push(format!(
+            "{file}: run {run} was applied under {} keys ({}): one act, several attempts",
+            keys.len(),
+            keys.join(", ")
+        ));
+    }
+    violations
 }
 
 /// Each mail quotes the bank receipt of its run's transfer.
@@ -300,8 +334,8 @@ impl fmt::Display for Summary {
         writeln!(
             f,
             "  resumes     {} runs picked up again by a new worker; {} intents resent with \
-             their own key",
-            self.resumes, self.resends
+             their own key; {} attempts found never applied and made again under a new key",
+            self.resumes, self.resends, self.retried
         )?;
         writeln!(
             f,
@@ -342,5 +376,120 @@ impl fmt::Display for Summary {
             writeln!(f, "worker processes said:\n{}", self.worker_log)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a test fails loudly")]
+mod tests {
+    use std::io::Write;
+
+    use actum::books::WorkerId;
+
+    use super::super::parent::create_runs;
+    use super::super::rng::Rng;
+    use super::super::worker::{Tools, work};
+    use super::*;
+
+    fn plan(runs: u32) -> Plan {
+        Plan {
+            runs,
+            kills: 0,
+            seed: 7,
+            kill_after_ms: (10, 200),
+            deadline: Duration::from_secs(60),
+        }
+    }
+
+    /// A demo directory whose one run a worker carried through, in this
+    /// process, with the demo's own tools.
+    fn one_run_done() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        create_runs(dir.path(), 1).unwrap();
+        let engine = Engine::open_existing(db_dir(dir.path()), EngineOptions::default()).unwrap();
+        let tools = Tools::open(dir.path()).unwrap();
+        let grant = engine
+            .claim_next(&WorkerId::new("t").unwrap(), 60_000)
+            .unwrap()
+            .unwrap();
+        assert!(work(&engine, &tools, &grant, &mut Rng::new(1)).unwrap());
+        engine.close().unwrap();
+        dir
+    }
+
+    fn checked(dir: &Path) -> Summary {
+        check(dir, &plan(1), &Tally::default(), Duration::ZERO).unwrap()
+    }
+
+    /// Appends to `file` a copy of its application of `key`, with a new
+    /// receipt: the tool applied that request a second time.
+    fn apply_again(dir: &Path, file: &str, key: &str, receipt: &str) {
+        let path = dir.join(file);
+        let mut again = read_applications(&path)
+            .unwrap()
+            .into_iter()
+            .find(|a| a.key == key)
+            .unwrap();
+        again.receipt = receipt.to_string();
+        again.time_ms += 1;
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        out.write_all(again.line().as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn a_run_done_once_passes() {
+        let dir = one_run_done();
+        let summary = checked(dir.path());
+        assert!(summary.passed(), "{summary}");
+        assert_eq!((summary.transfers, summary.mails), ((1, 1), (1, 1)));
+    }
+
+    #[test]
+    fn a_mail_sent_twice_with_one_key_fails_the_check_naming_the_key() {
+        let dir = one_run_done();
+        apply_again(dir.path(), MAIL_FILE, "invoice-00001/mail/1", "msg-2");
+        let summary = checked(dir.path());
+        assert!(!summary.passed());
+        assert_eq!(summary.mails, (2, 1));
+        assert!(
+            summary
+                .violations
+                .contains(&"mail.log: invoice-00001/mail/1 was applied 2 times".to_string()),
+            "{:?}",
+            summary.violations
+        );
+        let shown = summary.to_string();
+        assert!(shown.contains("FAIL: "), "{shown}");
+        assert!(
+            shown.contains("invoice-00001/mail/1 was applied 2 times"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_mail_sent_again_under_a_new_attempt_fails_the_check_naming_both_keys() {
+        let dir = one_run_done();
+        let mut mails = read_applications(&dir.path().join(MAIL_FILE)).unwrap();
+        let mut second = mails.remove(0);
+        second.key = "invoice-00001/mail/2".into();
+        second.receipt = "msg-2".into();
+        let path = dir.path().join(MAIL_FILE);
+        let mut out = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        out.write_all(second.line().as_bytes()).unwrap();
+        let summary = checked(dir.path());
+        assert!(
+            summary.violations.iter().any(|v| v.contains(
+                "run invoice-00001 was applied under 2 keys (invoice-00001/mail/1, \
+                 invoice-00001/mail/2)"
+            )),
+            "{:?}",
+            summary.violations
+        );
     }
 }

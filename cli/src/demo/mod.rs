@@ -6,8 +6,10 @@
 //! The workflow pays an invoice: a model call decides the amount
 //! (journaled), a bank transfer pays it, a mail confirms it quoting the
 //! bank's receipt, and the run completes. The bank and the mailer
-//! (`tools`) are append-only files that record every application and
-//! deduplicate by idempotency key, as a payment API does. The parent
+//! (`tools`) are append-only files that record every application; the bank
+//! deduplicates by idempotency key, as a payment API does, and the mailer
+//! sends every request it receives, as SMTP does, so a mail sent twice
+//! shows in its file (it answers whether it sent a key instead). The parent
 //! (`parent`) makes the database and the runs, starts a worker process
 //! (`worker`: `actum demo-worker`, hidden), kills it after a seeded random
 //! delay, starts another, and so on; then `check` holds the books and the

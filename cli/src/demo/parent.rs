@@ -131,7 +131,7 @@ fn demo_dir(args: &DemoArgs) -> Result<(PathBuf, bool), CliError> {
 }
 
 /// Makes the database and its runs, then closes it.
-fn create_runs(dir: &Path, runs: u32) -> Result<(), CliError> {
+pub(super) fn create_runs(dir: &Path, runs: u32) -> Result<(), CliError> {
     let db = db_dir(dir);
     let fail = |e| CliError::engine(&db, e);
     let engine = Engine::open(&db, EngineOptions::default()).map_err(fail)?;

@@ -1,9 +1,14 @@
 //! The demo's outside world: a bank and a mailer, each an append-only file
 //! in the demo directory recording every application of a request, one
 //! line each (`time_ms`, idempotency key, fencing token, what was done,
-//! receipt). Like a real payment API, each deduplicates by key for a
+//! receipt). The bank, like a real payment API, deduplicates by key for a
 //! window: a request whose key it applied inside the window is answered
-//! with the first receipt and not applied again.
+//! with the first receipt and not applied again. The mailer, like SMTP,
+//! sends every request it receives, so a mail sent twice is two mails; it
+//! can be asked whether a key was sent (its sent folder), and it drops a
+//! request that reaches it after the deadline its sender gave (the sender's
+//! lease expiry), so a request held up past it cannot land after a
+//! successor found the key unsent and sent it again under a new key.
 //!
 //! A request is applied, the line written and `fdatasync`ed, and only then
 //! acknowledged, so an application survives the kill of the process that
@@ -38,7 +43,8 @@ pub struct Application {
 }
 
 impl Application {
-    fn line(&self) -> String {
+    /// The line that records it in its tool's file.
+    pub(super) fn line(&self) -> String {
         format!(
             "{}\t{}\t{}\t{}\t{}\n",
             self.time_ms, self.key, self.token, self.what, self.receipt
@@ -90,29 +96,50 @@ pub struct Tool {
     path: PathBuf,
     /// The receipt prefix (`tx`, `msg`).
     prefix: &'static str,
+    /// How long it remembers a key; `None` for a tool that applies every
+    /// request it receives.
+    dedup_window_ms: Option<u64>,
     state: Mutex<Ledger>,
 }
 
 #[derive(Debug)]
 struct Ledger {
     file: File,
-    /// Every key applied: when, and the receipt.
+    /// Every key applied: when (its latest application), and the receipt.
     seen: HashMap<String, (u64, String)>,
     applied: u64,
 }
 
 /// What a request got.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer {
-    /// The receipt.
-    pub receipt: String,
-    /// True if the key was applied before and this request was not.
-    pub deduplicated: bool,
+pub enum Answer {
+    /// Applied now; here is its receipt.
+    Applied {
+        /// The receipt.
+        receipt: String,
+    },
+    /// The key was applied before, inside the window: not applied again,
+    /// the first receipt.
+    Deduplicated {
+        /// The first application's receipt.
+        receipt: String,
+    },
+    /// The request reached the tool after its deadline: not applied.
+    Expired {
+        /// The deadline, ms since the epoch.
+        deadline_ms: u64,
+    },
 }
 
 impl Tool {
-    /// Opens the tool whose applications are recorded in `path`.
-    pub fn open(path: &Path, prefix: &'static str) -> io::Result<Tool> {
+    /// Opens the tool whose applications are recorded in `path`: one that
+    /// deduplicates a key for `dedup_window_ms`, or (`None`) one that
+    /// applies every request.
+    pub fn open(
+        path: &Path,
+        prefix: &'static str,
+        dedup_window_ms: Option<u64>,
+    ) -> io::Result<Tool> {
         let mut seen = HashMap::new();
         let past = read_applications(path)?;
         for application in &past {
@@ -125,6 +152,7 @@ impl Tool {
         Ok(Tool {
             path: path.to_path_buf(),
             prefix,
+            dedup_window_ms,
             state: Mutex::new(Ledger {
                 file,
                 seen,
@@ -133,22 +161,32 @@ impl Tool {
         })
     }
 
-    /// Handles one request: applies it (recorded and synced before this
-    /// returns), or answers a key applied inside the window with its
-    /// receipt.
-    pub fn request(&self, key: &str, token: u64, what: &str) -> io::Result<Answer> {
+    /// Handles one request: drops it if it arrives at or after
+    /// `deadline_ms`, answers a key applied inside the window (of a tool
+    /// that deduplicates) with its receipt, or applies it (recorded and
+    /// synced before this returns).
+    pub fn request(
+        &self,
+        key: &str,
+        token: u64,
+        what: &str,
+        deadline_ms: Option<u64>,
+    ) -> io::Result<Answer> {
         assert!(!key.contains('\t') && !what.contains(['\t', '\n']));
         let mut ledger = self
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now_ms = now_ms();
-        if let Some((at_ms, receipt)) = ledger.seen.get(key)
-            && now_ms.saturating_sub(*at_ms) < DEDUP_WINDOW_MS
+        if let Some(deadline_ms) = deadline_ms.filter(|d| now_ms >= *d) {
+            return Ok(Answer::Expired { deadline_ms });
+        }
+        if let Some(window_ms) = self.dedup_window_ms
+            && let Some((at_ms, receipt)) = ledger.seen.get(key)
+            && now_ms.saturating_sub(*at_ms) < window_ms
         {
-            return Ok(Answer {
+            return Ok(Answer::Deduplicated {
                 receipt: receipt.clone(),
-                deduplicated: true,
             });
         }
         let receipt = format!("{}-{}", self.prefix, ledger.applied + 1);
@@ -165,10 +203,17 @@ impl Tool {
         ledger
             .seen
             .insert(key.to_string(), (now_ms, receipt.clone()));
-        Ok(Answer {
-            receipt,
-            deduplicated: false,
-        })
+        Ok(Answer::Applied { receipt })
+    }
+
+    /// The receipt of `key`'s latest application, if the tool applied it:
+    /// what a query of the tool answers (a mailer's sent folder).
+    pub fn find(&self, key: &str) -> Option<String> {
+        let ledger = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ledger.seen.get(key).map(|(_, receipt)| receipt.clone())
     }
 
     /// The file the applications are recorded in.
@@ -189,23 +234,70 @@ fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
+    fn applied(receipt: &str) -> Answer {
+        Answer::Applied {
+            receipt: receipt.to_string(),
+        }
+    }
+
     #[test]
     fn a_key_is_applied_once_and_answered_from_memory_after_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bank.log");
-        let bank = Tool::open(&path, "tx").unwrap();
-        let first = bank.request("r/pay/1", 1, "pay 5").unwrap();
-        assert_eq!(first.receipt, "tx-1");
-        assert!(!first.deduplicated);
+        let bank = Tool::open(&path, "tx", Some(DEDUP_WINDOW_MS)).unwrap();
+        let first = bank.request("r/pay/1", 1, "pay 5", None).unwrap();
+        assert_eq!(first, applied("tx-1"));
         drop(bank);
-        let bank = Tool::open(&path, "tx").unwrap();
-        let again = bank.request("r/pay/1", 2, "pay 5").unwrap();
-        assert_eq!((again.receipt.as_str(), again.deduplicated), ("tx-1", true));
-        assert_eq!(bank.request("s/pay/1", 1, "pay 6").unwrap().receipt, "tx-2");
+        let bank = Tool::open(&path, "tx", Some(DEDUP_WINDOW_MS)).unwrap();
+        let again = bank.request("r/pay/1", 2, "pay 5", None).unwrap();
+        assert_eq!(
+            again,
+            Answer::Deduplicated {
+                receipt: "tx-1".into()
+            }
+        );
+        assert_eq!(
+            bank.request("s/pay/1", 1, "pay 6", None).unwrap(),
+            applied("tx-2")
+        );
         let recorded = read_applications(&path).unwrap();
         assert_eq!(recorded.len(), 2);
         assert_eq!(recorded[1].key, "s/pay/1");
         std::fs::write(&path, "garbage\n").unwrap();
         assert!(read_applications(&path).is_err());
+    }
+
+    #[test]
+    fn the_mailer_sends_every_request_and_drops_one_past_its_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mail.log");
+        let mailer = Tool::open(&path, "msg", None).unwrap();
+        assert_eq!(mailer.find("r/mail/1"), None);
+        let far = now_ms() + 60_000;
+        assert_eq!(
+            mailer.request("r/mail/1", 1, "hi", Some(far)).unwrap(),
+            applied("msg-1")
+        );
+        // The same key again is a second mail.
+        assert_eq!(
+            mailer.request("r/mail/1", 1, "hi", Some(far)).unwrap(),
+            applied("msg-2")
+        );
+        assert_eq!(mailer.find("r/mail/1").as_deref(), Some("msg-2"));
+        let past = now_ms().saturating_sub(1);
+        assert_eq!(
+            mailer.request("r/mail/2", 1, "late", Some(past)).unwrap(),
+            Answer::Expired { deadline_ms: past }
+        );
+        assert_eq!(mailer.find("r/mail/2"), None);
+        let keys: Vec<String> = read_applications(&path)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.key)
+            .collect();
+        assert_eq!(keys, ["r/mail/1", "r/mail/1"]);
+        drop(mailer);
+        let mailer = Tool::open(&path, "msg", None).unwrap();
+        assert_eq!(mailer.find("r/mail/1").as_deref(), Some("msg-2"));
     }
 }

@@ -4,6 +4,15 @@
 //! until every run is over. It prints `done RUN` on stdout as each run
 //! completes, for the parent's progress bar. It may be killed anywhere.
 //!
+//! The bank deduplicates by key, so it is declared idempotent: an intent
+//! found without an outcome is resent with its key. The mailer sends every
+//! request it receives, so it is declared queryable, not idempotent: such
+//! an intent is never resent; the mailer is asked whether it sent the key
+//! (found: the step is done; not found: the attempt failed, and the next
+//! one sends under a new key). Each mail carries the sender's lease expiry
+//! as its deadline, so a request held up past it cannot land after a
+//! successor asked.
+//!
 //! **Invariant:** a tool is called only from inside `Engine::step`'s act,
 //! so only after the intent of that very key is durable.
 
@@ -22,7 +31,7 @@ use actum::engine::{
 };
 
 use super::rng::Rng;
-use super::tools::{DEDUP_WINDOW_MS, Tool};
+use super::tools::{Answer, DEDUP_WINDOW_MS, Tool};
 use super::{BANK_FILE, MAIL_FILE, amount_of, db_dir};
 use crate::args::WorkerArgs;
 use crate::failure::CliError;
@@ -39,11 +48,32 @@ const LATENCY_MS_MAX: u64 = 8;
 const THINK_MS_MAX: u64 = 20;
 /// Exit code of a worker that met an error it cannot step around.
 const EXIT_WORKER_FAILED: u8 = 3;
+/// How long before its lease expires a worker's mail must reach the
+/// mailer (the deadline it sends with), ms: room for the clocks of the
+/// engine and the mailer to disagree.
+const DEADLINE_MARGIN_MS: u64 = 200;
+/// Attempts a step makes in one claim after a failure the next attempt may
+/// mend (a mail the mailer never sent).
+const STEP_ATTEMPTS_MAX: u32 = 3;
 
 /// The two tools, shared by a process's threads.
-struct Tools {
+pub(super) struct Tools {
     bank: Tool,
     mailer: Tool,
+}
+
+impl Tools {
+    /// Opens the demo's bank (deduplicating) and mailer (not) in `dir`.
+    pub(super) fn open(dir: &std::path::Path) -> Result<Tools, CliError> {
+        let tool = |name: &str, prefix, window| {
+            Tool::open(&dir.join(name), prefix, window)
+                .map_err(|e| CliError::unusable(format!("cannot open the demo's {name}: {e}")))
+        };
+        Ok(Tools {
+            bank: tool(BANK_FILE, "tx", Some(DEDUP_WINDOW_MS))?,
+            mailer: tool(MAIL_FILE, "msg", None)?,
+        })
+    }
 }
 
 /// Runs the worker process.
@@ -51,14 +81,7 @@ pub fn run(args: &WorkerArgs) -> Result<ExitCode, CliError> {
     let db = db_dir(&args.dir);
     let fail = |e| CliError::engine(&db, e);
     let engine = Arc::new(Engine::open_existing(&db, EngineOptions::default()).map_err(fail)?);
-    let tool = |name: &str, prefix| {
-        Tool::open(&args.dir.join(name), prefix)
-            .map_err(|e| CliError::unusable(format!("cannot open the demo's {name}: {e}")))
-    };
-    let tools = Arc::new(Tools {
-        bank: tool(BANK_FILE, "tx")?,
-        mailer: tool(MAIL_FILE, "msg")?,
-    });
+    let tools = Arc::new(Tools::open(&args.dir)?);
     let pid = std::process::id();
     let threads: Vec<_> = (0..args.threads.max(1))
         .map(|t| {
@@ -136,7 +159,12 @@ fn all_over(engine: &Engine) -> actum::Result<bool> {
 
 /// Carries the leased run through the workflow; true if it completed,
 /// false if a step could not finish now (it is claimed again later).
-fn work(engine: &Engine, tools: &Tools, grant: &LeaseGrant, rng: &mut Rng) -> actum::Result<bool> {
+pub(super) fn work(
+    engine: &Engine,
+    tools: &Tools,
+    grant: &LeaseGrant,
+    rng: &mut Rng,
+) -> actum::Result<bool> {
     let run = &grant.run;
     let state = engine.run(run)?.map(|r| r.state);
     if state == Some(RunState::Pending) {
@@ -144,18 +172,29 @@ fn work(engine: &Engine, tools: &Tools, grant: &LeaseGrant, rng: &mut Rng) -> ac
     }
     let amount = decide_amount(engine, grant, rng)?;
     let what = format!("pay {amount} EUR to ACME for {run}");
-    let Some(receipt) = step(engine, grant, ("pay", "bank.transfer"), &what, |ctx| {
-        call(&tools.bank, ctx, &what, rng)
+    let bank = ToolSpec {
+        name: "bank.transfer".into(),
+        class: ToolClass::Idempotent {
+            dedup_window_ms: DEDUP_WINDOW_MS,
+        },
+    };
+    let Some(receipt) = step(engine, grant, ("pay", bank), &what, None, |ctx| {
+        call(&tools.bank, ctx, &what, None, rng)
     })?
     else {
         return Ok(false);
     };
     let mail = format!("to finance@acme: {run} paid, {amount} EUR, bank receipt {receipt}");
-    if step(engine, grant, ("mail", "mailer.send"), &mail, |ctx| {
-        call(&tools.mailer, ctx, &mail, rng)
-    })?
-    .is_none()
-    {
+    let mailer = ToolSpec {
+        name: "mailer.send".into(),
+        class: ToolClass::Queryable,
+    };
+    let deadline_ms = grant.expires_ms.saturating_sub(DEADLINE_MARGIN_MS);
+    let ask = |ctx: &EffectCtx| query(&tools.mailer, ctx);
+    let sent = step(engine, grant, ("mail", mailer), &mail, Some(&ask), |ctx| {
+        call(&tools.mailer, ctx, &mail, Some(deadline_ms), rng)
+    })?;
+    if sent.is_none() {
         return Ok(false);
     }
     move_to(engine, grant, RunState::Completed, "paid and confirmed")?;
@@ -202,45 +241,87 @@ fn decide_amount(engine: &Engine, grant: &LeaseGrant, rng: &mut Rng) -> actum::R
 }
 
 /// One step of the ceremony; the receipt, or `None` if the step is not
-/// done (its outcome unknown for now: the next claim resends it).
+/// done (its outcome unknown for now: the next claim resends or asks). An
+/// ambiguous intent on a queryable tool (the mailer) is never resent: the
+/// tool is asked whether it applied the key (`query`). A failure the next
+/// attempt may mend is tried again, under a new key, a few times.
 fn step(
     engine: &Engine,
     grant: &LeaseGrant,
-    (step, tool): (&str, &str),
+    (step, tool): (&str, ToolSpec),
     args: &str,
-    act: impl FnOnce(&EffectCtx) -> ToolOutcome,
+    query: Option<&dyn Fn(&EffectCtx) -> ToolOutcome>,
+    mut act: impl FnMut(&EffectCtx) -> ToolOutcome,
 ) -> actum::Result<Option<String>> {
     let step = StepId::new(step)?;
     let request = StepRequest {
         guard: &grant.guard,
         run: &grant.run,
         step: &step,
-        tool: ToolSpec {
-            name: tool.to_string(),
-            class: ToolClass::Idempotent {
-                dedup_window_ms: DEDUP_WINDOW_MS,
-            },
-        },
+        tool,
         args: args.as_bytes(),
         rationale: "the invoice workflow",
         compensation: None,
     };
-    Ok(match engine.step(&request, act)? {
-        StepResult::Done { receipt, .. } => Some(String::from_utf8_lossy(&receipt).into_owned()),
-        _ => None,
-    })
+    for _ in 0..STEP_ATTEMPTS_MAX {
+        let result = match query {
+            Some(query) => engine.step_queryable(&request, &mut act, query)?,
+            None => engine.step(&request, &mut act)?,
+        };
+        match result {
+            StepResult::Done { receipt, .. } => {
+                return Ok(Some(String::from_utf8_lossy(&receipt).into_owned()));
+            }
+            StepResult::Failed {
+                retryable: true, ..
+            } => continue,
+            _ => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
-/// Sends the request to `tool` with the step's key and token, with a
-/// seeded latency each way (so kills land between the application and the
-/// outcome, too).
-fn call(tool: &Tool, ctx: &EffectCtx, what: &str, rng: &mut Rng) -> ToolOutcome {
+/// What the queried tool says of `ctx.key`. The demo's tools live in the
+/// worker process, so once the process that sent a request is gone, or
+/// its lease (the request's deadline) has passed, nothing can still
+/// arrive: a key not found was not applied and never will be.
+fn query(tool: &Tool, ctx: &EffectCtx) -> ToolOutcome {
+    match tool.find(&ctx.key.encode()) {
+        Some(receipt) => ToolOutcome::Confirmed {
+            receipt: receipt.into_bytes(),
+        },
+        None => ToolOutcome::Failed {
+            retryable: true,
+            reason: "the mailer's sent folder does not hold the key".into(),
+        },
+    }
+}
+
+/// Sends the request to `tool` with the step's key and token (and the
+/// deadline, if any), with a seeded latency each way (so kills land
+/// between the application and the outcome, too).
+fn call(
+    tool: &Tool,
+    ctx: &EffectCtx,
+    what: &str,
+    deadline_ms: Option<u64>,
+    rng: &mut Rng,
+) -> ToolOutcome {
     thread::sleep(Duration::from_millis(rng.between(0, LATENCY_MS_MAX)));
-    let answer = tool.request(&ctx.key.encode(), ctx.token.0, what);
+    let answer = tool.request(&ctx.key.encode(), ctx.token.0, what, deadline_ms);
     thread::sleep(Duration::from_millis(rng.between(0, LATENCY_MS_MAX)));
     match answer {
-        Ok(answer) => ToolOutcome::Confirmed {
-            receipt: answer.receipt.into_bytes(),
+        Ok(Answer::Applied { receipt } | Answer::Deduplicated { receipt }) => {
+            ToolOutcome::Confirmed {
+                receipt: receipt.into_bytes(),
+            }
+        }
+        Ok(Answer::Expired { deadline_ms }) => ToolOutcome::Failed {
+            retryable: true,
+            reason: format!(
+                "{} dropped the request: it came after its deadline {deadline_ms} ms",
+                tool.path().display()
+            ),
         },
         Err(e) => ToolOutcome::Unknown {
             reason: format!("{} did not answer: {e}", tool.path().display()),

@@ -44,7 +44,9 @@ pub use records::checkpoint::{CheckpointMeta, LoadedCheckpoint, Part, PartRef, c
 pub use records::coord::{ResourceBook, ResourceHold, SharedChange, SharedEntry};
 pub use records::decision::{DecisionRecord, Usage};
 pub use records::lease::Lease;
-pub use records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
+pub use records::ledger::{
+    Compensation, EffectEntry, EffectStatus, Outcome, RESEND_MARGIN_DEFAULT_MAX_MS, ToolClass,
+};
 pub use records::retention::BlobRefs;
 pub use records::run::{
     Run, RunState, claim_order, claimable, claimable_from_ms, transition_allowed,

@@ -32,8 +32,8 @@ pub use history::History;
 pub use report::AgentReport;
 pub use run::{replay_history, run_agent_schedule, run_agent_seed, schedule_history};
 pub use schedule::{
-    AgentSchedule, ApproverMove, CRASH_AFTER_OPS_MAX, Event, JUMP_MS_MAX, RUNS_MAX, SignalMove,
-    TICK_MS_MAX, WORKERS_MAX,
+    AgentSchedule, ApproverMove, CRASH_AFTER_OPS_MAX, EdgeAge, Event, JUMP_MS_MAX, RUNS_MAX,
+    SignalMove, TICK_MS_MAX, WORKERS_MAX,
 };
 pub use sim::{DB_DIR, START_MS, is_refusal};
 pub use worker::LEASE_TTL_MS;

@@ -29,6 +29,17 @@ pub struct AgentReport {
     pub acks_dropped: u64,
     /// Same-key resends the engine handed out.
     pub resends: u64,
+    /// Of those, resends of an intent within one resend margin of its
+    /// tool's horizon (the dedup window less the margin): the last ones
+    /// the engine makes before the window's end.
+    pub edge_resends: u64,
+    /// Acts on a tool that deduplicates the engine left unknown, not
+    /// resent, though the tool's window was still open: their intent was
+    /// past the window less the margin.
+    pub edge_unknowns: u64,
+    /// Clock jumps that brought an open act's intent to the end of its
+    /// tool's dedup window (`Event::EdgeJump`).
+    pub edge_jumps: u64,
     /// Queries sent to resolve an ambiguous intent.
     pub queries: u64,
     /// Steps that ended `Unknown` (non-idempotent tools only).
@@ -121,6 +132,9 @@ impl AgentReport {
         self.leases_lost += other.leases_lost;
         self.acks_dropped += other.acks_dropped;
         self.resends += other.resends;
+        self.edge_resends += other.edge_resends;
+        self.edge_unknowns += other.edge_unknowns;
+        self.edge_jumps += other.edge_jumps;
         self.queries += other.queries;
         self.unknowns += other.unknowns;
         self.compensations += other.compensations;
@@ -163,8 +177,9 @@ impl AgentReport {
     pub fn summary(&self) -> String {
         format!(
             "{} runs ({} completed, {} failed), {} crashes, {} checked recoveries, {} \
-             commands, {} zombie commands fenced, {} leases lost, {} acks dropped, {} resends, \
-             {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
+             commands, {} zombie commands fenced, {} leases lost, {} acks dropped, {} resends \
+             ({} within a margin of a window's end, {} left unknown inside it after {} jumps to \
+             it), {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
              operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
@@ -181,6 +196,9 @@ impl AgentReport {
             self.leases_lost,
             self.acks_dropped,
             self.resends,
+            self.edge_resends,
+            self.edge_unknowns,
+            self.edge_jumps,
             self.queries,
             self.unknowns,
             self.compensations,

@@ -16,7 +16,7 @@ use actum::books::{
 use super::config::AgentConfig;
 use super::failure::{AgentFailure, Origin};
 use super::report::AgentReport;
-use super::schedule::{AgentSchedule, ApproverMove, Event, SignalMove};
+use super::schedule::{AgentSchedule, ApproverMove, EdgeAge, Event, SignalMove};
 use super::sim::{Called, Sim};
 use super::worker::LEASE_TTL_MS;
 use super::workflow::{
@@ -150,6 +150,7 @@ impl Sim<'_> {
                 self.note(|| format!("the clock jumps {ms} ms"));
                 self.clock.advance_ms(u64::from(ms));
             }
+            Event::EdgeJump(code) => self.edge_jump(code),
             Event::Crash => self.crash("at a step boundary")?,
             Event::ArmIoCrash(n) => self.disk.set_crash_after_ops(u64::from(n)),
             Event::Pause(n) => {
@@ -240,6 +241,52 @@ impl Sim<'_> {
             }
         }
         Ok(false)
+    }
+
+    /// Jumps the clock so that the intent of an open act on a tool that
+    /// deduplicates reaches the age `code` picks at the end of its tool's
+    /// window ([`Event::EdgeJump`]): its next begin is decided there.
+    fn edge_jump(&mut self, code: u8) {
+        let open: Vec<(EffectKey, u64, u64, u64)> = self
+            .model
+            .effects()
+            .filter(|e| e.status.is_open())
+            .filter(|e| {
+                self.model
+                    .run(e.key.run())
+                    .is_some_and(|r| !r.state.is_terminal())
+            })
+            .filter_map(|e| {
+                let class = e.tool_class;
+                let window = class.dedup_window_ms()?;
+                Some((
+                    e.key.clone(),
+                    e.intended_ms,
+                    window,
+                    class.resend_horizon_ms()?,
+                ))
+            })
+            .collect();
+        let Some((key, intended_ms, window_ms, horizon_ms)) =
+            open.get(usize::from(code / 5) % open.len().max(1)).cloned()
+        else {
+            return;
+        };
+        let edge = EdgeAge::of(code);
+        let at_ms = intended_ms.saturating_add(edge.age_ms(window_ms, horizon_ms));
+        let now_ms = self.clock.now_ms();
+        if at_ms <= now_ms {
+            return;
+        }
+        self.note(|| {
+            format!(
+                "the clock jumps {} ms, to {edge:?} of {key} (intended at {intended_ms}, window \
+                 {window_ms} ms, resent until {horizon_ms} ms)",
+                at_ms - now_ms
+            )
+        });
+        self.clock.advance_ms(at_ms - now_ms);
+        self.report.edge_jumps += 1;
     }
 
     /// An operator's retention pass after a checkpoint: the runs over for

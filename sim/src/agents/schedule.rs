@@ -1,6 +1,7 @@
 //! An agent run's script: which runs exist, how many workers serve them,
 //! the disk's faults, the events of the fault phase (worker steps, clock
-//! ticks and jumps, crashes at step boundaries and at I/O calls, pauses
+//! ticks and jumps, jumps to the end of a tool's dedup window, crashes at
+//! step boundaries and at I/O calls, pauses
 //! that make zombies, checkpoints) and the fate of each tool call. Drawn
 //! from a seed (swarm: each seed picks its own fault rates), generated and
 //! shrunk by proptest, decoded from fuzzer bytes, or enumerated.
@@ -35,6 +36,14 @@ pub enum Event {
     Tick(u16),
     /// The clock jumps forward by this many ms: leases expire.
     Jump(u32),
+    /// The clock jumps to the end of an idempotent tool's dedup window,
+    /// as seen from an act whose outcome is open (an intent, or an unknown
+    /// outcome), so that its resend is decided at the edge: the field's
+    /// `/ 5` picks the act (modulo the open acts on deduplicating tools of
+    /// runs not over), its `% 5` the age the act's intent reaches
+    /// ([`EdgeAge::of`]). Nothing if there is no such act, or if its
+    /// intent is that old already.
+    EdgeJump(u8),
     /// The process crashes here, at a step boundary: the engine is dropped
     /// and power is cut, losing unsynced writes.
     Crash,
@@ -84,6 +93,67 @@ impl ApproverMove {
             0 | 1 => ApproverMove::Approve,
             2 => ApproverMove::Reject,
             _ => ApproverMove::ApproveOther,
+        }
+    }
+}
+
+/// The age an [`Event::EdgeJump`] gives an open act's intent, relative to
+/// its tool's resend horizon (the dedup window less the resend margin,
+/// `ToolClass::resend_horizon_ms`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgeAge {
+    /// The horizon less 1 ms: the last age at which the engine resends
+    /// (if the worker's begin comes before the clock ticks on).
+    LastResend,
+    /// The horizon: the first age at which it no longer does.
+    Horizon,
+    /// The window less 1 ms: the tool still remembers the key, but a
+    /// resend decided now could reach it after it forgot.
+    WindowEnd,
+    /// The horizon less [`EDGE_LEAD_MS`]: resent, and a slow resend still
+    /// lands inside the window (the margin outlasts a request).
+    BeforeHorizon,
+    /// The window less [`IN_MARGIN_LEAD_MS`], inside the margin: not
+    /// resent. A rule without the margin would resend here, and a slow
+    /// resend would land after the tool forgot the key and act a second
+    /// time.
+    InMargin,
+}
+
+/// How far before the horizon, or the window's end, an [`EdgeAge`] lands
+/// when it leaves the worker time to reach its next begin: longer than the
+/// clock ticks between two steps of a worker, shorter than a slow
+/// request's delay (up to [`REQUEST_LIFETIME_MS_MAX`]).
+pub const EDGE_LEAD_MS: u64 = 30_000;
+/// How far before the window's end [`EdgeAge::InMargin`] lands: enough for
+/// the worker to reach its next begin, little enough that most slow
+/// requests sent then would arrive after the window.
+pub const IN_MARGIN_LEAD_MS: u64 = 10_000;
+
+const _: () = assert!(IN_MARGIN_LEAD_MS < EDGE_LEAD_MS);
+const _: () = assert!(EDGE_LEAD_MS < REQUEST_LIFETIME_MS_MAX);
+
+impl EdgeAge {
+    /// The age an event's field stands for.
+    pub fn of(code: u8) -> EdgeAge {
+        match code % 5 {
+            0 => EdgeAge::LastResend,
+            1 => EdgeAge::Horizon,
+            2 => EdgeAge::WindowEnd,
+            3 => EdgeAge::BeforeHorizon,
+            _ => EdgeAge::InMargin,
+        }
+    }
+
+    /// The intent's age, in ms, for a tool of window `window_ms` and
+    /// resend horizon `horizon_ms`.
+    pub fn age_ms(self, window_ms: u64, horizon_ms: u64) -> u64 {
+        match self {
+            EdgeAge::LastResend => horizon_ms.saturating_sub(1),
+            EdgeAge::Horizon => horizon_ms,
+            EdgeAge::WindowEnd => window_ms.saturating_sub(1),
+            EdgeAge::BeforeHorizon => horizon_ms.saturating_sub(EDGE_LEAD_MS),
+            EdgeAge::InMargin => window_ms.saturating_sub(IN_MARGIN_LEAD_MS),
         }
     }
 }
@@ -146,6 +216,7 @@ struct Rates {
     pause: u32,
     resume: u32,
     jump: u32,
+    edge_jump: u32,
     checkpoint: u32,
     operate: u32,
     approve: u32,
@@ -167,6 +238,8 @@ impl Rates {
             pause: menu(&[0, 10_000, 40_000]),
             resume: menu(&[20_000, 80_000]),
             jump: menu(&[0, 10_000, 30_000]),
+            // Drawn from a fork of its own, like the operators' rate.
+            edge_jump: 0,
             checkpoint: menu(&[0, 10_000, 30_000]),
             // Drawn from a fork of its own, so the other draws of a seed
             // stay what they were before operators existed.
@@ -202,6 +275,7 @@ impl AgentSchedule {
         rates.approve = *outside.pick(&[0, 10_000, 30_000]);
         rates.signal = *outside.pick(&[0, 10_000, 30_000]);
         rates.mix_guard = *root.fork("mixed guards").pick(&[0, 5_000, 20_000]);
+        rates.edge_jump = *root.fork("window edges").pick(&[0, 5_000, 20_000]);
         let run_count = 1 + shape.below(RUNS_MAX as u64) as usize;
         let runs = (0..run_count)
             .map(|_| *shape.pick(&Workflow::ALL))
@@ -254,6 +328,8 @@ fn draw_event(rng: &mut Rng, rates: &Rates) -> Event {
         Event::Resume(worker)
     } else if next(rates.jump) {
         Event::Jump(jump)
+    } else if next(rates.edge_jump) {
+        Event::EdgeJump(after as u8)
     } else if next(rates.checkpoint) {
         Event::Checkpoint
     } else if next(rates.operate) {
@@ -314,7 +390,7 @@ mod tests {
 
     #[test]
     fn seeds_spread_over_every_event_and_fate() {
-        let mut seen = [false; 12];
+        let mut seen = [false; 13];
         let mut fates = [false; 5];
         for seed in 0..200 {
             let s = AgentSchedule::from_seed(seed, 200);
@@ -332,6 +408,7 @@ mod tests {
                     Event::Approve(..) => 9,
                     Event::Signal(..) => 10,
                     Event::MixGuard(_) => 11,
+                    Event::EdgeJump(_) => 12,
                 };
                 seen[i] = true;
             }
@@ -346,7 +423,7 @@ mod tests {
                 fates[i] = true;
             }
         }
-        assert_eq!(seen, [true; 12]);
+        assert_eq!(seen, [true; 13]);
         assert_eq!(fates, [true; 5]);
     }
 }

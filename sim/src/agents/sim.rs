@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    Answer, BooksWrite, BudgetLimits, Command, CreateRun, MemBooks, Reserve, RunId, SetBudget,
-    Settle, apply, decide, digest_of,
+    Answer, BooksRead, BooksWrite, BudgetLimits, Command, CreateRun, MemBooks, Reserve, RunId,
+    SetBudget, Settle, apply, decide, digest_of,
 };
 use actum::db::DbOptions;
 use actum::engine::FinishedStep;
@@ -365,7 +365,40 @@ impl<'s> Sim<'s> {
         if let Answer::Begun(actum::books::Begun::Resend { .. }) = decided.answer {
             self.report.resends += 1;
         }
+        self.count_window_edges(&decided);
         Ok(())
+    }
+
+    /// Counts a begin decided near the end of its tool's dedup window: a
+    /// resend within one margin of the horizon, or an act left unknown
+    /// past the horizon while the window was still open.
+    fn count_window_edges(&mut self, decided: &actum::books::Decided) {
+        let now_ms = self.clock.now_ms();
+        let key = match &decided.answer {
+            Answer::Begun(actum::books::Begun::Resend { key, .. }) => key,
+            Answer::Begun(actum::books::Begun::Unknown { key, .. }) if !decided.ops.is_empty() => {
+                key
+            }
+            _ => return,
+        };
+        let Some(entry) = self.model.effect(key) else {
+            return;
+        };
+        let class = entry.tool_class;
+        let (Some(window), Some(margin), Some(horizon)) = (
+            class.dedup_window_ms(),
+            class.resend_margin_ms(),
+            class.resend_horizon_ms(),
+        ) else {
+            return;
+        };
+        let age = now_ms.saturating_sub(entry.intended_ms);
+        match decided.answer {
+            Answer::Begun(actum::books::Begun::Resend { .. }) => {
+                self.report.edge_resends += u64::from(age.saturating_add(margin) >= horizon);
+            }
+            _ => self.report.edge_unknowns += u64::from(age >= horizon && age < window),
+        }
     }
 
     /// The process dies here: the engine is dropped and the power cut
@@ -570,6 +603,7 @@ pub fn is_refusal(error: &Error) -> bool {
             | Error::ApproverRole { .. }
             | Error::NotApproved { .. }
             | Error::NotReserved { .. }
+            | Error::BudgetExhausted { .. }
             | Error::SagaOutstanding { .. }
             | Error::ResourceHeld { .. }
             | Error::ResourceNotHeld { .. }

@@ -954,8 +954,21 @@ impl Sim<'_> {
                 &open.reason,
             )
         })?;
+        let now_ms = self.clock.now_ms();
         match called {
             Called::Ok(waited) => Ok(Some(waited.wait.status)),
+            // The approval's window closed before the run asked for it (a
+            // jump to a tool window's end can carry the clock past it): the
+            // engine refuses a new approval that is expired already, and
+            // the workflow takes the path of an expired approval.
+            Called::Refused(Error::InvalidCommand { reason })
+                if matches!(open.wait_for, WaitFor::Approval { .. })
+                    && open.deadline_ms.is_some_and(|at| at <= now_ms) =>
+            {
+                let who = self.who(w);
+                self.note(|| format!("{who} finds the approval of {} closed: {reason}", job.run));
+                Ok(Some(WaitStatus::Elapsed))
+            }
             Called::Refused(e) => self.dropped(w, job, &e).map(|_| None),
             Called::Died => Ok(None),
         }

@@ -88,7 +88,7 @@ fn fate(b: &mut Bytes<'_>) -> Fate {
 }
 
 fn event(b: &mut Bytes<'_>) -> Event {
-    match b.u8() % 12 {
+    match b.u8() % 13 {
         0 => Event::Tick(1 + b.u16() % 3_000),
         1 => Event::Jump(30_000 + b.u32() % 570_000),
         2 => Event::Crash,
@@ -100,6 +100,7 @@ fn event(b: &mut Bytes<'_>) -> Event {
         8 => Event::Approve(b.u8(), b.u8()),
         9 => Event::Signal(b.u8(), b.u8()),
         11 => Event::MixGuard(b.u8()),
+        12 => Event::EdgeJump(b.u8()),
         _ => {
             let action = match b.u8() % 4 {
                 0 => OperatorAction::Pause,
@@ -181,6 +182,7 @@ pub fn encode(schedule: &AgentSchedule) -> Vec<u8> {
             Event::Approve(code, run) => out.extend_from_slice(&[8, code, run]),
             Event::Signal(code, run) => out.extend_from_slice(&[9, code, run]),
             Event::MixGuard(run) => out.extend_from_slice(&[11, run]),
+            Event::EdgeJump(code) => out.extend_from_slice(&[12, code]),
         }
     }
     out

@@ -162,14 +162,17 @@ impl World {
         id
     }
 
-    /// Delivers every request due by `now_ms`, in (due time, id) order.
+    /// Delivers every request due by `now_ms`, in (due time, id) order,
+    /// each at its due time: a clock jump past it does not hold a request
+    /// back, so it reaches the service within its lifetime, and the
+    /// service deduplicates (and records it) as of its arrival.
     pub fn deliver_due(&mut self, now_ms: u64) {
         while let Some(entry) = self.in_flight.first_entry() {
             if entry.key().0 > now_ms {
                 break;
             }
             let call = entry.remove();
-            let reply = self.deliver(&call, now_ms);
+            let reply = self.deliver(&call, call.deliver_ms);
             let acked = !matches!(call.fate, Fate::AckDropped);
             if !acked {
                 self.stats.acks_dropped += 1;
@@ -321,9 +324,7 @@ impl World {
     /// The stored receipt if `call` repeats a key an idempotent service
     /// applied inside its window.
     fn repeat(&mut self, tool: Tool, call: &Call, now_ms: u64) -> Option<Vec<u8>> {
-        let ToolClass::Idempotent { dedup_window_ms } = tool.class else {
-            return None;
-        };
+        let dedup_window_ms = tool.class.dedup_window_ms()?;
         let &seq = self.by_key.get(&(tool.name, call.key.clone()))?;
         let first = &self.log[seq];
         if now_ms.saturating_sub(first.at_ms) >= dedup_window_ms {

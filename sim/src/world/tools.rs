@@ -4,7 +4,10 @@
 //! that answers later, by webhook.
 //!
 //! **Invariant:** every tool's dedup window is far longer than the longest
-//! a request can stay in flight ([`REQUEST_LIFETIME_MS_MAX`]), and a caller
+//! a request can stay in flight ([`REQUEST_LIFETIME_MS_MAX`]), and so is
+//! its resend margin (the default five minutes of a day, or the ledger's
+//! declared two: a resend the engine decides inside the window less the
+//! margin reaches the tool before it forgets the key), and a caller
 //! waits longer than that ([`CALL_TIMEOUT_MS`]) before it calls the outcome
 //! unknown: so a caller that timed out knows its request can no longer
 //! arrive, which is what makes a query's "not found" final (real services
@@ -54,6 +57,19 @@ impl Tool {
         }
     }
 
+    /// A tool that deduplicates by key for a day and declares how long
+    /// before the window's end resends must stop (a ledger whose requests
+    /// queue).
+    pub const fn idempotent_with_margin(name: &'static str, resend_margin_ms: u64) -> Tool {
+        Tool {
+            class: ToolClass::IdempotentWithMargin {
+                dedup_window_ms: DAY_MS,
+                resend_margin_ms,
+            },
+            ..Tool::idempotent(name)
+        }
+    }
+
     /// An asynchronous tool that deduplicates by key for a day (a
     /// screening service): it accepts a request at once and sends its
     /// outcome by webhook.
@@ -97,7 +113,7 @@ const TOOLS: [Tool; 13] = [
     Tool::idempotent("bank.fund"),
     Tool::not_idempotent("bank.unfund"),
     Tool::queryable("fx.hedge", true),
-    Tool::idempotent("ledger.post"),
+    Tool::idempotent_with_margin("ledger.post", 2 * REQUEST_LIFETIME_MS_MAX),
     Tool::idempotent("search.query"),
     Tool::queryable("bank.pay", false),
     Tool::asynchronous("kyc.screen"),
@@ -119,8 +135,12 @@ mod tests {
     #[test]
     fn every_window_outlasts_every_request_and_names_are_unique() {
         for (i, t) in TOOLS.iter().enumerate() {
-            if let ToolClass::Idempotent { dedup_window_ms } = t.class {
-                assert!(dedup_window_ms > CALL_TIMEOUT_MS, "{}", t.name);
+            if let (Some(window), Some(margin)) =
+                (t.class.dedup_window_ms(), t.class.resend_margin_ms())
+            {
+                assert!(window > CALL_TIMEOUT_MS, "{}", t.name);
+                assert!(margin > REQUEST_LIFETIME_MS_MAX, "{}", t.name);
+                assert!(margin < window / 2, "{}", t.name);
             }
             assert!(TOOLS[..i].iter().all(|u| u.name != t.name), "{}", t.name);
             assert_eq!(tool(t.name), *t);

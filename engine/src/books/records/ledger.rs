@@ -17,10 +17,22 @@ use crate::books::base::limits::{RECEIPT_LEN_BYTES_MAX, check_size, check_text};
 use crate::error::Result;
 
 /// How a tool behaves when the same request arrives twice.
+///
+/// An idempotent tool remembers a key for its dedup window, counted from
+/// when the first request reached it; a resend must reach it before the
+/// window ends, or the tool acts again. A resend is decided at one time and
+/// arrives later (the request's time in flight, its client's retries, the
+/// tool's clock running ahead of the engine's), so the engine resends only
+/// while the intent is younger than the window less a margin
+/// ([`ToolClass::resend_horizon_ms`]); past that the outcome is `Unknown`,
+/// as past the window. `Idempotent` takes the default margin
+/// ([`ToolClass::default_resend_margin_ms`]); a tool whose requests can
+/// stay in flight longer declares its own with `IdempotentWithMargin`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ToolClass {
     /// The tool deduplicates by idempotency key for `dedup_window_ms` after
-    /// the first request (Stripe: 24 h); a resend inside it is safe.
+    /// the first request (Stripe: 24 h); a resend is made only inside the
+    /// window less the default margin.
     Idempotent {
         /// How long the tool remembers a key, in milliseconds.
         dedup_window_ms: u64,
@@ -29,6 +41,82 @@ pub enum ToolClass {
     Queryable,
     /// The tool neither deduplicates nor answers queries: never resent.
     NotIdempotent,
+    /// An idempotent tool with a margin of its own: a resend is made only
+    /// while the intent is younger than `dedup_window_ms -
+    /// resend_margin_ms`. The margin must cover the longest a request can
+    /// take to reach the tool, plus how far the tool's clock may run ahead
+    /// of the engine's; at most the window (a margin of the whole window
+    /// never resends). Appended in record payload version 7.
+    IdempotentWithMargin {
+        /// How long the tool remembers a key, in milliseconds.
+        dedup_window_ms: u64,
+        /// How long before the window's end resends stop, in milliseconds.
+        resend_margin_ms: u64,
+    },
+}
+
+/// The longest margin [`ToolClass::default_resend_margin_ms`] gives: five
+/// minutes, which covers an HTTP client's timeout with its retries (tens of
+/// seconds to two minutes at most in the payment and mail APIs agents
+/// call) and the clock skew between two NTP-synchronised hosts (well under
+/// a second), several times over.
+pub const RESEND_MARGIN_DEFAULT_MAX_MS: u64 = 300_000;
+
+impl ToolClass {
+    /// The margin an idempotent tool of window `dedup_window_ms` gets when
+    /// it declares none: a tenth of the window, at most
+    /// [`RESEND_MARGIN_DEFAULT_MAX_MS`] (five minutes of a 24 h window; 6 s
+    /// of a one-minute window). A tenth keeps nine tenths of a short window
+    /// for resends; the cap keeps a long window's resends going until
+    /// minutes before its end.
+    pub const fn default_resend_margin_ms(dedup_window_ms: u64) -> u64 {
+        let tenth = dedup_window_ms / 10;
+        if tenth < RESEND_MARGIN_DEFAULT_MAX_MS {
+            tenth
+        } else {
+            RESEND_MARGIN_DEFAULT_MAX_MS
+        }
+    }
+
+    /// The tool's dedup window in ms, if it deduplicates.
+    pub const fn dedup_window_ms(&self) -> Option<u64> {
+        match *self {
+            ToolClass::Idempotent { dedup_window_ms }
+            | ToolClass::IdempotentWithMargin {
+                dedup_window_ms, ..
+            } => Some(dedup_window_ms),
+            ToolClass::Queryable | ToolClass::NotIdempotent => None,
+        }
+    }
+
+    /// The tool's resend margin in ms (declared, or the default), if it
+    /// deduplicates.
+    pub const fn resend_margin_ms(&self) -> Option<u64> {
+        match *self {
+            ToolClass::Idempotent { dedup_window_ms } => {
+                Some(ToolClass::default_resend_margin_ms(dedup_window_ms))
+            }
+            ToolClass::IdempotentWithMargin {
+                resend_margin_ms, ..
+            } => Some(resend_margin_ms),
+            ToolClass::Queryable | ToolClass::NotIdempotent => None,
+        }
+    }
+
+    /// How old an intent may be, in ms, for the engine to still resend it
+    /// with its key: the window less the margin (0 if the margin is the
+    /// whole window). `None` if the tool does not deduplicate.
+    pub const fn resend_horizon_ms(&self) -> Option<u64> {
+        match (self.dedup_window_ms(), self.resend_margin_ms()) {
+            (Some(window), Some(margin)) => Some(window.saturating_sub(margin)),
+            _ => None,
+        }
+    }
+
+    /// True if the tool deduplicates by key.
+    pub const fn is_idempotent(&self) -> bool {
+        self.dedup_window_ms().is_some()
+    }
 }
 
 /// What undoes an act, registered with its intent (a saga step). Running it

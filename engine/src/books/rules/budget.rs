@@ -6,6 +6,14 @@
 //! commit (fail closed: the call is never made). An operator raising the
 //! budget ([`SetBudget`], no lease) lets the run be resumed.
 //!
+//! A worker that never reserves is held to the limits all the same: with
+//! limits set (on the run or an ancestor), `BeginEffect` refuses a fresh
+//! act that would pass them, naming the run, the step and the limit
+//! (`BudgetExhausted`, nothing recorded), and counts its tool call in the
+//! intent's commit unless a reserve holds it already
+//! ([`decide_act_within_budget`]). A resend, replay or query of an act
+//! begun before is the same call and is never refused.
+//!
 //! A charge is named by what it pays for, a model call at a position of the
 //! decision journal or the act of a step ([`Charge`]), so a replay costs
 //! nothing: reserving a charge whose decision is journaled, or whose act
@@ -27,7 +35,7 @@
 //! book; a charge has at most one open reservation; a settled charge is
 //! never charged again; spending counted before a settle is never lost.
 
-use crate::books::base::ids::{EffectKind, RunId, StepId};
+use crate::books::base::ids::{EffectKind, FencingToken, RunId, StepId};
 use crate::books::base::limits::{
     BUDGET_ANCESTORS_MAX, RESERVATIONS_OPEN_MAX, check_size, check_text,
 };
@@ -280,6 +288,83 @@ fn decide_fresh_reserve(
             again: false,
         }),
     })
+}
+
+/// The budget check of a fresh act: `begin_effect` is about to intend
+/// attempt `attempt` of `step`'s act under `token`. Nothing to do if
+/// neither the run nor an ancestor it draws on has limits. Otherwise the
+/// act fails closed, as a reserve does: refused (`BudgetExhausted`, naming
+/// the run, the step and the limit) if one more tool call would pass
+/// `tool_calls`, if a limit is already passed, or if the run's time
+/// running is used up. A hold open for the act (its worker reserved
+/// before beginning) already counts its tool call, which is not counted
+/// again; without one, the tool call is counted as spent in the intent's
+/// commit (a hold of one tool call, settled at once), so a worker that
+/// never reserves still cannot pass `tool_calls`.
+pub(crate) fn decide_act_within_budget(
+    state: &dyn BooksRead,
+    run: &Run,
+    (step, attempt): (&StepId, u32),
+    token: FencingToken,
+    now_ms: u64,
+) -> Result<Vec<Op>> {
+    let books = chain(state, run, now_ms);
+    if books.iter().all(|b| b.limits.is_none()) {
+        return Ok(Vec::new());
+    }
+    let charge = Charge::Effect { step: step.clone() };
+    let held = books[0].reservation(&charge).is_some();
+    let asked = if held {
+        Cost::default()
+    } else {
+        Cost::tool_call(0)
+    };
+    let refusal = books
+        .iter()
+        .enumerate()
+        .find_map(|(i, book)| book.refusal(&asked, now_ms, i == 0));
+    if let Some(limit) = refusal {
+        return Err(Error::BudgetExhausted {
+            run: run.id.clone(),
+            step: step.clone(),
+            limit,
+        });
+    }
+    if held {
+        return Ok(Vec::new());
+    }
+    let overflow = books
+        .iter()
+        .any(|b| b.reserved.checked_add(&asked).is_none() || b.spent.checked_add(&asked).is_none());
+    if overflow {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "counting the act of step {step} of run {} overflows a budget's counters",
+                run.id
+            ),
+        });
+    }
+    let reservation = Reservation {
+        charge: charge.clone(),
+        amount: asked,
+        reserved_ms: now_ms,
+        token,
+        attempt,
+        charged: books.iter().map(|b| b.run.clone()).collect(),
+    };
+    Ok(vec![
+        Op::BudgetReserved {
+            run: run.id.clone(),
+            reservation,
+        },
+        Op::BudgetSettled {
+            run: run.id.clone(),
+            charge,
+            actual: asked,
+            at_ms: now_ms,
+            token,
+        },
+    ])
 }
 
 /// Planted `ChargeReplays`: `Reserve` without the replay check, so a call

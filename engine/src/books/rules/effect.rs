@@ -8,9 +8,13 @@
 //! retryably; a confirmed step is never acted on again; an intent without
 //! outcome (or whose outcome was reported `Unknown`) is decided by the
 //! tool's class: resent with the *same* key only inside an idempotent
-//! tool's dedup window, queried on a queryable tool, and left `Unknown`
-//! (never resent) otherwise. An outcome is a fact: it is recorded under the
-//! run's current token even after the lease expired.
+//! tool's dedup window less its resend margin (so that the resend reaches
+//! the tool while it still remembers the key), queried on a queryable
+//! tool, and left `Unknown` (never resent) otherwise. A fresh act on a run
+//! with budget limits fails closed: it is refused if it would pass them,
+//! and its tool call is counted in the intent's commit unless a reserve
+//! already holds it. An outcome is a fact: it is recorded under the run's
+//! current token even after the lease expired.
 
 use crate::books::base::digest::Digest;
 use crate::books::base::ids::{EffectKey, EffectKind, FencingToken, RunId, validate_name};
@@ -19,6 +23,7 @@ use crate::books::records::budget::{Charge, Cost};
 use crate::books::records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState};
+use crate::books::rules::budget::decide_act_within_budget;
 use crate::books::rules::checks::{
     check_fact, check_live, check_running, check_stored_bytes, existing,
 };
@@ -69,6 +74,24 @@ fn decided(op: Option<Op>, answer: Answer) -> Result<Decided> {
     })
 }
 
+/// Refuses a tool class whose resend margin is longer than its window.
+fn check_tool_class(tool: &str, class: ToolClass) -> Result<()> {
+    if let ToolClass::IdempotentWithMargin {
+        dedup_window_ms,
+        resend_margin_ms,
+    } = class
+        && resend_margin_ms > dedup_window_ms
+    {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "tool {tool} declares a resend margin of {resend_margin_ms} ms, longer than its \
+                 {dedup_window_ms} ms dedup window"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Decides `BeginEffect`: ceremony points 1 to 3 (key, check, intent).
 pub(crate) fn decide_begin(
     state: &dyn BooksRead,
@@ -76,9 +99,11 @@ pub(crate) fn decide_begin(
     now_ms: u64,
 ) -> Result<Decided> {
     validate_name("tool", &cmd.tool)?;
+    check_tool_class(&cmd.tool, cmd.tool_class)?;
     check_text("effect rationale", &cmd.rationale)?;
     if let Some(c) = &cmd.compensation {
         validate_name("compensation tool", &c.tool)?;
+        check_tool_class(&c.tool, c.class)?;
         check_size(
             || format!("compensation args of step {}", cmd.step),
             c.args.len(),
@@ -124,11 +149,19 @@ pub(crate) fn decide_begin(
     };
     let first = EffectKey::new(cmd.run.clone(), cmd.step.clone(), 1)?;
     let mut decided = begin_side(latest, first, &intent, cmd.guard.token, now_ms)?;
+    let intended = decided.ops.iter().find_map(|op| match op {
+        Op::EffectIntended { entry } => Some(entry.key.attempt()),
+        _ => None,
+    });
+    let intends = intended.is_some();
+    // A fresh act fails closed on the run's budget (a resend, a replay or a
+    // query of an act begun before is the same call: never refused).
+    if let Some(attempt) = intended {
+        let charged =
+            decide_act_within_budget(state, &run, (&cmd.step, attempt), cmd.guard.token, now_ms)?;
+        decided.ops.extend(charged);
+    }
     // A fresh intent stores its arguments, unless the blob store has them.
-    let intends = decided
-        .ops
-        .iter()
-        .any(|op| matches!(op, Op::EffectIntended { .. }));
     if let Some(args) = cmd.args.as_ref().filter(|_| intends)
         && !state.blob_exists(&cmd.args_digest)
     {
@@ -228,9 +261,17 @@ fn resume(latest: &EffectEntry, token: FencingToken, now_ms: u64) -> Result<Deci
     ));
     let key = latest.key.clone();
     match latest.tool_class {
-        ToolClass::Idempotent { dedup_window_ms } => {
+        ToolClass::Idempotent { dedup_window_ms }
+        | ToolClass::IdempotentWithMargin {
+            dedup_window_ms, ..
+        } => {
             let age_ms = now_ms.saturating_sub(latest.intended_ms);
-            if age_ms < dedup_window_ms {
+            let margin_ms = latest
+                .tool_class
+                .resend_margin_ms()
+                .unwrap_or(dedup_window_ms);
+            let horizon_ms = dedup_window_ms.saturating_sub(margin_ms);
+            if age_ms < horizon_ms {
                 let op = Op::EffectResent {
                     key: key.clone(),
                     token,
@@ -243,8 +284,10 @@ fn resume(latest: &EffectEntry, token: FencingToken, now_ms: u64) -> Result<Deci
                 token,
                 now_ms,
                 format!(
-                    "intent is {age_ms} ms old, outside the tool's {dedup_window_ms} ms dedup \
-                     window, so a resend could act twice"
+                    "intent is {age_ms} ms old, past the {horizon_ms} ms within which the tool's \
+                     {dedup_window_ms} ms dedup window less its {margin_ms} ms resend margin \
+                     allows a resend, so a resend could reach the tool after it forgot the key \
+                     and act twice"
                 ),
             )
         }
@@ -530,6 +573,9 @@ mod tests {
     use crate::books::*;
 
     const WINDOW_MS: u64 = 1_000;
+    /// The window less its default margin (a tenth): the last age, plus
+    /// one, at which an intent is resent.
+    const HORIZON_MS: u64 = 900;
 
     fn idem() -> ToolClass {
         ToolClass::Idempotent {
@@ -591,7 +637,7 @@ mod tests {
     #[test]
     fn idempotent_intent_inside_window_is_resent_with_the_same_key() {
         let (mut b, g, key) = intended(idem());
-        b.now_ms += WINDOW_MS - 1;
+        b.now_ms += HORIZON_MS - 1;
         let d = b.ok(begin("r", "s", &g, idem(), b"args"));
         assert_eq!(
             d.answer,
@@ -619,6 +665,123 @@ mod tests {
         let again = b.ok(begin("r", "s", &g, idem(), b"args"));
         assert!(matches!(again.answer, Answer::Begun(Begun::Unknown { .. })));
         assert!(again.ops.is_empty());
+    }
+
+    const DAY_MS: u64 = 86_400_000;
+
+    /// What a begin of `class`'s intent of age `age_ms` answers, on fresh
+    /// books (an intent with no outcome), and whether the entry was resent.
+    fn resumed_at(class: ToolClass, age_ms: u64) -> Answer {
+        let (mut b, g, key) = intended(class);
+        b.now_ms += age_ms;
+        let g = relet(&mut b, g);
+        let d = b.ok(begin("r", "s", &g, class, b"args"));
+        let entry = b.mem.effect(&key).unwrap();
+        match &d.answer {
+            Answer::Begun(Begun::Resend { key: k, .. }) => {
+                assert_eq!((k, entry.resends), (&key, 1));
+                assert_eq!(entry.status, EffectStatus::Intended);
+            }
+            Answer::Begun(Begun::Unknown { key: k, .. }) => {
+                assert_eq!((k, entry.resends), (&key, 0));
+                assert!(matches!(entry.status, EffectStatus::Unknown { .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+        d.answer
+    }
+
+    /// The guard of a new lease of run `r` by `g`'s worker once the old
+    /// one has expired (hours later), else `g`.
+    fn relet(b: &mut Books, g: Guard) -> Guard {
+        if b.mem
+            .run(&rid("r"))
+            .unwrap()
+            .lease
+            .is_some_and(|l| l.is_live(b.now_ms))
+        {
+            return g;
+        }
+        let d = b.ok(acquire("r", "w1", LEASE_MS));
+        let Answer::Leased { token, .. } = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        Guard { token, ..g }
+    }
+
+    fn resent(answer: &Answer) -> bool {
+        matches!(answer, Answer::Begun(Begun::Resend { .. }))
+    }
+
+    #[test]
+    fn the_default_margin_is_a_tenth_of_the_window_at_most_five_minutes() {
+        assert_eq!(ToolClass::default_resend_margin_ms(DAY_MS), 300_000);
+        assert_eq!(ToolClass::default_resend_margin_ms(60_000), 6_000);
+        assert_eq!(ToolClass::default_resend_margin_ms(0), 0);
+        let day = ToolClass::Idempotent {
+            dedup_window_ms: DAY_MS,
+        };
+        assert_eq!(day.resend_horizon_ms(), Some(DAY_MS - 300_000));
+        assert_eq!(ToolClass::Queryable.resend_horizon_ms(), None);
+        assert!(!ToolClass::NotIdempotent.is_idempotent());
+    }
+
+    #[test]
+    fn a_resend_stops_a_margin_before_the_end_of_a_day_long_window() {
+        let day = ToolClass::Idempotent {
+            dedup_window_ms: DAY_MS,
+        };
+        let horizon = DAY_MS - RESEND_MARGIN_DEFAULT_MAX_MS;
+        assert!(resent(&resumed_at(day, horizon - 1)));
+        let Answer::Begun(Begun::Unknown { reason, .. }) = resumed_at(day, horizon) else {
+            panic!("not resent at the horizon")
+        };
+        assert!(
+            reason.contains("86400000 ms dedup window less its 300000 ms resend margin"),
+            "{reason}"
+        );
+        // Inside the window, but a resend could land after the tool forgot.
+        assert!(!resent(&resumed_at(day, DAY_MS - 1)));
+    }
+
+    #[test]
+    fn a_tool_declaring_its_margin_is_resent_only_inside_the_window_less_it() {
+        let class = ToolClass::IdempotentWithMargin {
+            dedup_window_ms: DAY_MS,
+            resend_margin_ms: 3_600_000,
+        };
+        let horizon = DAY_MS - 3_600_000;
+        assert_eq!(class.resend_horizon_ms(), Some(horizon));
+        assert!(resent(&resumed_at(class, horizon - 1)));
+        assert!(!resent(&resumed_at(class, horizon)));
+        assert!(!resent(&resumed_at(class, DAY_MS - 1)));
+        // A lost ack is the same: resent just inside, unknown at the edge.
+        for (age, resend) in [(horizon - 1, true), (horizon, false)] {
+            let (mut b, g, key) = intended(class);
+            b.ok(finish(&key, &g, lost_ack()));
+            b.now_ms += age;
+            let g = relet(&mut b, g);
+            let d = b.ok(begin("r", "s", &g, class, b"args"));
+            assert_eq!(resent(&d.answer), resend, "{age}: {:?}", d.answer);
+        }
+        // A margin of the whole window never resends; a longer one is a
+        // mistake, refused before anything is recorded.
+        let whole = ToolClass::IdempotentWithMargin {
+            dedup_window_ms: WINDOW_MS,
+            resend_margin_ms: WINDOW_MS,
+        };
+        assert!(!resent(&resumed_at(whole, 0)));
+        let (mut b, g) = books_with_running_run("r");
+        let longer = ToolClass::IdempotentWithMargin {
+            dedup_window_ms: WINDOW_MS,
+            resend_margin_ms: WINDOW_MS + 1,
+        };
+        let err = b.run(begin("r", "s", &g, longer, b"args")).unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidCommand { reason }
+                if reason.contains("tool bank.wire declares a resend margin of 1001 ms")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -757,7 +920,7 @@ mod tests {
     fn a_lost_ack_on_an_idempotent_tool_is_resent_with_the_same_key_inside_the_window() {
         let (mut b, g, key) = intended(idem());
         b.ok(finish(&key, &g, lost_ack()));
-        b.now_ms += WINDOW_MS - 1;
+        b.now_ms += HORIZON_MS - 1;
         let d = b.ok(begin("r", "s", &g, idem(), b"args"));
         assert_eq!(
             d.answer,

@@ -28,7 +28,7 @@
 //! that is not over is ever pruned.
 
 use crate::books::base::limits::PRUNE_RUNS_MAX;
-use crate::books::records::ledger::{EffectEntry, ToolClass};
+use crate::books::records::ledger::EffectEntry;
 use crate::books::records::run::Run;
 use crate::books::vocabulary::answer::{Answer, Decided};
 use crate::books::vocabulary::command::Prune;
@@ -75,7 +75,7 @@ pub(crate) fn kept_because(
 /// True while an idempotent tool may still deduplicate `entry`'s key: a
 /// resend inside the window must find the intent.
 fn window_open(entry: &EffectEntry, now_ms: u64) -> bool {
-    let ToolClass::Idempotent { dedup_window_ms } = entry.tool_class else {
+    let Some(dedup_window_ms) = entry.tool_class.dedup_window_ms() else {
         return false;
     };
     let last_ms = entry
@@ -136,7 +136,7 @@ mod tests {
     use crate::books::Part;
     use crate::books::RunState;
     use crate::books::test_support::*;
-    use crate::books::{Command, Guard};
+    use crate::books::{Command, Guard, ToolClass};
 
     fn prune(runs: &[&str], older_than_ms: u64) -> Command {
         Command::Prune(Prune {

@@ -159,14 +159,15 @@ fn step_next(state: &dyn BooksRead, act: &EffectEntry, now_ms: u64) -> Option<Sa
 /// An open attempt goes on by its tool's class (`go_on`) while the class
 /// can still resolve it: an intent (a begin resends it, queries it, or
 /// records it unknown), or an unknown outcome on a queryable tool or an
-/// idempotent one inside its window. Otherwise a person must.
+/// idempotent one inside its window less its resend margin (where a begin
+/// resends it). Otherwise a person must.
 fn open_next(entry: &EffectEntry, now_ms: u64, go_on: impl FnOnce() -> SagaNext) -> SagaNext {
     let resolvable = match (&entry.status, entry.tool_class) {
         (EffectStatus::Intended, _) | (_, ToolClass::Queryable) => true,
-        (_, ToolClass::Idempotent { dedup_window_ms }) => {
-            now_ms.saturating_sub(entry.intended_ms) < dedup_window_ms
-        }
         (_, ToolClass::NotIdempotent) => false,
+        (_, class) => class
+            .resend_horizon_ms()
+            .is_some_and(|horizon| now_ms.saturating_sub(entry.intended_ms) < horizon),
     };
     if resolvable {
         go_on()

@@ -357,16 +357,18 @@ impl Op {
 /// tool's reply (`WaitFor::Reply`, `WaitStatus::Replied`), and version 6
 /// sagas (`RunState::Compensating`, `SagaOpened`) and coordination
 /// (`ResourceAcquired`, `ResourceRenewed`, `ResourceReleased`,
-/// `SharedSet`) and retention (`RunPruned`), so that an older build refuses
-/// a log holding them by name instead of as damage.
-pub const PAYLOAD_VERSION: u8 = 6;
+/// `SharedSet`) and retention (`RunPruned`), and version 7 the idempotent
+/// tool with a resend margin of its own (`ToolClass::IdempotentWithMargin`),
+/// so that an older build refuses a log holding them by name instead of as
+/// damage.
+pub const PAYLOAD_VERSION: u8 = 7;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 6] = [1, 2, 3, 4, 5, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 7] = [1, 2, 3, 4, 5, 6, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 

@@ -446,3 +446,241 @@ fn a_paused_run_still_settles_a_call_in_flight() {
     assert_eq!(s.overrun.cost_micros, 15);
     assert_eq!(book(&b, "r").spent.cost_micros, 25);
 }
+
+/// The answer of a begin that proceeds: its key.
+fn proceeds(d: &Decided) -> EffectKey {
+    let Answer::Begun(Begun::Proceed { key, .. }) = &d.answer else {
+        panic!("{:?}", d.answer)
+    };
+    key.clone()
+}
+
+fn budget_ops(d: &Decided) -> Vec<&'static str> {
+    d.ops
+        .iter()
+        .map(Op::name)
+        .filter(|name| name.starts_with("Budget"))
+        .collect()
+}
+
+#[test]
+fn a_begin_without_a_reserve_counts_its_tool_call_and_refuses_one_past_the_limit() {
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(set_budget("r", calls(1)));
+    let d = b.ok(begin("r", "one", &g, ToolClass::Queryable, b"1"));
+    let key = proceeds(&d);
+    assert_eq!(budget_ops(&d), ["BudgetReserved", "BudgetSettled"]);
+    let after = book(&b, "r");
+    assert_eq!(
+        (after.spent, after.reserved),
+        (Cost::tool_call(0), Cost::default())
+    );
+    assert!(after.open.is_empty(), "counted as spent, nothing left open");
+    b.ok(finish(&key, &g, confirmed(b"ok")));
+    let before = b.mem.clone();
+    let err = b
+        .run(begin("r", "two", &g, ToolClass::Queryable, b"2"))
+        .unwrap_err();
+    let Error::BudgetExhausted { run, step, limit } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!((run, step), (&rid("r"), &sid("two")));
+    assert!(limit.contains("allows 1 tool_calls: 1 spent"), "{limit}");
+    let message = err.to_string();
+    assert!(
+        message.contains("step two of run r") && message.contains("allows 1 tool_calls"),
+        "{message}"
+    );
+    assert_eq!(b.mem, before, "a refused begin records nothing");
+    assert!(
+        b.mem
+            .latest_effect(&rid("r"), &sid("two"), EffectKind::Act)
+            .is_none()
+    );
+    // Raised, the act begins.
+    b.ok(set_budget("r", calls(2)));
+    proceeds(&b.ok(begin("r", "two", &g, ToolClass::Queryable, b"2")));
+    assert_eq!(book(&b, "r").spent.tool_calls, 2);
+}
+
+#[test]
+fn a_begin_sees_the_hold_its_worker_reserved_and_does_not_count_the_call_twice() {
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(set_budget(
+        "r",
+        BudgetLimits {
+            tool_calls: Some(1),
+            cost_micros: Some(100),
+            ..BudgetLimits::default()
+        },
+    ));
+    // The hold takes the whole budget: one call, all the money.
+    b.ok(reserve("r", &g, step("pay"), Cost::tool_call(100)));
+    let d = b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a"));
+    let key = proceeds(&d);
+    assert!(budget_ops(&d).is_empty(), "{:?}", d.ops);
+    let held = book(&b, "r");
+    assert_eq!(
+        (held.spent, held.reserved),
+        (Cost::default(), Cost::tool_call(100))
+    );
+    b.ok(finish(&key, &g, confirmed(b"ok")));
+    b.ok(settle("r", &g, step("pay"), Cost::tool_call(70)));
+    assert_eq!(book(&b, "r").spent, Cost::tool_call(70));
+    // Another act without a hold: one call past the limit.
+    let err = b
+        .run(begin("r", "mail", &g, ToolClass::Queryable, b"m"))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::BudgetExhausted { step, .. } if step == &sid("mail")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_resend_or_a_replay_of_an_act_begun_before_is_never_refused() {
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(set_budget("r", calls(1)));
+    let idem = ToolClass::Idempotent {
+        dedup_window_ms: 86_400_000,
+    };
+    let key = proceeds(&b.ok(begin("r", "pay", &g, idem, b"a")));
+    // The budget is used up by this very act; an operator even lowers it.
+    b.ok(set_budget("r", calls(0)));
+    // Its intent has no outcome yet: resent with the same key, not refused.
+    let d = b.ok(begin("r", "pay", &g, idem, b"a"));
+    assert!(
+        matches!(&d.answer, Answer::Begun(Begun::Resend { key: k, .. }) if k == &key),
+        "{:?}",
+        d.answer
+    );
+    assert!(budget_ops(&d).is_empty(), "{:?}", d.ops);
+    b.ok(finish(&key, &g, confirmed(b"ok")));
+    let d = b.ok(begin("r", "pay", &g, idem, b"a"));
+    assert!(
+        matches!(&d.answer, Answer::Begun(Begun::Replay { .. })),
+        "{:?}",
+        d.answer
+    );
+    assert!(d.ops.is_empty());
+    assert_eq!(book(&b, "r").spent.tool_calls, 1);
+}
+
+#[test]
+fn a_retry_is_a_new_call_and_is_refused_past_the_limit() {
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(set_budget("r", calls(2)));
+    let busy = || Outcome::Failed {
+        retryable: true,
+        reason: "503".into(),
+    };
+    let first = proceeds(&b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a")));
+    b.ok(finish(&first, &g, busy()));
+    let second = proceeds(&b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a")));
+    assert_eq!(second.attempt(), 2);
+    b.ok(finish(&second, &g, busy()));
+    let err = b
+        .run(begin("r", "pay", &g, ToolClass::Queryable, b"a"))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::BudgetExhausted { limit, .. } if limit.contains("2 spent")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_limit_already_passed_or_time_used_up_refuses_even_a_held_act() {
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(set_budget(
+        "r",
+        BudgetLimits {
+            cost_micros: Some(100),
+            wall_ms: Some(10_000),
+            ..BudgetLimits::default()
+        },
+    ));
+    b.ok(reserve("r", &g, step("a"), Cost::tool_call(50)));
+    b.ok(reserve("r", &g, step("b"), Cost::tool_call(10)));
+    let a = proceeds(&b.ok(begin("r", "a", &g, ToolClass::Queryable, b"a")));
+    b.ok(finish(&a, &g, confirmed(b"ok")));
+    // The call cost far more than its hold: the money is spent past the
+    // limit, and the act held for `b` does not begin.
+    b.ok(settle("r", &g, step("a"), Cost::tool_call(150)));
+    let err = b
+        .run(begin("r", "b", &g, ToolClass::Queryable, b"b"))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::BudgetExhausted { limit, .. }
+            if limit.contains("allows 100 cost_micros: 150 spent, 10 reserved, 0 asked")),
+        "{err}"
+    );
+    // Raised, it begins; then the run's time runs out.
+    b.ok(set_budget(
+        "r",
+        BudgetLimits {
+            cost_micros: Some(1_000),
+            wall_ms: Some(10_000),
+            ..BudgetLimits::default()
+        },
+    ));
+    proceeds(&b.ok(begin("r", "b", &g, ToolClass::Queryable, b"b")));
+    b.now_ms += 10_000;
+    let g = {
+        let d = b.ok(acquire("r", "w1", LEASE_MS));
+        let Answer::Leased { token, .. } = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        Guard { token, ..g }
+    };
+    let err = b
+        .run(begin("r", "c", &g, ToolClass::Queryable, b"c"))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::BudgetExhausted { limit, .. } if limit.contains("10000 ms of running")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_childs_act_is_counted_in_its_parents_budget_at_begin() {
+    let (mut b, g) = books_with_running_run("parent");
+    b.ok(set_budget("parent", calls(1)));
+    let Command::CreateRun(mut child) = create("child", b"c") else {
+        panic!()
+    };
+    child.parent = Some(rid("parent"));
+    b.ok(Command::CreateRun(child));
+    let d = b.ok(acquire("child", "w2", LEASE_MS));
+    let Answer::Leased {
+        run: leased, token, ..
+    } = d.answer
+    else {
+        panic!()
+    };
+    let gc = Guard {
+        run: leased,
+        worker: wid("w2"),
+        token,
+    };
+    b.ok(transition("child", &gc, RunState::Running));
+    proceeds(&b.ok(begin("child", "cite", &gc, ToolClass::Queryable, b"c")));
+    assert_eq!(book(&b, "parent").spent.tool_calls, 1);
+    assert_eq!(book(&b, "child").spent.tool_calls, 1);
+    let err = b
+        .run(begin("parent", "search", &g, ToolClass::Queryable, b"s"))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::BudgetExhausted { run, limit, .. }
+            if run == &rid("parent") && limit.contains("budget of run parent")),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_limits_a_begin_counts_nothing() {
+    let (mut b, g) = books_with_running_run("r");
+    let d = b.ok(begin("r", "pay", &g, ToolClass::Queryable, b"a"));
+    proceeds(&d);
+    assert!(budget_ops(&d).is_empty(), "{:?}", d.ops);
+    assert!(b.mem.budget(&rid("r")).is_none());
+}

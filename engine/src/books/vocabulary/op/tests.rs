@@ -56,6 +56,12 @@ fn tool_class() -> impl Strategy<Value = ToolClass> {
         any::<u64>().prop_map(|dedup_window_ms| ToolClass::Idempotent { dedup_window_ms }),
         Just(ToolClass::Queryable),
         Just(ToolClass::NotIdempotent),
+        any::<(u64, u64)>().prop_map(|(dedup_window_ms, resend_margin_ms)| {
+            ToolClass::IdempotentWithMargin {
+                dedup_window_ms,
+                resend_margin_ms,
+            }
+        }),
     ]
 }
 fn run() -> impl Strategy<Value = Run> {
@@ -465,7 +471,7 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
     assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
     assert_eq!(decode_ops(&payload).unwrap(), ops);
     assert_eq!(unsupported_payload_version(&payload), None);
-    for old in [1u8, 2, 3, 4, 5] {
+    for old in [1u8, 2, 3, 4, 5, 6] {
         let mut before = payload.clone();
         before[0] = old;
         assert_eq!(
@@ -474,13 +480,14 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
             "version {old} is still read"
         );
     }
-    for version in [0u8, 7, 8, 255] {
+    for version in [0u8, 8, 9, 255] {
         let mut other = payload.clone();
         other[0] = version;
         assert_eq!(unsupported_payload_version(&other), Some(version));
         let err = decode_ops(&other).unwrap_err();
-        let expected =
-            format!("record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6");
+        let expected = format!(
+            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7"
+        );
         assert!(err.to_string().contains(&expected), "{err}");
     }
 }
