@@ -917,6 +917,9 @@ impl RunCtx<'_> {
                 self.watch.let_go();
                 Fail::Stopped(Stop::LeaseLost { at: at.to_string() })
             }
+            Error::BudgetExhausted { .. } => Fail::Stopped(Stop::BudgetExhausted {
+                reason: e.to_string(),
+            }),
             Error::RunTerminal { .. } | Error::RunNotRunning { .. } => {
                 Fail::Stopped(Stop::LeaseLost {
                     at: format!("{at} ({e})"),

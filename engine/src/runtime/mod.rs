@@ -746,14 +746,16 @@ impl Runtime {
                     "the outcome of {key} is unknown ({reason}): reconcile it, then resume the run"
                 ),
             ),
-            Stop::BudgetExhausted { reason } => {
-                // Paused by the engine with the refused hold; the lease is
-                // released, so a resume makes the run claimable at once.
-                Ok(Driven::Paused(format!(
+            // A refused hold paused the run in its commit; a refused begin
+            // did not: pausing again changes nothing, so pause either way.
+            // The lease is released, so a resume makes it claimable at once.
+            Stop::BudgetExhausted { reason } => self.pause(
+                watch,
+                format!(
                     "the budget has no room for the next call ({reason}): raise it, then \
                      resume the run"
-                )))
-            }
+                ),
+            ),
             Stop::Engine(e) if stops_the_worker(&e) => Err(e),
             Stop::Engine(e) => self.fail(watch, &format!("the engine refused a call: {e}")),
         }
