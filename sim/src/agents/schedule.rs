@@ -110,10 +110,10 @@ pub enum EdgeAge {
     /// The window less 1 ms: the tool still remembers the key, but a
     /// resend decided now could reach it after it forgot.
     WindowEnd,
-    /// The horizon less [`EDGE_LEAD_MS`]: resent, and a slow resend still
+    /// The horizon less `EDGE_LEAD_MS`: resent, and a slow resend still
     /// lands inside the window (the margin outlasts a request).
     BeforeHorizon,
-    /// The window less [`IN_MARGIN_LEAD_MS`], inside the margin: not
+    /// The window less `IN_MARGIN_LEAD_MS`, inside the margin: not
     /// resent. A rule without the margin would resend here, and a slow
     /// resend would land after the tool forgot the key and act a second
     /// time.

@@ -1,11 +1,11 @@
 //! The runtime family of the agent campaign: the workflows written as a
-//! user writes them, as functions on `actum::runtime` ([`agents`]), driven
+//! user writes them, as functions on `actum::runtime` (`agents.rs`), driven
 //! by `Runtime::work_once` on the simulated disk, under a clock that ticks
-//! on every read and jumps past the lease now and then ([`clock`]), against
+//! on every read and jumps past the lease now and then (`clock.rs`), against
 //! the world's tools with dropped acknowledgements, lost and slow
 //! requests, declines, stalls past the lease with another worker's turn in
 //! between, and the process dying just after a send or at any I/O call
-//! ([`world`], [`run`]).
+//! (`world.rs`, `run.rs`).
 //!
 //! The hand-written family (`worker.rs`) holds the engine to a reference
 //! model command by command; this family holds the runtime to what the
