@@ -104,6 +104,9 @@ pub enum PlantedBug {
     /// A step's retry after a retryable failure sends the new attempt's
     /// request under the key of the attempt that failed.
     RetryReusesFailedKey,
+    /// A wait for all of several children ends when the first of them
+    /// ends, so a fan-out's parent goes on without the others' results.
+    JoinAllAtFirstEnd,
 }
 
 impl PlantedBug {
@@ -145,16 +148,17 @@ impl PlantedBug {
         PlantedBug::ReleaseStoredLeasesOnly,
     ];
 
-    /// The bugs of the runtime, which the runtime family of the agent
-    /// campaign catches.
-    pub const RUNTIME: [PlantedBug; 3] = [
+    /// The bugs of the runtime, and of what only the runtime uses (the
+    /// fan-out), which the runtime family of the agent campaign catches.
+    pub const RUNTIME: [PlantedBug; 4] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
+        PlantedBug::JoinAllAtFirstEnd,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 33] = [
+    pub const ALL: [PlantedBug; 34] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -188,6 +192,7 @@ impl PlantedBug {
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
+        PlantedBug::JoinAllAtFirstEnd,
     ];
 
     /// The bug's command-line name.
@@ -226,6 +231,7 @@ impl PlantedBug {
             PlantedBug::RenewAfterLoss => "renew-after-loss",
             PlantedBug::ResendConfirmedStep => "resend-confirmed-step",
             PlantedBug::RetryReusesFailedKey => "retry-reuses-failed-key",
+            PlantedBug::JoinAllAtFirstEnd => "join-all-at-first-end",
         }
     }
 

@@ -27,12 +27,12 @@ use std::fmt::Debug;
 use std::path::Path;
 
 use actum::books::{
-    AuditEntry, AuditWhat, BlobRefs, BudgetBook, BudgetLimits, Charge, CheckpointMeta,
+    AuditEntry, AuditWhat, BlobRefs, BudgetBook, BudgetLimits, Charge, CheckpointMeta, ChildEnd,
     Compensation, Cost, DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, EffectStatus,
-    FencingToken, Lease, Op, PAYLOAD_VERSION, PartRef, Reservation, ResourceBook, ResourceHold,
-    ResourceId, Run, RunId, RunState, SagaBook, SharedChange, SharedEntry, SharedKeyId,
-    SignalRecord, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitRecord, WaitStatus, WorkerId,
-    decode_ops, encode_ops,
+    FencingToken, Join, Lease, Op, PAYLOAD_VERSION, PartRef, Reservation, ResourceBook,
+    ResourceHold, ResourceId, Run, RunId, RunState, SagaBook, SharedChange, SharedEntry,
+    SharedKeyId, SignalRecord, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitRecord, WaitStatus,
+    WorkerId, decode_ops, encode_ops,
 };
 use actum::state::rows::{RowTable, decode_row, encode_row};
 
@@ -68,6 +68,8 @@ op.wait_ended.elapsed              0c02723102733204d836
 op.wait_opened.child               0b02723102733202030572313a733200f02e03037768790000
 op.wait_ended.child_ended          0c02723102733205050103d836
 op.wait_ended.child_ended_bare     0c027231027332050700d836
+op.wait_opened.children            0b0272310273320205020772313a73322e310772313a73322e320100f02e03037768790000
+op.wait_ended.children_ended       0c02723102733207020772313a73322e310501030772313a73322e320600d836
 op.wait_opened.reply               0b0272310273320204027231027331000200f02e03037768790000
 op.wait_ended.replied              0c027231027332060102aabbd836
 op.signal_received                 0d02723104047061696402beef037073708827
@@ -82,8 +84,8 @@ op.resource_released               140b637573746f6d65723a343202723104c49001
 op.run_pruned                      16027231a09c01
 op.shared_set                      1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
 op.shared_set.cleared_by_operator  1507646e633a633432030003bb9401036f70730000000177
-payload.two_ops                    07020302723103f02e09882704027231030ad836
-payload.no_ops                     0700
+payload.two_ops                    08020302723103f02e09882704027231030ad836
+payload.no_ops                     0800
 row.run                            931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                       a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                         f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
@@ -600,6 +602,40 @@ fn ops() -> Vec<(&'static str, Op)> {
             wait_ended(WaitStatus::ChildEnded {
                 state: RunState::Cancelled,
                 checkpoint: None,
+            }),
+        ),
+        (
+            "op.wait_opened.children",
+            Op::WaitOpened {
+                run: run_id(),
+                wait: wait(
+                    WaitFor::Children {
+                        runs: vec![
+                            RunId::new("r1:s2.1").unwrap(),
+                            RunId::new("r1:s2.2").unwrap(),
+                        ],
+                        join: Join::First,
+                    },
+                    None,
+                    WaitStatus::Open,
+                ),
+            },
+        ),
+        (
+            "op.wait_ended.children_ended",
+            wait_ended(WaitStatus::ChildrenEnded {
+                ended: vec![
+                    ChildEnd {
+                        run: RunId::new("r1:s2.1").unwrap(),
+                        state: RunState::Completed,
+                        checkpoint: Some(3),
+                    },
+                    ChildEnd {
+                        run: RunId::new("r1:s2.2").unwrap(),
+                        state: RunState::Failed,
+                        checkpoint: None,
+                    },
+                ],
             }),
         ),
         (
@@ -1273,6 +1309,7 @@ fn wait_status_index(status: &WaitStatus) -> u8 {
         WaitStatus::Elapsed => 4,
         WaitStatus::ChildEnded { .. } => 5,
         WaitStatus::Replied { .. } => 6,
+        WaitStatus::ChildrenEnded { .. } => 7,
     }
 }
 
@@ -1283,6 +1320,7 @@ fn wait_for_index(wait_for: &WaitFor) -> u8 {
         WaitFor::Timer => 2,
         WaitFor::Child { .. } => 3,
         WaitFor::Reply { .. } => 4,
+        WaitFor::Children { .. } => 5,
     }
 }
 
@@ -1416,12 +1454,12 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
         Op::WaitEnded { status, .. } => Some(wait_status_index(status)),
         _ => None,
     });
-    assert_all(wait_statuses, &[0, 1, 2, 3, 4, 5, 6], "wait status");
+    assert_all(wait_statuses, &[0, 1, 2, 3, 4, 5, 6, 7], "wait status");
     let wait_fors = ops.iter().filter_map(|(_, op)| match op {
         Op::WaitOpened { wait, .. } => Some(wait_for_index(&wait.wait_for)),
         _ => None,
     });
-    assert_all(wait_fors, &[0, 1, 2, 3, 4], "wait for");
+    assert_all(wait_fors, &[0, 1, 2, 3, 4, 5], "wait for");
     let mut states = Vec::new();
     for (_, op) in &ops {
         match op {
@@ -1453,22 +1491,23 @@ fn a_payload_is_the_version_byte_then_the_op_list() {
     assert_eq!(payload[2..], [ops[0].encode(), ops[1].encode()].concat());
 }
 
-/// Versions 2 to 7 only appended variants, so the payload of a record of
+/// Versions 2 to 8 only appended variants, so the payload of a record of
 /// an older version (the bytes `payload.two_ops` had when those versions
 /// were written) still decodes to the same ops.
 #[test]
-fn version_1_to_6_payloads_still_decode() {
+fn version_1_to_7_payloads_still_decode() {
     let v1 = unhex("01020302723103f02e09882704027231030ad836").unwrap();
     let v2 = unhex("02020302723103f02e09882704027231030ad836").unwrap();
     let v3 = unhex("03020302723103f02e09882704027231030ad836").unwrap();
     let v4 = unhex("04020302723103f02e09882704027231030ad836").unwrap();
     let v5 = unhex("05020302723103f02e09882704027231030ad836").unwrap();
     let v6 = unhex("06020302723103f02e09882704027231030ad836").unwrap();
+    let v7 = unhex("07020302723103f02e09882704027231030ad836").unwrap();
     assert_eq!(
-        (v1[0], v2[0], v3[0], v4[0], v5[0], v6[0]),
-        (1, 2, 3, 4, 5, 6)
+        (v1[0], v2[0], v3[0], v4[0], v5[0], v6[0], v7[0]),
+        (1, 2, 3, 4, 5, 6, 7)
     );
-    for old in [&v1, &v2, &v3, &v4, &v5, &v6] {
+    for old in [&v1, &v2, &v3, &v4, &v5, &v6, &v7] {
         assert_eq!(
             decode_ops(old).unwrap(),
             vec![lease_renewed(), lease_released()]

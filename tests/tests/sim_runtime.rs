@@ -10,7 +10,8 @@
 //! `cargo run --release -p actum-sim -- runtime --seeds 2000`.
 
 use actum_sim::agents::rt::{
-    CONFIRMED_NOT_SENT, LIVE_LEASE, RuntimeReport, run_runtime_seed, runtime_history,
+    CONFIRMED_NOT_SENT, LIVE_LEASE, RuntimeReport, WAITS_KEEP_TERMS, run_runtime_seed,
+    runtime_history,
 };
 use actum_sim::agents::{AgentConfig, PlantedBug};
 
@@ -45,6 +46,10 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
     assert!(total.parked > 0 && total.answers > 0, "{total}");
     assert!(total.paused > 0 && total.reconciled > 0, "{total}");
     assert!(total.cancels > 0, "{total}");
+    assert!(
+        total.fan_outs > total.fan_outs_first && total.fan_outs_first > 0,
+        "{total}"
+    );
     assert!(total.completed > 0 && total.model_calls > 0, "{total}");
 }
 
@@ -118,4 +123,9 @@ fn a_retry_reusing_the_failed_key_is_caught_by_the_worlds_record() {
         PlantedBug::RetryReusesFailedKey,
         "every done effect happened exactly once",
     );
+}
+
+#[test]
+fn a_wait_for_all_children_ended_at_the_first_is_caught_by_the_waits_terms() {
+    assert_caught_by(PlantedBug::JoinAllAtFirstEnd, WAITS_KEEP_TERMS);
 }

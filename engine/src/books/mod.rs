@@ -30,7 +30,7 @@ mod vocabulary;
 pub use base::digest::{DIGEST_LEN_BYTES, Digest, digest_of};
 pub use base::ids::{
     EffectKey, EffectKind, FencingToken, ResourceId, RunId, SharedKeyId, StepId,
-    TOOL_KEY_BYTES_MAX, WorkerId, child_run_id,
+    TOOL_KEY_BYTES_MAX, WorkerId, child_run_id, children_run_ids,
 };
 pub use base::limits::*;
 pub use dispatch::decide::decide;
@@ -52,7 +52,9 @@ pub use records::run::{
     Run, RunState, claim_order, claimable, claimable_from_ms, transition_allowed,
 };
 pub use records::saga::{SagaBook, SagaNext};
-pub use records::wait::{SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus, wake_ms};
+pub use records::wait::{
+    ChildEnd, Join, SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus, wake_ms,
+};
 pub(crate) use rules::budget::decide_reserve_charging_replays;
 pub use rules::checkpoint::{load_latest, load_parts};
 pub(crate) use rules::checks::existing;
@@ -60,6 +62,7 @@ pub use rules::coord::live_hold;
 pub use rules::decision::replay_at;
 pub use rules::saga::next as saga_next;
 pub(crate) use rules::saga::{next_walking as saga_next_walking, skip_sagas};
+pub(crate) use rules::wait::wake_all_joins_at_first_end;
 pub use views::mem::MemBooks;
 pub use views::overlay::{Overlay, Writes};
 pub use vocabulary::answer::{Answer, Begun, Decided};

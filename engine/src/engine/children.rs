@@ -13,8 +13,8 @@
 //! is answered with its wait as it stands.
 
 use crate::books::{
-    Answer, Command, CreateRun, Digest, Guard, OpenWait, RunId, RunState, StepId, WaitFor,
-    WaitRecord, child_run_id,
+    Answer, CHILDREN_MAX, Command, CreateRun, Digest, Guard, Join, OpenWait, RunId, RunState,
+    StepId, WaitFor, WaitRecord, child_run_id, children_run_ids,
 };
 use crate::error::{Error, Result};
 use crate::planted::PlantedBug;
@@ -198,4 +198,162 @@ impl Engine {
             _ => unexpected(&Answer::Batch(answers), "start_child"),
         }
     }
+
+    /// Starts the children of a fan-out at `step` of the running run
+    /// `parent`, one per spec, and waits for all of them or the first to
+    /// end ([`Join`]), in one commit: every child is created `pending` with
+    /// `parent` as its parent (named by [`children_run_ids`], in the order
+    /// of `specs`), and the parent moves to `waiting_tool`, its lease
+    /// released. The join ends the wait and wakes the parent with how each
+    /// awaited child ended; so does `deadline_ms` passing first (the
+    /// children run on). With [`Join::First`] the commit that ends the
+    /// first child cancels the others (a run that acted compensates first):
+    /// their work is no longer wanted, and a child must not go on drawing
+    /// on the budget of a parent that may have ended. A cancel of the
+    /// parent while it waits cancels every child it awaits. Asking again creates nothing and answers with the wait as
+    /// it stands. Between 1 and [`CHILDREN_MAX`] children.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, Join, RunId, RunState, StepId, Transition, WaitStatus,
+    ///     WorkerId, digest_of};
+    /// use actum::engine::{ChildSpec, Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let parent = RunId::new("compare-1")?;
+    /// engine.create_run(CreateRun { run: parent.clone(), input_digest: digest_of(b"1"),
+    ///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
+    /// let start = |run: &RunId, lease: &actum::engine::LeaseGrant| engine.transition(Transition {
+    ///     run: run.clone(), guard: lease.guard.clone(), to: RunState::Running,
+    ///     expected_version: None, reason: "start".into() });
+    /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// start(&parent, &lease)?;
+    /// let spec = |vendor: &[u8]| ChildSpec { input_digest: digest_of(vendor),
+    ///     agent_version: "1".into(), trace_id: "t".into(), input: Some(vendor.to_vec()) };
+    /// let step = StepId::new("quotes")?;
+    /// let specs = vec![spec(b"acme"), spec(b"globex")];
+    /// let started = engine.start_children(&parent, &lease.guard, &step, specs.clone(),
+    ///     Join::All, None, "ask two vendors")?;
+    /// assert_eq!(started.children.len(), 2);
+    /// assert_eq!(started.state, RunState::WaitingTool);
+    /// // Both children run; the parent wakes once the second ends.
+    /// for _ in 0..2 {
+    ///     let child = engine.claim_next(&WorkerId::new("w2")?, 30_000)?.expect("a child");
+    ///     start(&child.run, &child)?;
+    ///     engine.transition(Transition { run: child.run.clone(), guard: child.guard,
+    ///         to: RunState::Completed, expected_version: None, reason: "quoted".into() })?;
+    /// }
+    /// let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("woken");
+    /// let again = engine.start_children(&parent, &lease.guard, &step, specs, Join::All, None,
+    ///     "ask two vendors")?;
+    /// let WaitStatus::ChildrenEnded { ended } = again.wait.status else { panic!("both ended") };
+    /// assert_eq!(ended.iter().map(|e| e.state).collect::<Vec<_>>(),
+    ///     [RunState::Completed, RunState::Completed]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the fan-out's terms: the parent's guard and step, the children, the join, the deadline and why"
+    )]
+    pub fn start_children(
+        &self,
+        parent: &RunId,
+        guard: &Guard,
+        step: &StepId,
+        specs: Vec<ChildSpec>,
+        join: Join,
+        deadline_ms: Option<u64>,
+        reason: &str,
+    ) -> Result<ChildrenStarted> {
+        let command =
+            start_children_command(parent, guard, step, specs, join, deadline_ms, reason)?;
+        let answered = self.answer(command).map_err(|e| match e {
+            Error::BatchRefused { cause, .. } => *cause,
+            other => other,
+        })?;
+        let mut answers = match answered {
+            Answer::Batch(answers) => answers,
+            other => unexpected(&other, "start_children"),
+        };
+        match answers.pop() {
+            Some(Answer::Waited { wait, state }) => {
+                let created = answers
+                    .iter()
+                    .filter(|a| matches!(a, Answer::RunCreated { .. }))
+                    .count();
+                let children = wait.wait_for.awaited_children().to_vec();
+                Ok(ChildrenStarted {
+                    children,
+                    created,
+                    wait,
+                    state,
+                })
+            }
+            other => unexpected(
+                &Answer::Batch(other.into_iter().collect()),
+                "start_children",
+            ),
+        }
+    }
+}
+
+/// What [`Engine::start_children`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildrenStarted {
+    /// The children, in the order of the specs: `<parent>:<step>.<i>`.
+    pub children: Vec<RunId>,
+    /// How many of them this call created (none if the step ran before).
+    pub created: usize,
+    /// The parent's wait for them, as [`ChildStarted::wait`].
+    pub wait: WaitRecord,
+    /// The parent's state now.
+    pub state: RunState,
+}
+
+/// The commands [`Engine::start_children`] commits as one batch: each
+/// child's `CreateRun` and the parent's `OpenWait` for all of them.
+pub fn start_children_command(
+    parent: &RunId,
+    guard: &Guard,
+    step: &StepId,
+    specs: Vec<ChildSpec>,
+    join: Join,
+    deadline_ms: Option<u64>,
+    reason: &str,
+) -> Result<Command> {
+    if specs.is_empty() || specs.len() > CHILDREN_MAX {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "step {step} of run {parent} starts {} children: between 1 and {CHILDREN_MAX}",
+                specs.len()
+            ),
+        });
+    }
+    let children = children_run_ids(parent, step, specs.len())?;
+    let mut commands: Vec<Command> = specs
+        .into_iter()
+        .zip(&children)
+        .map(|(spec, child)| {
+            Command::CreateRun(CreateRun {
+                run: child.clone(),
+                input_digest: spec.input_digest,
+                agent_version: spec.agent_version,
+                trace_id: spec.trace_id,
+                parent: Some(parent.clone()),
+                input: spec.input,
+            })
+        })
+        .collect();
+    commands.push(Command::OpenWait(OpenWait {
+        run: parent.clone(),
+        guard: guard.clone(),
+        step: step.clone(),
+        wait_for: WaitFor::Children {
+            runs: children,
+            join,
+        },
+        deadline_ms,
+        reason: reason.to_string(),
+    }));
+    Ok(Command::Batch(commands))
 }

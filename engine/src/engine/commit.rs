@@ -256,6 +256,10 @@ impl Engine {
             if self.planted(PlantedBug::EndWithoutCompensating) {
                 crate::books::skip_sagas(&mut decided.ops);
             }
+            if self.planted(PlantedBug::JoinAllAtFirstEnd) {
+                let early = crate::books::wake_all_joins_at_first_end(&view, &decided.ops, now_ms);
+                decided.ops.extend(early);
+            }
             let mut overlay = Overlay::new(&view);
             for op in &decided.ops {
                 apply(&mut overlay, op)?;

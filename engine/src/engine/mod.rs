@@ -31,7 +31,9 @@ mod waits;
 pub use crate::books::Begun;
 pub use crate::db::Recovery;
 pub use answers::{Created, LeaseGrant, Moved, Operated, Recorded, SavedCheckpoint};
-pub use children::{ChildSpec, ChildStarted, start_child_command};
+pub use children::{
+    ChildSpec, ChildStarted, ChildrenStarted, start_child_command, start_children_command,
+};
 pub use compensate::CompensationRequest;
 pub use coordination::ResourceGrant;
 pub use core::Engine;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use crate::books::{
     AuditEntry, AuditWhat, Charge, Compensation, Cost, EffectKey, EffectKind, EffectStatus,
-    FencingToken, Outcome, Part, RecordDecision, Reserved, RunId, RunState, SaveCheckpoint, StepId,
-    ToolClass, Usage, WaitFor, WaitStatus, digest_of,
+    FencingToken, Join, Outcome, Part, RecordDecision, Reserved, RunId, RunState, SaveCheckpoint,
+    StepId, ToolClass, Usage, WaitFor, WaitStatus, children_run_ids, digest_of,
 };
 use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
 use crate::error::Error;
@@ -28,6 +28,20 @@ pub const RUNTIME_SCHEMA: u32 = 1;
 pub const STATE_PART: &str = "state";
 /// The part a completed run's output is saved as (its last checkpoint).
 pub const OUTPUT_PART: &str = "output";
+
+/// How one child of a fan-out ([`RunCtx::children`]) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildOutput {
+    /// The child run (`<run>:<step>.<i>`).
+    pub run: RunId,
+    /// Its position among the calls, from 0.
+    pub index: usize,
+    /// Its terminal state.
+    pub state: RunState,
+    /// Its output if it completed (empty if it saved none); `None` if it
+    /// failed or was cancelled.
+    pub output: Option<Vec<u8>>,
+}
 
 /// A tool a step calls: its name, how it treats duplicates, how to ask it
 /// about an ambiguous request (a queryable tool must say), and how many
@@ -744,6 +758,120 @@ impl RunCtx<'_> {
             ))),
             other => Err(unexpected_wait(name, &other)),
         }
+    }
+
+    /// Starts several child runs at once (a fan-out), one per `(kind,
+    /// input)` in `calls`, and waits for all of them ([`Join::All`]) or for
+    /// the first to end ([`Join::First`]; the others are cancelled in the
+    /// same commit, compensating what they did). The children and the wait are one commit; the run parks
+    /// and holds no worker until the join is met. Returns how each awaited
+    /// child ended, in the order of `calls` (for `First`, the one): a
+    /// child that failed or was cancelled is reported, not raised, so the
+    /// handler decides what a partial result is worth. A cancel of this
+    /// run while it waits cancels every child it awaits.
+    pub fn children(
+        &mut self,
+        name: &str,
+        calls: &[(&str, &[u8])],
+        join: Join,
+    ) -> Result<Vec<ChildOutput>, Fail> {
+        let step = self.step_id(name)?;
+        let journaled = self.enter(Journaled::Wait(step.clone()))?;
+        let at = || format!("children {name}");
+        let ids = children_run_ids(&self.run, &step, calls.len())
+            .map_err(|e| self.engine_stop(e, &at()))?;
+        let mut specs = Vec::with_capacity(calls.len());
+        for ((kind, input), id) in calls.iter().zip(&ids) {
+            // A child started before keeps the version it started at.
+            let existing = if journaled {
+                self.shared
+                    .engine
+                    .run(id)
+                    .map_err(|e| self.engine_stop(e, &at()))?
+                    .map(|r| r.agent_version)
+            } else {
+                None
+            };
+            let agent = existing
+                .or_else(|| self.shared.current_agent(kind))
+                .ok_or_else(|| {
+                    Fail::failed(format!(
+                        "no agent of kind {kind} is registered for child {id} of step {name}"
+                    ))
+                })?;
+            specs.push(ChildSpec {
+                input_digest: digest_of(input),
+                agent_version: agent,
+                trace_id: self.trace_id.clone(),
+                input: Some(input.to_vec()),
+            });
+        }
+        self.flush()?;
+        self.live(&at())?;
+        let reason = format!(
+            "step {name} runs {} children, waits for {join}",
+            calls.len()
+        );
+        let engine = &self.shared.engine;
+        let started = engine
+            .start_children(
+                &self.run,
+                &self.watch.guard,
+                &step,
+                specs,
+                join,
+                None,
+                &reason,
+            )
+            .map_err(|e| self.engine_stop(e, &at()))?;
+        let ended = match started.wait.status {
+            WaitStatus::Open => {
+                self.watch.let_go();
+                return Err(Stop::Parked {
+                    step: name.to_string(),
+                }
+                .into());
+            }
+            WaitStatus::ChildrenEnded { ended } => ended,
+            other => return Err(unexpected_wait(name, &other)),
+        };
+        let expected = match join {
+            Join::All => calls.len(),
+            Join::First => 1,
+        };
+        if ended.len() != expected {
+            return Err(Fail::failed(format!(
+                "the wait for {join} of the {} children of step {name} ended with {}",
+                calls.len(),
+                ended.len()
+            )));
+        }
+        let mut outputs = Vec::with_capacity(ended.len());
+        for end in ended {
+            let index = ids.iter().position(|id| *id == end.run).ok_or_else(|| {
+                Fail::failed(format!(
+                    "the wait of step {name} ended with run {}, not one of its children",
+                    end.run
+                ))
+            })?;
+            let output = match (end.state, end.checkpoint) {
+                (RunState::Completed, Some(version)) => {
+                    let saved = engine
+                        .load_version(&end.run, version, RUNTIME_SCHEMA)
+                        .map_err(|e| self.engine_stop(e, &at()))?;
+                    Some(part(&saved.parts, OUTPUT_PART).unwrap_or_default())
+                }
+                (RunState::Completed, None) => Some(Vec::new()),
+                _ => None,
+            };
+            outputs.push(ChildOutput {
+                run: end.run,
+                index,
+                state: end.state,
+                output,
+            });
+        }
+        Ok(outputs)
     }
 
     /// Saves the handler's state as the run's next checkpoint, in the

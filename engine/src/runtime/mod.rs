@@ -38,9 +38,10 @@ use crate::books::{
 use crate::engine::{EffectCtx, Engine, LeaseGrant, SagaProgress, ToolOutcome};
 use crate::error::{Error, Result};
 
+pub use crate::books::Join;
 pub use ctx::{
-    Approval, Backoff, Call, Deadline, OUTPUT_PART, QueryFn, RUNTIME_SCHEMA, RunCtx, STATE_PART,
-    Tool,
+    Approval, Backoff, Call, ChildOutput, Deadline, OUTPUT_PART, QueryFn, RUNTIME_SCHEMA, RunCtx,
+    STATE_PART, Tool,
 };
 pub use fail::{Divergence, Fail, Stop};
 

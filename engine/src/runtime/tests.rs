@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::books::{
-    BeginEffect, Compensation, EffectStatus, Outcome, StepId, ToolClass, WorkerId, digest_of,
+    BeginEffect, Compensation, EffectStatus, OperatorAction, Outcome, StepId, ToolClass, WorkerId,
+    digest_of,
 };
 use crate::clock::{Clock, ManualClock};
 use crate::engine::EngineOptions;
@@ -906,4 +907,113 @@ fn a_child_started_before_a_redeploy_keeps_its_version_when_its_parent_replays()
         Some(&b"got kid done"[..])
     );
     assert_eq!(engine.run(&kid).unwrap().unwrap().agent_version, "sub@1");
+}
+
+/// A parent fanning out to three quotes (`acme`, `broke`, which fails at
+/// once, and `globex`), joined by its input; its output lists each end as
+/// `index:state:output`.
+fn register_quotes(rt: &Runtime) {
+    rt.register("quote", "1", |ctx| {
+        let vendor = ctx.input().to_vec();
+        if vendor == b"broke" {
+            return Err(Fail::failed("no quote today"));
+        }
+        let price = ctx.signal("price", None)?.unwrap_or_default();
+        Ok([vendor.as_slice(), b"=", &price].concat())
+    })
+    .unwrap();
+    rt.register("compare", "1", |ctx| {
+        let join = if ctx.input() == b"first" {
+            Join::First
+        } else {
+            Join::All
+        };
+        let calls: [(&str, &[u8]); 3] = [
+            ("quote", b"acme"),
+            ("quote", b"broke"),
+            ("quote", b"globex"),
+        ];
+        let ends = ctx.children("quotes", &calls, join)?;
+        let listed: Vec<String> = ends
+            .iter()
+            .map(|end| {
+                let output = end.output.as_deref().unwrap_or(b"-");
+                format!(
+                    "{}:{}:{}",
+                    end.index,
+                    end.state,
+                    String::from_utf8_lossy(output)
+                )
+            })
+            .collect();
+        Ok(listed.join(",").into_bytes())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_fan_out_waits_for_all_its_children_and_reports_each_end_in_order() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    register_quotes(&rt);
+    let run = rt.start("compare", "c-all", b"all").unwrap().run;
+    drain(&rt);
+    assert_eq!(state(&engine, "c-all"), RunState::WaitingTool);
+    assert_eq!(state(&engine, "c-all:quotes.2"), RunState::Failed);
+    // One price in: the parent still waits for the other.
+    let child = |i: u32| RunId::new(format!("c-all:quotes.{i}")).unwrap();
+    engine.signal(&child(3), "price", b"12", "vendor").unwrap();
+    drain(&rt);
+    assert_eq!(state(&engine, "c-all"), RunState::WaitingTool);
+    engine.signal(&child(1), "price", b"10", "vendor").unwrap();
+    drain(&rt);
+    assert_eq!(state(&engine, "c-all"), RunState::Completed);
+    assert_eq!(
+        rt.output(&run).unwrap().as_deref(),
+        Some(&b"0:completed:acme=10,1:failed:-,2:completed:globex=12"[..])
+    );
+    // A restarted runtime replays the parent to the same answer, starting
+    // nothing new.
+    let again = bench.runtime(&engine);
+    register_quotes(&again);
+    assert!(drain(&again).is_empty());
+    assert_eq!(engine.runs(None, None, 100).unwrap().len(), 4);
+}
+
+#[test]
+fn a_fan_out_for_the_first_goes_on_with_it_and_cancels_the_others() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    register_quotes(&rt);
+    let run = rt.start("compare", "c-first", b"first").unwrap().run;
+    drain(&rt);
+    // The failed quote ended first.
+    assert_eq!(state(&engine, "c-first"), RunState::Completed);
+    assert_eq!(
+        rt.output(&run).unwrap().as_deref(),
+        Some(&b"1:failed:-"[..])
+    );
+    for other in ["c-first:quotes.1", "c-first:quotes.3"] {
+        assert_eq!(state(&engine, other), RunState::Cancelled, "{other}");
+    }
+}
+
+#[test]
+fn cancelling_a_parent_that_waits_on_a_fan_out_cancels_every_child() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    register_quotes(&rt);
+    let run = rt.start("compare", "c-x", b"all").unwrap().run;
+    drain(&rt);
+    engine
+        .operate(&run, OperatorAction::Cancel, "ops", "vendor outage")
+        .unwrap();
+    assert_eq!(state(&engine, "c-x"), RunState::Cancelled);
+    for child in ["c-x:quotes.1", "c-x:quotes.3"] {
+        assert_eq!(state(&engine, child), RunState::Cancelled, "{child}");
+    }
+    assert_eq!(state(&engine, "c-x:quotes.2"), RunState::Failed);
 }

@@ -1212,7 +1212,12 @@ impl Sim<'_> {
             ) => {
                 job.state.cursor += 1;
             }
-            (_, other @ (WaitStatus::ChildEnded { .. } | WaitStatus::Replied { .. })) => {
+            (
+                _,
+                other @ (WaitStatus::ChildEnded { .. }
+                | WaitStatus::ChildrenEnded { .. }
+                | WaitStatus::Replied { .. }),
+            ) => {
                 return Err(self.fail(
                     "the engine accepts every step of a valid workflow",
                     format!(

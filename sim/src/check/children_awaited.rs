@@ -5,12 +5,13 @@
 //! can leave neither a child nobody awaits nor, after the parent re-runs
 //! the step, a second child.
 //!
-//! In the simulation every child is started by `Engine::start_child`,
-//! which commits the child and the wait together; a runtime may also
+//! In the simulation every child is started by `Engine::start_child` or
+//! `Engine::start_children` (a fan-out, whose one wait names them all),
+//! which commit the children and the wait together; a runtime may also
 //! create children it does not wait for, which this invariant does not
 //! cover.
 
-use actum::books::{BooksRead, MemBooks, WaitFor};
+use actum::books::{BooksRead, MemBooks};
 
 /// `Err` naming the first child no wait of its parent names, or the step
 /// that names a child twice.
@@ -23,12 +24,7 @@ pub fn children_are_awaited(books: &MemBooks) -> Result<(), String> {
         let naming: Vec<_> = book
             .iter()
             .flat_map(|b| &b.waits)
-            .filter(|w| {
-                w.wait_for
-                    == (WaitFor::Child {
-                        run: child.id.clone(),
-                    })
-            })
+            .filter(|w| w.wait_for.awaited_children().contains(&child.id))
             .map(|w| w.step.to_string())
             .collect();
         match naming.as_slice() {
@@ -56,7 +52,8 @@ mod tests {
     use super::*;
     use crate::check::test_support::*;
     use actum::books::{
-        BooksWrite, FencingToken, RunId, RunState, StepId, WaitBook, WaitRecord, WaitStatus,
+        BooksWrite, FencingToken, RunId, RunState, StepId, WaitBook, WaitFor, WaitRecord,
+        WaitStatus,
     };
 
     fn id(name: &str) -> RunId {

@@ -11,6 +11,9 @@
 //!   arguments it carries, before its intent was written;
 //! - a wait for a child run ends as the child's, only once the child ended,
 //!   with the state it ended in (and only a child's end ends it so);
+//! - a wait for several children (a fan-out) ends as theirs: for all of
+//!   them, with every child it names, each ended in the state it holds;
+//!   for the first, with exactly one of them, ended so;
 //! - a wait for a tool's reply ends as replied only with the outcome the
 //!   ledger holds for that effect (a confirmed one may since have been
 //!   compensated), and only a reply ends it so.
@@ -18,7 +21,7 @@
 //! The books come from applying ops, not from the rules `decide` enforces,
 //! so these catch an engine that skips a rule.
 
-use actum::books::{BooksRead, EffectKind, EffectStatus, MemBooks, WaitFor, WaitStatus};
+use actum::books::{BooksRead, EffectKind, EffectStatus, Join, MemBooks, WaitFor, WaitStatus};
 
 /// `Err` naming the first wait, signal or effect that breaks a wait's terms.
 pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
@@ -75,6 +78,40 @@ pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
                             found.map_or_else(|| "gone".to_string(), |s| s.to_string())
                         ));
                     }
+                }
+                (WaitStatus::ChildrenEnded { ended }, WaitFor::Children { runs, join }) => {
+                    let names: Vec<_> = ended.iter().map(|e| &e.run).collect();
+                    let expected = match join {
+                        Join::All => runs.iter().collect::<Vec<_>>() == names,
+                        Join::First => names.len() == 1 && runs.contains(names[0]),
+                    };
+                    if !expected {
+                        return Err(format!(
+                            "the wait for {join} of children {runs:?} at step {} of run {} \
+                             ended with children {names:?}",
+                            wait.step, run.id
+                        ));
+                    }
+                    for end in ended {
+                        let found = books.run(&end.run).map(|c| c.state);
+                        if found != Some(end.state) || !end.state.is_terminal() {
+                            return Err(format!(
+                                "the wait at step {} of run {} ended as child {} ended {}, but \
+                                 the child is {}",
+                                wait.step,
+                                run.id,
+                                end.run,
+                                end.state,
+                                found.map_or_else(|| "gone".to_string(), |s| s.to_string())
+                            ));
+                        }
+                    }
+                }
+                (WaitStatus::ChildrenEnded { .. }, other) => {
+                    return Err(format!(
+                        "the {other} at step {} of run {} ended as a fan-out's",
+                        wait.step, run.id
+                    ));
                 }
                 (WaitStatus::ChildEnded { .. }, other) => {
                     return Err(format!(

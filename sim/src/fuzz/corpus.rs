@@ -8,9 +8,9 @@
 //! **Invariant:** every seed input passes its target's entry function.
 
 use actum::books::{
-    BudgetLimits, Charge, Cost, Digest, EffectKey, FencingToken, Lease, Op, Reservation,
-    ResourceId, RunId, RunState, SharedChange, SharedKeyId, SignalRecord, StepId, WaitFor,
-    WaitRecord, WaitStatus, WorkerId, digest_of, encode_ops,
+    BudgetLimits, Charge, ChildEnd, Cost, Digest, EffectKey, FencingToken, Join, Lease, Op,
+    Reservation, ResourceId, RunId, RunState, SharedChange, SharedKeyId, SignalRecord, StepId,
+    WaitFor, WaitRecord, WaitStatus, WorkerId, digest_of, encode_ops,
 };
 use actum::manifest::{self, COPY_SLOT_BYTES, Manifest};
 use actum::wal::format::{self, SegmentHeader};
@@ -286,6 +286,42 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         },
         at_ms: 1_700_000_007_000,
     };
+    let fan_step = StepId::new("quotes").expect("a valid step name");
+    let fanned: Vec<RunId> = (1..=2)
+        .map(|i| RunId::new(format!("run-1:quotes.{i}")).expect("a valid run name"))
+        .collect();
+    let fan_out_wait = Op::WaitOpened {
+        run: RunId::new("run-1").expect("a valid run name"),
+        wait: WaitRecord {
+            step: fan_step.clone(),
+            seq: 3,
+            wait_for: WaitFor::Children {
+                runs: fanned.clone(),
+                join: Join::All,
+            },
+            deadline_ms: None,
+            opened_ms: 1_700_000_007_500,
+            token: FencingToken(3),
+            reason: "ask two vendors".to_string(),
+            status: WaitStatus::Open,
+            ended_ms: None,
+        },
+    };
+    let fan_out_ended = Op::WaitEnded {
+        run: RunId::new("run-1").expect("a valid run name"),
+        step: fan_step,
+        status: WaitStatus::ChildrenEnded {
+            ended: fanned
+                .into_iter()
+                .map(|run| ChildEnd {
+                    run,
+                    state: RunState::Completed,
+                    checkpoint: Some(1),
+                })
+                .collect(),
+        },
+        at_ms: 1_700_000_007_900,
+    };
     let compensating = Op::RunTransitioned {
         run: RunId::new("run-1").expect("a valid run name"),
         from: RunState::Running,
@@ -349,6 +385,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("budget-list", budgets),
         ("child-wait-opened", child_wait.encode()),
         ("child-wait-ended", child_ended.encode()),
+        ("fan-out-wait-opened", fan_out_wait.encode()),
+        ("fan-out-wait-ended", fan_out_ended.encode()),
         ("reply-wait-opened", reply_wait.encode()),
         ("reply-wait-ended", replied.encode()),
         ("saga-opened", saga.encode()),

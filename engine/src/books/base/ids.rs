@@ -180,6 +180,16 @@ pub fn child_run_id(parent: &RunId, step: &StepId) -> Result<RunId> {
     RunId::new(format!("{parent}:{step}"))
 }
 
+/// The ids of the `count` children that step `step` of run `parent` starts
+/// together (a fan-out): `<parent>:<step>.<i>` for `i` from 1, derived as
+/// [`child_run_id`] is and for the same reason. `InvalidName` if the
+/// longest is longer than a name may be.
+pub fn children_run_ids(parent: &RunId, step: &StepId, count: usize) -> Result<Vec<RunId>> {
+    (1..=count)
+        .map(|i| RunId::new(format!("{parent}:{step}.{i}")))
+        .collect()
+}
+
 /// A fencing token: grows by one on every lease acquisition of a run, so a
 /// holder presenting an older token is provably stale. Token 0 is never
 /// issued.

@@ -60,6 +60,11 @@ pub const BUDGET_ANCESTORS_MAX: usize = 32;
 /// shallower).
 pub const CHILD_DEPTH_MAX: usize = 32;
 
+/// Most children one step starts together and awaits in one wait (a
+/// fan-out: their creations and the wait are one batch, within
+/// [`BATCH_COMMANDS_MAX`]).
+pub const CHILDREN_MAX: usize = 64;
+
 /// Most steps of one run that register a compensation: the steps a saga
 /// may have to undo (`SagaBook::steps`).
 pub const SAGA_STEPS_MAX: usize = 1_024;

@@ -194,6 +194,16 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                     None => format!("the child ended {state} with no checkpoint"),
                 },
                 WaitStatus::Replied { status } => format!("the effect is {}", status.name()),
+                WaitStatus::ChildrenEnded { ended } => ended
+                    .iter()
+                    .map(|end| match end.checkpoint {
+                        Some(version) => {
+                            format!("{} ended {} at checkpoint {version}", end.run, end.state)
+                        }
+                        None => format!("{} ended {} with no checkpoint", end.run, end.state),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
                 WaitStatus::Open | WaitStatus::Elapsed => String::new(),
             };
             let what = AuditWhat::WaitEnded {

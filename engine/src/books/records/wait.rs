@@ -46,6 +46,50 @@ pub enum WaitFor {
         /// The effect awaited: one the waiting step began.
         key: EffectKey,
     },
+    /// The end of several child runs this run started together (a
+    /// fan-out, see [`children_run_ids`](crate::books::children_run_ids)):
+    /// the wait ends when all of them have ended ([`Join::All`]) or when
+    /// the first does ([`Join::First`]).
+    Children {
+        /// The children, in the order the step started them; each one's
+        /// parent must be the waiting run. At least one, at most
+        /// [`CHILDREN_MAX`](crate::books::CHILDREN_MAX), no two the
+        /// same.
+        runs: Vec<RunId>,
+        /// Whether the wait ends at the first end or the last.
+        join: Join,
+    },
+}
+
+/// When a wait for several children ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Join {
+    /// Once every child has ended (completed, failed or cancelled).
+    All,
+    /// Once any child has ended; the same commit cancels the others (their
+    /// sagas undo what they did).
+    First,
+}
+
+impl fmt::Display for Join {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Join::All => "all",
+            Join::First => "the first",
+        })
+    }
+}
+
+/// How one awaited child ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildEnd {
+    /// The child run.
+    pub run: RunId,
+    /// Its terminal state.
+    pub state: RunState,
+    /// The version of its last checkpoint when it ended (its result), if it
+    /// saved one.
+    pub checkpoint: Option<u64>,
 }
 
 impl WaitFor {
@@ -56,7 +100,17 @@ impl WaitFor {
             WaitFor::Signal { .. }
             | WaitFor::Timer
             | WaitFor::Child { .. }
-            | WaitFor::Reply { .. } => RunState::WaitingTool,
+            | WaitFor::Reply { .. }
+            | WaitFor::Children { .. } => RunState::WaitingTool,
+        }
+    }
+
+    /// The child runs this wait awaits: none, one or several.
+    pub fn awaited_children(&self) -> &[RunId] {
+        match self {
+            WaitFor::Child { run } => std::slice::from_ref(run),
+            WaitFor::Children { runs, .. } => runs,
+            _ => &[],
         }
     }
 }
@@ -71,6 +125,13 @@ impl fmt::Display for WaitFor {
             WaitFor::Timer => f.write_str("timer"),
             WaitFor::Child { run } => write!(f, "end of child run {run}"),
             WaitFor::Reply { key } => write!(f, "reply to effect {key}"),
+            WaitFor::Children { runs, join } => {
+                write!(f, "end of {join} of {} child runs", runs.len())?;
+                if let (Some(first), Some(last)) = (runs.first(), runs.last()) {
+                    write!(f, " ({first} .. {last})")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -131,6 +192,13 @@ pub enum WaitStatus {
         /// The status the effect settled into (confirmed or failed).
         status: EffectStatus,
     },
+    /// The awaited children ended: for [`Join::All`] every child, in the
+    /// order the wait names them; for [`Join::First`] the one that ended
+    /// first (of several ending at once, the first the wait names).
+    ChildrenEnded {
+        /// How each of them ended.
+        ended: Vec<ChildEnd>,
+    },
 }
 
 impl WaitStatus {
@@ -144,6 +212,7 @@ impl WaitStatus {
             WaitStatus::Elapsed => "elapsed",
             WaitStatus::ChildEnded { .. } => "child-ended",
             WaitStatus::Replied { .. } => "replied",
+            WaitStatus::ChildrenEnded { .. } => "children-ended",
         }
     }
 }

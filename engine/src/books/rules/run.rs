@@ -7,12 +7,11 @@
 //! and holds no lease. Lifecycle: an effect begins only on a running run,
 //! and only an operator moves a paused run (resume or cancel).
 
-use crate::books::base::ids::FencingToken;
+use crate::books::base::ids::{FencingToken, RunId};
 use crate::books::base::limits::{CHILD_DEPTH_MAX, check_text};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState, transition_allowed};
 use crate::books::records::saga::is_saga_end;
-use crate::books::records::wait::WaitFor;
 use crate::books::rules::checks::check_guard;
 use crate::books::rules::checks::{
     check_no_open_wait, check_stored_bytes, existing, move_under_current_token,
@@ -302,33 +301,52 @@ pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) 
     })
 }
 
-/// The ops cancelling, with `run`, the child it waits for, that child's
-/// awaited child, and so on down (at most [`CHILD_DEPTH_MAX`] levels): a
-/// cancel ends the whole tree of runs started to serve it. Children ended
-/// already are left as they are, and so are children no wait awaits (a
-/// runtime that starts those owns their end).
+/// The ops cancelling, with `run`, the children it waits for (one, or
+/// the children of a fan-out), their awaited children, and so on down (at
+/// most [`CHILD_DEPTH_MAX`] levels): a cancel ends the whole tree of runs
+/// started to serve it. Children ended already are left as they are, and
+/// so are children no open wait awaits (a runtime that starts those owns
+/// their end).
 fn cancel_awaited_children(state: &dyn BooksRead, run: &Run, now_ms: u64) -> Vec<Op> {
+    let book = state.waits(&run.id);
+    let Some(wait) = book.as_ref().and_then(|b| b.open_wait()) else {
+        return Vec::new();
+    };
+    let reason = format!("its parent run {} was cancelled", run.id);
+    cancel_with_awaited(state, wait.wait_for.awaited_children(), &reason, now_ms)
+}
+
+/// The ops cancelling each of `runs` not ended yet (nor compensating),
+/// with the children each awaits, and theirs, down to [`CHILD_DEPTH_MAX`]
+/// levels, each for `reason`.
+pub(crate) fn cancel_with_awaited(
+    state: &dyn BooksRead,
+    runs: &[RunId],
+    reason: &str,
+    now_ms: u64,
+) -> Vec<Op> {
     let mut ops = Vec::new();
-    let mut parent = run.id.clone();
+    let mut level = runs.to_vec();
     for _ in 0..CHILD_DEPTH_MAX {
-        let book = state.waits(&parent);
-        let Some(WaitFor::Child { run: child }) = book
-            .as_ref()
-            .and_then(|b| b.open_wait())
-            .map(|w| &w.wait_for)
-        else {
+        let mut next = Vec::new();
+        for id in &level {
+            let Some(child) = state
+                .run(id)
+                .filter(|c| !c.state.is_terminal() && c.state != RunState::Compensating)
+            else {
+                continue;
+            };
+            let at = (current_token(&child), now_ms);
+            ops.extend(ending(state, &child, RunState::Cancelled, at, reason.to_string()).0);
+            let book = state.waits(id);
+            if let Some(wait) = book.as_ref().and_then(|b| b.open_wait()) {
+                next.extend_from_slice(wait.wait_for.awaited_children());
+            }
+        }
+        if next.is_empty() {
             break;
-        };
-        let Some(child) = state
-            .run(child)
-            .filter(|c| !c.state.is_terminal() && c.state != RunState::Compensating)
-        else {
-            break;
-        };
-        let reason = format!("its parent run {} was cancelled", run.id);
-        let at = (current_token(&child), now_ms);
-        ops.extend(ending(state, &child, RunState::Cancelled, at, reason).0);
-        parent = child.id;
+        }
+        level = next;
     }
     ops
 }

@@ -24,14 +24,17 @@
 use crate::books::base::digest::Digest;
 use crate::books::base::ids::{EffectKey, RunId, StepId};
 use crate::books::base::limits::{
-    INBOX_SIGNALS_MAX, SIGNAL_PAYLOAD_BYTES_MAX, check_size, check_text,
+    CHILDREN_MAX, INBOX_SIGNALS_MAX, SIGNAL_PAYLOAD_BYTES_MAX, check_size, check_text,
 };
 use crate::books::records::ledger::EffectStatus;
 use crate::books::records::run::{Run, RunState};
-use crate::books::records::wait::{SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus};
+use crate::books::records::wait::{
+    ChildEnd, Join, SignalRecord, WaitBook, WaitFor, WaitRecord, WaitStatus,
+};
 use crate::books::rules::checks::{
     check_live, check_name, check_running, existing, move_under_current_token,
 };
+use crate::books::rules::run::cancel_with_awaited;
 use crate::books::vocabulary::answer::{Answer, Decided};
 use crate::books::vocabulary::command::{DecideApproval, OpenWait, SendSignal};
 use crate::books::vocabulary::op::Op;
@@ -68,6 +71,7 @@ fn check_terms(cmd: &OpenWait) -> Result<()> {
             });
         }
         WaitFor::Reply { .. } => {}
+        WaitFor::Children { runs, .. } => check_children_terms(cmd, runs)?,
     }
     let needs_deadline = matches!(cmd.wait_for, WaitFor::Approval { .. } | WaitFor::Timer);
     if needs_deadline && cmd.deadline_ms.is_none() {
@@ -77,6 +81,38 @@ fn check_terms(cmd: &OpenWait) -> Result<()> {
                 cmd.wait_for, cmd.step, cmd.run
             ),
         });
+    }
+    Ok(())
+}
+
+/// A fan-out's children: one at least, at most [`CHILDREN_MAX`], each
+/// once, none the waiting run itself.
+fn check_children_terms(cmd: &OpenWait, runs: &[RunId]) -> Result<()> {
+    let refuse = |why: String| {
+        Err(Error::InvalidCommand {
+            reason: format!("step {} of run {} cannot wait for {why}", cmd.step, cmd.run),
+        })
+    };
+    if runs.is_empty() {
+        return refuse("no children".to_string());
+    }
+    check_size(
+        || {
+            format!(
+                "children awaited at step {} of run {} (in runs, not bytes)",
+                cmd.step, cmd.run
+            )
+        },
+        runs.len(),
+        CHILDREN_MAX,
+    )?;
+    if runs.contains(&cmd.run) {
+        return refuse("its own end".to_string());
+    }
+    for (i, run) in runs.iter().enumerate() {
+        if runs[..i].contains(run) {
+            return refuse(format!("child run {run} twice"));
+        }
     }
     Ok(())
 }
@@ -136,6 +172,21 @@ pub(crate) fn decide_open_wait(
     check_not_expired(cmd, now_ms)?;
     let ended_already = match &cmd.wait_for {
         WaitFor::Child { run: child } => check_child(state, &run, child)?,
+        WaitFor::Children { runs, join } => {
+            let mut ended = Vec::new();
+            for child in runs {
+                if let Some(WaitStatus::ChildEnded { state, checkpoint }) =
+                    check_child(state, &run, child)?
+                {
+                    ended.push(ChildEnd {
+                        run: child.clone(),
+                        state,
+                        checkpoint,
+                    });
+                }
+            }
+            joined(runs.len(), *join, ended)
+        }
         WaitFor::Reply { key } => {
             let entry = state.effect(key).ok_or_else(|| Error::NotFound {
                 what: format!("effect {key}, whose reply step {} would wait for", cmd.step),
@@ -182,6 +233,24 @@ pub(crate) fn decide_open_wait(
             status: status.clone(),
             at_ms: now_ms,
         });
+        if let (
+            WaitFor::Children {
+                runs,
+                join: Join::First,
+            },
+            WaitStatus::ChildrenEnded { ended },
+        ) = (&cmd.wait_for, &status)
+        {
+            let losers: Vec<RunId> = runs
+                .iter()
+                .filter(|c| ended.iter().all(|e| e.run != **c))
+                .cloned()
+                .collect();
+            let why = ended.first().map_or_else(String::new, |e| {
+                format!("its sibling {} ended {} first", e.run, e.state)
+            });
+            ops.extend(cancel_with_awaited(state, &losers, &why, now_ms));
+        }
         let wait = WaitRecord {
             status,
             ended_ms: Some(now_ms),
@@ -243,6 +312,20 @@ fn child_ended(state: &dyn BooksRead, child: &RunId, ended_in: RunState) -> Wait
     }
 }
 
+/// The status ending a wait for `awaited` children joined by `join`,
+/// given those that have `ended` (in the order the wait names them), or
+/// `None` while it stays open.
+fn joined(awaited: usize, join: Join, mut ended: Vec<ChildEnd>) -> Option<WaitStatus> {
+    match join {
+        Join::First if !ended.is_empty() => {
+            ended.truncate(1);
+            Some(WaitStatus::ChildrenEnded { ended })
+        }
+        Join::All if ended.len() == awaited => Some(WaitStatus::ChildrenEnded { ended }),
+        Join::First | Join::All => None,
+    }
+}
+
 /// The status ending a wait for the reply to an effect now in `status`:
 /// `None` while no reply is in (intended, or unknown: the caller could not
 /// tell, the tool may still answer).
@@ -297,33 +380,80 @@ pub(crate) fn wake_on_reply(
 
 /// The ops that end the parents' waits for the children that `ops` end:
 /// for each run `ops` move to a terminal state whose parent waits for it,
-/// the parent's wait ends with the child's state and last checkpoint, and
-/// the parent wakes (if it sat waiting; a paused parent stays paused).
-/// `state` is the books before `ops`; a parent that ended already, or that
-/// `ops` end too (a cancel takes its awaited child with it), is left as it
-/// is.
+/// the parent's wait ends (for a wait on several children, once the join
+/// is met) with the children's states and last checkpoints, and the parent
+/// wakes (if it sat waiting; a paused parent stays paused). `state` is the
+/// books before `ops`; a parent that ended already, or that `ops` end too
+/// (a cancel takes its awaited children with it), is left as it is.
 pub(crate) fn wake_parents(state: &dyn BooksRead, ops: &[Op], now_ms: u64) -> Vec<Op> {
-    let ending: Vec<&RunId> = ops
+    wake_parents_joining(state, ops, now_ms, false)
+}
+
+/// The planted bug `JoinAllAtFirstEnd`: the ops that end, at the first
+/// child's end, the waits for all of several children that `ops` would
+/// leave open (as if every join were [`Join::First`]).
+pub(crate) fn wake_all_joins_at_first_end(
+    state: &dyn BooksRead,
+    ops: &[Op],
+    now_ms: u64,
+) -> Vec<Op> {
+    let woken: Vec<&RunId> = ops
         .iter()
         .filter_map(|op| match op {
-            Op::RunTransitioned { run, to, .. } if to.is_terminal() => Some(run),
+            Op::WaitEnded { run, .. } => Some(run),
             _ => None,
         })
         .collect();
+    let early = wake_parents_joining(state, ops, now_ms, true);
+    let keep: Vec<bool> = early
+        .iter()
+        .map(|op| match op {
+            Op::WaitEnded { run, .. } | Op::RunTransitioned { run, .. } => !woken.contains(&run),
+            _ => true,
+        })
+        .collect();
+    early
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(op, keep)| keep.then_some(op))
+        .collect()
+}
+
+/// [`wake_parents`]; `first_only` ends every wait on several children at
+/// its first end (the planted bug above).
+fn wake_parents_joining(
+    state: &dyn BooksRead,
+    ops: &[Op],
+    now_ms: u64,
+    first_only: bool,
+) -> Vec<Op> {
+    // The runs `ops` end, with the state they end in, in order.
+    let ending: Vec<(&RunId, RunState)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::RunTransitioned { run, to, .. } if to.is_terminal() => Some((run, *to)),
+            _ => None,
+        })
+        .collect();
+    let ended_in = |run: &RunId| {
+        ending
+            .iter()
+            .find(|(r, _)| *r == run)
+            .map(|(_, to)| *to)
+            .or_else(|| state.run(run).map(|r| r.state).filter(|s| s.is_terminal()))
+    };
     let mut woken = Vec::new();
-    for op in ops {
-        let Op::RunTransitioned { run, to, .. } = op else {
-            continue;
-        };
-        if !to.is_terminal() {
-            continue;
-        }
+    let mut parents_woken: Vec<RunId> = Vec::new();
+    for (run, to) in &ending {
         let Some(parent) = state.run(run).and_then(|child| child.parent) else {
             continue;
         };
+        if parents_woken.contains(&parent) {
+            continue;
+        }
         let Some(parent) = state
             .run(&parent)
-            .filter(|p| !p.state.is_terminal() && !ending.contains(&&p.id))
+            .filter(|p| !p.state.is_terminal() && ended_in(&p.id).is_none())
         else {
             continue;
         };
@@ -331,17 +461,50 @@ pub(crate) fn wake_parents(state: &dyn BooksRead, ops: &[Op], now_ms: u64) -> Ve
         let Some(wait) = book.as_ref().and_then(|b| b.open_wait()) else {
             continue;
         };
-        if wait.wait_for != (WaitFor::Child { run: run.clone() }) {
-            continue;
-        }
+        let mut losers = Vec::new();
+        let status = match &wait.wait_for {
+            WaitFor::Child { run: awaited } if awaited == *run => child_ended(state, run, *to),
+            WaitFor::Children { runs, join } if runs.contains(run) => {
+                if *join == Join::First {
+                    losers = runs
+                        .iter()
+                        .filter(|c| ended_in(c).is_none())
+                        .cloned()
+                        .collect();
+                }
+                let join = if first_only { Join::First } else { *join };
+                // Of children ending at once, the first the wait names.
+                let ended = runs
+                    .iter()
+                    .filter_map(|child| {
+                        ended_in(child).map(|s| match child_ended(state, child, s) {
+                            WaitStatus::ChildEnded { state, checkpoint } => ChildEnd {
+                                run: child.clone(),
+                                state,
+                                checkpoint,
+                            },
+                            other => unreachable!("a child's end is {other:?}"),
+                        })
+                    })
+                    .collect();
+                let Some(status) = joined(runs.len(), join, ended) else {
+                    continue;
+                };
+                status
+            }
+            _ => continue,
+        };
         woken.push(Op::WaitEnded {
             run: parent.id.clone(),
             step: wait.step.clone(),
-            status: child_ended(state, run, *to),
+            status,
             at_ms: now_ms,
         });
         let reason = format!("child run {run} ended {to}");
         woken.extend(wake(&parent, RunState::WaitingTool, now_ms, reason));
+        let why = format!("its sibling {run} ended {to} first");
+        woken.extend(cancel_with_awaited(state, &losers, &why, now_ms));
+        parents_woken.push(parent.id.clone());
     }
     woken
 }

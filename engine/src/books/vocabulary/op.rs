@@ -359,16 +359,17 @@ impl Op {
 /// (`ResourceAcquired`, `ResourceRenewed`, `ResourceReleased`,
 /// `SharedSet`) and retention (`RunPruned`), and version 7 the idempotent
 /// tool with a resend margin of its own (`ToolClass::IdempotentWithMargin`),
-/// so that an older build refuses a log holding them by name instead of as
+/// and version 8 the wait for several children (`WaitFor::Children`,
+/// `WaitStatus::ChildrenEnded`), so that an older build refuses a log holding them by name instead of as
 /// damage.
-pub const PAYLOAD_VERSION: u8 = 7;
+pub const PAYLOAD_VERSION: u8 = 8;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 7] = [1, 2, 3, 4, 5, 6, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 8] = [1, 2, 3, 4, 5, 6, 7, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 

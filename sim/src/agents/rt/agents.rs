@@ -10,7 +10,8 @@
 //!   refuse for good, failing the run: the saga returns the funding, then
 //!   the sweep); post.
 //! - `research`: four rounds of a model call and a search, a checkpoint
-//!   after each; then a `summary` child (a model call and a search).
+//!   after each; then one to three `summary` children (a model call and a
+//!   search each), all awaited or the first taken.
 //! - `vendor`: a 48 h approval of the exact payment, the bank's signal, a
 //!   week's cooling-off timer, then the payment.
 //!
@@ -21,7 +22,7 @@
 use std::sync::Arc;
 
 use actum::books::{Compensation, Cost, RunId, digest_of};
-use actum::runtime::{Approval, Deadline, Fail, RunCtx, Runtime, Tool as RtTool, UndoCall};
+use actum::runtime::{Approval, Deadline, Fail, Join, RunCtx, Runtime, Tool as RtTool, UndoCall};
 
 use super::world::Shared;
 use crate::agents::worker::SEARCH_HOLD_MICROS;
@@ -259,9 +260,41 @@ fn research(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
         notes.extend_from_slice(&found);
         ctx.checkpoint(&notes)?;
     }
-    let summary = ctx.child("summarize", "summary", &notes)?;
-    notes.extend_from_slice(&summary);
+    let (count, join) = fan_out(ctx.input());
+    if count == 1 {
+        let summary = ctx.child("summarize", "summary", &notes)?;
+        notes.extend_from_slice(&summary);
+        return Ok(notes);
+    }
+    let inputs: Vec<Vec<u8>> = (0..count)
+        .map(|i| [notes.as_slice(), format!(" angle {i}").as_bytes()].concat())
+        .collect();
+    let calls: Vec<(&str, &[u8])> = inputs.iter().map(|i| ("summary", i.as_slice())).collect();
+    for end in ctx.children("summarize", &calls, join)? {
+        match end.output {
+            Some(summary) => notes.extend_from_slice(&summary),
+            None => {
+                return Err(Fail::failed(format!(
+                    "summary {} ended {}",
+                    end.run, end.state
+                )));
+            }
+        }
+    }
     Ok(notes)
+}
+
+/// How many summaries a research run asks for, and whether it waits for
+/// all or takes the first: 1 to 3, from its input (one is `ctx.child`).
+fn fan_out(input: &[u8]) -> (usize, Join) {
+    let byte = digest_of(input).0[0];
+    let count = 1 + usize::from(byte % 3);
+    let join = if byte & 8 == 0 {
+        Join::All
+    } else {
+        Join::First
+    };
+    (count, join)
 }
 
 fn summary(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {

@@ -25,5 +25,5 @@ mod run;
 mod world;
 
 pub use report::RuntimeReport;
-pub use run::{LEASE_TTL_MS, run_runtime_seed, runtime_history};
+pub use run::{LEASE_TTL_MS, WAITS_KEEP_TERMS, run_runtime_seed, runtime_history};
 pub use world::{CONFIRMED_NOT_SENT, DECISION_ONCE, ERRS_ONLY_DEAD, LIVE_LEASE};

@@ -40,6 +40,11 @@ pub struct RuntimeReport {
     pub cancels: u64,
     /// Budgets a person raised for a run paused with its searches spent.
     pub budgets_raised: u64,
+    /// Fan-outs: waits for several children a run opened (for all of
+    /// them, or for the first).
+    pub fan_outs: u64,
+    /// Of those, waits for the first child only.
+    pub fan_outs_first: u64,
     /// Acts that happened in the world.
     pub applications: u64,
     /// Invariants checked (counting each check).
@@ -65,6 +70,8 @@ impl RuntimeReport {
         self.answers += other.answers;
         self.cancels += other.cancels;
         self.budgets_raised += other.budgets_raised;
+        self.fan_outs += other.fan_outs;
+        self.fan_outs_first += other.fan_outs_first;
         self.applications += other.applications;
         self.checks += other.checks;
     }
@@ -76,7 +83,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled; {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -90,6 +97,8 @@ impl fmt::Display for RuntimeReport {
             self.reconciled,
             self.budgets_raised,
             self.cancels,
+            self.fan_outs,
+            self.fan_outs_first,
             self.calls,
             self.applications,
             self.model_calls,

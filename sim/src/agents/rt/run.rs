@@ -20,7 +20,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::books::{
-    BooksWrite, EffectStatus, MemBooks, OperatorAction, RunId, RunState, WaitFor, WorkerId,
+    BooksRead, BooksWrite, EffectStatus, Join, MemBooks, OperatorAction, RunId, RunState, WaitFor,
+    WorkerId,
 };
 use actum::db::DbOptions;
 use actum::runtime::{Runtime, RuntimeOptions};
@@ -40,6 +41,9 @@ use crate::disk::{FaultConfig, SimDisk};
 use crate::rng::Rng;
 use crate::world::CALL_TIMEOUT_MS;
 
+/// The invariant a wait ended off its terms breaks (a wait for all of a
+/// fan-out's children ended early, ...).
+pub const WAITS_KEEP_TERMS: &str = "a wait ends only on its own terms";
 /// The lease the runtime's handlers hold: longer than a call can take
 /// (a timeout), so only a stall or a jump lets it run out under a call.
 pub const LEASE_TTL_MS: u64 = 4 * CALL_TIMEOUT_MS;
@@ -91,6 +95,8 @@ struct RtSim {
     runs: Vec<(RunId, Kind)>,
     /// The searches each research run's budget allows (its child's too).
     budgets: Vec<(RunId, u64)>,
+    /// Each run's input, in the order of `runs`.
+    inputs: Vec<Vec<u8>>,
     checkpoint_every_records: u64,
     /// True once the process came back as version 2 (and stays so).
     redeployed: bool,
@@ -123,6 +129,12 @@ impl RtSim {
                 (run, kind)
             })
             .collect();
+        // What each run starts from: its id and a topic (a research run's
+        // fan-out is drawn from it).
+        let inputs = runs
+            .iter()
+            .map(|(run, _)| format!("{run} on topic {}", plan.below(1_000)).into_bytes())
+            .collect();
         let budgets = runs
             .iter()
             .filter(|(_, kind)| *kind == Kind::Research)
@@ -146,6 +158,7 @@ impl RtSim {
             crashes: root.fork("crashes"),
             runs,
             budgets,
+            inputs,
             checkpoint_every_records,
             redeployed: false,
         }
@@ -192,9 +205,9 @@ impl RtSim {
     fn run(&mut self) -> Result<RuntimeReport, AgentFailure> {
         self.recover()?;
         let runtime = self.shared.runtime().expect("recovered");
-        for (run, kind) in &self.runs {
+        for ((run, kind), input) in self.runs.iter().zip(&self.inputs) {
             runtime
-                .start(kind.name(), run.as_str(), run.as_str().as_bytes())
+                .start(kind.name(), run.as_str(), input)
                 .map_err(|e| self.fail("runs can be started", e.to_string()))?;
         }
         for (run, searches) in &self.budgets {
@@ -475,9 +488,9 @@ impl RtSim {
         Ok(())
     }
 
-    /// Raises by one search the budget that stops `run`, its own or the
-    /// nearest ancestor's it draws on, if its searches are spent (settled
-    /// or held).
+    /// Raises by one search, or by one model call's tokens, the budget
+    /// that stops `run`, its own or the nearest ancestor's it draws on, if
+    /// its searches or its tokens are spent (settled or held).
     fn raise_spent_budget(&self, engine: &Engine, run: &RunId) {
         let mut next = Some(run.clone());
         while let Some(id) = next {
@@ -485,22 +498,30 @@ impl RtSim {
             let Ok(book) = engine.budget(&id) else {
                 continue;
             };
-            let used = book.spent.tool_calls + book.reserved.tool_calls;
-            let Some(limits) = book
-                .limits
-                .filter(|l| l.tool_calls.is_some_and(|c| c <= used))
-            else {
+            let Some(limits) = book.limits else {
                 continue;
             };
-            let raised = actum::books::BudgetLimits {
-                tool_calls: Some(used + 1),
-                ..limits
+            let used = book.spent.tool_calls + book.reserved.tool_calls;
+            let tokens = book.spent.tokens_in + book.reserved.tokens_in;
+            let ask = DECISION_HOLD.tokens_in;
+            let raised = if limits.tool_calls.is_some_and(|c| c <= used) {
+                actum::books::BudgetLimits {
+                    tool_calls: Some(used + 1),
+                    ..limits
+                }
+            } else if limits.tokens_in.is_some_and(|t| t < tokens + ask) {
+                actum::books::BudgetLimits {
+                    tokens_in: Some(tokens + ask),
+                    ..limits
+                }
+            } else {
+                continue;
             };
-            let set = engine.set_budget(&id, raised, PERSON, "one more search");
+            let set = engine.set_budget(&id, raised, PERSON, "one more call");
             self.shared.note(|| {
                 format!(
-                    "a person raises {id}'s budget to {} searches: {set:?}",
-                    used + 1
+                    "a person raises {id}'s budget to {:?} searches, {:?} tokens in: {set:?}",
+                    raised.tool_calls, raised.tokens_in
                 )
             });
             if set.is_ok() {
@@ -566,6 +587,12 @@ impl RtSim {
             }
         }
         let live = self.live_runs();
+        // A run stuck because a wait ended off its terms (a parent gone on
+        // without its children) is named by that cause.
+        if let Some(engine) = self.shared.engine() {
+            let books = self.books(&engine)?;
+            check::waits_keep_their_terms(&books).map_err(|e| self.fail(WAITS_KEEP_TERMS, e))?;
+        }
         Err(self.fail(
             "every run ends once the faults stop",
             format!("after {CALM_ROUNDS_MAX} calm rounds still going: {live:?}"),
@@ -655,11 +682,11 @@ impl RtSim {
                 Box::new(|| check::sagas_undo_last_first(&books, &log)),
             ),
             (
-                "a wait ends only on its own terms",
+                WAITS_KEEP_TERMS,
                 Box::new(|| check::waits_keep_their_terms(&books)),
             ),
             (
-                "a parent's step starts one child, and waits for it",
+                "a parent's step starts its children, and waits for them",
                 Box::new(|| check::children_are_awaited(&books)),
             ),
             (
@@ -704,6 +731,15 @@ impl RtSim {
         let mut state = self.shared.state();
         state.report.checks += checks.len() as u64 + 1;
         state.report.applications = log.len() as u64;
+        for run in books.runs() {
+            let book = BooksRead::waits(&books, &run.id);
+            for wait in book.iter().flat_map(|b| &b.waits) {
+                if let WaitFor::Children { join, .. } = wait.wait_for {
+                    state.report.fan_outs += 1;
+                    state.report.fan_outs_first += u64::from(join == Join::First);
+                }
+            }
+        }
         state.report.jumps = self.shared.clock.jumps();
         Ok(state.report.clone())
     }

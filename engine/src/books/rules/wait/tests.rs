@@ -289,6 +289,207 @@ fn waiting_for_a_child_that_ended_ends_at_once_and_only_a_child_can_be_awaited()
     );
 }
 
+fn on_children(children: &[&str], join: Join) -> WaitFor {
+    WaitFor::Children {
+        runs: children.iter().map(|c| rid(c)).collect(),
+        join,
+    }
+}
+
+/// The parent `r`, running under `g`, starts `r:q.1` and `r:q.2` and
+/// waits for them joined by `join`, in one batch, as
+/// `Engine::start_children` does.
+fn fan_out(b: &mut Books, g: &Guard, join: Join) -> Decided {
+    b.ok(Command::Batch(vec![
+        create_child("r", "r:q.1"),
+        create_child("r", "r:q.2"),
+        open("r", g, "q", on_children(&["r:q.1", "r:q.2"], join), None),
+    ]))
+}
+
+/// Leases child `run`, starts it and ends it in `end`; returns that
+/// decision.
+fn end_child(b: &mut Books, run: &str, end: RunState) -> Decided {
+    let d = b.ok(acquire(run, "wc", LEASE_MS));
+    let g = guard_of(&d, "wc");
+    b.ok(transition(run, &g, RunState::Running));
+    b.ok(transition(run, &g, end))
+}
+
+fn end_of(run: &str, state: RunState) -> ChildEnd {
+    ChildEnd {
+        run: rid(run),
+        state,
+        checkpoint: None,
+    }
+}
+
+#[test]
+fn a_wait_for_all_children_ends_only_with_the_last_and_names_each_end_in_order() {
+    let (mut b, g) = books_with_running_run("r");
+    let (wait, now) = waited(&fan_out(&mut b, &g, Join::All).answer.into_last());
+    assert!(wait.is_open());
+    assert_eq!(now, RunState::WaitingTool);
+    // The second child ends first: the parent waits on.
+    let d = end_child(&mut b, "r:q.2", RunState::Failed);
+    assert!(!d.ops.iter().any(|op| matches!(op, Op::WaitEnded { .. })));
+    assert_eq!(state(&b), RunState::WaitingTool);
+    let d = end_child(&mut b, "r:q.1", RunState::Completed);
+    assert!(d.ops.iter().any(|op| matches!(op, Op::WaitEnded { .. })));
+    assert_eq!(state(&b), RunState::Running);
+    let book = b.mem.waits(&rid("r")).unwrap();
+    assert_eq!(
+        book.waits[0].status,
+        WaitStatus::ChildrenEnded {
+            ended: vec![
+                end_of("r:q.1", RunState::Completed),
+                end_of("r:q.2", RunState::Failed)
+            ]
+        }
+    );
+    // Asked again, the step creates nothing and hears how it ended.
+    let g2 = claim_r(&mut b, "w2");
+    let (again, _) = waited(&fan_out(&mut b, &g2, Join::All).answer.into_last());
+    assert_eq!(again.status, book.waits[0].status);
+    assert_eq!(b.mem.runs().filter(|r| r.parent.is_some()).count(), 2);
+    // Asked with the other join, it is a mismatch naming both terms.
+    let err = b
+        .run(open(
+            "r",
+            &g2,
+            "q",
+            on_children(&["r:q.1", "r:q.2"], Join::First),
+            None,
+        ))
+        .unwrap_err();
+    assert!(matches!(err, Error::WaitMismatch { .. }), "{err}");
+}
+
+#[test]
+fn a_wait_for_the_first_child_ends_with_it_and_cancels_the_others_in_the_same_commit() {
+    let (mut b, g) = books_with_running_run("r");
+    fan_out(&mut b, &g, Join::First);
+    // The other child runs, and awaits a child of its own.
+    let d = b.ok(acquire("r:q.1", "wc", LEASE_MS));
+    let c = guard_of(&d, "wc");
+    b.ok(transition("r:q.1", &c, RunState::Running));
+    b.ok(Command::Batch(vec![
+        create_child("r:q.1", "r:q.1:cite"),
+        open("r:q.1", &c, "cite", on_child("r:q.1:cite"), None),
+    ]));
+    let d = end_child(&mut b, "r:q.2", RunState::Completed);
+    assert_eq!(state(&b), RunState::Running);
+    let first = WaitStatus::ChildrenEnded {
+        ended: vec![end_of("r:q.2", RunState::Completed)],
+    };
+    assert_eq!(b.mem.waits(&rid("r")).unwrap().waits[0].status, first);
+    // The one commit cancelled the other, and the child it awaits.
+    for run in ["r:q.1", "r:q.1:cite"] {
+        assert_eq!(
+            b.mem.run(&rid(run)).unwrap().state,
+            RunState::Cancelled,
+            "{run}"
+        );
+        assert!(
+            d.ops
+                .iter()
+                .any(|op| matches!(op, Op::RunTransitioned { run: r, .. } if *r == rid(run))),
+            "{run}"
+        );
+    }
+    // At open, an ended child ends a wait for the first and cancels the rest.
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(create_child("r", "r:q.1"));
+    b.ok(create_child("r", "r:q.2"));
+    b.ok(operate("r:q.2", OperatorAction::Cancel));
+    b.ok(open(
+        "r",
+        &g,
+        "q",
+        on_children(&["r:q.1", "r:q.2"], Join::First),
+        None,
+    ));
+    assert_eq!(b.mem.run(&rid("r:q.1")).unwrap().state, RunState::Cancelled);
+}
+
+#[test]
+fn children_that_ended_before_the_wait_opens_end_it_at_once_by_its_join() {
+    for (join, ended) in [
+        (Join::First, vec![end_of("r:q.2", RunState::Cancelled)]),
+        (Join::All, vec![]),
+    ] {
+        let (mut b, g) = books_with_running_run("r");
+        b.ok(create_child("r", "r:q.1"));
+        b.ok(create_child("r", "r:q.2"));
+        b.ok(operate("r:q.2", OperatorAction::Cancel));
+        let d = b.ok(open(
+            "r",
+            &g,
+            "q",
+            on_children(&["r:q.1", "r:q.2"], join),
+            None,
+        ));
+        let (wait, now) = waited(&d);
+        if ended.is_empty() {
+            // One of two ended: a wait for all stays open.
+            assert!(wait.is_open(), "{join}");
+            assert_eq!(now, RunState::WaitingTool);
+        } else {
+            assert_eq!(wait.status, WaitStatus::ChildrenEnded { ended }, "{join}");
+            assert_eq!(now, RunState::Running);
+        }
+    }
+}
+
+#[test]
+fn cancelling_a_parent_cancels_every_child_of_its_fan_out_and_their_children() {
+    let (mut b, g) = books_with_running_run("r");
+    fan_out(&mut b, &g, Join::All);
+    let d = b.ok(acquire("r:q.1", "wc", LEASE_MS));
+    let c = guard_of(&d, "wc");
+    b.ok(transition("r:q.1", &c, RunState::Running));
+    b.ok(Command::Batch(vec![
+        create_child("r:q.1", "r:q.1:cite"),
+        open("r:q.1", &c, "cite", on_child("r:q.1:cite"), None),
+    ]));
+    let d = b.ok(operate("r", OperatorAction::Cancel));
+    for run in ["r", "r:q.1", "r:q.2", "r:q.1:cite"] {
+        assert_eq!(
+            b.mem.run(&rid(run)).unwrap().state,
+            RunState::Cancelled,
+            "{run}"
+        );
+    }
+    assert!(!d.ops.iter().any(|op| matches!(op, Op::WaitEnded { .. })));
+}
+
+#[test]
+fn a_fan_out_names_one_to_the_most_children_each_once_none_itself_each_its_own() {
+    let (mut b, g) = books_with_running_run("r");
+    b.ok(create_child("r", "r:q.1"));
+    b.ok(create("other", b"o"));
+    let many: Vec<String> = (0..=CHILDREN_MAX).map(|i| format!("r:m.{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    for (step, wait_for) in [
+        ("a", on_children(&[], Join::All)),
+        ("b", on_children(&["r:q.1", "r:q.1"], Join::All)),
+        ("c", on_children(&["r:q.1", "r"], Join::First)),
+        ("d", on_children(&["r:q.1", "other"], Join::All)),
+        ("e", on_children(&["r:q.1", "missing"], Join::All)),
+        ("f", on_children(&many, Join::All)),
+    ] {
+        let err = b.run(open("r", &g, step, wait_for, None)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidCommand { .. } | Error::NotFound { .. } | Error::TooLarge { .. }
+            ),
+            "{step}: {err}"
+        );
+    }
+    assert_eq!(state(&b), RunState::Running);
+}
+
 fn deliver(key: &EffectKey, outcome: Outcome) -> Command {
     Command::DeliverReply(DeliverReply {
         key: key.clone(),

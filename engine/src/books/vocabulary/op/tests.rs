@@ -1,7 +1,7 @@
 use super::*;
 use crate::books::PartRef;
 use crate::books::Usage;
-use crate::books::WaitFor;
+use crate::books::{ChildEnd, Join, WaitFor};
 use crate::books::{Compensation, ToolClass};
 use crate::books::{EffectKind, StepId, WorkerId};
 use proptest::prelude::*;
@@ -377,6 +377,20 @@ fn wait_status() -> impl Strategy<Value = WaitStatus> {
         (state(), proptest::option::of(any::<u64>()))
             .prop_map(|(state, checkpoint)| WaitStatus::ChildEnded { state, checkpoint }),
         status().prop_map(|status| WaitStatus::Replied { status }),
+        proptest::collection::vec(
+            (run_id(), state(), proptest::option::of(any::<u64>())),
+            0..3
+        )
+        .prop_map(|ended| WaitStatus::ChildrenEnded {
+            ended: ended
+                .into_iter()
+                .map(|(run, state, checkpoint)| ChildEnd {
+                    run,
+                    state,
+                    checkpoint
+                })
+                .collect()
+        }),
     ]
 }
 
@@ -387,6 +401,12 @@ fn wait_record() -> impl Strategy<Value = WaitRecord> {
         Just(WaitFor::Timer),
         run_id().prop_map(|run| WaitFor::Child { run }),
         key().prop_map(|key| WaitFor::Reply { key }),
+        (proptest::collection::vec(run_id(), 0..3), any::<bool>()).prop_map(|(runs, first)| {
+            WaitFor::Children {
+                runs,
+                join: if first { Join::First } else { Join::All },
+            }
+        }),
     ];
     (
         name(),
@@ -480,13 +500,13 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
             "version {old} is still read"
         );
     }
-    for version in [0u8, 8, 9, 255] {
+    for version in [0u8, 9, 10, 255] {
         let mut other = payload.clone();
         other[0] = version;
         assert_eq!(unsupported_payload_version(&other), Some(version));
         let err = decode_ops(&other).unwrap_err();
         let expected = format!(
-            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7"
+            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8"
         );
         assert!(err.to_string().contains(&expected), "{err}");
     }
