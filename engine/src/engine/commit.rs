@@ -424,7 +424,7 @@ impl Engine {
             return None;
         };
         let book = books.waits(&decision.run)?;
-        let wait = book.wait_at(&decision.step)?;
+        let wait = book.approval_at(&decision.step)?;
         let crate::books::WaitFor::Approval { args_digest, role } = &wait.wait_for else {
             return None;
         };

@@ -922,7 +922,7 @@ impl RunCtx<'_> {
                 let book = engine
                     .waits(&self.run)
                     .map_err(|e| self.engine_stop(e, &at()))?;
-                let opened = book.waits.iter().rev().find(|w| w.step == step);
+                let opened = book.wait_like(&step, &wait_for);
                 Some(match opened.and_then(|w| w.deadline_ms) {
                     Some(recorded) => recorded,
                     None => engine.clock().now_ms().saturating_add(ms),

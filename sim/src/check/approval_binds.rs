@@ -20,7 +20,7 @@ pub fn approval_binds_its_effect(
     };
     let wait = model
         .waits(&decision.run)
-        .and_then(|book| book.wait_at(&decision.step).cloned());
+        .and_then(|book| book.approval_at(&decision.step).cloned());
     let Some(wait) = wait else {
         return Err(format!(
             "the engine took a decision on step {} of run {}, which asked for no approval",

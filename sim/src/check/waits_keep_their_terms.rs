@@ -166,7 +166,7 @@ pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
         let run = entry.key.run();
         let Some(wait) = books
             .waits(run)
-            .and_then(|book| book.wait_at(entry.key.step()).cloned())
+            .and_then(|book| book.approval_at(entry.key.step()).cloned())
         else {
             continue;
         };

@@ -555,9 +555,17 @@ fn wait_opened(
     require(book.open_wait().is_none(), op, || {
         format!("run {id} already waits at another step")
     })?;
-    require(book.wait_at(&wait.step).is_none(), op, || {
-        format!("step {} of run {id} already waited", wait.step)
-    })?;
+    require(
+        book.wait_like(&wait.step, &wait.wait_for).is_none(),
+        op,
+        || {
+            format!(
+                "step {} of run {id} already waited for a {}",
+                wait.step,
+                wait.wait_for.kind()
+            )
+        },
+    )?;
     require(wait.seq == book.waits.len() as u64 + 1, op, || {
         format!(
             "wait {} of run {id} is out of order: {} is next",

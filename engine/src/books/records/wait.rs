@@ -105,6 +105,20 @@ impl WaitFor {
         }
     }
 
+    /// What kind of wait this is: `approval`, `signal`, `timer`, `child`
+    /// (one child or several) or `reply`. A step opens at most one wait of
+    /// each kind (an approval and then the reply of the act it approved,
+    /// say).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WaitFor::Approval { .. } => "approval",
+            WaitFor::Signal { .. } => "signal",
+            WaitFor::Timer => "timer",
+            WaitFor::Child { .. } | WaitFor::Children { .. } => "child",
+            WaitFor::Reply { .. } => "reply",
+        }
+    }
+
     /// The child runs this wait awaits: none, one or several.
     pub fn awaited_children(&self) -> &[RunId] {
         match self {
@@ -220,7 +234,7 @@ impl WaitStatus {
 /// One wait of a run, at one step.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaitRecord {
-    /// The step that waits (one wait per step).
+    /// The step that waits (at most one wait of each kind per step).
     pub step: StepId,
     /// Its number among the run's waits, from 1.
     pub seq: u64,
@@ -277,9 +291,24 @@ impl WaitBook {
         self.waits.last().filter(|w| w.is_open())
     }
 
-    /// The wait of `step`, if it opened one.
+    /// The latest wait of `step`, if it opened one.
     pub fn wait_at(&self, step: &StepId) -> Option<&WaitRecord> {
-        self.waits.iter().find(|w| w.step == *step)
+        self.waits.iter().rev().find(|w| w.step == *step)
+    }
+
+    /// The wait of `step` of the same kind as `wait_for` ([`WaitFor::kind`]),
+    /// if it opened one.
+    pub fn wait_like(&self, step: &StepId, wait_for: &WaitFor) -> Option<&WaitRecord> {
+        self.waits
+            .iter()
+            .find(|w| w.step == *step && w.wait_for.kind() == wait_for.kind())
+    }
+
+    /// The approval `step` asked for, if it asked for one.
+    pub fn approval_at(&self, step: &StepId) -> Option<&WaitRecord> {
+        self.waits
+            .iter()
+            .find(|w| w.step == *step && matches!(w.wait_for, WaitFor::Approval { .. }))
     }
 
     /// The first signal named `name` in the inbox.

@@ -14,7 +14,9 @@
 //! wait and starts the run in the same commit.
 //!
 //! Invariants: a run has at most one open wait, the last of its book, and
-//! only while it is waiting or paused; a step opens at most one wait, and
+//! only while it is waiting or paused; a step opens at most one wait of
+//! each kind ([`WaitFor::kind`]: an approval, then the reply of the act it
+//! approved), and
 //! asking again with the same terms answers with the wait as it stands
 //! (so a resumed worker learns how it ended); an approval is bound to the
 //! arguments digest of the effect it approves and is refused for any other,
@@ -151,7 +153,7 @@ pub(crate) fn decide_open_wait(
     let book = state
         .waits(&run.id)
         .unwrap_or_else(|| WaitBook::new(run.id.clone()));
-    if let Some(found) = book.wait_at(&cmd.step) {
+    if let Some(found) = book.wait_like(&cmd.step, &cmd.wait_for) {
         if found.wait_for != cmd.wait_for || found.deadline_ms != cmd.deadline_ms {
             return Err(Error::WaitMismatch {
                 run: run.id.clone(),
@@ -515,8 +517,9 @@ fn open_wait_at<'b>(
     run: &RunId,
     step: &StepId,
 ) -> Result<&'b WaitRecord> {
-    let wait = book
-        .and_then(|b| b.wait_at(step))
+    let open = book.and_then(|b| b.open_wait()).filter(|w| w.step == *step);
+    let wait = open
+        .or_else(|| book.and_then(|b| b.wait_at(step)))
         .ok_or_else(|| Error::NotFound {
             what: format!("a wait at step {step} of run {run}"),
         })?;
@@ -726,7 +729,7 @@ pub(crate) fn check_approved(
     let Some(book) = state.waits(&run.id) else {
         return Ok(());
     };
-    let Some(wait) = book.wait_at(step) else {
+    let Some(wait) = book.approval_at(step) else {
         return Ok(());
     };
     let WaitFor::Approval {

@@ -525,6 +525,46 @@ fn waiting_for_screen() -> (Books, Guard, EffectKey) {
     (b, g, key)
 }
 
+#[test]
+fn a_step_approved_first_may_then_wait_for_its_acts_reply_one_wait_of_each_kind() {
+    let (mut b, g) = books_with_running_run("r");
+    let approval = approval_of(b"screen acme");
+    let deadline = Some(b.now_ms + DAY_MS);
+    b.ok(open("r", &g, "screen", approval.clone(), deadline));
+    b.ok(decide("r", "screen", b"screen acme", "finance", true));
+    let g = claim_r(&mut b, "w2");
+    // Asked again, the approval answers as it ended.
+    let (asked, _) = waited(&b.ok(open("r", &g, "screen", approval, deadline)));
+    assert_eq!(asked.status.name(), "approved");
+    let key = begin_screen(&mut b, &g);
+    let on_reply = WaitFor::Reply { key: key.clone() };
+    let (wait, now) = waited(&b.ok(open("r", &g, "screen", on_reply.clone(), None)));
+    assert_eq!(
+        (wait.status, now),
+        (WaitStatus::Open, RunState::WaitingTool)
+    );
+    b.ok(deliver(&key, confirmed(b"clear")));
+    assert_eq!(state(&b), RunState::Running);
+    let book = b.mem.waits(&rid("r")).unwrap();
+    assert_eq!(book.waits.len(), 2);
+    assert_eq!(
+        book.approval_at(&sid("screen")).unwrap().status.name(),
+        "approved"
+    );
+    assert_eq!(
+        book.wait_at(&sid("screen")).unwrap().status.name(),
+        "replied"
+    );
+    // A second wait of a kind the step already opened, with other terms,
+    // is still a mismatch.
+    let g = claim_r(&mut b, "w3");
+    let other = approval_of(b"screen globex");
+    let err = b
+        .run(open("r", &g, "screen", other, Some(b.now_ms + DAY_MS)))
+        .unwrap_err();
+    assert!(matches!(err, Error::WaitMismatch { .. }), "{err}");
+}
+
 fn replied_at(d: &Decided) -> Option<StepId> {
     match &d.answer {
         Answer::Replied { wait_ended, .. } => wait_ended.clone(),
