@@ -104,6 +104,10 @@ pub enum PlantedBug {
     /// A step's retry after a retryable failure sends the new attempt's
     /// request under the key of the attempt that failed.
     RetryReusesFailedKey,
+    /// An operator's move to another agent version is decided as if the
+    /// run held no lease, so a run moves under its holder's feet and the
+    /// old version's handler goes on acting on it.
+    MoveLeasedRun,
 }
 
 impl PlantedBug {
@@ -147,14 +151,15 @@ impl PlantedBug {
 
     /// The bugs of the runtime, which the runtime family of the agent
     /// campaign catches.
-    pub const RUNTIME: [PlantedBug; 3] = [
+    pub const RUNTIME: [PlantedBug; 4] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
+        PlantedBug::MoveLeasedRun,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 33] = [
+    pub const ALL: [PlantedBug; 34] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -188,6 +193,7 @@ impl PlantedBug {
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
+        PlantedBug::MoveLeasedRun,
     ];
 
     /// The bug's command-line name.
@@ -226,6 +232,7 @@ impl PlantedBug {
             PlantedBug::RenewAfterLoss => "renew-after-loss",
             PlantedBug::ResendConfirmedStep => "resend-confirmed-step",
             PlantedBug::RetryReusesFailedKey => "retry-reuses-failed-key",
+            PlantedBug::MoveLeasedRun => "move-leased-run",
         }
     }
 

@@ -82,8 +82,9 @@ op.resource_released               140b637573746f6d65723a343202723104c49001
 op.run_pruned                      16027231a09c01
 op.shared_set                      1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
 op.shared_set.cleared_by_operator  1507646e633a633432030003bb9401036f70730000000177
-payload.two_ops                    07020302723103f02e09882704027231030ad836
-payload.no_ops                     0700
+op.run_version_moved               170272310673686f7040310673686f7040320988a40105086f70732d616e6e610f763220726f756e6473207269676874
+payload.two_ops                    08020302723103f02e09882704027231030ad836
+payload.no_ops                     0800
 row.run                            931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                       a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                         f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
@@ -110,6 +111,7 @@ row.audit.resource_acquired        f52f96e61298750103110b637573746f6d65723a3432e
 row.audit.resource_renewed         ebc386c31398750103120b637573746f6d65723a3432d08c010179
 row.audit.resource_released        f1d24ad01498750103130b637573746f6d65723a34320179
 row.audit.shared_set               746f1a4c15987501031407646e633a6334320201d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0179
+row.audit.version_moved            3c67dfb31698750103150673686f7040310673686f704032086f70732d616e6e610179
 row.waits                          1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
 row.budgets                        9ff5e5850272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d030202027231027031d0860301e0d403
 row.sagas                          e7e4351a027231020273310273320106
@@ -729,6 +731,19 @@ fn ops() -> Vec<(&'static str, Op)> {
                 },
             },
         ),
+        (
+            "op.run_version_moved",
+            Op::RunVersionMoved {
+                run: run_id(),
+                from: "shop@1".into(),
+                to: "shop@2".into(),
+                version: 9,
+                at_ms: 21_000,
+                token: FencingToken(5),
+                operator: "ops-anna".into(),
+                reason: "v2 rounds right".into(),
+            },
+        ),
     ]
 }
 
@@ -1010,6 +1025,18 @@ fn audit_entries() -> Vec<(&'static str, AuditEntry)> {
                 },
             ),
         ),
+        (
+            "row.audit.version_moved",
+            audit(
+                22,
+                tok,
+                AuditWhat::VersionMoved {
+                    from: "shop@1".into(),
+                    to: "shop@2".into(),
+                    operator: "ops-anna".into(),
+                },
+            ),
+        ),
     ]
 }
 
@@ -1261,6 +1288,7 @@ fn op_index(op: &Op) -> u8 {
         Op::ResourceReleased { .. } => 20,
         Op::SharedSet { .. } => 21,
         Op::RunPruned { .. } => 22,
+        Op::RunVersionMoved { .. } => 23,
     }
 }
 
@@ -1328,6 +1356,7 @@ fn audit_index(what: &AuditWhat) -> u8 {
         AuditWhat::ResourceRenewed { .. } => 18,
         AuditWhat::ResourceReleased { .. } => 19,
         AuditWhat::SharedSet { .. } => 20,
+        AuditWhat::VersionMoved { .. } => 21,
     }
 }
 
@@ -1367,7 +1396,7 @@ fn every_op_variant_starts_with_its_index_and_has_a_fixture() {
     assert_all(
         ops.iter().map(|(_, op)| op_index(op)),
         &[
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
         ],
         "op",
     );
@@ -1401,7 +1430,7 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
     assert_all(
         whats,
         &[
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
         ],
         "audit",
     );
@@ -1453,22 +1482,23 @@ fn a_payload_is_the_version_byte_then_the_op_list() {
     assert_eq!(payload[2..], [ops[0].encode(), ops[1].encode()].concat());
 }
 
-/// Versions 2 to 7 only appended variants, so the payload of a record of
+/// Versions 2 to 8 only appended variants, so the payload of a record of
 /// an older version (the bytes `payload.two_ops` had when those versions
 /// were written) still decodes to the same ops.
 #[test]
-fn version_1_to_6_payloads_still_decode() {
+fn version_1_to_7_payloads_still_decode() {
     let v1 = unhex("01020302723103f02e09882704027231030ad836").unwrap();
     let v2 = unhex("02020302723103f02e09882704027231030ad836").unwrap();
     let v3 = unhex("03020302723103f02e09882704027231030ad836").unwrap();
     let v4 = unhex("04020302723103f02e09882704027231030ad836").unwrap();
     let v5 = unhex("05020302723103f02e09882704027231030ad836").unwrap();
     let v6 = unhex("06020302723103f02e09882704027231030ad836").unwrap();
+    let v7 = unhex("07020302723103f02e09882704027231030ad836").unwrap();
     assert_eq!(
-        (v1[0], v2[0], v3[0], v4[0], v5[0], v6[0]),
-        (1, 2, 3, 4, 5, 6)
+        (v1[0], v2[0], v3[0], v4[0], v5[0], v6[0], v7[0]),
+        (1, 2, 3, 4, 5, 6, 7)
     );
-    for old in [&v1, &v2, &v3, &v4, &v5, &v6] {
+    for old in [&v1, &v2, &v3, &v4, &v5, &v6, &v7] {
         assert_eq!(
             decode_ops(old).unwrap(),
             vec![lease_renewed(), lease_released()]

@@ -63,6 +63,7 @@ pub(crate) use rules::saga::{next_walking as saga_next_walking, skip_sagas};
 pub use views::mem::MemBooks;
 pub use views::overlay::{Overlay, Writes};
 pub use vocabulary::answer::{Answer, Begun, Decided};
+pub use vocabulary::command::MoveVersion;
 pub use vocabulary::command::{
     AcquireLease, AcquireResource, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun,
     DecideApproval, DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction,

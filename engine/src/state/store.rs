@@ -40,14 +40,15 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// table (`books_sagas`), the resource leases (`books_resources`) and the
 /// shared keys (`books_shared`), and lets a run row hold
 /// `RunState::Compensating` (appended). Version 7 lets an effect row hold
-/// `ToolClass::IdempotentWithMargin` (appended; no table changed).
-pub const STATE_SCHEMA_VERSION: u64 = 7;
+/// `ToolClass::IdempotentWithMargin` (appended; no table changed), and version
+/// 8 an audit row hold `AuditWhat::VersionMoved` (appended alike).
+pub const STATE_SCHEMA_VERSION: u64 = 8;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited, had a budget or compensated), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 7] = [1, 2, 3, 4, 5, 6, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -564,17 +565,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(8));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 8");
+        set_schema_version(&storage, &path, Some(9));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 9");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 8, supported: 7 } if file == &path
+                Error::UnsupportedFormat { file, found: 9, supported: 8 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 7"),
+            err.to_string().contains("this build reads version 8"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));
@@ -585,7 +586,7 @@ mod tests {
         // tables), and so is version 2 (it lacks the budget books table).
         set_schema_version(&storage, &path, None);
         StateStore::open(&storage, &path, true).expect("no version recorded");
-        for version in [1, 2, 3, 4, 5, 6, STATE_SCHEMA_VERSION] {
+        for version in [1, 2, 3, 4, 5, 6, 7, STATE_SCHEMA_VERSION] {
             set_schema_version(&storage, &path, Some(version));
             StateStore::open(&storage, &path, true).expect("an older version opens");
         }

@@ -261,6 +261,27 @@ pub enum Op {
         /// When, ms since the epoch.
         at_ms: u64,
     },
+    /// An operator moved a run that is not over, and that no worker held,
+    /// from one agent version to another (`kind@1` to `kind@2`): the next
+    /// claim resumes it with the new version's handler.
+    RunVersionMoved {
+        /// The run.
+        run: RunId,
+        /// The agent version it ran at.
+        from: String,
+        /// The agent version it runs at now.
+        to: String,
+        /// Its version (the record's change counter) after.
+        version: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// The run's current token (journaled; no lease is needed).
+        token: FencingToken,
+        /// Who moved it.
+        operator: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -306,6 +327,7 @@ impl Op {
             Op::ResourceReleased { .. } => "ResourceReleased",
             Op::SharedSet { .. } => "SharedSet",
             Op::RunPruned { .. } => "RunPruned",
+            Op::RunVersionMoved { .. } => "RunVersionMoved",
         }
     }
 
@@ -327,7 +349,8 @@ impl Op {
             | Op::ResourceAcquired { run, .. }
             | Op::ResourceRenewed { run, .. }
             | Op::ResourceReleased { run, .. }
-            | Op::RunPruned { run, .. } => Some(run),
+            | Op::RunPruned { run, .. }
+            | Op::RunVersionMoved { run, .. } => Some(run),
             Op::SharedSet { change, .. } => change.run.as_ref(),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
@@ -359,16 +382,17 @@ impl Op {
 /// (`ResourceAcquired`, `ResourceRenewed`, `ResourceReleased`,
 /// `SharedSet`) and retention (`RunPruned`), and version 7 the idempotent
 /// tool with a resend margin of its own (`ToolClass::IdempotentWithMargin`),
-/// so that an older build refuses a log holding them by name instead of as
+/// and version 8 an operator's move of a run to another agent version
+/// (`RunVersionMoved`), so that an older build refuses a log holding them by name instead of as
 /// damage.
-pub const PAYLOAD_VERSION: u8 = 7;
+pub const PAYLOAD_VERSION: u8 = 8;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 7] = [1, 2, 3, 4, 5, 6, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 8] = [1, 2, 3, 4, 5, 6, 7, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 
