@@ -10,7 +10,8 @@
 //! `cargo run --release -p actum-sim -- runtime --seeds 2000`.
 
 use actum_sim::agents::rt::{
-    CONFIRMED_NOT_SENT, LIVE_LEASE, RuntimeReport, run_runtime_seed, runtime_history,
+    CONFIRMED_NOT_SENT, LIVE_LEASE, MOVED_RUN_NEW_HANDLER, RuntimeReport, run_runtime_seed,
+    runtime_history,
 };
 use actum_sim::agents::{AgentConfig, PlantedBug};
 
@@ -46,6 +47,7 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
     assert!(total.paused > 0 && total.reconciled > 0, "{total}");
     assert!(total.cancels > 0, "{total}");
     assert!(total.completed > 0 && total.model_calls > 0, "{total}");
+    assert!(total.moves > 0, "{total}");
 }
 
 #[test]
@@ -118,4 +120,9 @@ fn a_retry_reusing_the_failed_key_is_caught_by_the_worlds_record() {
         PlantedBug::RetryReusesFailedKey,
         "every done effect happened exactly once",
     );
+}
+
+#[test]
+fn a_move_under_a_live_lease_is_caught_when_the_old_handler_acts_on_the_moved_run() {
+    assert_caught_by(PlantedBug::MoveLeasedRun, MOVED_RUN_NEW_HANDLER);
 }

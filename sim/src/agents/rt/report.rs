@@ -44,6 +44,8 @@ pub struct RuntimeReport {
     pub applications: u64,
     /// Invariants checked (counting each check).
     pub checks: u64,
+    /// Runs an operator moved to another version.
+    pub moves: u64,
 }
 
 impl RuntimeReport {
@@ -67,6 +69,7 @@ impl RuntimeReport {
         self.budgets_raised += other.budgets_raised;
         self.applications += other.applications;
         self.checks += other.checks;
+        self.moves += other.moves;
     }
 }
 
@@ -76,7 +79,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled; {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved to version 2; {} tool calls, {} applied; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -90,6 +93,7 @@ impl fmt::Display for RuntimeReport {
             self.reconciled,
             self.budgets_raised,
             self.cancels,
+            self.moves,
             self.calls,
             self.applications,
             self.model_calls,
