@@ -113,11 +113,12 @@ fn a_record_in_an_unknown_payload_version_is_refused_naming_version_file_and_off
     assert!(*offset > 0, "the record's offset: {err}");
     assert_eq!(
         (*lsn, *found, *supported),
-        (Lsn(2), 9, &[1u8, 2, 3, 4, 5, 6, 7][..])
+        (Lsn(2), 9, &[1u8, 2, 3, 4, 5, 6, 7, 8][..])
     );
     let message = err.to_string();
     assert!(
-        message.contains("record payload version 9; this build reads versions 1, 2, 3, 4, 5, 6, 7"),
+        message
+            .contains("record payload version 9; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8"),
         "{message}"
     );
     assert!(
