@@ -44,6 +44,10 @@ pub enum Command {
     /// Settles an intended or unknown effect to confirmed or failed, from
     /// what the operator found out (writes).
     Reconcile(ReconcileArgs),
+    /// Moves the runs of an agent version that are not over (or the runs
+    /// named) to another version of the agent, journaled; the next claim
+    /// resumes each with the new version's handler (writes).
+    Migrate(MigrateArgs),
     /// Runs an agent workflow with a file-backed bank and mailer in child
     /// processes killed at random, and checks every effect happened once.
     Demo(DemoArgs),
@@ -211,4 +215,33 @@ pub struct CheckArgs {
     /// How many runs the demo made.
     #[arg(long)]
     pub runs: u32,
+}
+
+/// `migrate`'s arguments.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The agent kind (a runtime's runs are `KIND@VERSION`).
+    #[arg(long)]
+    pub kind: String,
+    /// The version the runs are at now.
+    #[arg(long)]
+    pub from: String,
+    /// The version to move them to.
+    #[arg(long)]
+    pub to: String,
+    /// Only this run (repeat for more); by default every run of
+    /// `KIND@FROM` that is not over.
+    #[arg(long = "run", value_name = "RUN")]
+    pub runs: Vec<String>,
+    /// Who moves them (journaled).
+    #[arg(long)]
+    pub operator: String,
+    /// Why (journaled).
+    #[arg(long)]
+    pub reason: String,
+    /// Print one JSON object instead of sentences.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -3,7 +3,8 @@
 //! Read-only commands (`inspect`, `verify`, `export`, `stuck`) open the
 //! directory on the engine's read-only view, so they write, create and
 //! remove nothing, even where an open would recover a torn tail; the
-//! writes an operator needs (`pause`, `resume`, `cancel`, `reconcile`)
+//! writes an operator needs (`pause`, `resume`, `cancel`, `reconcile`,
+//! `migrate`)
 //! open it normally, say what changed and close it cleanly. `demo` runs an
 //! agent workflow in child processes killed at random and checks that
 //! every side effect happened exactly once.
@@ -20,6 +21,7 @@ mod demo;
 mod export;
 mod failure;
 mod inspect;
+mod migrate;
 mod operate;
 mod progress;
 mod stuck;
@@ -91,6 +93,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Resume(a) => operate::run(&a, actum::books::OperatorAction::Resume),
         Command::Cancel(a) => operate::run(&a, actum::books::OperatorAction::Cancel),
         Command::Reconcile(a) => operate::reconcile(&a),
+        Command::Migrate(a) => migrate::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::DemoWorker(a) => demo::worker(&a),
         Command::DemoCheck(a) => demo::check_only(&a),

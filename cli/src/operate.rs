@@ -68,7 +68,7 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
 /// Says on stderr (stdout stays the command's answer) that the open
 /// released the leases of the process that had `dir` before, if it did:
 /// that changed the books too.
-fn say_leases_released(engine: &Engine, dir: &std::path::Path) {
+pub fn say_leases_released(engine: &Engine, dir: &std::path::Path) {
     let released = engine.recovery().leases_released;
     if released > 0 {
         // A failed write to stderr is no reason to fail the command.

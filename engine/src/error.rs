@@ -436,6 +436,16 @@ pub enum Error {
         /// What the decoder found.
         reason: String,
     },
+    /// An operator's move of a run to another agent version expected it at
+    /// one version and found it at another.
+    AgentVersionMismatch {
+        /// The run.
+        run: RunId,
+        /// The agent version the move expected (its `from`).
+        expected: String,
+        /// The agent version the run is at.
+        found: String,
+    },
 }
 
 impl Error {
@@ -788,6 +798,15 @@ impl fmt::Display for Error {
                  {presented}"
             ),
             Error::OpDecode { reason } => write!(f, "bytes are not a valid books op: {reason}"),
+            Error::AgentVersionMismatch {
+                run,
+                expected,
+                found,
+            } => write!(
+                f,
+                "run {run} runs agent {found}, not {expected}: it was not moved (read the run \
+                 again and name the version it is at)"
+            ),
         }
     }
 }

@@ -107,6 +107,10 @@ pub enum PlantedBug {
     /// A wait for all of several children ends when the first of them
     /// ends, so a fan-out's parent goes on without the others' results.
     JoinAllAtFirstEnd,
+    /// An operator's move to another agent version is decided as if the
+    /// run held no lease, so a run moves under its holder's feet and the
+    /// old version's handler goes on acting on it.
+    MoveLeasedRun,
 }
 
 impl PlantedBug {
@@ -148,17 +152,19 @@ impl PlantedBug {
         PlantedBug::ReleaseStoredLeasesOnly,
     ];
 
-    /// The bugs of the runtime, and of what only the runtime uses (the
-    /// fan-out), which the runtime family of the agent campaign catches.
-    pub const RUNTIME: [PlantedBug; 4] = [
+    /// The bugs of the runtime, and of what only the runtime family uses
+    /// (the fan-out, the operator's move to another version), which the
+    /// runtime family of the agent campaign catches.
+    pub const RUNTIME: [PlantedBug; 5] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
         PlantedBug::JoinAllAtFirstEnd,
+        PlantedBug::MoveLeasedRun,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 34] = [
+    pub const ALL: [PlantedBug; 35] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -193,6 +199,7 @@ impl PlantedBug {
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
         PlantedBug::JoinAllAtFirstEnd,
+        PlantedBug::MoveLeasedRun,
     ];
 
     /// The bug's command-line name.
@@ -232,6 +239,7 @@ impl PlantedBug {
             PlantedBug::ResendConfirmedStep => "resend-confirmed-step",
             PlantedBug::RetryReusesFailedKey => "retry-reuses-failed-key",
             PlantedBug::JoinAllAtFirstEnd => "join-all-at-first-end",
+            PlantedBug::MoveLeasedRun => "move-leased-run",
         }
     }
 

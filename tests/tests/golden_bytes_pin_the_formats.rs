@@ -84,6 +84,7 @@ op.resource_released               140b637573746f6d65723a343202723104c49001
 op.run_pruned                      16027231a09c01
 op.shared_set                      1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
 op.shared_set.cleared_by_operator  1507646e633a633432030003bb9401036f70730000000177
+op.run_version_moved               170272310673686f7040310673686f7040320988a40105086f70732d616e6e610f763220726f756e6473207269676874
 payload.two_ops                    08020302723103f02e09882704027231030ad836
 payload.no_ops                     0800
 row.run                            931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
@@ -112,6 +113,7 @@ row.audit.resource_acquired        f52f96e61298750103110b637573746f6d65723a3432e
 row.audit.resource_renewed         ebc386c31398750103120b637573746f6d65723a3432d08c010179
 row.audit.resource_released        f1d24ad01498750103130b637573746f6d65723a34320179
 row.audit.shared_set               746f1a4c15987501031407646e633a6334320201d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0179
+row.audit.version_moved            3c67dfb31698750103150673686f7040310673686f704032086f70732d616e6e610179
 row.waits                          1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
 row.budgets                        9ff5e5850272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d030202027231027031d0860301e0d403
 row.sagas                          e7e4351a027231020273310273320106
@@ -765,6 +767,19 @@ fn ops() -> Vec<(&'static str, Op)> {
                 },
             },
         ),
+        (
+            "op.run_version_moved",
+            Op::RunVersionMoved {
+                run: run_id(),
+                from: "shop@1".into(),
+                to: "shop@2".into(),
+                version: 9,
+                at_ms: 21_000,
+                token: FencingToken(5),
+                operator: "ops-anna".into(),
+                reason: "v2 rounds right".into(),
+            },
+        ),
     ]
 }
 
@@ -1046,6 +1061,18 @@ fn audit_entries() -> Vec<(&'static str, AuditEntry)> {
                 },
             ),
         ),
+        (
+            "row.audit.version_moved",
+            audit(
+                22,
+                tok,
+                AuditWhat::VersionMoved {
+                    from: "shop@1".into(),
+                    to: "shop@2".into(),
+                    operator: "ops-anna".into(),
+                },
+            ),
+        ),
     ]
 }
 
@@ -1297,6 +1324,7 @@ fn op_index(op: &Op) -> u8 {
         Op::ResourceReleased { .. } => 20,
         Op::SharedSet { .. } => 21,
         Op::RunPruned { .. } => 22,
+        Op::RunVersionMoved { .. } => 23,
     }
 }
 
@@ -1366,6 +1394,7 @@ fn audit_index(what: &AuditWhat) -> u8 {
         AuditWhat::ResourceRenewed { .. } => 18,
         AuditWhat::ResourceReleased { .. } => 19,
         AuditWhat::SharedSet { .. } => 20,
+        AuditWhat::VersionMoved { .. } => 21,
     }
 }
 
@@ -1405,7 +1434,7 @@ fn every_op_variant_starts_with_its_index_and_has_a_fixture() {
     assert_all(
         ops.iter().map(|(_, op)| op_index(op)),
         &[
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
         ],
         "op",
     );
@@ -1439,7 +1468,7 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
     assert_all(
         whats,
         &[
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
         ],
         "audit",
     );

@@ -10,8 +10,8 @@
 //! `cargo run --release -p actum-sim -- runtime --seeds 2000`.
 
 use actum_sim::agents::rt::{
-    CONFIRMED_NOT_SENT, LIVE_LEASE, RuntimeReport, WAITS_KEEP_TERMS, run_runtime_seed,
-    runtime_history,
+    CONFIRMED_NOT_SENT, LIVE_LEASE, MOVED_RUN_NEW_HANDLER, RuntimeReport, WAITS_KEEP_TERMS,
+    run_runtime_seed, runtime_history,
 };
 use actum_sim::agents::{AgentConfig, PlantedBug};
 
@@ -51,6 +51,7 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
         "{total}"
     );
     assert!(total.completed > 0 && total.model_calls > 0, "{total}");
+    assert!(total.moves > 0, "{total}");
 }
 
 #[test]
@@ -128,4 +129,9 @@ fn a_retry_reusing_the_failed_key_is_caught_by_the_worlds_record() {
 #[test]
 fn a_wait_for_all_children_ended_at_the_first_is_caught_by_the_waits_terms() {
     assert_caught_by(PlantedBug::JoinAllAtFirstEnd, WAITS_KEEP_TERMS);
+}
+
+#[test]
+fn a_move_under_a_live_lease_is_caught_when_the_old_handler_acts_on_the_moved_run() {
+    assert_caught_by(PlantedBug::MoveLeasedRun, MOVED_RUN_NEW_HANDLER);
 }

@@ -66,6 +66,7 @@ pub(crate) use rules::wait::wake_all_joins_at_first_end;
 pub use views::mem::MemBooks;
 pub use views::overlay::{Overlay, Writes};
 pub use vocabulary::answer::{Answer, Begun, Decided};
+pub use vocabulary::command::MoveVersion;
 pub use vocabulary::command::{
     AcquireLease, AcquireResource, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun,
     DecideApproval, DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction,

@@ -242,7 +242,8 @@ impl Engine {
             .planted_unpause(&view, cmd)
             .or_else(|| self.planted_wake_early(inner, &view, cmd))
             .or_else(|| self.planted_unlimited(&view, cmd))
-            .or_else(|| self.planted_unheld(&view, cmd));
+            .or_else(|| self.planted_unheld(&view, cmd))
+            .or_else(|| self.planted_unleased_move(&view, cmd));
         let decided_on = match (&unpaused, cmd) {
             (_, Command::Reserve(reserve)) if self.planted(PlantedBug::ChargeReplays) => {
                 crate::books::decide_reserve_charging_replays(&view, reserve, now_ms)
@@ -382,6 +383,26 @@ impl Engine {
         book.hold = None;
         let mut overlay = Overlay::new(books);
         overlay.put_resource(book);
+        Some(overlay)
+    }
+
+    /// Planted `MoveLeasedRun`: a move to another agent version is decided
+    /// on a view in which the run holds no lease.
+    fn planted_unleased_move<'v>(
+        &self,
+        books: &'v dyn BooksRead,
+        cmd: &Command,
+    ) -> Option<Overlay<'v>> {
+        if !self.planted(PlantedBug::MoveLeasedRun) {
+            return None;
+        }
+        let Command::MoveVersion(moved) = cmd else {
+            return None;
+        };
+        let mut record = books.run(&moved.run).filter(|r| r.lease.is_some())?;
+        record.lease = None;
+        let mut overlay = Overlay::new(books);
+        overlay.put_run(record);
         Some(overlay)
     }
 

@@ -26,6 +26,7 @@ mod reads;
 mod retention;
 mod sagas;
 mod step;
+mod versions;
 mod waits;
 
 pub use crate::books::Begun;
@@ -46,4 +47,5 @@ pub use options::{
 pub use retention::{Pruned, Retention};
 pub use sagas::SagaProgress;
 pub use step::{EffectCtx, FinishedStep, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};
+pub use versions::VersionMoved;
 pub use waits::{Signalled, Waited};

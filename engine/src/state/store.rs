@@ -42,7 +42,8 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// `RunState::Compensating` (appended). Version 7 lets an effect row hold
 /// `ToolClass::IdempotentWithMargin` (appended; no table changed), and
 /// version 8 lets a wait book's rows hold the wait for several children
-/// (`WaitFor::Children`, `WaitStatus::ChildrenEnded`, appended).
+/// (`WaitFor::Children`, `WaitStatus::ChildrenEnded`, appended) and an
+/// audit row `AuditWhat::VersionMoved` (appended alike).
 pub const STATE_SCHEMA_VERSION: u64 = 8;
 
 /// Every schema version this build opens, oldest first. An older store
@@ -587,7 +588,7 @@ mod tests {
         // tables), and so is version 2 (it lacks the budget books table).
         set_schema_version(&storage, &path, None);
         StateStore::open(&storage, &path, true).expect("no version recorded");
-        for version in [1, 2, 3, 4, 5, 6, STATE_SCHEMA_VERSION] {
+        for version in [1, 2, 3, 4, 5, 6, 7, STATE_SCHEMA_VERSION] {
             set_schema_version(&storage, &path, Some(version));
             StateStore::open(&storage, &path, true).expect("an older version opens");
         }

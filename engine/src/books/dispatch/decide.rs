@@ -23,6 +23,7 @@ use crate::books::rules::lease::{decide_acquire, decide_claim, decide_release, d
 use crate::books::rules::retention::decide_prune;
 use crate::books::rules::run::{decide_create, decide_operate, decide_transition};
 use crate::books::rules::saga::decide_end_saga;
+use crate::books::rules::version::decide_move_version;
 use crate::books::rules::wait::{decide_approval, decide_open_wait, decide_signal, wake_parents};
 use crate::books::views::overlay::Overlay;
 use crate::books::vocabulary::answer::{Answer, Decided};
@@ -75,6 +76,7 @@ fn decide_command(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<D
         Command::ReleaseResource(c) => decide_release_resource(state, c, now_ms),
         Command::SetShared(c) => decide_set_shared(state, c, now_ms),
         Command::Prune(c) => decide_prune(state, c, now_ms),
+        Command::MoveVersion(c) => decide_move_version(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),

@@ -177,6 +177,14 @@ pub fn apply(state: &mut (impl BooksWrite + ?Sized), op: &Op) -> Result<(), Appl
             change,
         } => shared_set(state, key, *version, value, change, op)?,
         Op::RunPruned { run, .. } => run_pruned(state, run, op)?,
+        Op::RunVersionMoved {
+            run,
+            from,
+            to,
+            version,
+            at_ms,
+            ..
+        } => run_version_moved(state, run, (from, to), *version, *at_ms, op)?,
     }
     if let Some((run, mut entry)) = describe(op) {
         entry.seq = state.audit_len(&run) + 1;
@@ -292,6 +300,29 @@ fn effect_intended(
     if state.blob_exists(&entry.args_digest) {
         reference(state, entry.key.run(), &entry.args_digest);
     }
+    Ok(())
+}
+
+/// An operator moved a run that is not over from one agent version to
+/// another (see `rules/version.rs`); nothing else in its record changes.
+fn run_version_moved(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    (from, to): (&String, &String),
+    version: u64,
+    at_ms: u64,
+    op: &Op,
+) -> Applied {
+    let mut run = run_of(state, id, op)?;
+    require(!run.state.is_terminal(), op, || {
+        format!("run {id} is {}, which is final", run.state)
+    })?;
+    require(run.agent_version == *from, op, || {
+        format!("run {id} runs agent {}, not {from}", run.agent_version)
+    })?;
+    bump(&mut run, version, at_ms, op)?;
+    run.agent_version = to.clone();
+    state.put_run(run);
     Ok(())
 }
 

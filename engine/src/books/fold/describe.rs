@@ -341,6 +341,28 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
         ),
         // A pruned run's journal goes with it.
         Op::RunPruned { .. } => return None,
+        Op::RunVersionMoved {
+            run,
+            from,
+            to,
+            at_ms,
+            token,
+            operator,
+            reason,
+            ..
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::VersionMoved {
+                    from: from.clone(),
+                    to: to.clone(),
+                    operator: operator.clone(),
+                },
+                reason,
+            ),
+        ),
         Op::SharedSet {
             key,
             version,

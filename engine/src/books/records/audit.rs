@@ -175,6 +175,16 @@ pub enum AuditWhat {
         /// The digest of the value set (`None`: cleared).
         value: Option<Digest>,
     },
+    /// An operator moved the run to another agent version (the reason is
+    /// the entry's `why`). Appended last: postcard encodes it by index.
+    VersionMoved {
+        /// The agent version it ran at (`kind@version`).
+        from: String,
+        /// The agent version it runs at now.
+        to: String,
+        /// Who moved it.
+        operator: String,
+    },
 }
 
 impl fmt::Display for AuditWhat {
@@ -255,6 +265,12 @@ impl fmt::Display for AuditWhat {
                 }
                 None => write!(f, "shared key {key} cleared (v{version})"),
             },
+            AuditWhat::VersionMoved { from, to, operator } => {
+                write!(
+                    f,
+                    "agent version moved from {from} to {to} by operator {operator}"
+                )
+            }
         }
     }
 }

@@ -11,4 +11,5 @@ pub(crate) mod lease;
 pub(crate) mod retention;
 pub(crate) mod run;
 pub(crate) mod saga;
+pub(crate) mod version;
 pub(crate) mod wait;

@@ -250,6 +250,19 @@ pub enum Answer {
         /// False if it held the value already.
         changed: bool,
     },
+    /// An operator's move of a run to another agent version: the version
+    /// it runs at now, and whether the move changed anything (`false`: it
+    /// was there already).
+    VersionMoved {
+        /// The run.
+        run: RunId,
+        /// The agent version it runs at now.
+        agent_version: String,
+        /// Its version (the record's change counter) now.
+        version: u64,
+        /// False if it ran at that agent version already.
+        changed: bool,
+    },
 }
 
 /// The outcome of deciding a command: the ops to log (possibly none) and

@@ -7,7 +7,8 @@
 //! are how a guard is obtained, `CreateRun`, `Operate` (an operator's
 //! pause, resume or cancel, which overrides the holder), `SetBudget` (an
 //! operator's too), and the three that come from outside the run:
-//! `DecideApproval`, `SendSignal` and `DeliverReply`.
+//! `DecideApproval`, `SendSignal` and `DeliverReply`; and `MoveVersion`,
+//! an operator's move of a run no worker holds to another agent version.
 
 use serde::{Deserialize, Serialize};
 
@@ -511,6 +512,8 @@ pub enum Command {
     SetShared(SetShared),
     /// Remove runs that are over and old enough.
     Prune(Prune),
+    /// See [`MoveVersion`].
+    MoveVersion(MoveVersion),
 }
 
 impl Command {
@@ -547,7 +550,28 @@ impl Command {
             | Command::SendSignal(_)
             | Command::DeliverReply(_)
             | Command::SetBudget(_)
+            | Command::MoveVersion(_)
             | Command::Batch(_) => None,
         }
     }
+}
+
+/// An operator moves a run to another agent version (`kind@1` to
+/// `kind@2`), with no lease: the run keeps its state, journal, ledger and
+/// checkpoints, and the next claim resumes it with the handler of `to`.
+/// Refused if the run is over, if it is not at `from`, or while a worker
+/// holds a live lease on it (that worker's handler is of `from`); a run at
+/// `to` already is left as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveVersion {
+    /// The run.
+    pub run: RunId,
+    /// The agent version the operator expects it at.
+    pub from: String,
+    /// The agent version to move it to.
+    pub to: String,
+    /// Who moves it (journaled).
+    pub operator: String,
+    /// Why (journaled).
+    pub reason: String,
 }

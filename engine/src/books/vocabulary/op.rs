@@ -261,6 +261,27 @@ pub enum Op {
         /// When, ms since the epoch.
         at_ms: u64,
     },
+    /// An operator moved a run that is not over, and that no worker held,
+    /// from one agent version to another (`kind@1` to `kind@2`): the next
+    /// claim resumes it with the new version's handler.
+    RunVersionMoved {
+        /// The run.
+        run: RunId,
+        /// The agent version it ran at.
+        from: String,
+        /// The agent version it runs at now.
+        to: String,
+        /// Its version (the record's change counter) after.
+        version: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// The run's current token (journaled; no lease is needed).
+        token: FencingToken,
+        /// Who moved it.
+        operator: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -306,6 +327,7 @@ impl Op {
             Op::ResourceReleased { .. } => "ResourceReleased",
             Op::SharedSet { .. } => "SharedSet",
             Op::RunPruned { .. } => "RunPruned",
+            Op::RunVersionMoved { .. } => "RunVersionMoved",
         }
     }
 
@@ -327,7 +349,8 @@ impl Op {
             | Op::ResourceAcquired { run, .. }
             | Op::ResourceRenewed { run, .. }
             | Op::ResourceReleased { run, .. }
-            | Op::RunPruned { run, .. } => Some(run),
+            | Op::RunPruned { run, .. }
+            | Op::RunVersionMoved { run, .. } => Some(run),
             Op::SharedSet { change, .. } => change.run.as_ref(),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
@@ -360,7 +383,9 @@ impl Op {
 /// `SharedSet`) and retention (`RunPruned`), and version 7 the idempotent
 /// tool with a resend margin of its own (`ToolClass::IdempotentWithMargin`),
 /// and version 8 the wait for several children (`WaitFor::Children`,
-/// `WaitStatus::ChildrenEnded`), so that an older build refuses a log holding them by name instead of as
+/// `WaitStatus::ChildrenEnded`) and an operator's move of a run to another
+/// agent version (`RunVersionMoved`), so that an older build refuses a log
+/// holding them by name instead of as
 /// damage.
 pub const PAYLOAD_VERSION: u8 = 8;
 

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use actum::books::{Compensation, Cost, RunId, digest_of};
 use actum::runtime::{Approval, Deadline, Fail, Join, RunCtx, Runtime, Tool as RtTool, UndoCall};
 
+use super::versions::Deploy;
 use super::world::Shared;
 use crate::agents::worker::SEARCH_HOLD_MICROS;
 use crate::agents::workflow::{APPROVAL_WINDOW_MS, COOL_OFF_MS, FINANCE, VERIFIED, vendor_payment};
@@ -69,13 +70,16 @@ impl Kind {
 }
 
 /// The version a redeployed process registers, compatible with
-/// [`VERSION`]: the same handlers, so they replay its journals.
+/// [`VERSION`] or beside it: the same handlers, so they replay its
+/// journals.
 pub const REDEPLOYED: &str = "2";
 
 /// Registers every handler and undo handler with `runtime`: at
-/// [`VERSION`], or if `redeployed` at [`REDEPLOYED`], compatible with it
-/// (runs keep the version they started with; new children start at 2).
-pub fn register(runtime: &Runtime, shared: &Arc<Shared>, redeployed: bool) -> actum::Result<()> {
+/// [`VERSION`]; or, redeployed, at [`REDEPLOYED`], compatible with it or
+/// beside it (runs keep the version they started with until an operator
+/// moves them; new runs and children start at 2). Each handler runs
+/// through [`Shared::serve`], which checks the run's version.
+pub fn register(runtime: &Runtime, shared: &Arc<Shared>, deploy: Deploy) -> actum::Result<()> {
     type Agent = fn(&mut RunCtx<'_>, &Arc<Shared>) -> Result<Vec<u8>, Fail>;
     let agents: [(&str, Agent); 6] = [
         ("shop", shop),
@@ -86,12 +90,20 @@ pub fn register(runtime: &Runtime, shared: &Arc<Shared>, redeployed: bool) -> ac
         ("vendor", vendor),
     ];
     for (kind, agent) in agents {
-        let s = Arc::clone(shared);
-        let handler = move |ctx: &mut RunCtx<'_>| agent(ctx, &s);
-        if redeployed {
-            runtime.register_compatible(kind, REDEPLOYED, &[VERSION], handler)?;
-        } else {
-            runtime.register(kind, VERSION, handler)?;
+        let handler = |version: &str| {
+            let s = Arc::clone(shared);
+            let served = deploy.served(kind, version);
+            move |ctx: &mut RunCtx<'_>| s.serve(ctx, &served, |ctx| agent(ctx, &s))
+        };
+        match deploy {
+            Deploy::First => runtime.register(kind, VERSION, handler(VERSION))?,
+            Deploy::Compatible => {
+                runtime.register_compatible(kind, REDEPLOYED, &[VERSION], handler(REDEPLOYED))?;
+            }
+            Deploy::SideBySide => {
+                runtime.register(kind, VERSION, handler(VERSION))?;
+                runtime.register(kind, REDEPLOYED, handler(REDEPLOYED))?;
+            }
         }
     }
     for name in ["bank.unsweep", "bank.unfund"] {

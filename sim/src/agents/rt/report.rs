@@ -49,6 +49,8 @@ pub struct RuntimeReport {
     pub applications: u64,
     /// Invariants checked (counting each check).
     pub checks: u64,
+    /// Runs an operator moved to another version.
+    pub moves: u64,
 }
 
 impl RuntimeReport {
@@ -74,6 +76,7 @@ impl RuntimeReport {
         self.fan_outs_first += other.fan_outs_first;
         self.applications += other.applications;
         self.checks += other.checks;
+        self.moves += other.moves;
     }
 }
 
@@ -83,7 +86,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved to version 2; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -97,6 +100,7 @@ impl fmt::Display for RuntimeReport {
             self.reconciled,
             self.budgets_raised,
             self.cancels,
+            self.moves,
             self.fan_outs,
             self.fan_outs_first,
             self.calls,

@@ -31,6 +31,7 @@ use actum::{Clock, DatabaseId, Engine, EngineOptions, Storage};
 use super::agents::{self, Kind};
 use super::clock::TickingClock;
 use super::report::RuntimeReport;
+use super::versions::{Deploy, MOVE_JOURNALED, moves_are_journaled};
 use super::world::Shared;
 use crate::agents::sim::research_budget;
 use crate::agents::worker::DECISION_HOLD;
@@ -98,8 +99,9 @@ struct RtSim {
     /// Each run's input, in the order of `runs`.
     inputs: Vec<Vec<u8>>,
     checkpoint_every_records: u64,
-    /// True once the process came back as version 2 (and stays so).
-    redeployed: bool,
+    /// What the process serves: version 1, then, once it came back as a
+    /// redeploy, version 2 too (and stays so).
+    deploy: Deploy,
 }
 
 impl RtSim {
@@ -141,12 +143,15 @@ impl RtSim {
             .map(|(run, _)| (run.clone(), plan.below(6)))
             .collect();
         let checkpoint_every_records = 8 + plan.below(120);
+        let events = root.fork("events");
+        let crashes = root.fork("crashes");
+        let operator = root.fork("operator");
         let shared = Arc::new(Shared::new(
             clock,
             disk,
             workers,
             LEASE_TTL_MS,
-            fates,
+            (fates, operator),
             history,
         ));
         RtSim {
@@ -154,13 +159,13 @@ impl RtSim {
             config: config.clone(),
             shared,
             storage,
-            events: root.fork("events"),
-            crashes: root.fork("crashes"),
+            events,
+            crashes,
             runs,
             budgets,
             inputs,
             checkpoint_every_records,
-            redeployed: false,
+            deploy: Deploy::First,
         }
     }
 
@@ -225,6 +230,10 @@ impl RtSim {
         self.shared.state().report.runs = self.runs.len() as u64;
         for _ in 0..self.config.events {
             self.event()?;
+            if self.shared.state().serves_v2 && !self.shared.dead() {
+                let live: Vec<RunId> = self.live_runs().into_iter().map(|(r, _)| r).collect();
+                self.shared.maybe_move_some(&live);
+            }
             self.violated()?;
             if self.shared.dead() {
                 self.crash()?;
@@ -321,11 +330,20 @@ impl RtSim {
                     };
                     let runtime = Runtime::with_options(Arc::new(engine), options);
                     // A crashed process may come back as a redeploy.
-                    if !self.redeployed && self.shared.state().report.crashes > 0 {
-                        self.redeployed = self.crashes.below(2) == 0;
+                    if self.deploy == Deploy::First
+                        && self.shared.state().report.crashes > 0
+                        && self.crashes.below(2) == 0
+                    {
+                        let beside = self.shared.state().operator.below(2) == 0;
+                        self.deploy = if beside {
+                            Deploy::SideBySide
+                        } else {
+                            Deploy::Compatible
+                        };
                     }
-                    agents::register(&runtime, &self.shared, self.redeployed)
+                    agents::register(&runtime, &self.shared, self.deploy)
                         .map_err(|e| self.fail("handlers register", e.to_string()))?;
+                    self.shared.state().serves_v2 = self.deploy != Deploy::First;
                     self.shared.set_runtime(Some(Arc::new(runtime)));
                     return self.completed_survive();
                 }
@@ -652,11 +670,12 @@ impl RtSim {
         self.recover()?;
         let engine = self.shared.engine().expect("recovered");
         let books = self.books(&engine)?;
-        let (log, deliveries) = {
+        let (log, deliveries, moves) = {
             let state = self.shared.state();
             (
                 state.world.log().to_vec(),
                 state.world.deliveries().to_vec(),
+                state.moves.clone(),
             )
         };
         type Check<'a> = (&'static str, Box<dyn Fn() -> Result<(), String> + 'a>);
@@ -704,6 +723,10 @@ impl RtSim {
             (
                 "a resend carries the same payload",
                 Box::new(|| check::resends_carry_the_same_payload(&deliveries)),
+            ),
+            (
+                MOVE_JOURNALED,
+                Box::new(|| moves_are_journaled(&engine, &moves)),
             ),
         ];
         for (invariant, check) in &checks {

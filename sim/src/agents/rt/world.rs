@@ -24,6 +24,7 @@ use actum::{Clock, Engine};
 
 use super::clock::TickingClock;
 use super::report::RuntimeReport;
+use super::versions::Move;
 use crate::agents::History;
 use crate::disk::SimDisk;
 use crate::rng::Rng;
@@ -69,6 +70,15 @@ pub struct State {
     pub report: RuntimeReport,
     /// Runs the runtime answered `Completed` for: they must stay so.
     pub completed: BTreeSet<RunId>,
+    /// The operator's choices (`versions.rs`).
+    pub operator: Rng,
+    /// True once the process serves version 2.
+    pub serves_v2: bool,
+    /// The handlers running now, innermost last: the run and the agent
+    /// versions the handler serves.
+    pub serving: Vec<(RunId, Vec<String>)>,
+    /// The moves to another version the engine answered done.
+    pub moves: Vec<Move>,
 }
 
 impl Shared {
@@ -78,7 +88,7 @@ impl Shared {
         disk: SimDisk,
         workers: Vec<WorkerId>,
         lease_ttl_ms: u64,
-        fates: Rng,
+        (fates, operator): (Rng, Rng),
         history: History,
     ) -> Shared {
         Shared {
@@ -96,6 +106,10 @@ impl Shared {
                 history,
                 report: RuntimeReport::default(),
                 completed: BTreeSet::new(),
+                operator,
+                serves_v2: false,
+                serving: Vec::new(),
+                moves: Vec::new(),
             }),
         }
     }
@@ -186,6 +200,12 @@ impl Shared {
         let acting = matches!(ask, Ask::Act { .. });
         if acting && !self.runtime_may_send(call) {
             return unknown("not sent: the harness found the runtime wrong");
+        }
+        if acting {
+            // After the check at the handoff: the operator's engine calls
+            // read the clock, which may jump, and the runtime's promise is
+            // about the moment it hands the call over.
+            self.maybe_move_mid_call(call.key.run());
         }
         if self.dead() {
             return unknown("not sent: the process died reading its books");
@@ -295,6 +315,11 @@ impl Shared {
                     call.key, call.token.0, call.deadline_ms
                 ),
             );
+            return false;
+        }
+        if let Some(served) = self.serving(key.run())
+            && !self.check_version(key.run(), call.token, &served, "acts")
+        {
             return false;
         }
         if let Some(entry) = entry

@@ -302,6 +302,27 @@ fn op() -> impl Strategy<Value = Op> {
                 token,
             }
         }),
+        (
+            run_id(),
+            (".{0,8}", ".{0,8}"),
+            any::<(u64, u64)>(),
+            token(),
+            (name(), ".{0,8}")
+        )
+            .prop_map(
+                |(run, (from, to), (version, at_ms), token, (operator, reason))| {
+                    Op::RunVersionMoved {
+                        run,
+                        from,
+                        to,
+                        version,
+                        at_ms,
+                        token,
+                        operator,
+                        reason,
+                    }
+                }
+            ),
     ]
 }
 
@@ -491,7 +512,7 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
     assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
     assert_eq!(decode_ops(&payload).unwrap(), ops);
     assert_eq!(unsupported_payload_version(&payload), None);
-    for old in [1u8, 2, 3, 4, 5, 6] {
+    for old in [1u8, 2, 3, 4, 5, 6, 7] {
         let mut before = payload.clone();
         before[0] = old;
         assert_eq!(
