@@ -111,6 +111,10 @@ pub enum PlantedBug {
     /// run held no lease, so a run moves under its holder's feet and the
     /// old version's handler goes on acting on it.
     MoveLeasedRun,
+    /// The runtime skips its journal check: a resumed handler whose n-th
+    /// call is not the journal's n-th goes on as if the call were new, so
+    /// a handler changed under a run in flight acts.
+    SkipJournalCheck,
 }
 
 impl PlantedBug {
@@ -155,16 +159,17 @@ impl PlantedBug {
     /// The bugs of the runtime, and of what only the runtime family uses
     /// (the fan-out, the operator's move to another version), which the
     /// runtime family of the agent campaign catches.
-    pub const RUNTIME: [PlantedBug; 5] = [
+    pub const RUNTIME: [PlantedBug; 6] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
         PlantedBug::JoinAllAtFirstEnd,
         PlantedBug::MoveLeasedRun,
+        PlantedBug::SkipJournalCheck,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 35] = [
+    pub const ALL: [PlantedBug; 36] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -200,6 +205,7 @@ impl PlantedBug {
         PlantedBug::RetryReusesFailedKey,
         PlantedBug::JoinAllAtFirstEnd,
         PlantedBug::MoveLeasedRun,
+        PlantedBug::SkipJournalCheck,
     ];
 
     /// The bug's command-line name.
@@ -240,6 +246,7 @@ impl PlantedBug {
             PlantedBug::RetryReusesFailedKey => "retry-reuses-failed-key",
             PlantedBug::JoinAllAtFirstEnd => "join-all-at-first-end",
             PlantedBug::MoveLeasedRun => "move-leased-run",
+            PlantedBug::SkipJournalCheck => "skip-journal-check",
         }
     }
 

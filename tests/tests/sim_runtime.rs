@@ -10,8 +10,8 @@
 //! `cargo run --release -p actum-sim -- runtime --seeds 2000`.
 
 use actum_sim::agents::rt::{
-    CONFIRMED_NOT_SENT, LIVE_LEASE, MOVED_RUN_NEW_HANDLER, RuntimeReport, WAITS_KEEP_TERMS,
-    run_runtime_seed, runtime_history,
+    CONFIRMED_NOT_SENT, DIVERGED_NEVER_ACTS, LIVE_LEASE, MOVED_RUN_NEW_HANDLER, RuntimeReport,
+    WAITS_KEEP_TERMS, run_runtime_seed, runtime_history,
 };
 use actum_sim::agents::{AgentConfig, PlantedBug};
 
@@ -52,6 +52,7 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
     );
     assert!(total.completed > 0 && total.model_calls > 0, "{total}");
     assert!(total.moves > 0, "{total}");
+    assert!(total.diverged > 0 && total.rollbacks > 0, "{total}");
 }
 
 #[test]
@@ -134,4 +135,9 @@ fn a_wait_for_all_children_ended_at_the_first_is_caught_by_the_waits_terms() {
 #[test]
 fn a_move_under_a_live_lease_is_caught_when_the_old_handler_acts_on_the_moved_run() {
     assert_caught_by(PlantedBug::MoveLeasedRun, MOVED_RUN_NEW_HANDLER);
+}
+
+#[test]
+fn a_runtime_that_skips_its_journal_check_is_caught_acting_on_a_diverged_run() {
+    assert_caught_by(PlantedBug::SkipJournalCheck, DIVERGED_NEVER_ACTS);
 }

@@ -93,14 +93,20 @@ pub fn register(runtime: &Runtime, shared: &Arc<Shared>, deploy: Deploy) -> actu
         let handler = |version: &str| {
             let s = Arc::clone(shared);
             let served = deploy.served(kind, version);
+            // Version 2's research renamed its searches: only the broken
+            // deploy and its fix run that code.
+            let renamed = version == REDEPLOYED
+                && kind == "research"
+                && matches!(deploy, Deploy::Broken | Deploy::RolledBack);
+            let agent: Agent = if renamed { research_renamed } else { agent };
             move |ctx: &mut RunCtx<'_>| s.serve(ctx, &served, |ctx| agent(ctx, &s))
         };
         match deploy {
             Deploy::First => runtime.register(kind, VERSION, handler(VERSION))?,
-            Deploy::Compatible => {
+            Deploy::Compatible | Deploy::Broken => {
                 runtime.register_compatible(kind, REDEPLOYED, &[VERSION], handler(REDEPLOYED))?;
             }
-            Deploy::SideBySide => {
+            Deploy::SideBySide | Deploy::RolledBack => {
                 runtime.register(kind, VERSION, handler(VERSION))?;
                 runtime.register(kind, REDEPLOYED, handler(REDEPLOYED))?;
             }
@@ -262,13 +268,34 @@ fn treasury(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
 }
 
 fn research(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    research_naming(ctx, s, |round| format!("search-{round}"))
+}
+
+/// Version 2's research, as the broken deploy ships it: from round 2 on
+/// its searches are named `lookup-<round>`, a change a run of version 1
+/// that reached round 2 cannot replay.
+fn research_renamed(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
+    research_naming(ctx, s, |round| {
+        if round >= 2 {
+            format!("lookup-{round}")
+        } else {
+            format!("search-{round}")
+        }
+    })
+}
+
+fn research_naming(
+    ctx: &mut RunCtx<'_>,
+    s: &Arc<Shared>,
+    search: impl Fn(u64) -> String,
+) -> Result<Vec<u8>, Fail> {
     let run = run_of(ctx);
     let mut notes = ctx.input().to_vec();
     for round in 0..ROUNDS {
         let prompt = format!("what should {run} search in round {round}?").into_bytes();
         let name = format!("round-{round}");
         let query = ctx.decide_with_usage(&name, &prompt, || s.model(&run, round, &prompt))?;
-        let found = step(ctx, s, &format!("search-{round}"), "search.query", &query)?;
+        let found = step(ctx, s, &search(round), "search.query", &query)?;
         notes.extend_from_slice(&found);
         ctx.checkpoint(&notes)?;
     }

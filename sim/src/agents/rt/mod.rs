@@ -27,5 +27,5 @@ mod world;
 
 pub use report::RuntimeReport;
 pub use run::{LEASE_TTL_MS, WAITS_KEEP_TERMS, run_runtime_seed, runtime_history};
-pub use versions::{MOVE_JOURNALED, MOVED_RUN_NEW_HANDLER};
+pub use versions::{DIVERGED_NEVER_ACTS, MOVE_JOURNALED, MOVED_RUN_NEW_HANDLER};
 pub use world::{CONFIRMED_NOT_SENT, DECISION_ONCE, ERRS_ONLY_DEAD, LIVE_LEASE};

@@ -45,6 +45,11 @@ pub struct RuntimeReport {
     pub fan_outs: u64,
     /// Of those, waits for the first child only.
     pub fan_outs_first: u64,
+    /// Turns the runtime paused a run whose handler diverged from its
+    /// journal (a broken deploy).
+    pub diverged: u64,
+    /// Broken deploys the team rolled back.
+    pub rollbacks: u64,
     /// Acts that happened in the world.
     pub applications: u64,
     /// Invariants checked (counting each check).
@@ -73,6 +78,8 @@ impl RuntimeReport {
         self.cancels += other.cancels;
         self.budgets_raised += other.budgets_raised;
         self.fan_outs += other.fan_outs;
+        self.diverged += other.diverged;
+        self.rollbacks += other.rollbacks;
         self.fan_outs_first += other.fan_outs_first;
         self.applications += other.applications;
         self.checks += other.checks;
@@ -86,7 +93,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved to version 2; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -101,6 +108,8 @@ impl fmt::Display for RuntimeReport {
             self.budgets_raised,
             self.cancels,
             self.moves,
+            self.diverged,
+            self.rollbacks,
             self.fan_outs,
             self.fan_outs_first,
             self.calls,

@@ -31,7 +31,9 @@ use actum::{Clock, DatabaseId, Engine, EngineOptions, Storage};
 use super::agents::{self, Kind};
 use super::clock::TickingClock;
 use super::report::RuntimeReport;
-use super::versions::{Deploy, MOVE_JOURNALED, moves_are_journaled};
+use super::versions::{
+    DIVERGED_NEVER_ACTS, Deploy, MOVE_JOURNALED, diverged_never_acts, moves_are_journaled,
+};
 use super::world::Shared;
 use crate::agents::sim::research_budget;
 use crate::agents::worker::DECISION_HOLD;
@@ -334,11 +336,10 @@ impl RtSim {
                         && self.shared.state().report.crashes > 0
                         && self.crashes.below(2) == 0
                     {
-                        let beside = self.shared.state().operator.below(2) == 0;
-                        self.deploy = if beside {
-                            Deploy::SideBySide
-                        } else {
-                            Deploy::Compatible
+                        self.deploy = match self.shared.state().operator.below(3) {
+                            0 => Deploy::SideBySide,
+                            1 => Deploy::Compatible,
+                            _ => Deploy::Broken,
                         };
                     }
                     agents::register(&runtime, &self.shared, self.deploy)
@@ -464,6 +465,28 @@ impl RtSim {
         Ok(())
     }
 
+    /// The team rolls back a broken deploy: the process restarts serving
+    /// version 1's code for the runs of version 1 and version 2's beside it
+    /// ([`Deploy::RolledBack`]); the runs paused as diverged are resumed by
+    /// the person afterwards.
+    fn roll_back(&mut self) -> Result<(), AgentFailure> {
+        self.shared
+            .note(|| "the team rolls back the broken deploy".to_string());
+        self.deploy = Deploy::RolledBack;
+        self.shared.state().report.rollbacks += 1;
+        let Some(engine) = self.shared.engine() else {
+            return self.recover();
+        };
+        self.shared.set_runtime(None);
+        let closed = Arc::try_unwrap(engine).map(actum::Engine::close);
+        match closed {
+            Ok(Ok(())) => self.recover(),
+            // The power went while it closed (or a call still holds it):
+            // the restart is a crash.
+            _ => self.crash(),
+        }
+    }
+
     /// A person settles what a paused or compensating run waits on: each
     /// outcome the books do not know, from the world's records; then
     /// resumes the paused runs.
@@ -471,6 +494,7 @@ impl RtSim {
         let Some(engine) = self.shared.engine() else {
             return Ok(());
         };
+        let mut roll_back = false;
         for (run, state) in self.live_runs() {
             if !matches!(state, RunState::Paused | RunState::Compensating) || self.shared.dead() {
                 continue;
@@ -497,11 +521,25 @@ impl RtSim {
                 }
             }
             if state == RunState::Paused {
+                if self.shared.state().diverged.contains(&run) {
+                    if self.deploy == Deploy::Broken {
+                        // The fix is a deploy, not a resume: roll back first.
+                        roll_back = true;
+                        continue;
+                    }
+                    // This version's handler cannot replay the run's
+                    // journal: put the run where the code that wrote it runs.
+                    self.shared.move_to_matching_version(&run);
+                }
                 self.raise_spent_budget(&engine, &run);
                 let resumed = engine.operate(&run, OperatorAction::Resume, PERSON, "settled");
                 self.shared
                     .note(|| format!("a person resumes {run}: {resumed:?}"));
             }
+        }
+        drop(engine);
+        if roll_back {
+            self.roll_back()?;
         }
         Ok(())
     }
@@ -610,6 +648,7 @@ impl RtSim {
         if let Some(engine) = self.shared.engine() {
             let books = self.books(&engine)?;
             check::waits_keep_their_terms(&books).map_err(|e| self.fail(WAITS_KEEP_TERMS, e))?;
+            diverged_never_acts(&books).map_err(|e| self.fail(DIVERGED_NEVER_ACTS, e))?;
         }
         Err(self.fail(
             "every run ends once the faults stop",
@@ -680,6 +719,10 @@ impl RtSim {
         };
         type Check<'a> = (&'static str, Box<dyn Fn() -> Result<(), String> + 'a>);
         let checks: Vec<Check<'_>> = vec![
+            (
+                DIVERGED_NEVER_ACTS,
+                Box::new(|| diverged_never_acts(&books)),
+            ),
             (
                 "every run ends once the faults stop",
                 Box::new(|| check::every_run_ends_settled(&books)),

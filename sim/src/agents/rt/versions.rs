@@ -49,6 +49,15 @@ pub enum Deploy {
     Compatible,
     /// Versions 1 and 2, each its own handler.
     SideBySide,
+    /// Version 2 registered as compatible with version 1 by mistake: its
+    /// research handler renames the searches from round 2 on, so a run of
+    /// version 1 that got that far diverges from its journal when version
+    /// 2 resumes it (the runtime must stop it before it acts, and pause it).
+    Broken,
+    /// The team's fix after a broken deploy: version 1's code for the runs
+    /// of version 1, version 2's (with the renamed searches) beside it for
+    /// the runs started at 2.
+    RolledBack,
 }
 
 impl Deploy {
@@ -56,7 +65,7 @@ impl Deploy {
     /// `version` serves in this deploy.
     pub fn served(self, kind: &str, version: &str) -> Vec<String> {
         let mut served = vec![format!("{kind}@{version}")];
-        if self == Deploy::Compatible && version == V2 {
+        if matches!(self, Deploy::Compatible | Deploy::Broken) && version == V2 {
             served.push(format!("{kind}@{V1}"));
         }
         served
@@ -69,6 +78,51 @@ pub struct Move {
     pub run: RunId,
     pub from: String,
     pub to: String,
+    /// The operator's reason, journaled.
+    pub why: &'static str,
+}
+
+/// The operator's reason for moving a diverged run to the version whose
+/// code wrote its journal.
+pub const MOVE_BACK_REASON: &str = "its journal is the other version's";
+
+/// Invariant: a handler that no longer matches its run's journal is
+/// stopped before it acts.
+pub const DIVERGED_NEVER_ACTS: &str = "a handler that diverged from its journal never acts";
+
+/// Checks [`DIVERGED_NEVER_ACTS`] on the books' ledger: a research run's
+/// searches (the acts it began, whatever became of them) follow one code,
+/// version 1's (`search-<round>` in every round) or version 2's as the
+/// broken deploy shipped it (`lookup-<round>` from round 2 on), never a mix
+/// only a handler going on past a divergence begins.
+pub fn diverged_never_acts(books: &actum::books::MemBooks) -> Result<(), String> {
+    let mut runs: std::collections::BTreeMap<RunId, (Vec<String>, Vec<String>)> =
+        std::collections::BTreeMap::new();
+    for entry in books.effects() {
+        if entry.key.kind() != actum::books::EffectKind::Act {
+            continue;
+        }
+        let step = entry.key.step().as_str();
+        let entry = runs.entry(entry.key.run().clone()).or_default();
+        let late_search = step
+            .strip_prefix("search-")
+            .and_then(|r| r.parse::<u64>().ok())
+            .is_some_and(|round| round >= 2);
+        if late_search {
+            entry.0.push(step.to_string());
+        } else if step.starts_with("lookup-") {
+            entry.1.push(step.to_string());
+        }
+    }
+    for (run, (searches, lookups)) in runs {
+        if !searches.is_empty() && !lookups.is_empty() {
+            return Err(format!(
+                "{run} began both {searches:?} (version 1's code) and {lookups:?} (version 2's): \
+                 a handler acted on a journal it did not match"
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Shared {
@@ -153,8 +207,8 @@ impl Shared {
         let Some(kind) = record.agent_version.strip_suffix(&format!("@{V1}")) else {
             return;
         };
-        if record.state.is_terminal() {
-            return;
+        if record.state.is_terminal() || self.state().diverged.contains(run) {
+            return; // a run that diverged once is left where it was put back
         }
         let to = format!("{kind}@{V2}");
         let moved = engine.move_version(run, &record.agent_version, &to, PERSON, MOVE_REASON);
@@ -168,8 +222,46 @@ impl Shared {
                 run: run.clone(),
                 from: record.agent_version,
                 to,
+                why: MOVE_REASON,
             });
         }
+    }
+
+    /// After a rolled-back deploy, the operator moves `run`, paused because
+    /// its version's handler cannot replay its journal, to the other version,
+    /// whose code wrote that journal (a run of version 1 that the broken
+    /// deploy drove on with version 2's code, or the other way round);
+    /// true if the engine moved it.
+    pub fn move_to_matching_version(&self, run: &RunId) -> bool {
+        let Some(engine) = self.engine() else {
+            return false;
+        };
+        let Ok(Some(record)) = engine.run(run) else {
+            return false;
+        };
+        let to = if let Some(kind) = record.agent_version.strip_suffix(&format!("@{V2}")) {
+            format!("{kind}@{V1}")
+        } else if let Some(kind) = record.agent_version.strip_suffix(&format!("@{V1}")) {
+            format!("{kind}@{V2}")
+        } else {
+            return false;
+        };
+        let moved = engine.move_version(run, &record.agent_version, &to, PERSON, MOVE_BACK_REASON);
+        self.note(|| format!("an operator moves diverged {run} to {to}: {moved:?}"));
+        let Ok(moved) = moved else {
+            return false;
+        };
+        if moved.changed {
+            let mut state = self.state();
+            state.report.moves += 1;
+            state.moves.push(Move {
+                run: run.clone(),
+                from: record.agent_version,
+                to,
+                why: MOVE_BACK_REASON,
+            });
+        }
+        true
     }
 
     /// Inside an act: the operator may try to move the acting run (the
@@ -215,18 +307,21 @@ pub const PERSON: &str = "sim-operator";
 /// Every move the engine answered is in its run's journal, with the
 /// operator and the reason, and the run is at its new version.
 pub fn moves_are_journaled(engine: &actum::Engine, moves: &[Move]) -> Result<(), String> {
-    for m in moves {
+    for (i, m) in moves.iter().enumerate() {
         let audit = engine.audit(&m.run).map_err(|e| e.to_string())?;
         let journaled = audit.iter().any(|e| {
             matches!(&e.what, AuditWhat::VersionMoved { from, to, operator }
                 if *from == m.from && *to == m.to && operator == PERSON)
-                && e.why == MOVE_REASON
+                && e.why == m.why
         });
         if !journaled {
             return Err(format!(
                 "{} was moved from {} to {}, and its journal does not say so",
                 m.run, m.from, m.to
             ));
+        }
+        if moves[i + 1..].iter().any(|later| later.run == m.run) {
+            continue; // moved again since: the last move says where it is
         }
         let at = engine
             .run(&m.run)

@@ -79,6 +79,9 @@ pub struct State {
     pub serving: Vec<(RunId, Vec<String>)>,
     /// The moves to another version the engine answered done.
     pub moves: Vec<Move>,
+    /// Runs the runtime paused because their handler diverged from their
+    /// journal.
+    pub diverged: BTreeSet<RunId>,
 }
 
 impl Shared {
@@ -110,6 +113,7 @@ impl Shared {
                 serves_v2: false,
                 serving: Vec::new(),
                 moves: Vec::new(),
+                diverged: BTreeSet::new(),
             }),
         }
     }
@@ -178,7 +182,13 @@ impl Shared {
                         state.completed.insert(run);
                     }
                     Driven::LeaseLost => state.report.leases_lost += 1,
-                    Driven::Paused(_) => state.report.paused += 1,
+                    Driven::Paused(why) => {
+                        state.report.paused += 1;
+                        if why.contains("diverged from its journal") {
+                            state.report.diverged += 1;
+                            state.diverged.insert(run);
+                        }
+                    }
                     Driven::Parked(_) => state.report.parked += 1,
                     _ => {}
                 }
