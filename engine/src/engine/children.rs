@@ -70,6 +70,18 @@ pub fn start_child_command(
     Ok(Command::Batch(commands.into()))
 }
 
+/// The creation of `parent`'s child `child` as `spec` says.
+fn create_child(parent: &RunId, child: &RunId, spec: ChildSpec) -> Command {
+    Command::CreateRun(CreateRun {
+        run: child.clone(),
+        input_digest: spec.input_digest,
+        agent_version: spec.agent_version,
+        trace_id: spec.trace_id,
+        parent: Some(parent.clone()),
+        input: spec.input,
+    })
+}
+
 /// The child's creation and the parent's wait for it.
 fn child_commands(
     parent: &RunId,
@@ -81,14 +93,7 @@ fn child_commands(
     reason: &str,
 ) -> [Command; 2] {
     [
-        Command::CreateRun(CreateRun {
-            run: child.clone(),
-            input_digest: spec.input_digest,
-            agent_version: spec.agent_version,
-            trace_id: spec.trace_id,
-            parent: Some(parent.clone()),
-            input: spec.input,
-        }),
+        create_child(parent, child, spec),
         Command::OpenWait(OpenWait {
             run: parent.clone(),
             guard: guard.clone(),
@@ -333,16 +338,7 @@ pub fn start_children_command(
     let mut commands: Vec<Command> = specs
         .into_iter()
         .zip(&children)
-        .map(|(spec, child)| {
-            Command::CreateRun(CreateRun {
-                run: child.clone(),
-                input_digest: spec.input_digest,
-                agent_version: spec.agent_version,
-                trace_id: spec.trace_id,
-                parent: Some(parent.clone()),
-                input: spec.input,
-            })
-        })
+        .map(|(spec, child)| create_child(parent, child, spec))
         .collect();
     commands.push(Command::OpenWait(OpenWait {
         run: parent.clone(),

@@ -694,35 +694,12 @@ impl RunCtx<'_> {
     pub fn child(&mut self, name: &str, kind: &str, input: &[u8]) -> Result<Vec<u8>, Fail> {
         let step = self.step_id(name)?;
         let journaled = self.enter(Journaled::Wait(step.clone()))?;
-        // A child started before keeps the version it started at (a later
-        // deploy starts new children at its own).
-        let existing = if journaled {
-            let child = crate::books::child_run_id(&self.run, &step)
-                .map_err(|e| self.engine_stop(e, &format!("child {name}")))?;
-            self.shared
-                .engine
-                .run(&child)
-                .map_err(|e| self.engine_stop(e, &format!("child {name}")))?
-                .map(|r| r.agent_version)
-        } else {
-            None
-        };
-        let agent = existing
-            .or_else(|| self.shared.current_agent(kind))
-            .ok_or_else(|| {
-                Fail::failed(format!(
-                    "no agent of kind {kind} is registered for child {name}"
-                ))
-            })?;
-        self.flush()?;
         let at = || format!("child {name}");
+        let child =
+            crate::books::child_run_id(&self.run, &step).map_err(|e| self.engine_stop(e, &at()))?;
+        let spec = self.child_spec(journaled, &child, kind, input, &at())?;
+        self.flush()?;
         self.live(&at())?;
-        let spec = ChildSpec {
-            input_digest: digest_of(input),
-            agent_version: agent,
-            trace_id: self.trace_id.clone(),
-            input: Some(input.to_vec()),
-        };
         let reason = format!("step {name} runs a child {kind}");
         let engine = &self.shared.engine;
         let started = engine
@@ -760,6 +737,42 @@ impl RunCtx<'_> {
         }
     }
 
+    /// The spec `child` of `kind` starts with: the version the runtime
+    /// starts new runs of `kind` at, or, for a child started before (the
+    /// call is `journaled`), the version it started at (a later deploy
+    /// starts new children at its own).
+    fn child_spec(
+        &self,
+        journaled: bool,
+        child: &RunId,
+        kind: &str,
+        input: &[u8],
+        at: &str,
+    ) -> Result<ChildSpec, Fail> {
+        let existing = if journaled {
+            self.shared
+                .engine
+                .run(child)
+                .map_err(|e| self.engine_stop(e, at))?
+                .map(|r| r.agent_version)
+        } else {
+            None
+        };
+        let agent_version = existing
+            .or_else(|| self.shared.current_agent(kind))
+            .ok_or_else(|| {
+                Fail::failed(format!(
+                    "no agent of kind {kind} is registered for {at} (run {child})"
+                ))
+            })?;
+        Ok(ChildSpec {
+            input_digest: digest_of(input),
+            agent_version,
+            trace_id: self.trace_id.clone(),
+            input: Some(input.to_vec()),
+        })
+    }
+
     /// Starts several child runs at once (a fan-out), one per `(kind,
     /// input)` in `calls`, and waits for all of them ([`Join::All`]) or for
     /// the first to end ([`Join::First`]; the others are cancelled in the
@@ -780,32 +793,11 @@ impl RunCtx<'_> {
         let at = || format!("children {name}");
         let ids = children_run_ids(&self.run, &step, calls.len())
             .map_err(|e| self.engine_stop(e, &at()))?;
-        let mut specs = Vec::with_capacity(calls.len());
-        for ((kind, input), id) in calls.iter().zip(&ids) {
-            // A child started before keeps the version it started at.
-            let existing = if journaled {
-                self.shared
-                    .engine
-                    .run(id)
-                    .map_err(|e| self.engine_stop(e, &at()))?
-                    .map(|r| r.agent_version)
-            } else {
-                None
-            };
-            let agent = existing
-                .or_else(|| self.shared.current_agent(kind))
-                .ok_or_else(|| {
-                    Fail::failed(format!(
-                        "no agent of kind {kind} is registered for child {id} of step {name}"
-                    ))
-                })?;
-            specs.push(ChildSpec {
-                input_digest: digest_of(input),
-                agent_version: agent,
-                trace_id: self.trace_id.clone(),
-                input: Some(input.to_vec()),
-            });
-        }
+        let specs = calls
+            .iter()
+            .zip(&ids)
+            .map(|((kind, input), id)| self.child_spec(journaled, id, kind, input, &at()))
+            .collect::<Result<Vec<_>, Fail>>()?;
         self.flush()?;
         self.live(&at())?;
         let reason = format!(

@@ -308,7 +308,17 @@ fn check_child(state: &dyn BooksRead, parent: &Run, child: &RunId) -> Result<Opt
 
 /// The status ending a wait for `child`, which ended in `state`.
 fn child_ended(state: &dyn BooksRead, child: &RunId, ended_in: RunState) -> WaitStatus {
+    let end = child_end(state, child, ended_in);
     WaitStatus::ChildEnded {
+        state: end.state,
+        checkpoint: end.checkpoint,
+    }
+}
+
+/// How `child`, which ended in `ended_in`, ended: with its last checkpoint.
+fn child_end(state: &dyn BooksRead, child: &RunId, ended_in: RunState) -> ChildEnd {
+    ChildEnd {
+        run: child.clone(),
         state: ended_in,
         checkpoint: state.checkpoint_latest(child).map(|meta| meta.version),
     }
@@ -407,17 +417,12 @@ pub(crate) fn wake_all_joins_at_first_end(
         })
         .collect();
     let early = wake_parents_joining(state, ops, now_ms, true);
-    let keep: Vec<bool> = early
-        .iter()
-        .map(|op| match op {
+    early
+        .into_iter()
+        .filter(|op| match op {
             Op::WaitEnded { run, .. } | Op::RunTransitioned { run, .. } => !woken.contains(&run),
             _ => true,
         })
-        .collect();
-    early
-        .into_iter()
-        .zip(keep)
-        .filter_map(|(op, keep)| keep.then_some(op))
         .collect()
 }
 
@@ -478,16 +483,7 @@ fn wake_parents_joining(
                 // Of children ending at once, the first the wait names.
                 let ended = runs
                     .iter()
-                    .filter_map(|child| {
-                        ended_in(child).map(|s| match child_ended(state, child, s) {
-                            WaitStatus::ChildEnded { state, checkpoint } => ChildEnd {
-                                run: child.clone(),
-                                state,
-                                checkpoint,
-                            },
-                            other => unreachable!("a child's end is {other:?}"),
-                        })
-                    })
+                    .filter_map(|child| ended_in(child).map(|s| child_end(state, child, s)))
                     .collect();
                 let Some(status) = joined(runs.len(), join, ended) else {
                     continue;
