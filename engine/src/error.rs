@@ -446,6 +446,14 @@ pub enum Error {
         /// The agent version the run is at.
         found: String,
     },
+    /// An operator's retry of a run was refused: the run is not failed,
+    /// its saga undid what it did, or a parent waits or waited for it.
+    RetryRefused {
+        /// The run.
+        run: RunId,
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -807,6 +815,9 @@ impl fmt::Display for Error {
                 "run {run} runs agent {found}, not {expected}: it was not moved (read the run \
                  again and name the version it is at)"
             ),
+            Error::RetryRefused { run, reason } => {
+                write!(f, "run {run} cannot be retried: {reason}")
+            }
         }
     }
 }

@@ -115,6 +115,11 @@ pub enum PlantedBug {
     /// call is not the journal's n-th goes on as if the call were new, so
     /// a handler changed under a run in flight acts.
     SkipJournalCheck,
+    /// After an operator's retry, a resumed handler takes the steps the
+    /// retry reached as new work: a step whose act the books call
+    /// confirmed is sent again (as a reset to a checkpoint that re-runs
+    /// what came after it would), instead of being replayed.
+    RetryResendsConfirmed,
 }
 
 impl PlantedBug {
@@ -159,17 +164,18 @@ impl PlantedBug {
     /// The bugs of the runtime, and of what only the runtime family uses
     /// (the fan-out, the operator's move to another version), which the
     /// runtime family of the agent campaign catches.
-    pub const RUNTIME: [PlantedBug; 6] = [
+    pub const RUNTIME: [PlantedBug; 7] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
         PlantedBug::JoinAllAtFirstEnd,
         PlantedBug::MoveLeasedRun,
         PlantedBug::SkipJournalCheck,
+        PlantedBug::RetryResendsConfirmed,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 36] = [
+    pub const ALL: [PlantedBug; 37] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -206,6 +212,7 @@ impl PlantedBug {
         PlantedBug::JoinAllAtFirstEnd,
         PlantedBug::MoveLeasedRun,
         PlantedBug::SkipJournalCheck,
+        PlantedBug::RetryResendsConfirmed,
     ];
 
     /// The bug's command-line name.
@@ -247,6 +254,7 @@ impl PlantedBug {
             PlantedBug::JoinAllAtFirstEnd => "join-all-at-first-end",
             PlantedBug::MoveLeasedRun => "move-leased-run",
             PlantedBug::SkipJournalCheck => "skip-journal-check",
+            PlantedBug::RetryResendsConfirmed => "retry-resends-confirmed",
         }
     }
 

@@ -85,8 +85,10 @@ op.run_pruned                      16027231a09c01
 op.shared_set                      1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
 op.shared_set.cleared_by_operator  1507646e633a633432030003bb9401036f70730000000177
 op.run_version_moved               170272310673686f7040310673686f7040320988a40105086f70732d616e6e610f763220726f756e6473207269676874
-payload.two_ops                    08020302723103f02e09882704027231030ad836
-payload.no_ops                     0800
+op.run_retried                     180272310af0ab010501027231047368697000020103086f70732d616e6e6109726573746f636b6564
+op.run_forked                      19086f726465722d31620272310102d8b301086f70732d616e6e610e61207365636f6e64206f72646572
+payload.two_ops                    09020302723103f02e09882704027231030ad836
+payload.no_ops                     0900
 row.run                            931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                       a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                         f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
@@ -114,6 +116,8 @@ row.audit.resource_renewed         ebc386c31398750103120b637573746f6d65723a3432d
 row.audit.resource_released        f1d24ad01498750103130b637573746f6d65723a34320179
 row.audit.shared_set               746f1a4c15987501031407646e633a6334320201d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0179
 row.audit.version_moved            3c67dfb31698750103150673686f7040310673686f704032086f70732d616e6e610179
+row.audit.retried                  c03a878d17987501031601027231047368697000020103086f70732d616e6e610179
+row.audit.forked                   dc7ee94a18987500170272310102086f70732d616e6e610179
 row.waits                          1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
 row.budgets                        9ff5e5850272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d030202027231027031d0860301e0d403
 row.sagas                          e7e4351a027231020273310273320106
@@ -780,6 +784,30 @@ fn ops() -> Vec<(&'static str, Op)> {
                 reason: "v2 rounds right".into(),
             },
         ),
+        (
+            "op.run_retried",
+            Op::RunRetried {
+                run: run_id(),
+                version: 10,
+                at_ms: 22_000,
+                token: FencingToken(5),
+                reopened: vec![EffectKey::new(run_id(), StepId::new("ship").unwrap(), 2).unwrap()],
+                restored: Some(3),
+                operator: "ops-anna".into(),
+                reason: "restocked".into(),
+            },
+        ),
+        (
+            "op.run_forked",
+            Op::RunForked {
+                run: RunId::new("order-1b").unwrap(),
+                from: run_id(),
+                checkpoint: Some(2),
+                at_ms: 23_000,
+                operator: "ops-anna".into(),
+                reason: "a second order".into(),
+            },
+        ),
     ]
 }
 
@@ -1073,6 +1101,32 @@ fn audit_entries() -> Vec<(&'static str, AuditEntry)> {
                 },
             ),
         ),
+        (
+            "row.audit.retried",
+            audit(
+                23,
+                tok,
+                AuditWhat::Retried {
+                    reopened: vec![
+                        EffectKey::new(run_id(), StepId::new("ship").unwrap(), 2).unwrap(),
+                    ],
+                    restored: Some(3),
+                    operator: "ops-anna".into(),
+                },
+            ),
+        ),
+        (
+            "row.audit.forked",
+            audit(
+                24,
+                None,
+                AuditWhat::Forked {
+                    from: run_id(),
+                    checkpoint: Some(2),
+                    operator: "ops-anna".into(),
+                },
+            ),
+        ),
     ]
 }
 
@@ -1325,6 +1379,8 @@ fn op_index(op: &Op) -> u8 {
         Op::SharedSet { .. } => 21,
         Op::RunPruned { .. } => 22,
         Op::RunVersionMoved { .. } => 23,
+        Op::RunRetried { .. } => 24,
+        Op::RunForked { .. } => 25,
     }
 }
 
@@ -1395,6 +1451,8 @@ fn audit_index(what: &AuditWhat) -> u8 {
         AuditWhat::ResourceReleased { .. } => 19,
         AuditWhat::SharedSet { .. } => 20,
         AuditWhat::VersionMoved { .. } => 21,
+        AuditWhat::Retried { .. } => 22,
+        AuditWhat::Forked { .. } => 23,
     }
 }
 
@@ -1435,6 +1493,7 @@ fn every_op_variant_starts_with_its_index_and_has_a_fixture() {
         ops.iter().map(|(_, op)| op_index(op)),
         &[
             0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+            24, 25,
         ],
         "op",
     );
@@ -1468,7 +1527,7 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
     assert_all(
         whats,
         &[
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
         ],
         "audit",
     );

@@ -66,13 +66,13 @@ pub(crate) use rules::wait::wake_all_joins_at_first_end;
 pub use views::mem::MemBooks;
 pub use views::overlay::{Overlay, Writes};
 pub use vocabulary::answer::{Answer, Begun, Decided};
-pub use vocabulary::command::MoveVersion;
 pub use vocabulary::command::{
     AcquireLease, AcquireResource, BeginCompensation, BeginEffect, ClaimNext, Command, CreateRun,
     DecideApproval, DeliverReply, EndSaga, FinishEffect, Guard, OpenWait, Operate, OperatorAction,
     Prune, Reconcile, RecordDecision, ReleaseLease, ReleaseResource, RenewLease, Reserve,
     SaveCheckpoint, SendSignal, SetBudget, SetShared, Settle, SharedSetter, Transition,
 };
+pub use vocabulary::command::{ForkRun, MoveVersion, RetryRun};
 pub(crate) use vocabulary::op::versions_text;
 pub use vocabulary::op::{
     Op, PAYLOAD_VERSION, PAYLOAD_VERSIONS_READ, decode_ops, encode_ops, unsupported_payload_version,

@@ -24,6 +24,7 @@ mod operations;
 mod options;
 mod reads;
 mod retention;
+mod retries;
 mod sagas;
 mod step;
 mod versions;
@@ -45,6 +46,7 @@ pub use options::{
     MAX_RECORD_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT,
 };
 pub use retention::{Pruned, Retention};
+pub use retries::{Forked, Retried};
 pub use sagas::SagaProgress;
 pub use step::{EffectCtx, FinishedStep, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};
 pub use versions::VersionMoved;

@@ -5,7 +5,7 @@
 //! past the journal's end are new work. Each call then asks the engine,
 //! which answers from the books what is already done.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::books::{
@@ -235,6 +235,31 @@ impl std::fmt::Display for Journaled {
 
 /// The calls a run's audit records, in order: each step's first intent,
 /// each model call, each wait opened.
+/// What an operator's retries and forks did to a run, from its audit:
+/// the attempt each reopened step failed at, and how many of its
+/// checkpoint versions were saved by them rather than by its handler.
+pub(crate) fn retries_of(audit: &[AuditEntry]) -> (BTreeMap<StepId, u32>, u64) {
+    let mut reopened = BTreeMap::new();
+    let mut restored = 0;
+    for entry in audit {
+        match &entry.what {
+            AuditWhat::Retried {
+                reopened: keys,
+                restored: version,
+                ..
+            } => {
+                for key in keys {
+                    reopened.insert(key.step().clone(), key.attempt());
+                }
+                restored += u64::from(version.is_some());
+            }
+            AuditWhat::Forked { checkpoint, .. } => restored += u64::from(checkpoint.is_some()),
+            _ => {}
+        }
+    }
+    (reopened, restored)
+}
+
 pub(crate) fn journal_of(audit: &[AuditEntry]) -> Vec<Journaled> {
     audit
         .iter()
@@ -269,6 +294,9 @@ pub struct RunCtx<'r> {
     pub(crate) used: BTreeSet<Journaled>,
     /// The run or an ancestor has budget limits: calls reserve and settle.
     pub(crate) budgeted: bool,
+    /// The attempt an operator's retry reopened, per step (the latest
+    /// retry's): the step's attempts count from it.
+    pub(crate) reopened: BTreeMap<StepId, u32>,
 }
 
 impl std::fmt::Debug for RunCtx<'_> {
@@ -481,8 +509,11 @@ impl RunCtx<'_> {
                 .map_err(|e| self.engine_stop(e, &at()))?;
             let result = match plan {
                 StepPlan::Done(result) => {
+                    let resends = engine.planted(PlantedBug::ResendConfirmedStep)
+                        || (engine.planted(PlantedBug::RetryResendsConfirmed)
+                            && !self.reopened.is_empty());
                     if let StepResult::Done { key, .. } = &result
-                        && engine.planted(PlantedBug::ResendConfirmedStep)
+                        && resends
                     {
                         let call = Call {
                             key,
@@ -556,7 +587,7 @@ impl RunCtx<'_> {
                     key,
                     retryable: true,
                     ..
-                } if key.attempt() < tool.attempts => {
+                } if self.attempts_used(&step, key.attempt()) < tool.attempts => {
                     self.backoff(name, tool, key.attempt())?;
                     failed_key = Some(key);
                 }
@@ -611,11 +642,21 @@ impl RunCtx<'_> {
         let EffectStatus::Failed { retryable, reason } = &entry.status else {
             return Ok(None);
         };
-        if !retryable || attempt >= tool.attempts {
+        // An operator's retry reopened the attempt it failed at: the tool's
+        // attempts count again from there.
+        if !retryable || self.attempts_used(step, attempt) >= tool.attempts {
             return Err(failed_for_good(name, tool, attempt, reason));
         }
         self.backoff(name, tool, attempt)?;
         Ok(Some(entry.key.clone()))
+    }
+
+    /// The attempts of `step` up to `attempt` that count against its
+    /// tool's: all of them, or those since the attempt an operator's retry
+    /// reopened.
+    fn attempts_used(&self, step: &StepId, attempt: u32) -> u32 {
+        let base = self.reopened.get(step).copied().unwrap_or(0);
+        attempt.saturating_sub(base)
     }
 
     /// Waits out the backoff after `attempt` of step `name` failed: a

@@ -586,6 +586,8 @@ impl Runtime {
             other => return Ok(Driven::Skipped(format!("the run is {other}"))),
         }
         let journal = ctx::journal_of(&audit);
+        // Versions an operator's retry or fork saved are not the handler's.
+        let (reopened, restored) = ctx::retries_of(&audit);
         let mut ctx = RunCtx {
             shared: &self.shared,
             run: run.clone(),
@@ -597,10 +599,11 @@ impl Runtime {
             calls: 0,
             decisions: 0,
             checkpoints: 0,
-            saved_checkpoints: saved,
+            saved_checkpoints: saved.saturating_sub(restored),
             pending: None,
             used: Default::default(),
             budgeted,
+            reopened,
         };
         let returned = catch_unwind(AssertUnwindSafe(|| handler(&mut ctx)));
         let returned = match returned {

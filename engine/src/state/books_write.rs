@@ -160,7 +160,9 @@ fn put_run<'a>(
 ) -> Result<(), redb::Error> {
     let id = run.id.as_str();
     let row = encode_row(RowTable::Run, run);
-    open_in(txn, &mut tables.runs, RUNS_TABLE)?.insert(id, row.as_slice())?;
+    let before = open_in(txn, &mut tables.runs, RUNS_TABLE)?
+        .insert(id, row.as_slice())?
+        .map(|row| row.value().to_vec());
     let live = open_in(txn, &mut tables.live_runs, LIVE_RUNS_TABLE)?;
     if run.state.is_terminal() {
         live.remove(id)?;
@@ -168,7 +170,15 @@ fn put_run<'a>(
         // the index is when a prune may take it.
         open_in(txn, &mut tables.ended, ENDED_TABLE)?.insert((run.updated_ms, id), ())?;
     } else {
-        live.insert(id, ())?;
+        let was_live = live.insert(id, ())?.is_some();
+        // A run that existed and was not live was over: an operator's retry
+        // brought it back, so it leaves the index of ended runs.
+        if !was_live
+            && let Some(ended) = before.and_then(|row| decode_row::<Run>(RowTable::Run, &row).ok())
+            && ended.state.is_terminal()
+        {
+            open_in(txn, &mut tables.ended, ENDED_TABLE)?.remove((ended.updated_ms, id))?;
+        }
     }
     Ok(())
 }

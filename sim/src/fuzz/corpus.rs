@@ -371,6 +371,31 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         run: RunId::new("run-1").expect("a valid run name"),
         at_ms: 1_700_000_090_000,
     };
+    let retried = Op::RunRetried {
+        run: RunId::new("run-1").expect("a valid run name"),
+        version: 10,
+        at_ms: 1_700_000_013_000,
+        token: FencingToken(3),
+        reopened: vec![
+            EffectKey::new(
+                RunId::new("run-1").expect("a valid run name"),
+                StepId::new("ship").expect("a valid step name"),
+                1,
+            )
+            .expect("a valid key"),
+        ],
+        restored: Some(1),
+        operator: "ops".to_string(),
+        reason: "restocked".to_string(),
+    };
+    let forked = Op::RunForked {
+        run: RunId::new("run-2").expect("a valid run name"),
+        from: RunId::new("run-1").expect("a valid run name"),
+        checkpoint: Some(1),
+        at_ms: 1_700_000_014_000,
+        operator: "ops".to_string(),
+        reason: "a second try".to_string(),
+    };
     let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
@@ -395,6 +420,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("shared-set", shared.encode()),
         ("coordination-list", coordination),
         ("run-pruned", pruned.encode()),
+        ("run-retried", retried.encode()),
+        ("run-forked", forked.encode()),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

@@ -21,6 +21,7 @@ use crate::books::rules::effect::{
 };
 use crate::books::rules::lease::{decide_acquire, decide_claim, decide_release, decide_renew};
 use crate::books::rules::retention::decide_prune;
+use crate::books::rules::retry::{decide_fork, decide_retry};
 use crate::books::rules::run::{decide_create, decide_operate, decide_transition};
 use crate::books::rules::saga::decide_end_saga;
 use crate::books::rules::version::decide_move_version;
@@ -77,6 +78,8 @@ fn decide_command(state: &dyn BooksRead, cmd: &Command, now_ms: u64) -> Result<D
         Command::SetShared(c) => decide_set_shared(state, c, now_ms),
         Command::Prune(c) => decide_prune(state, c, now_ms),
         Command::MoveVersion(c) => decide_move_version(state, c, now_ms),
+        Command::RetryRun(c) => decide_retry(state, c, now_ms),
+        Command::ForkRun(c) => decide_fork(state, c, now_ms),
         Command::Batch(_) => Err(Error::InvalidCommand {
             reason: "batches do not nest; flatten the inner batch into the outer one".to_string(),
         }),

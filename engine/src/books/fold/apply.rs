@@ -185,6 +185,14 @@ pub fn apply(state: &mut (impl BooksWrite + ?Sized), op: &Op) -> Result<(), Appl
             at_ms,
             ..
         } => run_version_moved(state, run, (from, to), *version, *at_ms, op)?,
+        Op::RunRetried {
+            run,
+            version,
+            at_ms,
+            reopened,
+            ..
+        } => run_retried(state, run, reopened, *version, *at_ms, op)?,
+        Op::RunForked { run, from, .. } => run_forked(state, run, from, op)?,
     }
     if let Some((run, mut entry)) = describe(op) {
         entry.seq = state.audit_len(&run) + 1;
@@ -323,6 +331,70 @@ fn run_version_moved(
     bump(&mut run, version, at_ms, op)?;
     run.agent_version = to.clone();
     state.put_run(run);
+    Ok(())
+}
+
+/// A failed run goes back to pending: each reopened act (its step's
+/// latest attempt, failed) becomes retryable, keeping its status and
+/// reason; a saga that ended goes back to not headed anywhere (see
+/// `rules/retry.rs`).
+fn run_retried(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    reopened: &[EffectKey],
+    version: u64,
+    at_ms: u64,
+    op: &Op,
+) -> Applied {
+    let mut run = run_of(state, id, op)?;
+    require(run.state == RunState::Failed, op, || {
+        format!("run {id} is {}, not failed", run.state)
+    })?;
+    require(run.lease.is_none(), op, || {
+        format!("run {id} holds a lease")
+    })?;
+    for key in reopened {
+        require(key.run() == id, op, || format!("{key} is not run {id}'s"))?;
+        let entry = state.effect(key);
+        require(entry.is_some(), op, || format!("no act {key} to reopen"))?;
+        let Some(mut entry) = entry else {
+            unreachable!("required above")
+        };
+        let status = entry.status.name();
+        let EffectStatus::Failed { retryable, .. } = &mut entry.status else {
+            return require(false, op, || format!("act {key} is {status}, not failed"));
+        };
+        *retryable = true;
+        state.put_effect(entry);
+    }
+    bump(&mut run, version, at_ms, op)?;
+    run.state = RunState::Pending;
+    state.put_run(run);
+    if let Some(mut book) = state.budget(id) {
+        note_transition(&mut book, RunState::Failed, RunState::Pending, at_ms);
+        state.put_budget(book);
+    }
+    if let Some(mut saga) = state.saga(id).filter(|s| s.end.is_some()) {
+        saga.end = None;
+        state.put_saga(saga);
+    }
+    Ok(())
+}
+
+/// A fork is journaled on the new run, created by the op before it.
+fn run_forked(
+    state: &mut (impl BooksWrite + ?Sized),
+    id: &RunId,
+    from: &RunId,
+    op: &Op,
+) -> Applied {
+    require(state.run(from).is_some(), op, || {
+        format!("run {from} does not exist")
+    })?;
+    let run = run_of(state, id, op)?;
+    require(run.version == 1 && run.parent.is_none(), op, || {
+        format!("run {id} is not a run just created")
+    })?;
     Ok(())
 }
 

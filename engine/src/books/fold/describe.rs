@@ -363,6 +363,48 @@ pub fn describe(op: &Op) -> Option<(RunId, AuditEntry)> {
                 reason,
             ),
         ),
+        Op::RunRetried {
+            run,
+            at_ms,
+            token,
+            reopened,
+            restored,
+            operator,
+            reason,
+            ..
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                Some(*token),
+                AuditWhat::Retried {
+                    reopened: reopened.clone(),
+                    restored: *restored,
+                    operator: operator.clone(),
+                },
+                reason,
+            ),
+        ),
+        Op::RunForked {
+            run,
+            from,
+            checkpoint,
+            at_ms,
+            operator,
+            reason,
+        } => (
+            run.clone(),
+            entry(
+                *at_ms,
+                None,
+                AuditWhat::Forked {
+                    from: from.clone(),
+                    checkpoint: *checkpoint,
+                    operator: operator.clone(),
+                },
+                reason,
+            ),
+        ),
         Op::SharedSet {
             key,
             version,

@@ -8,7 +8,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::books::base::digest::Digest;
-use crate::books::base::ids::{EffectKey, FencingToken, ResourceId, SharedKeyId, StepId, WorkerId};
+use crate::books::base::ids::{
+    EffectKey, FencingToken, ResourceId, RunId, SharedKeyId, StepId, WorkerId,
+};
 use crate::books::records::budget::{BudgetLimits, Charge, Cost};
 use crate::books::records::run::RunState;
 use crate::books::records::wait::WaitFor;
@@ -185,6 +187,28 @@ pub enum AuditWhat {
         /// Who moved it.
         operator: String,
     },
+    /// An operator put the failed run back to pending (the reason is the
+    /// entry's `why`): the failed acts it reopened, and the checkpoint
+    /// version saved again as the newest, if any.
+    Retried {
+        /// The failed acts reopened: each step acts again with the next
+        /// attempt.
+        reopened: Vec<EffectKey>,
+        /// The checkpoint version saved again as the newest.
+        restored: Option<u64>,
+        /// Who retried it.
+        operator: String,
+    },
+    /// The run was forked from another by an operator (the reason is the
+    /// entry's `why`).
+    Forked {
+        /// The run it was forked from.
+        from: RunId,
+        /// The checkpoint version of `from` it starts from, if any.
+        checkpoint: Option<u64>,
+        /// Who forked it.
+        operator: String,
+    },
 }
 
 impl fmt::Display for AuditWhat {
@@ -270,6 +294,32 @@ impl fmt::Display for AuditWhat {
                     f,
                     "agent version moved from {from} to {to} by operator {operator}"
                 )
+            }
+            AuditWhat::Retried {
+                reopened,
+                restored,
+                operator,
+            } => {
+                write!(f, "retried by operator {operator}")?;
+                if !reopened.is_empty() {
+                    let keys: Vec<String> = reopened.iter().map(ToString::to_string).collect();
+                    write!(f, ", reopening {}", keys.join(", "))?;
+                }
+                match restored {
+                    Some(version) => write!(f, ", from checkpoint {version}"),
+                    None => Ok(()),
+                }
+            }
+            AuditWhat::Forked {
+                from,
+                checkpoint,
+                operator,
+            } => {
+                write!(f, "forked from run {from} by operator {operator}")?;
+                match checkpoint {
+                    Some(version) => write!(f, " at its checkpoint {version}"),
+                    None => write!(f, " (no checkpoint)"),
+                }
             }
         }
     }

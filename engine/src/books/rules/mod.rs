@@ -9,6 +9,7 @@ pub(crate) mod decision;
 pub(crate) mod effect;
 pub(crate) mod lease;
 pub(crate) mod retention;
+pub(crate) mod retry;
 pub(crate) mod run;
 pub(crate) mod saga;
 pub(crate) mod version;

@@ -263,6 +263,30 @@ pub enum Answer {
         /// False if it ran at that agent version already.
         changed: bool,
     },
+    /// An operator's retry of a failed run: it is pending again.
+    Retried {
+        /// The run.
+        run: RunId,
+        /// Its version (the record's change counter) now.
+        version: u64,
+        /// The failed acts reopened (their steps act again with the next
+        /// attempt).
+        reopened: Vec<EffectKey>,
+        /// The checkpoint version saved again as the newest, if one was
+        /// chosen that was not the latest.
+        restored: Option<u64>,
+    },
+    /// An operator's fork of a run into a new one.
+    Forked {
+        /// The new run.
+        run: RunId,
+        /// The run it was forked from.
+        from: RunId,
+        /// The checkpoint version of `from` it starts from, if any.
+        checkpoint: Option<u64>,
+        /// False if the fork existed already (a retried command).
+        created: bool,
+    },
 }
 
 /// The outcome of deciding a command: the ops to log (possibly none) and

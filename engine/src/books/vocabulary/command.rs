@@ -8,7 +8,9 @@
 //! pause, resume or cancel, which overrides the holder), `SetBudget` (an
 //! operator's too), and the three that come from outside the run:
 //! `DecideApproval`, `SendSignal` and `DeliverReply`; and `MoveVersion`,
-//! an operator's move of a run no worker holds to another agent version.
+//! an operator's move of a run no worker holds to another agent version,
+//! `RetryRun` (a failed run back to pending) and `ForkRun` (a new run from
+//! another's checkpoint), both an operator's too.
 
 use serde::{Deserialize, Serialize};
 
@@ -514,6 +516,10 @@ pub enum Command {
     Prune(Prune),
     /// See [`MoveVersion`].
     MoveVersion(MoveVersion),
+    /// See [`RetryRun`].
+    RetryRun(RetryRun),
+    /// See [`ForkRun`].
+    ForkRun(ForkRun),
 }
 
 impl Command {
@@ -551,6 +557,8 @@ impl Command {
             | Command::DeliverReply(_)
             | Command::SetBudget(_)
             | Command::MoveVersion(_)
+            | Command::RetryRun(_)
+            | Command::ForkRun(_)
             | Command::Batch(_) => None,
         }
     }
@@ -571,6 +579,45 @@ pub struct MoveVersion {
     /// The agent version to move it to.
     pub to: String,
     /// Who moves it (journaled).
+    pub operator: String,
+    /// Why (journaled).
+    pub reason: String,
+}
+
+/// An operator puts a failed run back to `pending`, with no lease, from
+/// its latest checkpoint or an earlier one: the run keeps its journal and
+/// ledger (a confirmed act stays confirmed and is replayed, never sent
+/// again), each step whose latest act failed may act again with its next
+/// attempt (a new key), and `checkpoint`, if it is not the latest, is saved
+/// again as the newest so the run goes on from it. Refused for a run that
+/// is not failed, one whose saga undid anything, and a child whose parent
+/// waits or waited for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryRun {
+    /// The run.
+    pub run: RunId,
+    /// The checkpoint version it goes on from; `None`: its latest.
+    pub checkpoint: Option<u64>,
+    /// Who retries it (journaled).
+    pub operator: String,
+    /// Why (journaled).
+    pub reason: String,
+}
+
+/// An operator starts a new run, `new_run`, from `run`: the same agent
+/// version and input, in `pending`, with `run`'s chosen checkpoint (its
+/// latest if `None`) as its first, shared by reference. The new run has
+/// its own journal and ledger: its steps act anew under its own keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkRun {
+    /// The run forked.
+    pub run: RunId,
+    /// The new run.
+    pub new_run: RunId,
+    /// The checkpoint version of `run` it starts from; `None`: the latest
+    /// (or none, if `run` has none).
+    pub checkpoint: Option<u64>,
+    /// Who forks it (journaled).
     pub operator: String,
     /// Why (journaled).
     pub reason: String,

@@ -282,6 +282,46 @@ pub enum Op {
         /// Why.
         reason: String,
     },
+    /// An operator put a failed run back to pending. Each act in
+    /// `reopened` (the latest attempt of its step, failed) becomes
+    /// retryable, so the step's next begin opens the next attempt; its
+    /// entry keeps its status and reason. `restored`, if set, is the
+    /// checkpoint version the op that follows saves again as the newest.
+    RunRetried {
+        /// The run.
+        run: RunId,
+        /// Its version (the record's change counter) after.
+        version: u64,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// The run's current token (journaled; no lease is needed).
+        token: FencingToken,
+        /// The failed acts reopened, in key order.
+        reopened: Vec<EffectKey>,
+        /// The checkpoint version saved again as the newest, if any.
+        restored: Option<u64>,
+        /// Who retried it.
+        operator: String,
+        /// Why.
+        reason: String,
+    },
+    /// An operator forked `from` into `run`, created just before in the
+    /// same record (`RunCreated`); `checkpoint`, if set, is the version of
+    /// `from` the op that follows saves as `run`'s first.
+    RunForked {
+        /// The new run.
+        run: RunId,
+        /// The run it was forked from.
+        from: RunId,
+        /// The checkpoint version of `from` it starts from, if any.
+        checkpoint: Option<u64>,
+        /// When, ms since the epoch.
+        at_ms: u64,
+        /// Who forked it.
+        operator: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 fn decode_error(err: postcard::Error) -> Error {
@@ -328,6 +368,8 @@ impl Op {
             Op::SharedSet { .. } => "SharedSet",
             Op::RunPruned { .. } => "RunPruned",
             Op::RunVersionMoved { .. } => "RunVersionMoved",
+            Op::RunRetried { .. } => "RunRetried",
+            Op::RunForked { .. } => "RunForked",
         }
     }
 
@@ -350,7 +392,9 @@ impl Op {
             | Op::ResourceRenewed { run, .. }
             | Op::ResourceReleased { run, .. }
             | Op::RunPruned { run, .. }
-            | Op::RunVersionMoved { run, .. } => Some(run),
+            | Op::RunVersionMoved { run, .. }
+            | Op::RunRetried { run, .. }
+            | Op::RunForked { run, .. } => Some(run),
             Op::SharedSet { change, .. } => change.run.as_ref(),
             Op::EffectIntended { entry } => Some(entry.key.run()),
             Op::EffectResent { key, .. } | Op::EffectSettled { key, .. } => Some(key.run()),
@@ -384,17 +428,17 @@ impl Op {
 /// tool with a resend margin of its own (`ToolClass::IdempotentWithMargin`),
 /// and version 8 the wait for several children (`WaitFor::Children`,
 /// `WaitStatus::ChildrenEnded`) and an operator's move of a run to another
-/// agent version (`RunVersionMoved`), so that an older build refuses a log
-/// holding them by name instead of as
-/// damage.
-pub const PAYLOAD_VERSION: u8 = 8;
+/// agent version (`RunVersionMoved`), and version 9 an operator's retry and
+/// fork of a run (`RunRetried`, `RunForked`), so that an older build
+/// refuses a log holding them by name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 9;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 8] = [1, 2, 3, 4, 5, 6, 7, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 9] = [1, 2, 3, 4, 5, 6, 7, 8, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 

@@ -323,6 +323,42 @@ fn op() -> impl Strategy<Value = Op> {
                     }
                 }
             ),
+        (
+            run_id(),
+            any::<(u64, u64)>(),
+            token(),
+            (proptest::collection::vec(key(), 0..3), any::<Option<u64>>()),
+            (name(), ".{0,8}")
+        )
+            .prop_map(
+                |(run, (version, at_ms), token, (reopened, restored), (operator, reason))| {
+                    Op::RunRetried {
+                        run,
+                        version,
+                        at_ms,
+                        token,
+                        reopened,
+                        restored,
+                        operator,
+                        reason,
+                    }
+                }
+            ),
+        (
+            (run_id(), run_id()),
+            any::<(Option<u64>, u64)>(),
+            (name(), ".{0,8}")
+        )
+            .prop_map(|((run, from), (checkpoint, at_ms), (operator, reason))| {
+                Op::RunForked {
+                    run,
+                    from,
+                    checkpoint,
+                    at_ms,
+                    operator,
+                    reason,
+                }
+            }),
     ]
 }
 
@@ -512,7 +548,7 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
     assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
     assert_eq!(decode_ops(&payload).unwrap(), ops);
     assert_eq!(unsupported_payload_version(&payload), None);
-    for old in [1u8, 2, 3, 4, 5, 6, 7] {
+    for old in [1u8, 2, 3, 4, 5, 6, 7, 8] {
         let mut before = payload.clone();
         before[0] = old;
         assert_eq!(
@@ -521,13 +557,13 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
             "version {old} is still read"
         );
     }
-    for version in [0u8, 9, 10, 255] {
+    for version in [0u8, 10, 11, 255] {
         let mut other = payload.clone();
         other[0] = version;
         assert_eq!(unsupported_payload_version(&other), Some(version));
         let err = decode_ops(&other).unwrap_err();
         let expected = format!(
-            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8"
+            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9"
         );
         assert!(err.to_string().contains(&expected), "{err}");
     }
