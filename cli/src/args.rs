@@ -48,6 +48,13 @@ pub enum Command {
     /// named) to another version of the agent, journaled; the next claim
     /// resumes each with the new version's handler (writes).
     Migrate(MigrateArgs),
+    /// Puts a failed run back to pending, from its latest checkpoint or an
+    /// earlier one; confirmed acts stay confirmed, failed steps act again
+    /// under their next key (writes).
+    Retry(RetryArgs),
+    /// Starts a new run from a run's checkpoint, at its agent version and
+    /// input, acting anew under its own keys (writes).
+    Fork(ForkArgs),
     /// Runs an agent workflow with a file-backed bank and mailer in child
     /// processes killed at random, and checks every effect happened once.
     Demo(DemoArgs),
@@ -242,6 +249,54 @@ pub struct MigrateArgs {
     #[arg(long)]
     pub reason: String,
     /// Print one JSON object instead of sentences.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `retry`'s arguments.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The failed run.
+    #[arg(long)]
+    pub run: String,
+    /// The checkpoint version it goes on from (default: its latest).
+    #[arg(long)]
+    pub checkpoint: Option<u64>,
+    /// Who retries it (journaled).
+    #[arg(long)]
+    pub operator: String,
+    /// Why (journaled).
+    #[arg(long)]
+    pub reason: String,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `fork`'s arguments.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The run forked.
+    #[arg(long)]
+    pub run: String,
+    /// The new run's name.
+    #[arg(long)]
+    pub into: String,
+    /// The checkpoint version of `--run` it starts from (default: its
+    /// latest).
+    #[arg(long)]
+    pub checkpoint: Option<u64>,
+    /// Who forks it (journaled).
+    #[arg(long)]
+    pub operator: String,
+    /// Why (journaled).
+    #[arg(long)]
+    pub reason: String,
+    /// Print one JSON object instead of a sentence.
     #[arg(long)]
     pub json: bool,
 }

@@ -24,6 +24,7 @@ mod inspect;
 mod migrate;
 mod operate;
 mod progress;
+mod retry;
 mod stuck;
 mod text;
 mod verify;
@@ -94,6 +95,8 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Cancel(a) => operate::run(&a, actum::books::OperatorAction::Cancel),
         Command::Reconcile(a) => operate::reconcile(&a),
         Command::Migrate(a) => migrate::run(&a),
+        Command::Retry(a) => retry::retry(&a),
+        Command::Fork(a) => retry::fork(&a),
         Command::Demo(a) => demo::run(&a),
         Command::DemoWorker(a) => demo::worker(&a),
         Command::DemoCheck(a) => demo::check_only(&a),

@@ -21,11 +21,13 @@
 mod agents;
 mod clock;
 mod report;
+mod retries;
 mod run;
 mod versions;
 mod world;
 
 pub use report::RuntimeReport;
+pub use retries::{FORK_JOURNALED, RETRY_REFUSED_RIGHTLY};
 pub use run::{LEASE_TTL_MS, WAITS_KEEP_TERMS, run_runtime_seed, runtime_history};
 pub use versions::{DIVERGED_NEVER_ACTS, MOVE_JOURNALED, MOVED_RUN_NEW_HANDLER};
 pub use world::{CONFIRMED_NOT_SENT, DECISION_ONCE, ERRS_ONLY_DEAD, LIVE_LEASE};

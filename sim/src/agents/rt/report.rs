@@ -56,6 +56,12 @@ pub struct RuntimeReport {
     pub checks: u64,
     /// Runs an operator moved to another version.
     pub moves: u64,
+    /// Failed runs a person retried.
+    pub retries: u64,
+    /// Retries the engine refused, as the books said it must.
+    pub retries_refused: u64,
+    /// Runs a person forked (a run whose saga undid what it did).
+    pub forks: u64,
 }
 
 impl RuntimeReport {
@@ -84,6 +90,9 @@ impl RuntimeReport {
         self.applications += other.applications;
         self.checks += other.checks;
         self.moves += other.moves;
+        self.retries += other.retries;
+        self.retries_refused += other.retries_refused;
+        self.forks += other.forks;
     }
 }
 
@@ -93,7 +102,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -108,6 +117,9 @@ impl fmt::Display for RuntimeReport {
             self.budgets_raised,
             self.cancels,
             self.moves,
+            self.retries,
+            self.retries_refused,
+            self.forks,
             self.diverged,
             self.rollbacks,
             self.fan_outs,

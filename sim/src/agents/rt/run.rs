@@ -541,7 +541,8 @@ impl RtSim {
         if roll_back {
             self.roll_back()?;
         }
-        Ok(())
+        super::retries::retry_some(&self.shared)
+            .map_err(|(invariant, detail)| self.fail(invariant, detail))
     }
 
     /// Raises by one search, or by one model call's tokens, the budget

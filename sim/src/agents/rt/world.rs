@@ -30,6 +30,11 @@ use crate::disk::SimDisk;
 use crate::rng::Rng;
 use crate::world::{Ask, CALL_TIMEOUT_MS, Fate, REQUEST_LIFETIME_MS_MAX, Reply, Tool, World};
 
+/// The tool that runs out of stock: a shop run's shipment may be declined
+/// for good until a person restocks it and retries the run.
+pub const OUT_OF_STOCK_TOOL: &str = "warehouse.ship";
+/// One shipment in this many, in the fault phase, is out of stock.
+const OUT_OF_STOCK_IN: u64 = 3;
 /// Invariant: the runtime hands an act to its tool only while the run's
 /// lease is live under the call's token.
 pub const LIVE_LEASE: &str = "an act is sent only under a live lease";
@@ -82,6 +87,13 @@ pub struct State {
     /// Runs the runtime paused because their handler diverged from their
     /// journal.
     pub diverged: BTreeSet<RunId>,
+    /// Runs whose shipment the warehouse has stock for again (a person
+    /// restocked it before retrying the run, `retries.rs`); until then a
+    /// run's shipment may be declined for good, out of stock.
+    pub restocked: BTreeSet<RunId>,
+    /// The failures a person has looked at to retry: each run at the
+    /// version its failure left it.
+    pub retries_asked: BTreeSet<(RunId, u64)>,
 }
 
 impl Shared {
@@ -114,6 +126,8 @@ impl Shared {
                 serving: Vec::new(),
                 moves: Vec::new(),
                 diverged: BTreeSet::new(),
+                restocked: BTreeSet::new(),
+                retries_asked: BTreeSet::new(),
             }),
         }
     }
@@ -221,14 +235,26 @@ impl Shared {
             return unknown("not sent: the process died reading its books");
         }
         // The call's fate, drawn before anything else moves.
-        let (stall, fate, dies) = {
+        let (stall, fate, dies, tool) = {
             let mut state = self.state();
             let calm = state.calm;
             let nested = state.nested;
+            // Out of stock: the warehouse declines a shipment for good
+            // until a person restocks it for the run (`retries.rs`).
+            let stocked = state.restocked.contains(call.key.run());
             let fates = &mut state.fates;
             let stall = !calm && !nested && fates.below(1000) < STALL_PER_MILLE;
             let business_decline = acting && tool.declines_for_good && fates.below(4) == 0;
-            let fate = if business_decline {
+            let out_of_stock = acting
+                && !calm
+                && !stocked
+                && tool.name == OUT_OF_STOCK_TOOL
+                && fates.below(OUT_OF_STOCK_IN) == 0;
+            let tool = Tool {
+                declines_for_good: tool.declines_for_good || out_of_stock,
+                ..tool
+            };
+            let fate = if business_decline || out_of_stock {
                 Fate::Declined
             } else if calm {
                 Fate::Delivered
@@ -245,7 +271,7 @@ impl Shared {
                 }
             };
             let dies = !calm && acting && fates.below(1000) < DIE_AFTER_SEND_PER_MILLE;
-            (stall, fate, dies)
+            (stall, fate, dies, tool)
         };
         if stall {
             self.stall(call);
