@@ -115,6 +115,10 @@ pub enum PlantedBug {
     /// call is not the journal's n-th goes on as if the call were new, so
     /// a handler changed under a run in flight acts.
     SkipJournalCheck,
+    /// A step whose tool ignores fencing tokens queries an ambiguous
+    /// request at once, without waiting out the request's lifetime, so a
+    /// request still on its way lands after the query found nothing.
+    QueryBeforeRequestLifetime,
 }
 
 impl PlantedBug {
@@ -159,17 +163,18 @@ impl PlantedBug {
     /// The bugs of the runtime, and of what only the runtime family uses
     /// (the fan-out, the operator's move to another version), which the
     /// runtime family of the agent campaign catches.
-    pub const RUNTIME: [PlantedBug; 6] = [
+    pub const RUNTIME: [PlantedBug; 7] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
         PlantedBug::JoinAllAtFirstEnd,
         PlantedBug::MoveLeasedRun,
         PlantedBug::SkipJournalCheck,
+        PlantedBug::QueryBeforeRequestLifetime,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 36] = [
+    pub const ALL: [PlantedBug; 37] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -206,6 +211,7 @@ impl PlantedBug {
         PlantedBug::JoinAllAtFirstEnd,
         PlantedBug::MoveLeasedRun,
         PlantedBug::SkipJournalCheck,
+        PlantedBug::QueryBeforeRequestLifetime,
     ];
 
     /// The bug's command-line name.
@@ -247,6 +253,7 @@ impl PlantedBug {
             PlantedBug::JoinAllAtFirstEnd => "join-all-at-first-end",
             PlantedBug::MoveLeasedRun => "move-leased-run",
             PlantedBug::SkipJournalCheck => "skip-journal-check",
+            PlantedBug::QueryBeforeRequestLifetime => "query-before-request-lifetime",
         }
     }
 
