@@ -53,6 +53,7 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
     assert!(total.completed > 0 && total.model_calls > 0, "{total}");
     assert!(total.moves > 0, "{total}");
     assert!(total.diverged > 0 && total.rollbacks > 0, "{total}");
+    assert!(total.late > 0 && total.lifetime_waits > 0, "{total}");
 }
 
 #[test]
@@ -140,4 +141,12 @@ fn a_move_under_a_live_lease_is_caught_when_the_old_handler_acts_on_the_moved_ru
 #[test]
 fn a_runtime_that_skips_its_journal_check_is_caught_acting_on_a_diverged_run() {
     assert_caught_by(PlantedBug::SkipJournalCheck, DIVERGED_NEVER_ACTS);
+}
+
+#[test]
+fn a_query_before_a_token_ignoring_requests_lifetime_is_caught_when_the_late_request_lands() {
+    assert_caught_by(
+        PlantedBug::QueryBeforeRequestLifetime,
+        "every done effect happened exactly once",
+    );
 }

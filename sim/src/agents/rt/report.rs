@@ -56,6 +56,11 @@ pub struct RuntimeReport {
     pub checks: u64,
     /// Runs an operator moved to another version.
     pub moves: u64,
+    /// Requests to a tool that ignores tokens still on their way when
+    /// their caller gave up.
+    pub late: u64,
+    /// Waits a step opened to outlive such a request before it queried.
+    pub lifetime_waits: u64,
 }
 
 impl RuntimeReport {
@@ -84,6 +89,8 @@ impl RuntimeReport {
         self.applications += other.applications;
         self.checks += other.checks;
         self.moves += other.moves;
+        self.late += other.late;
+        self.lifetime_waits += other.lifetime_waits;
     }
 }
 
@@ -93,7 +100,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits); {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -114,6 +121,8 @@ impl fmt::Display for RuntimeReport {
             self.fan_outs_first,
             self.calls,
             self.applications,
+            self.late,
+            self.lifetime_waits,
             self.model_calls,
             self.checks
         )
