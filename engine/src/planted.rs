@@ -120,6 +120,10 @@ pub enum PlantedBug {
     /// confirmed is sent again (as a reset to a checkpoint that re-runs
     /// what came after it would), instead of being replayed.
     RetryResendsConfirmed,
+    /// A step whose tool ignores fencing tokens queries an ambiguous
+    /// request at once, without waiting out the request's lifetime, so a
+    /// request still on its way lands after the query found nothing.
+    QueryBeforeRequestLifetime,
 }
 
 impl PlantedBug {
@@ -164,7 +168,7 @@ impl PlantedBug {
     /// The bugs of the runtime, and of what only the runtime family uses
     /// (the fan-out, the operator's move to another version), which the
     /// runtime family of the agent campaign catches.
-    pub const RUNTIME: [PlantedBug; 7] = [
+    pub const RUNTIME: [PlantedBug; 8] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
@@ -172,10 +176,11 @@ impl PlantedBug {
         PlantedBug::MoveLeasedRun,
         PlantedBug::SkipJournalCheck,
         PlantedBug::RetryResendsConfirmed,
+        PlantedBug::QueryBeforeRequestLifetime,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 37] = [
+    pub const ALL: [PlantedBug; 38] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -213,6 +218,7 @@ impl PlantedBug {
         PlantedBug::MoveLeasedRun,
         PlantedBug::SkipJournalCheck,
         PlantedBug::RetryResendsConfirmed,
+        PlantedBug::QueryBeforeRequestLifetime,
     ];
 
     /// The bug's command-line name.
@@ -255,6 +261,7 @@ impl PlantedBug {
             PlantedBug::MoveLeasedRun => "move-leased-run",
             PlantedBug::SkipJournalCheck => "skip-journal-check",
             PlantedBug::RetryResendsConfirmed => "retry-resends-confirmed",
+            PlantedBug::QueryBeforeRequestLifetime => "query-before-request-lifetime",
         }
     }
 

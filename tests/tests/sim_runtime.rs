@@ -55,6 +55,7 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
     assert!(total.diverged > 0 && total.rollbacks > 0, "{total}");
     assert!(total.retries > 0 && total.retries_refused > 0, "{total}");
     assert!(total.forks > 0, "{total}");
+    assert!(total.late > 0 && total.lifetime_waits > 0, "{total}");
 }
 
 #[test]
@@ -147,4 +148,12 @@ fn a_runtime_that_skips_its_journal_check_is_caught_acting_on_a_diverged_run() {
 #[test]
 fn a_retry_that_resends_what_the_run_had_confirmed_is_caught_at_the_tool() {
     assert_caught_by(PlantedBug::RetryResendsConfirmed, CONFIRMED_NOT_SENT);
+}
+
+#[test]
+fn a_query_before_a_token_ignoring_requests_lifetime_is_caught_when_the_late_request_lands() {
+    assert_caught_by(
+        PlantedBug::QueryBeforeRequestLifetime,
+        "every done effect happened exactly once",
+    );
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::books::{
     AuditEntry, AuditWhat, Charge, Compensation, Cost, EffectKey, EffectKind, EffectStatus,
     FencingToken, Join, Outcome, Part, RecordDecision, Reserved, RunId, RunState, SaveCheckpoint,
-    StepId, ToolClass, Usage, WaitFor, WaitStatus, children_run_ids, digest_of,
+    StepId, ToolClass, Usage, WaitBook, WaitFor, WaitStatus, children_run_ids, digest_of,
 };
 use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
 use crate::error::Error;
@@ -53,6 +53,32 @@ pub struct Tool {
     attempts: u32,
     backoff: Backoff,
     hold: Cost,
+    fencing: Fencing,
+}
+
+/// Whether a tool refuses a request under an old fencing token, and if it
+/// does not, how long a request it was sent can still arrive and take
+/// effect (docs/API.md, "Tools that ignore fencing tokens").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fencing {
+    /// The tool refuses a request whose token is older than one it has
+    /// seen for the run (the default): a successor's query, under a newer
+    /// token, also fences its predecessor's request still on its way.
+    #[default]
+    Checks,
+    /// The tool ignores tokens (most real APIs do), so a predecessor's
+    /// request still on its way takes effect after a successor took over.
+    /// Before a query about an ambiguous act, the step waits on a durable
+    /// timer until the request can no longer arrive: the act's deadline
+    /// ([`Call::deadline_ms`]) plus `request_lifetime_ms`. With no lifetime
+    /// (`None`) no wait makes a query's "not found" final: the step's
+    /// outcome is unknown and the run is paused for a person.
+    Ignores {
+        /// How long after it is sent a request can still arrive and take
+        /// effect, ms (the service's queue, the client's retries, the
+        /// network): `None` if no bound is known.
+        request_lifetime_ms: Option<u64>,
+    },
 }
 
 /// How long a step waits before it tries a retryable failure again: a
@@ -109,6 +135,7 @@ impl std::fmt::Debug for Tool {
             .field("attempts", &self.attempts)
             .field("backoff", &self.backoff)
             .field("hold", &self.hold)
+            .field("fencing", &self.fencing)
             .finish()
     }
 }
@@ -126,7 +153,29 @@ impl Tool {
             attempts: 1,
             backoff: Backoff::default(),
             hold: Cost::tool_call(0),
+            fencing: Fencing::Checks,
         }
+    }
+
+    /// The tool ignores fencing tokens; a request it was sent can still
+    /// arrive and take effect until `request_lifetime_ms` after it left
+    /// (`None`: no bound is known). Its client must check
+    /// [`Call::deadline_ms`] right before it sends (a client that stalls
+    /// after the check sends later than the runtime can bound). Before the
+    /// step queries about an ambiguous act, it waits out the act's deadline
+    /// plus the lifetime on a durable timer (the run parks, holding no
+    /// worker); with no lifetime, the outcome is unknown and the run is
+    /// paused for a person. See [`Fencing::Ignores`].
+    pub fn ignores_tokens(mut self, request_lifetime_ms: Option<u64>) -> Tool {
+        self.fencing = Fencing::Ignores {
+            request_lifetime_ms,
+        };
+        self
+    }
+
+    /// Whether the tool checks fencing tokens.
+    pub fn fencing(&self) -> Fencing {
+        self.fencing
     }
 
     /// How to ask the tool about an ambiguous request.
@@ -481,6 +530,8 @@ impl RunCtx<'_> {
         let at = || format!("step {name}");
         let mut ambiguous = 0;
         let mut failed_key: Option<EffectKey> = None;
+        // The attempt this handler sent, and the deadline it sent it by.
+        let mut sent: Option<(EffectKey, u64)> = None;
         if journaled {
             failed_key = self.resume_retries(name, &step, tool)?;
         }
@@ -549,6 +600,7 @@ impl RunCtx<'_> {
                         resend: ctx.resend,
                         deadline_ms,
                     };
+                    sent = Some((ctx.key.clone(), deadline_ms));
                     let outcome = act(&call);
                     let then = self.pending_commands();
                     let finished = engine
@@ -563,6 +615,11 @@ impl RunCtx<'_> {
                     let Some(query) = &tool.query else {
                         unreachable!("a queryable tool without a query was refused above")
                     };
+                    let sent_by = sent
+                        .as_ref()
+                        .filter(|(key, _)| *key == ctx.key)
+                        .map(|(_, deadline)| *deadline);
+                    self.outlive_request(name, tool, &ctx.key, sent_by)?;
                     let call = Call {
                         key: &ctx.key,
                         idempotency_key: ctx.key.tool_key(),
@@ -635,9 +692,27 @@ impl RunCtx<'_> {
             return Ok(None);
         };
         let attempt = entry.key.attempt();
-        // Every attempt before the latest failed and was waited out.
+        // Every attempt before the latest failed and was waited out, each
+        // after the wait for its request's lifetime if it had one, as the
+        // journal holds them.
+        // (Only a tool that ignores tokens waits so: the others' resumes
+        // read no wait book.)
+        let book = match tool.fencing {
+            Fencing::Checks => None,
+            Fencing::Ignores { .. } => Some(
+                engine
+                    .waits(&self.run)
+                    .map_err(|e| self.engine_stop(e, &format!("step {name}")))?,
+            ),
+        };
         for earlier in 1..attempt {
+            if let Some(book) = &book {
+                self.replay_lifetime_wait(name, book, earlier)?;
+            }
             self.backoff(name, tool, earlier)?;
+        }
+        if let Some(book) = &book {
+            self.replay_lifetime_wait(name, book, attempt)?;
         }
         let EffectStatus::Failed { retryable, reason } = &entry.status else {
             return Ok(None);
@@ -657,6 +732,141 @@ impl RunCtx<'_> {
     fn attempts_used(&self, step: &StepId, attempt: u32) -> u32 {
         let base = self.reopened.get(step).copied().unwrap_or(0);
         attempt.saturating_sub(base)
+    }
+
+    /// A resumed step: the wait for the request lifetime of `attempt`
+    /// again, if the step opened one (answered by its elapsed timer, or
+    /// parked again until its recorded deadline).
+    fn replay_lifetime_wait(
+        &mut self,
+        name: &str,
+        book: &WaitBook,
+        attempt: u32,
+    ) -> Result<(), Fail> {
+        let wait = lifetime_wait_name(name, attempt);
+        let step = self.step_id(&wait)?;
+        let Some(until) = book
+            .wait_like(&step, &WaitFor::Timer)
+            .and_then(|w| w.deadline_ms)
+        else {
+            return Ok(());
+        };
+        self.lifetime_wait(&wait, until)
+    }
+
+    /// Before a query about `key`, an ambiguous act of a tool that ignores
+    /// fencing tokens: waits on a durable timer until the request can no
+    /// longer arrive, the deadline it was sent by plus the tool's request
+    /// lifetime (`sent_by` if this handler sent it, else bounded by the
+    /// lease its sender held, from the run's journal). The timer's
+    /// deadline is recorded with the wait, so a resumed handler waits for
+    /// the same instant. A tool with no lifetime cannot be asked: the
+    /// outcome is unknown and the run is paused for a person.
+    fn outlive_request(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        key: &EffectKey,
+        sent_by: Option<u64>,
+    ) -> Result<(), Fail> {
+        let Fencing::Ignores {
+            request_lifetime_ms,
+        } = tool.fencing
+        else {
+            return Ok(());
+        };
+        let Some(lifetime_ms) = request_lifetime_ms else {
+            return Err(Stop::OutcomeUnknown {
+                key: key.clone(),
+                reason: format!(
+                    "tool {} ignores fencing tokens and declares no request lifetime, so no \
+                     query can tell whether the request is still on its way",
+                    tool.spec.name
+                ),
+            }
+            .into());
+        };
+        let engine = &self.shared.engine;
+        if engine.planted(PlantedBug::QueryBeforeRequestLifetime) {
+            return Ok(());
+        }
+        let wait = lifetime_wait_name(name, key.attempt());
+        let step = self.step_id(&wait)?;
+        if self.used.contains(&Journaled::Wait(step.clone())) {
+            return Ok(()); // waited out already, on resume
+        }
+        let at = || format!("step {name}");
+        let recorded = engine
+            .waits(&self.run)
+            .map_err(|e| self.engine_stop(e, &at()))?
+            .wait_like(&step, &WaitFor::Timer)
+            .and_then(|w| w.deadline_ms);
+        let until = match recorded {
+            Some(until) => until,
+            None => {
+                let sent_by = match sent_by {
+                    Some(deadline) => deadline,
+                    None => self.sender_lease_end(key, &at())?,
+                };
+                let until = sent_by.saturating_add(lifetime_ms);
+                if until <= engine.clock().now_ms() {
+                    return Ok(());
+                }
+                until
+            }
+        };
+        self.lifetime_wait(&wait, until)
+    }
+
+    /// The latest instant the sender of `key`'s request could send it: the
+    /// last expiry the journal records for the lease it wrote the intent
+    /// under (an act's deadline is its lease's expiry less a margin). With
+    /// no such record, the latest expiry of any lease before this
+    /// handler's, and at least this handler's own.
+    fn sender_lease_end(&self, key: &EffectKey, at: &str) -> Result<u64, Fail> {
+        let audit = self
+            .shared
+            .engine
+            .read(|books| Ok(books.audit(&self.run, 1)))
+            .map_err(|e| self.engine_stop(e, at))?;
+        let sender = audit.iter().find_map(|entry| match &entry.what {
+            AuditWhat::Intended { key: intended, .. } if intended == key => entry.token,
+            _ => None,
+        });
+        let expiry = |entry: &AuditEntry| match entry.what {
+            AuditWhat::LeaseAcquired { expires_ms, .. }
+            | AuditWhat::LeaseRenewed { expires_ms } => Some(expires_ms),
+            _ => None,
+        };
+        let by_sender = sender.and_then(|token| {
+            audit
+                .iter()
+                .filter(|e| e.token == Some(token))
+                .filter_map(expiry)
+                .max()
+        });
+        Ok(by_sender.unwrap_or_else(|| {
+            let mine = self.watch.guard.token;
+            audit
+                .iter()
+                .filter(|e| e.token.is_some_and(|t| t < mine))
+                .filter_map(expiry)
+                .chain(std::iter::once(self.watch.expires_ms()))
+                .max()
+                .unwrap_or(u64::MAX)
+        }))
+    }
+
+    /// The durable timer `wait` until `until`: returns once it elapsed,
+    /// else parks the run.
+    fn lifetime_wait(&mut self, wait: &str, until: u64) -> Result<(), Fail> {
+        let reason = format!(
+            "{wait}: a request to a tool that ignores fencing tokens may arrive until {until} ms"
+        );
+        match self.wait(wait, WaitFor::Timer, Some(Deadline::At(until)), &reason)? {
+            WaitStatus::Elapsed => Ok(()),
+            other => Err(unexpected_wait(wait, &other)),
+        }
     }
 
     /// Waits out the backoff after `attempt` of step `name` failed: a
@@ -1121,6 +1331,12 @@ fn part(parts: &[Part], name: &str) -> Option<Vec<u8>> {
         .iter()
         .find(|p| p.name == name)
         .map(|p| p.bytes.clone())
+}
+
+/// The wait before a query about `attempt` of step `name`, whose tool
+/// ignores fencing tokens: `<name>:lifetime-<attempt>`.
+fn lifetime_wait_name(name: &str, attempt: u32) -> String {
+    format!("{name}:lifetime-{attempt}")
 }
 
 fn unexpected_wait(name: &str, status: &WaitStatus) -> Fail {

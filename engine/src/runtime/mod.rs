@@ -40,8 +40,8 @@ use crate::error::{Error, Result};
 
 pub use crate::books::Join;
 pub use ctx::{
-    Approval, Backoff, Call, ChildOutput, Deadline, OUTPUT_PART, QueryFn, RUNTIME_SCHEMA, RunCtx,
-    STATE_PART, Tool,
+    Approval, Backoff, Call, ChildOutput, Deadline, Fencing, OUTPUT_PART, QueryFn, RUNTIME_SCHEMA,
+    RunCtx, STATE_PART, Tool,
 };
 pub use fail::{Divergence, Fail, Stop};
 

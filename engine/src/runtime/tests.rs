@@ -1017,3 +1017,186 @@ fn cancelling_a_parent_that_waits_on_a_fan_out_cancels_every_child() {
     }
     assert_eq!(state(&engine, "c-x:quotes.2"), RunState::Failed);
 }
+
+/// How long a request to the courier below can still arrive.
+const LIFETIME_MS: u64 = 120_000;
+
+/// A courier booking: queryable, but the courier ignores fencing tokens
+/// (with `lifetime` as its request lifetime). Counts acts and queries; the
+/// act answers `act`, a query finds the booking.
+fn register_courier(rt: &Runtime, world: &World, lifetime: Option<u64>, act: Outcome) {
+    let w = world.clone();
+    rt.register("courier", "1", move |ctx| {
+        let q = w.clone();
+        let tool = Tool::new("courier.book", ToolClass::Queryable)
+            .ignores_tokens(lifetime)
+            .with_query(move |_| {
+                q.hit("query");
+                confirmed("booked")
+            });
+        let a = w.clone();
+        let act = act.clone();
+        ctx.step("deliver", &tool, b"parcel", |call| {
+            a.hit("act");
+            a.0.lock()
+                .unwrap()
+                .insert("deadline".into(), call.deadline_ms);
+            act.clone()
+        })
+    })
+    .unwrap();
+}
+
+/// A worker of a process that died claimed `run`, moved it to running and
+/// wrote the intent of its step `deliver`; returns its lease's expiry.
+fn courier_intent_left_by_a_dead_worker(engine: &Engine, run: &RunId) -> u64 {
+    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: dead.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    engine
+        .begin_effect(BeginEffect {
+            run: run.clone(),
+            step: StepId::new("deliver").unwrap(),
+            guard: dead.guard,
+            tool: "courier.book".into(),
+            tool_class: ToolClass::Queryable,
+            args_digest: digest_of(b"parcel"),
+            args: None,
+            rationale: "step deliver of courier@1".into(),
+            compensation: None,
+        })
+        .unwrap();
+    dead.expires_ms
+}
+
+fn lifetime_wait(engine: &Engine, run: &RunId) -> Option<u64> {
+    let step = StepId::new("deliver:lifetime-1").unwrap();
+    let waits = engine.waits(run).unwrap();
+    let found: Vec<_> = waits.waits.iter().filter(|w| w.step == step).collect();
+    assert!(found.len() <= 1, "one wait: {found:?}");
+    found.first().map(|w| w.deadline_ms.unwrap())
+}
+
+#[test]
+fn a_successor_waits_out_the_request_lifetime_before_it_queries_a_tool_that_ignores_tokens() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    register_courier(&rt, &world, Some(LIFETIME_MS), confirmed("unused"));
+    let run = rt.start("courier", "parcel-1", b"").unwrap().run;
+    let expires_ms = courier_intent_left_by_a_dead_worker(&engine, &run);
+    // The dead worker may have stalled and sent at its deadline, at most
+    // its lease's expiry; its request may land a lifetime later.
+    bench.clock.advance_ms(TTL_MS + 1);
+    assert_eq!(
+        drain(&rt),
+        [(run.clone(), Driven::Parked("deliver:lifetime-1".into()))]
+    );
+    assert_eq!(lifetime_wait(&engine, &run), Some(expires_ms + LIFETIME_MS));
+    assert_eq!(state(&engine, "parcel-1"), RunState::WaitingTool);
+    bench.clock.set_ms(expires_ms + LIFETIME_MS - 1);
+    assert_eq!(drain(&rt), [], "nothing to do before the request expired");
+    assert_eq!(
+        world.count("query"),
+        0,
+        "not asked while a request may land"
+    );
+    bench.clock.set_ms(expires_ms + LIFETIME_MS);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(world.count("query"), 1);
+    assert_eq!(
+        world.count("act"),
+        0,
+        "a queryable tool's act is never resent"
+    );
+    assert_eq!(rt.output(&run).unwrap().unwrap(), b"booked");
+}
+
+#[test]
+fn an_act_that_timed_out_waits_its_own_deadline_plus_the_lifetime_before_the_query() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    let timed_out = Outcome::Unknown {
+        reason: "no reply before the timeout".into(),
+    };
+    register_courier(&rt, &world, Some(LIFETIME_MS), timed_out);
+    let run = rt.start("courier", "parcel-2", b"").unwrap().run;
+    assert_eq!(
+        drain(&rt),
+        [(run.clone(), Driven::Parked("deliver:lifetime-1".into()))]
+    );
+    assert_eq!(world.count("act"), 1);
+    assert_eq!(world.count("query"), 0);
+    let deadline = world.count("deadline");
+    assert!(
+        deadline > bench.clock.now_ms(),
+        "the act's deadline: {deadline}"
+    );
+    assert_eq!(lifetime_wait(&engine, &run), Some(deadline + LIFETIME_MS));
+    bench.clock.set_ms(deadline + LIFETIME_MS);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!((world.count("act"), world.count("query")), (1, 1));
+}
+
+#[test]
+fn a_tool_that_ignores_tokens_with_no_request_lifetime_is_never_queried_and_pauses_the_run() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    register_courier(&rt, &world, None, confirmed("unused"));
+    let run = rt.start("courier", "parcel-3", b"").unwrap().run;
+    courier_intent_left_by_a_dead_worker(&engine, &run);
+    bench.clock.advance_ms(DAY_MS);
+    let passes = drain(&rt);
+    let [(_, Driven::Paused(reason))] = passes.as_slice() else {
+        panic!("{passes:?}")
+    };
+    assert!(reason.contains("parcel-3/deliver/1"), "{reason}");
+    assert!(reason.contains("no request lifetime"), "{reason}");
+    assert_eq!((world.count("act"), world.count("query")), (0, 0));
+    assert_eq!(lifetime_wait(&engine, &run), None, "no wait makes it safe");
+    assert_eq!(state(&engine, "parcel-3"), RunState::Paused);
+}
+
+#[test]
+fn a_crash_mid_wait_resumes_with_the_deadline_the_wait_was_opened_with() {
+    let bench = Bench::new();
+    let world = World::default();
+    let timed_out = Outcome::Unknown {
+        reason: "no reply before the timeout".into(),
+    };
+    let (run, until) = {
+        let engine = bench.engine();
+        let rt = bench.runtime(&engine);
+        register_courier(&rt, &world, Some(LIFETIME_MS), timed_out.clone());
+        let run = rt.start("courier", "parcel-4", b"").unwrap().run;
+        drain(&rt);
+        // Bounded by the act's own deadline, which only this handler knew.
+        let until = world.count("deadline") + LIFETIME_MS;
+        assert_eq!(lifetime_wait(&engine, &run), Some(until));
+        (run, until)
+    }; // the process dies, the run parked on its timer
+    bench.clock.advance_ms(LIFETIME_MS / 2);
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    register_courier(&rt, &world, Some(LIFETIME_MS), timed_out);
+    assert_eq!(drain(&rt), [], "still waiting after the restart");
+    // The resumed handler asks for the same wait at the same instant and
+    // goes on; one bounded afresh (by the sender's lease, from the
+    // journal) would be refused as a divergence and the run paused.
+    bench.clock.set_ms(until);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(lifetime_wait(&engine, &run), Some(until));
+    assert_eq!((world.count("act"), world.count("query")), (1, 1));
+}

@@ -19,4 +19,6 @@ mod tools;
 pub use call::{Ask, Call, CallId, Fate, Reply};
 pub use model::{Model, ModelCall};
 pub use service::{Application, Delivery, World, WorldStats};
-pub use tools::{CALL_TIMEOUT_MS, REQUEST_LIFETIME_MS_MAX, Tool, tool};
+pub use tools::{
+    CALL_TIMEOUT_MS, LATE_REQUEST_LIFETIME_MS, REQUEST_LIFETIME_MS_MAX, Tool, ignores_tokens, tool,
+};

@@ -1,6 +1,7 @@
 //! [`World`]: the services behind the tools. Requests arrive when their
 //! fate says; each service fences by token per run (refusing a token lower
-//! than one it has seen, for acts and queries alike), deduplicates by key
+//! than one it has seen, for acts and queries alike), unless it is one that
+//! ignores tokens (it acts on whatever arrives), deduplicates by key
 //! inside its window if its class says so, answers queries, and records
 //! every application: the ground truth the checkers hold the books to.
 //!
@@ -14,7 +15,7 @@ use actum::books::{Digest, EffectKey, FencingToken, ResourceId, RunId, ToolClass
 
 use super::call::{Ask, Call, CallId, Fate, Reply};
 use super::model::Model;
-use super::tools::{REQUEST_LIFETIME_MS_MAX, Tool, tool};
+use super::tools::{Tool, tool};
 
 /// One act that happened in the world.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,7 +145,7 @@ impl World {
             Fate::Delivered | Fate::AckDropped | Fate::Declined => 0,
         };
         assert!(
-            delay_ms <= REQUEST_LIFETIME_MS_MAX,
+            delay_ms <= tool.request_lifetime_ms,
             "a request outlived its lifetime"
         );
         let call = Call {
@@ -266,12 +267,12 @@ impl World {
                 .get(resource)
                 .is_some_and(|highest| token < highest)
         });
-        if call.token < *fence || stale_hold {
+        if (call.token < *fence && !tool.ignores_tokens) || stale_hold {
             self.stats.fenced += 1;
             self.deliveries.push(delivery);
             return Some(Reply::Fenced);
         }
-        *fence = call.token;
+        *fence = (*fence).max(call.token);
         if let (Some((resource, token)), Ask::Act { .. }) = (&call.hold, &call.ask) {
             self.resource_fences.insert(resource.clone(), *token);
         }

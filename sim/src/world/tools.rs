@@ -1,7 +1,9 @@
 //! The catalogue of simulated tools, drawn from the seeds' agents: a card
 //! processor and a bank that deduplicate by key, a warehouse and an FX desk
 //! that answer queries, a mailer that does neither, and a screening service
-//! that answers later, by webhook.
+//! that answers later, by webhook; and a courier that answers queries but
+//! ignores fencing tokens, whose requests may arrive long after the caller
+//! gave up ([`LATE_REQUEST_LIFETIME_MS`]).
 //!
 //! **Invariant:** every tool's dedup window is far longer than the longest
 //! a request can stay in flight ([`REQUEST_LIFETIME_MS_MAX`]), and so is
@@ -20,8 +22,15 @@ use actum::books::ToolClass;
 pub const REQUEST_LIFETIME_MS_MAX: u64 = 60_000;
 
 /// How long a caller waits for a reply before it reports the outcome as
-/// unknown; longer than any request can stay in flight.
+/// unknown; longer than any request to a tool that fences by token can
+/// stay in flight.
 pub const CALL_TIMEOUT_MS: u64 = REQUEST_LIFETIME_MS_MAX + 30_000;
+
+/// The request lifetime of the tools that ignore fencing tokens: a queue
+/// that delivers up to ten minutes late, far past the caller's timeout and
+/// the lease of the worker that sent it. The runtime is told it
+/// (`Tool::ignores_tokens`) and must wait it out before it queries.
+pub const LATE_REQUEST_LIFETIME_MS: u64 = 600_000;
 
 /// One day: the dedup window of the tools that have one.
 const DAY_MS: u64 = 86_400_000;
@@ -42,6 +51,11 @@ pub struct Tool {
     /// True for an asynchronous tool: a request it takes is answered
     /// "accepted" at once, and its outcome comes later, by webhook.
     pub replies_by_webhook: bool,
+    /// True for a tool that ignores fencing tokens: it acts on a request
+    /// under any token, however old.
+    pub ignores_tokens: bool,
+    /// The longest a request to it stays in flight, ms.
+    pub request_lifetime_ms: u64,
 }
 
 impl Tool {
@@ -54,6 +68,8 @@ impl Tool {
             },
             declines_for_good: false,
             replies_by_webhook: false,
+            ignores_tokens: false,
+            request_lifetime_ms: REQUEST_LIFETIME_MS_MAX,
         }
     }
 
@@ -88,6 +104,20 @@ impl Tool {
             class: ToolClass::Queryable,
             declines_for_good,
             replies_by_webhook: false,
+            ignores_tokens: false,
+            request_lifetime_ms: REQUEST_LIFETIME_MS_MAX,
+        }
+    }
+
+    /// A tool that answers whether a key was acted on but ignores fencing
+    /// tokens, and whose requests may arrive up to
+    /// [`LATE_REQUEST_LIFETIME_MS`] after they were sent (a courier's
+    /// booking queue).
+    pub const fn queryable_ignoring_tokens(name: &'static str) -> Tool {
+        Tool {
+            ignores_tokens: true,
+            request_lifetime_ms: LATE_REQUEST_LIFETIME_MS,
+            ..Tool::queryable(name, false)
         }
     }
 
@@ -98,12 +128,14 @@ impl Tool {
             class: ToolClass::NotIdempotent,
             declines_for_good: false,
             replies_by_webhook: false,
+            ignores_tokens: false,
+            request_lifetime_ms: REQUEST_LIFETIME_MS_MAX,
         }
     }
 }
 
 /// Every tool of the world.
-const TOOLS: [Tool; 13] = [
+const TOOLS: [Tool; 14] = [
     Tool::idempotent("stripe.charge"),
     Tool::queryable("warehouse.ship", false),
     Tool::queryable("bank.refund", false),
@@ -117,7 +149,14 @@ const TOOLS: [Tool; 13] = [
     Tool::idempotent("search.query"),
     Tool::queryable("bank.pay", false),
     Tool::asynchronous("kyc.screen"),
+    Tool::queryable_ignoring_tokens("courier.book"),
 ];
+
+/// True if the tool named `name` ignores fencing tokens (false for a name
+/// outside the catalogue).
+pub fn ignores_tokens(name: &str) -> bool {
+    TOOLS.iter().any(|t| t.name == name && t.ignores_tokens)
+}
 
 /// The tool named `name`; panics on a name outside the catalogue (a bug in
 /// a workflow definition).
@@ -143,6 +182,18 @@ mod tests {
                 assert!(margin < window / 2, "{}", t.name);
             }
             assert!(TOOLS[..i].iter().all(|u| u.name != t.name), "{}", t.name);
+            // A tool that fences by token is answered, or given up on,
+            // only once its request can no longer arrive.
+            assert!(
+                t.ignores_tokens || t.request_lifetime_ms < CALL_TIMEOUT_MS,
+                "{}",
+                t.name
+            );
+            assert!(
+                t.request_lifetime_ms <= LATE_REQUEST_LIFETIME_MS,
+                "{}",
+                t.name
+            );
             assert_eq!(tool(t.name), *t);
         }
     }

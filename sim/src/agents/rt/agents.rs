@@ -5,7 +5,10 @@
 //!
 //! - `shop`: charge the card (deduplicated), ship (queryable).
 //! - `refund`: the model decides, refund (queryable), mail (applies every
-//!   request: an ambiguous one goes to a person).
+//!   request: an ambiguous one goes to a person), book the courier to
+//!   pick up the return (queryable, but it ignores fencing tokens and its
+//!   requests may arrive ten minutes late: the runtime waits that out
+//!   before it asks).
 //! - `treasury`: sweep and fund, each with an undo; hedge (the desk may
 //!   refuse for good, failing the run: the saga returns the funding, then
 //!   the sweep); post.
@@ -128,6 +131,9 @@ fn rt_tool(shared: &Arc<Shared>, name: &str) -> RtTool {
         // What a research run's budget holds for a search.
         rt = rt.hold(Cost::tool_call(SEARCH_HOLD_MICROS));
     }
+    if world_tool.ignores_tokens {
+        rt = rt.ignores_tokens(Some(world_tool.request_lifetime_ms));
+    }
     if world_tool.class == actum::books::ToolClass::Queryable {
         let s = Arc::clone(shared);
         rt = rt.with_query(move |call| s.act(world_tool, call, Ask::Query));
@@ -227,7 +233,14 @@ fn refund(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
         "mail.send",
         format!("mail {run}").as_bytes(),
     )?;
-    Ok([decided, refunded, mailed].join(&b' '))
+    let pickup = step(
+        ctx,
+        s,
+        "pickup",
+        "courier.book",
+        format!("pick up the return of {run}").as_bytes(),
+    )?;
+    Ok([decided, refunded, mailed, pickup].join(&b' '))
 }
 
 fn treasury(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {

@@ -62,6 +62,11 @@ pub struct RuntimeReport {
     pub retries_refused: u64,
     /// Runs a person forked (a run whose saga undid what it did).
     pub forks: u64,
+    /// Requests to a tool that ignores tokens still on their way when
+    /// their caller gave up.
+    pub late: u64,
+    /// Waits a step opened to outlive such a request before it queried.
+    pub lifetime_waits: u64,
 }
 
 impl RuntimeReport {
@@ -93,6 +98,8 @@ impl RuntimeReport {
         self.retries += other.retries;
         self.retries_refused += other.retries_refused;
         self.forks += other.forks;
+        self.late += other.late;
+        self.lifetime_waits += other.lifetime_waits;
     }
 }
 
@@ -102,7 +109,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits); {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -126,6 +133,8 @@ impl fmt::Display for RuntimeReport {
             self.fan_outs_first,
             self.calls,
             self.applications,
+            self.late,
+            self.lifetime_waits,
             self.model_calls,
             self.checks
         )

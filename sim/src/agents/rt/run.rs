@@ -801,6 +801,9 @@ impl RtSim {
         for run in books.runs() {
             let book = BooksRead::waits(&books, &run.id);
             for wait in book.iter().flat_map(|b| &b.waits) {
+                if wait.wait_for == WaitFor::Timer && wait.step.as_str().contains(":lifetime-") {
+                    state.report.lifetime_waits += 1;
+                }
                 if let WaitFor::Children { join, .. } = wait.wait_for {
                     state.report.fan_outs += 1;
                     state.report.fan_outs_first += u64::from(join == Join::First);

@@ -28,7 +28,7 @@ use super::versions::Move;
 use crate::agents::History;
 use crate::disk::SimDisk;
 use crate::rng::Rng;
-use crate::world::{Ask, CALL_TIMEOUT_MS, Fate, REQUEST_LIFETIME_MS_MAX, Reply, Tool, World};
+use crate::world::{Ask, CALL_TIMEOUT_MS, Fate, Reply, Tool, World};
 
 /// The tool that runs out of stock: a shop run's shipment may be declined
 /// for good until a person restocks it and retries the run.
@@ -259,14 +259,17 @@ impl Shared {
             } else if calm {
                 Fate::Delivered
             } else {
+                // A tool that ignores tokens is slow more often, and its
+                // slow requests may arrive long after the caller gave up.
+                let slow_to = if tool.ignores_tokens { 40 } else { 16 };
                 match fates.below(100) {
                     0..6 => Fate::AckDropped,
                     6..10 => Fate::RequestLost,
-                    10..16 => Fate::Slow {
-                        delay_ms: u32::try_from(fates.below(REQUEST_LIFETIME_MS_MAX + 1))
+                    roll if roll < slow_to => Fate::Slow {
+                        delay_ms: u32::try_from(fates.below(tool.request_lifetime_ms + 1))
                             .expect("a lifetime fits u32"),
                     },
-                    16..22 if acting => Fate::Declined,
+                    roll if roll < slow_to + 6 && acting => Fate::Declined,
                     _ => Fate::Delivered,
                 }
             };
@@ -280,6 +283,13 @@ impl Shared {
             }
         }
         let now = self.clock.peek();
+        if acting && tool.ignores_tokens && now > call.deadline_ms {
+            // The client of a tool that cannot fence checks the deadline
+            // itself, right before it sends: a stalled request past it
+            // would land after a successor took over.
+            self.note(|| format!("{} act {} not sent: past its deadline", tool.name, call.key));
+            return unknown("not sent: past the act's deadline");
+        }
         let id = {
             let mut state = self.state();
             state.report.calls += 1;
@@ -304,7 +314,18 @@ impl Shared {
             return unknown("the process died");
         }
         if let Fate::Slow { delay_ms } = fate {
-            self.clock.advance_ms(u64::from(delay_ms));
+            let delay_ms = u64::from(delay_ms);
+            if delay_ms > CALL_TIMEOUT_MS {
+                // The caller gives up before the request arrives; it
+                // still will, and take effect (a tool that ignores tokens
+                // refuses no late request).
+                self.clock.advance_ms(CALL_TIMEOUT_MS);
+                let mut state = self.state();
+                state.report.late += 1;
+                state.world.deliver_due(self.clock.peek());
+                return unknown("no reply before the timeout; the request is still on its way");
+            }
+            self.clock.advance_ms(delay_ms);
         }
         let mut state = self.state();
         state.world.deliver_due(self.clock.peek());
