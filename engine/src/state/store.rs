@@ -43,14 +43,19 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// `ToolClass::IdempotentWithMargin` (appended; no table changed), and
 /// version 8 lets a wait book's rows hold the wait for several children
 /// (`WaitFor::Children`, `WaitStatus::ChildrenEnded`, appended) and an
-/// audit row `AuditWhat::VersionMoved` (appended alike).
-pub const STATE_SCHEMA_VERSION: u64 = 8;
+/// audit row `AuditWhat::VersionMoved` (appended alike). Version 9 lets an
+/// effect row (and a wait book's `WaitStatus::Replied`) hold a receipt kept
+/// in the blob store by digest (`EffectStatus::ConfirmedStored`,
+/// `EffectStatus::CompensatedStored`, appended; no table changed: the blob
+/// is a row of the blobs table, counted in the blob holders and references
+/// tables like a checkpoint part).
+pub const STATE_SCHEMA_VERSION: u64 = 9;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited, had a budget or compensated), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 9] = [1, 2, 3, 4, 5, 6, 7, 8, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -567,17 +572,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(9));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 9");
+        set_schema_version(&storage, &path, Some(10));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 10");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 9, supported: 8 } if file == &path
+                Error::UnsupportedFormat { file, found: 10, supported: 9 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 8"),
+            err.to_string().contains("this build reads version 9"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));

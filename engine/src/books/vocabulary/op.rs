@@ -384,17 +384,19 @@ impl Op {
 /// tool with a resend margin of its own (`ToolClass::IdempotentWithMargin`),
 /// and version 8 the wait for several children (`WaitFor::Children`,
 /// `WaitStatus::ChildrenEnded`) and an operator's move of a run to another
-/// agent version (`RunVersionMoved`), so that an older build refuses a log
-/// holding them by name instead of as
-/// damage.
-pub const PAYLOAD_VERSION: u8 = 8;
+/// agent version (`RunVersionMoved`), and version 9 a receipt kept in the
+/// blob store by digest (`EffectStatus::ConfirmedStored`,
+/// `EffectStatus::CompensatedStored`, written after the `BlobPut` of its
+/// bytes in the same record), so that an older build refuses a log holding
+/// them by name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 9;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, so one decoder reads
 /// them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 8] = [1, 2, 3, 4, 5, 6, 7, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 9] = [1, 2, 3, 4, 5, 6, 7, 8, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 

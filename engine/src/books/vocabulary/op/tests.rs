@@ -2,7 +2,7 @@ use super::*;
 use crate::books::PartRef;
 use crate::books::Usage;
 use crate::books::{ChildEnd, Join, WaitFor};
-use crate::books::{Compensation, ToolClass};
+use crate::books::{Compensation, Receipt, StoredReceipt, ToolClass};
 use crate::books::{EffectKind, StepId, WorkerId};
 use proptest::prelude::*;
 
@@ -49,6 +49,22 @@ fn status() -> impl Strategy<Value = EffectStatus> {
                 compensation_receipt,
             }
         }),
+        (digest(), any::<u64>()).prop_map(|(digest, len_bytes)| EffectStatus::ConfirmedStored {
+            receipt: StoredReceipt { digest, len_bytes }
+        }),
+        (receipt(), receipt()).prop_map(|(receipt, compensation_receipt)| {
+            EffectStatus::CompensatedStored {
+                receipt,
+                compensation_receipt,
+            }
+        }),
+    ]
+}
+fn receipt() -> impl Strategy<Value = Receipt> {
+    prop_oneof![
+        bytes().prop_map(Receipt::Inline),
+        (digest(), any::<u64>())
+            .prop_map(|(digest, len_bytes)| Receipt::Stored(StoredReceipt { digest, len_bytes })),
     ]
 }
 fn tool_class() -> impl Strategy<Value = ToolClass> {
@@ -512,7 +528,7 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
     assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
     assert_eq!(decode_ops(&payload).unwrap(), ops);
     assert_eq!(unsupported_payload_version(&payload), None);
-    for old in [1u8, 2, 3, 4, 5, 6, 7] {
+    for old in [1u8, 2, 3, 4, 5, 6, 7, 8] {
         let mut before = payload.clone();
         before[0] = old;
         assert_eq!(
@@ -521,13 +537,13 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
             "version {old} is still read"
         );
     }
-    for version in [0u8, 9, 10, 255] {
+    for version in [0u8, 10, 11, 255] {
         let mut other = payload.clone();
         other[0] = version;
         assert_eq!(unsupported_payload_version(&other), Some(version));
         let err = decode_ops(&other).unwrap_err();
         let expected = format!(
-            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8"
+            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9"
         );
         assert!(err.to_string().contains(&expected), "{err}");
     }
