@@ -28,10 +28,10 @@ use super::tools::{REQUEST_LIFETIME_MS_MAX, Tool, tool};
 /// stream: no draw of the schedule or of the fates moves.
 pub fn receipt_of(tool: &str, key: &EffectKey, seq: usize) -> Vec<u8> {
     let chosen = digest_of(key.encode().as_bytes()).0;
-    if chosen[0] % 8 != 0 {
+    if !chosen[0].is_multiple_of(8) {
         return format!("{tool}:{seq}").into_bytes();
     }
-    let head = if chosen[2] % 4 == 0 {
+    let head = if chosen[2].is_multiple_of(4) {
         format!("{tool}:shared ")
     } else {
         format!("{tool}:{seq} ")
