@@ -18,9 +18,10 @@
 //!
 //! Blobs are reference counted by run: a blob written by this build starts
 //! with a holder count of 0 (`blob_holders`), and each run that first
-//! references it (a checkpoint part, the stored arguments of an intent)
-//! adds itself to its `BlobRefs` and one to the count; pruning the run takes
-//! one off each, and a blob whose count reaches 0 is deleted. A blob
+//! references it (a checkpoint part, the stored arguments of an intent, a
+//! receipt kept by digest) adds itself to its `BlobRefs` and one to the
+//! count; pruning the run takes one off each, and a blob whose count
+//! reaches 0 is deleted. A blob
 //! without a count (written before counting began) is never deleted.
 //!
 //! **Invariant:** a blob is deleted only when no kept run references it; a
