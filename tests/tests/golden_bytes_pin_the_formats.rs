@@ -29,101 +29,103 @@ use std::path::Path;
 use actum::books::{
     AuditEntry, AuditWhat, BlobRefs, BudgetBook, BudgetLimits, Charge, CheckpointMeta, ChildEnd,
     Compensation, Cost, DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, EffectStatus,
-    FencingToken, Join, Lease, Op, PAYLOAD_VERSION, PartRef, Reservation, ResourceBook,
+    FencingToken, Join, Lease, Op, PAYLOAD_VERSION, PartRef, Receipt, Reservation, ResourceBook,
     ResourceHold, ResourceId, Run, RunId, RunState, SagaBook, SharedChange, SharedEntry,
-    SharedKeyId, SignalRecord, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitRecord, WaitStatus,
-    WorkerId, decode_ops, encode_ops,
+    SharedKeyId, SignalRecord, StepId, StoredReceipt, ToolClass, Usage, WaitBook, WaitFor,
+    WaitRecord, WaitStatus, WorkerId, decode_ops, encode_ops,
 };
 use actum::state::rows::{RowTable, decode_row, encode_row};
 
 /// The committed bytes: one fixture a line, its name then its hex.
 /// Rewritten in place by `ACTUM_BLESS_GOLDEN=1` (see the module docs).
 const GOLDEN: &str = "
-op.run_created                     000272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
-op.run_created.bare                000272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
-op.run_transitioned                01027231010308a01f0303776879
-op.run_transitioned.failed         010272310206098420030178
-op.run_transitioned.cancelled      0102723104070ae820030179
-op.lease_acquired                  0202723102773103b81708c413
-op.lease_renewed                   0302723103f02e098827
-op.lease_released                  04027231030ad836
-op.effect_intended.act             050272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
-op.effect_intended.margin          050272310273310002037061790380dddb01c0a907303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
-op.effect_intended.undo            05027231027331010106726566756e6402404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f04756e646f0000904e030000
-op.effect_resent                   06027231027331000203f855
-op.effect_settled.confirmed        0702723102733100020102aabbe05d03016e
-op.effect_settled.failed           0702723102733100020201026e6fe05d03016e
-op.effect_settled.unknown          07027231027331000203046c6f7374e05d03016e
-op.effect_settled.compensated      0702723102733100020401aa01cce05d03016e
-op.blob_put                        08606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f02dead
-op.checkpoint_saved                0902723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f02046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02c86503
-op.decision_recorded               0a02723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
-op.wait_opened.approval            0b0272310273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e03037768790000
-op.wait_opened.signal              0b0272310273320201047061696400f02e03037768790000
-op.wait_opened.timer               0b027231027332020201a846f02e03037768790000
-op.wait_ended.approved             0c0272310273320103616e6e026f6bd836
-op.wait_ended.rejected             0c0272310273320203626f62026e6fd836
-op.wait_ended.signalled            0c0272310273320304047061696402beef037073708827d836
-op.wait_ended.elapsed              0c02723102733204d836
-op.wait_opened.child               0b02723102733202030572313a733200f02e03037768790000
-op.wait_ended.child_ended          0c02723102733205050103d836
-op.wait_ended.child_ended_bare     0c027231027332050700d836
-op.wait_opened.children            0b0272310273320205020772313a73322e310772313a73322e320100f02e03037768790000
-op.wait_ended.children_ended       0c02723102733207020772313a73322e310501030772313a73322e320600d836
-op.wait_opened.reply               0b0272310273320204027231027331000200f02e03037768790000
-op.wait_ended.replied              0c027231027332060102aabbd836
-op.signal_received                 0d02723104047061696402beef037073708827
-op.budget_set                      0e02723101a08d060001c096b10201280180dddb01036f707303776879c865
-op.budget_reserved                 0f0272310102733314151617e05d030202027231027031
-op.budget_settled                  1002723100070a0b0c0db06d03
-op.run_transitioned.compensating   01027231010809987503017a
-op.saga_opened                     1102723107807d03
-op.resource_acquired               120b637573746f6d65723a343202723104e88401f48001
-op.resource_renewed                130b637573746f6d65723a343202723104d08c01dc8801
-op.resource_released               140b637573746f6d65723a343202723104c49001
-op.run_pruned                      16027231a09c01
-op.shared_set                      1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
-op.shared_set.cleared_by_operator  1507646e633a633432030003bb9401036f70730000000177
-op.run_version_moved               170272310673686f7040310673686f7040320988a40105086f70732d616e6e610f763220726f756e6473207269676874
-op.run_retried                     180272310af0ab010501027231047368697000020103086f70732d616e6e6109726573746f636b6564
-op.run_forked                      19086f726465722d31620272310102d8b301086f70732d616e6e610e61207365636f6e64206f72646572
-payload.two_ops                    09020302723103f02e09882704027231030ad836
-payload.no_ops                     0900
-row.run                            931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
-row.run.bare                       a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
-row.effect                         f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
-row.checkpoint                     1ce9ce6202723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f02046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02c86503
-row.decision                       a394c08102723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
-row.audit.created                  5cc219fc0198750000026131101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f0179
-row.audit.transitioned             20019d0702987501030101050179
-row.audit.lease_acquired           b555c932039875010302027731b8170179
-row.audit.lease_renewed            c4fa817a049875010303f02e0179
-row.audit.lease_released           1badf4fa0598750103040179
-row.audit.intended                 09aadf33069875010305027231027331000203706179303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f0179
-row.audit.resent                   2db3151e07987501030602723102733101010179
-row.audit.settled                  7c5091bb089875010307027231027331000209636f6e6669726d65640179
-row.audit.checkpoint_saved         c9d529740998750103080206020179
-row.audit.decision_recorded        16f4f9350a987501030905909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf0179
-row.audit.wait_opened              144f24c30b987501030a02733200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03e0179
-row.audit.wait_ended               e291489c0c9875000b02733208617070726f7665640179
-row.audit.signal_received          a4a97b950d9875000c040470616964037073700179
-row.audit.budget_set               faecc98e0e9875000d01a08d060001c096b10201280180dddb01036f70730179
-row.audit.reserved                 45d8285d0f987501030e01027333141516170179
-row.audit.charge_settled           5bde0d5510987501030f00070a0b0c0d0179
-row.audit.saga_opened              9a2dbabd119875010310060179
-row.audit.resource_acquired        f52f96e61298750103110b637573746f6d65723a3432e884010179
-row.audit.resource_renewed         ebc386c31398750103120b637573746f6d65723a3432d08c010179
-row.audit.resource_released        f1d24ad01498750103130b637573746f6d65723a34320179
-row.audit.shared_set               746f1a4c15987501031407646e633a6334320201d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0179
-row.audit.version_moved            3c67dfb31698750103150673686f7040310673686f704032086f70732d616e6e610179
-row.audit.retried                  c03a878d17987501031601027231047368697000020103086f70732d616e6e610179
-row.audit.forked                   dc7ee94a18987500170272310102086f70732d616e6e610179
-row.waits                          1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
-row.budgets                        9ff5e5850272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d030202027231027031d0860301e0d403
-row.sagas                          e7e4351a027231020273310273320106
-row.resources                      15b551610b637573746f6d65723a34320102723104e88401f4800105
-row.shared                         2d135b5f07646e633a6334320103646e63020201b99401036f7073000001d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef017702ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
-row.blob_refs                      682dea5002723102101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f
+op.run_created                        000272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
+op.run_created.bare                   000272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
+op.run_transitioned                   01027231010308a01f0303776879
+op.run_transitioned.failed            010272310206098420030178
+op.run_transitioned.cancelled         0102723104070ae820030179
+op.lease_acquired                     0202723102773103b81708c413
+op.lease_renewed                      0302723103f02e098827
+op.lease_released                     04027231030ad836
+op.effect_intended.act                050272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
+op.effect_intended.margin             050272310273310002037061790380dddb01c0a907303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
+op.effect_intended.undo               05027231027331010106726566756e6402404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f04756e646f0000904e030000
+op.effect_resent                      06027231027331000203f855
+op.effect_settled.confirmed           0702723102733100020102aabbe05d03016e
+op.effect_settled.failed              0702723102733100020201026e6fe05d03016e
+op.effect_settled.unknown             07027231027331000203046c6f7374e05d03016e
+op.effect_settled.compensated         0702723102733100020401aa01cce05d03016e
+op.effect_settled.confirmed_stored    070272310273310002056162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f8080808001e05d03016e
+op.effect_settled.compensated_stored  07027231027331000206016162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f80808080010001cce05d03016e
+op.blob_put                           08606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f02dead
+op.checkpoint_saved                   0902723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f02046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02c86503
+op.decision_recorded                  0a02723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
+op.wait_opened.approval               0b0272310273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e03037768790000
+op.wait_opened.signal                 0b0272310273320201047061696400f02e03037768790000
+op.wait_opened.timer                  0b027231027332020201a846f02e03037768790000
+op.wait_ended.approved                0c0272310273320103616e6e026f6bd836
+op.wait_ended.rejected                0c0272310273320203626f62026e6fd836
+op.wait_ended.signalled               0c0272310273320304047061696402beef037073708827d836
+op.wait_ended.elapsed                 0c02723102733204d836
+op.wait_opened.child                  0b02723102733202030572313a733200f02e03037768790000
+op.wait_ended.child_ended             0c02723102733205050103d836
+op.wait_ended.child_ended_bare        0c027231027332050700d836
+op.wait_opened.children               0b0272310273320205020772313a73322e310772313a73322e320100f02e03037768790000
+op.wait_ended.children_ended          0c02723102733207020772313a73322e310501030772313a73322e320600d836
+op.wait_opened.reply                  0b0272310273320204027231027331000200f02e03037768790000
+op.wait_ended.replied                 0c027231027332060102aabbd836
+op.signal_received                    0d02723104047061696402beef037073708827
+op.budget_set                         0e02723101a08d060001c096b10201280180dddb01036f707303776879c865
+op.budget_reserved                    0f0272310102733314151617e05d030202027231027031
+op.budget_settled                     1002723100070a0b0c0db06d03
+op.run_transitioned.compensating      01027231010809987503017a
+op.saga_opened                        1102723107807d03
+op.resource_acquired                  120b637573746f6d65723a343202723104e88401f48001
+op.resource_renewed                   130b637573746f6d65723a343202723104d08c01dc8801
+op.resource_released                  140b637573746f6d65723a343202723104c49001
+op.run_pruned                         16027231a09c01
+op.shared_set                         1507646e633a633432020103646e6302ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
+op.shared_set.cleared_by_operator     1507646e633a633432030003bb9401036f70730000000177
+op.run_version_moved                  170272310673686f7040310673686f7040320988a40105086f70732d616e6e610f763220726f756e6473207269676874
+op.run_retried                        180272310af0ab010501027231047368697000020103086f70732d616e6e6109726573746f636b6564
+op.run_forked                         19086f726465722d31620272310102d8b301086f70732d616e6e610e61207365636f6e64206f72646572
+payload.two_ops                       09020302723103f02e09882704027231030ad836
+payload.no_ops                        0900
+row.run                               931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
+row.run.bare                          a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
+row.effect                            f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
+row.checkpoint                        1ce9ce6202723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f02046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02c86503
+row.decision                          a394c08102723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
+row.audit.created                     5cc219fc0198750000026131101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f0179
+row.audit.transitioned                20019d0702987501030101050179
+row.audit.lease_acquired              b555c932039875010302027731b8170179
+row.audit.lease_renewed               c4fa817a049875010303f02e0179
+row.audit.lease_released              1badf4fa0598750103040179
+row.audit.intended                    09aadf33069875010305027231027331000203706179303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f0179
+row.audit.resent                      2db3151e07987501030602723102733101010179
+row.audit.settled                     7c5091bb089875010307027231027331000209636f6e6669726d65640179
+row.audit.checkpoint_saved            c9d529740998750103080206020179
+row.audit.decision_recorded           16f4f9350a987501030905909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf0179
+row.audit.wait_opened                 144f24c30b987501030a02733200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03e0179
+row.audit.wait_ended                  e291489c0c9875000b02733208617070726f7665640179
+row.audit.signal_received             a4a97b950d9875000c040470616964037073700179
+row.audit.budget_set                  faecc98e0e9875000d01a08d060001c096b10201280180dddb01036f70730179
+row.audit.reserved                    45d8285d0f987501030e01027333141516170179
+row.audit.charge_settled              5bde0d5510987501030f00070a0b0c0d0179
+row.audit.saga_opened                 9a2dbabd119875010310060179
+row.audit.resource_acquired           f52f96e61298750103110b637573746f6d65723a3432e884010179
+row.audit.resource_renewed            ebc386c31398750103120b637573746f6d65723a3432d08c010179
+row.audit.resource_released           f1d24ad01498750103130b637573746f6d65723a34320179
+row.audit.shared_set                  746f1a4c15987501031407646e633a6334320201d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0179
+row.audit.version_moved               3c67dfb31698750103150673686f7040310673686f704032086f70732d616e6e610179
+row.audit.retried                     c03a878d17987501031601027231047368697000020103086f70732d616e6e610179
+row.audit.forked                      dc7ee94a18987500170272310102086f70732d616e6e610179
+row.waits                             1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
+row.budgets                           9ff5e5850272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d030202027231027031d0860301e0d403
+row.sagas                             e7e4351a027231020273310273320106
+row.resources                         15b551610b637573746f6d65723a34320102723104e88401f4800105
+row.shared                            2d135b5f07646e633a6334320103646e63020201b99401036f7073000001d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef017702ba940102723101027231010301d0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef0177
+row.blob_refs                         682dea5002723102101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f
 ";
 
 // ---------------------------------------------------------------- values
@@ -516,6 +518,25 @@ fn ops() -> Vec<(&'static str, Op)> {
             settled(EffectStatus::Compensated {
                 receipt: vec![0xaa],
                 compensation_receipt: vec![0xcc],
+            }),
+        ),
+        (
+            "op.effect_settled.confirmed_stored",
+            settled(EffectStatus::ConfirmedStored {
+                receipt: StoredReceipt {
+                    digest: digest(0x61),
+                    len_bytes: 2 << 20,
+                },
+            }),
+        ),
+        (
+            "op.effect_settled.compensated_stored",
+            settled(EffectStatus::CompensatedStored {
+                receipt: Receipt::Stored(StoredReceipt {
+                    digest: digest(0x61),
+                    len_bytes: 2 << 20,
+                }),
+                compensation_receipt: Receipt::Inline(vec![0xcc]),
             }),
         ),
         (
@@ -1415,6 +1436,8 @@ fn status_index(status: &EffectStatus) -> u8 {
         EffectStatus::Failed { .. } => 2,
         EffectStatus::Unknown { .. } => 3,
         EffectStatus::Compensated { .. } => 4,
+        EffectStatus::ConfirmedStored { .. } => 5,
+        EffectStatus::CompensatedStored { .. } => 6,
     }
 }
 
@@ -1514,7 +1537,22 @@ fn every_variant_of_the_enums_inside_ops_and_rows_has_a_fixture() {
         Op::EffectIntended { entry } => Some(status_index(&entry.status)),
         _ => None,
     });
-    assert_all(statuses, &[0, 1, 2, 3, 4], "effect status");
+    assert_all(statuses, &[0, 1, 2, 3, 4, 5, 6], "effect status");
+    let receipts = ops.iter().filter_map(|(_, op)| match op {
+        Op::EffectSettled {
+            status:
+                EffectStatus::CompensatedStored {
+                    receipt,
+                    compensation_receipt,
+                },
+            ..
+        } => Some([receipt, compensation_receipt].map(|r| match r {
+            Receipt::Inline(_) => 0u8,
+            Receipt::Stored(_) => 1,
+        })),
+        _ => None,
+    });
+    assert_all(receipts.flatten(), &[0, 1], "receipt");
     let classes = entries.iter().flat_map(|entry| {
         let compensation = entry.compensation.as_ref().map(|c| class_index(&c.class));
         std::iter::once(class_index(&entry.tool_class)).chain(compensation)

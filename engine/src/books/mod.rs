@@ -45,7 +45,8 @@ pub use records::coord::{ResourceBook, ResourceHold, SharedChange, SharedEntry};
 pub use records::decision::{DecisionRecord, Usage};
 pub use records::lease::Lease;
 pub use records::ledger::{
-    Compensation, EffectEntry, EffectStatus, Outcome, RESEND_MARGIN_DEFAULT_MAX_MS, ToolClass,
+    Compensation, EffectEntry, EffectStatus, Outcome, RESEND_MARGIN_DEFAULT_MAX_MS, Receipt,
+    StoredReceipt, ToolClass, compensated,
 };
 pub use records::retention::BlobRefs;
 pub use records::run::{

@@ -9,9 +9,7 @@
 //! tool and arguments the books registered, never ones the caller supplies
 //! after the fact.
 
-use crate::books::{
-    BeginCompensation, Command, Compensation, EffectKind, EffectStatus, Guard, RunId, StepId,
-};
+use crate::books::{BeginCompensation, Command, Compensation, EffectKind, Guard, RunId, StepId};
 use crate::error::{Error, Result};
 
 use super::core::Engine;
@@ -89,14 +87,20 @@ impl Engine {
         request: &CompensationRequest<'_>,
     ) -> Result<(StepPlan, Compensation)> {
         let mut plan = self.plan(request.command(), request.guard)?;
-        let act =
-            self.read(|books| Ok(books.latest_effect(request.run, request.step, EffectKind::Act)))?;
-        let receipt = act.as_ref().and_then(|act| match &act.status {
-            EffectStatus::Confirmed { receipt } | EffectStatus::Compensated { receipt, .. } => {
-                Some(receipt.clone())
-            }
-            _ => None,
-        });
+        // The act's receipt, its bytes read from the blob store if it is
+        // kept there by digest.
+        let (act, receipt) = self.read(|books| {
+            let act = books.latest_effect(request.run, request.step, EffectKind::Act);
+            let receipt = match &act {
+                Some(act) => act
+                    .status
+                    .act_receipt()
+                    .map(|r| r.bytes(&act.key, &|d| books.blob(d)))
+                    .transpose()?,
+                None => None,
+            };
+            Ok((act, receipt))
+        })?;
         if let StepPlan::Act(ctx) | StepPlan::Query(ctx) = &mut plan {
             ctx.act_receipt = receipt;
         }

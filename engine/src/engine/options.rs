@@ -17,6 +17,11 @@ pub const CHECKPOINT_EVERY_RECORDS_DEFAULT: u64 = 2048;
 pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 8 << 20;
 /// Default largest WAL record, i.e. the largest single command's ops.
 pub const MAX_RECORD_BYTES_DEFAULT: u64 = 4 << 20;
+
+// The largest receipt's record (its blob, its status, a reconcile note, the
+// act a compensation marks undone, a woken wait) fits the default record.
+const _: () =
+    assert!(crate::books::RECEIPT_LEN_BYTES_MAX as u64 + (1 << 20) <= MAX_RECORD_BYTES_DEFAULT);
 /// Default WAL segment size. Recovery reads the log from the start of the
 /// segment holding the last checkpoint's LSN, so open time after a crash
 /// is bounded by one segment plus what was logged since the checkpoint

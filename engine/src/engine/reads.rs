@@ -112,7 +112,12 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn effect(&self, key: &EffectKey) -> Result<Option<EffectEntry>> {
-        self.read(|books| Ok(books.effect(key)))
+        self.read(|books| {
+            books
+                .effect(key)
+                .map(|entry| entry.with_bytes(&|d| books.blob(d)))
+                .transpose()
+        })
     }
 
     /// The ordered journal of `run`: what happened, why, when and under
@@ -390,8 +395,12 @@ impl Engine {
     /// ```
     pub fn effects(&self, run: &RunId) -> Result<Vec<EffectEntry>> {
         self.read_hot(|hot, cold| {
-            existing(&HotView { hot, cold }, run)?;
-            Ok(hot.effects_by_intent(cold, run))
+            let view = HotView { hot, cold };
+            existing(&view, run)?;
+            hot.effects_by_intent(cold, run)
+                .into_iter()
+                .map(|entry| entry.with_bytes(&|d| view.blob(d)))
+                .collect()
         })
     }
 

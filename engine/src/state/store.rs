@@ -44,8 +44,12 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// version 8 lets a wait book's rows hold the wait for several children
 /// (`WaitFor::Children`, `WaitStatus::ChildrenEnded`, appended) and an
 /// audit row `AuditWhat::VersionMoved` (appended alike). Version 9 lets an
-/// audit row hold an operator's retry and fork (`AuditWhat::Retried`,
-/// `AuditWhat::Forked`, appended).
+/// effect row (and a wait book's `WaitStatus::Replied`) hold a receipt kept
+/// in the blob store by digest (`EffectStatus::ConfirmedStored`,
+/// `EffectStatus::CompensatedStored`, appended; no table changed: the blob
+/// is a row of the blobs table, counted in the blob holders and references
+/// tables like a checkpoint part), and an audit row hold an operator's retry and
+/// fork (`AuditWhat::Retried`, `AuditWhat::Forked`, appended).
 pub const STATE_SCHEMA_VERSION: u64 = 9;
 
 /// Every schema version this build opens, oldest first. An older store

@@ -2,7 +2,9 @@
 //! (`check_integrity`, through the engine's own `StateStore::open`), its
 //! schema version and `applied_lsn` held against the manifest and the log,
 //! then every row of every books table decoded and its CRC checked
-//! (`read_books`).
+//! (`read_books`), and the blob reference counts held to the references
+//! (no blob a reference names is missing, no counted blob is named by no
+//! run).
 //!
 //! **Invariant:** redb is only ever given the read-only view, so a repair
 //! it makes while checking stays in memory; a panic inside redb on damaged
@@ -106,9 +108,22 @@ fn check_store(
         ))));
     }
     let txn = store.read()?;
-    let rows = store.note(read_books(&txn, path).and_then(|_| row_count(&txn, path)));
+    let read = store.note(read_books(&txn, path).and_then(|books| {
+        let rows = row_count(&txn, path)?;
+        Ok((books, rows))
+    }));
     drop_guarded(txn);
-    Ok(Ok(rows?))
+    let (books, rows) = read?;
+    // Every blob reference names a stored blob, and every counted blob is
+    // named as often as its count says: no dangling reference, no leak.
+    let problems = books.blob_reference_problems();
+    if let Some(first) = problems.first() {
+        return Ok(Err(Damage(format!(
+            "the blob references do not hold ({} problem(s)); the first: {first}",
+            problems.len()
+        ))));
+    }
+    Ok(Ok(rows))
 }
 
 /// How many rows the books tables hold.

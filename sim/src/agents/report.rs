@@ -46,6 +46,9 @@ pub struct AgentReport {
     pub unknowns: u64,
     /// Compensations confirmed.
     pub compensations: u64,
+    /// Ledger entries whose receipt is kept in the blob store by digest
+    /// (larger than `RECEIPT_INLINE_BYTES_MAX`), at the end.
+    pub receipts_by_digest: u64,
     /// Model calls paid for.
     pub model_calls: u64,
     /// Decisions replayed from the journal instead of paid again.
@@ -138,6 +141,7 @@ impl AgentReport {
         self.queries += other.queries;
         self.unknowns += other.unknowns;
         self.compensations += other.compensations;
+        self.receipts_by_digest += other.receipts_by_digest;
         self.model_calls += other.model_calls;
         self.decisions_replayed += other.decisions_replayed;
         self.applications += other.applications;
@@ -179,7 +183,7 @@ impl AgentReport {
             "{} runs ({} completed, {} failed), {} crashes, {} checked recoveries, {} \
              commands, {} zombie commands fenced, {} leases lost, {} acks dropped, {} resends \
              ({} within a margin of a window's end, {} left unknown inside it after {} jumps to \
-             it), {} queries, {} unknowns, {} compensations, {} model calls ({} replayed from the \
+             it), {} queries, {} unknowns, {} compensations ({} receipts by digest), {} model calls ({} replayed from the \
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
              operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
@@ -202,6 +206,7 @@ impl AgentReport {
             self.queries,
             self.unknowns,
             self.compensations,
+            self.receipts_by_digest,
             self.model_calls,
             self.decisions_replayed,
             self.applications,

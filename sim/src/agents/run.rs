@@ -560,7 +560,7 @@ impl Sim<'_> {
                         d.tool,
                         d.key,
                         d.token.0,
-                        String::from_utf8_lossy(&self.world.log()[seq].receipt)
+                        crate::world::receipt_text(&self.world.log()[seq].receipt)
                     ),
                     (None, Some(_)) => format!(
                         "   {} receives {} under token {}, applies nothing",
@@ -897,7 +897,11 @@ impl Sim<'_> {
             .count() as u64;
         report.compensations = books
             .effects()
-            .filter(|e| matches!(e.status, EffectStatus::Compensated { .. }))
+            .filter(|e| e.status.is_compensated())
+            .count() as u64;
+        report.receipts_by_digest = books
+            .effects()
+            .filter(|e| !e.status.stored_receipts().is_empty())
             .count() as u64;
         report.acks_dropped = stats.acks_dropped;
         report.queries = stats.queries;

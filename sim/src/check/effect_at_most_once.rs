@@ -46,7 +46,10 @@ pub fn step_not_confirmed(model: &MemBooks, key: &EffectKey) -> Result<(), Strin
         return Ok(());
     };
     match latest.status {
-        EffectStatus::Confirmed { .. } | EffectStatus::Compensated { .. } => Err(format!(
+        EffectStatus::Confirmed { .. }
+        | EffectStatus::Compensated { .. }
+        | EffectStatus::ConfirmedStored { .. }
+        | EffectStatus::CompensatedStored { .. } => Err(format!(
             "the engine planned a call of {key} while {} is {} in the books",
             latest.key,
             latest.status.name()

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use actum::books::{EffectKey, EffectStatus, MemBooks};
+use actum::books::{BooksRead, EffectKey, EffectStatus, MemBooks};
 
 use crate::world::Application;
 
@@ -17,6 +17,11 @@ pub fn effect_applied_exactly_once(books: &MemBooks, log: &[Application]) -> Res
     }
     for entry in books.effects() {
         let apps = by_key.get(&entry.key).map_or(&[][..], Vec::as_slice);
+        // A receipt kept by digest is held to the world with its bytes.
+        let entry = entry
+            .clone()
+            .with_bytes(&|d| books.blob(d))
+            .map_err(|e| e.to_string())?;
         let receipt = match &entry.status {
             EffectStatus::Confirmed { receipt } | EffectStatus::Compensated { receipt, .. } => {
                 receipt

@@ -41,9 +41,7 @@ pub fn sagas_undo_last_first(books: &MemBooks, log: &[Application]) -> Result<()
                 ));
             }
             let act = books.latest_effect(&run.id, step, EffectKind::Act);
-            let compensated = act
-                .as_ref()
-                .is_some_and(|a| matches!(a.status, EffectStatus::Compensated { .. }));
+            let compensated = act.as_ref().is_some_and(|a| a.status.is_compensated());
             if compensated && applied.is_empty() {
                 return Err(format!(
                     "step {step} of run {} is recorded compensated, but the world applied no \
@@ -89,7 +87,10 @@ fn left_behind(
     let stands = matches!(
         act,
         Some(
-            EffectStatus::Confirmed { .. } | EffectStatus::Intended | EffectStatus::Unknown { .. }
+            EffectStatus::Confirmed { .. }
+                | EffectStatus::ConfirmedStored { .. }
+                | EffectStatus::Intended
+                | EffectStatus::Unknown { .. }
         )
     );
     if stands && !abandoned {

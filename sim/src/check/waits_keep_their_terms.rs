@@ -126,6 +126,10 @@ pub fn waits_keep_their_terms(books: &MemBooks) -> Result<(), String> {
                             EffectStatus::Confirmed { receipt },
                             Some(EffectStatus::Compensated { receipt: r, .. }),
                         ) => receipt == r,
+                        (
+                            EffectStatus::ConfirmedStored { receipt },
+                            Some(EffectStatus::CompensatedStored { receipt: r, .. }),
+                        ) => r.stored() == Some(receipt),
                         (status, Some(held)) => status == held,
                         (_, None) => false,
                     };

@@ -180,6 +180,39 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         },
         at_ms: 1_700_000_009_000,
     };
+    // A receipt larger than the ledger keeps inline: its blob, then the
+    // status naming it by digest, in one record (payload version 9); and
+    // the act undone with it.
+    let large: Vec<u8> = (0..actum::books::RECEIPT_INLINE_BYTES_MAX + 77)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect();
+    let stored = actum::books::StoredReceipt {
+        digest: digest_of(&large),
+        len_bytes: large.len() as u64,
+    };
+    let receipt_stored = encode_ops(&[
+        Op::BlobPut {
+            digest: stored.digest,
+            bytes: large,
+        },
+        Op::EffectSettled {
+            key: key.clone(),
+            status: actum::books::EffectStatus::ConfirmedStored { receipt: stored },
+            at_ms: 1_700_000_000_800,
+            token: FencingToken(3),
+            note: String::new(),
+        },
+    ]);
+    let receipt_compensated = Op::EffectSettled {
+        key: key.clone(),
+        status: actum::books::EffectStatus::CompensatedStored {
+            receipt: actum::books::Receipt::Stored(stored),
+            compensation_receipt: actum::books::Receipt::Inline(b"refund 7".to_vec()),
+        },
+        at_ms: 1_700_000_000_900,
+        token: FencingToken(3),
+        note: "undone by run-1/step-1/undo/1".to_string(),
+    };
     let resent = Op::EffectResent {
         key,
         token: FencingToken(3),
@@ -426,6 +459,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),
         ("blob-put", blob.encode()),
+        ("receipt-stored-list", receipt_stored),
+        ("receipt-compensated-stored", receipt_compensated.encode()),
         ("lease-released", released.encode()),
         ("op-list", list),
     ]

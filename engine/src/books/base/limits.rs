@@ -18,8 +18,25 @@ pub const NAME_LEN_BYTES_MAX: usize = 128;
 /// Longest free text (rationale, reason, agent version, trace id), in bytes.
 pub const TEXT_LEN_BYTES_MAX: usize = 64 * 1024;
 
-/// Largest tool receipt or compensation argument blob, in bytes.
-pub const RECEIPT_LEN_BYTES_MAX: usize = 1024 * 1024;
+/// Largest tool receipt, in bytes: 3 MiB, so that the record confirming
+/// it (the receipt's blob and the few ops around it) fits the default
+/// 4 MiB WAL record (`MAX_RECORD_BYTES_DEFAULT`; a smaller
+/// `max_record_bytes` lowers it, the commit refused with
+/// `RecordTooLarge`). A larger receipt is refused (`TooLarge`, naming the
+/// effect's key, run and step): nothing is written, the effect stays open
+/// (docs/API.md, "Receipts").
+pub const RECEIPT_LEN_BYTES_MAX: usize = 3 * 1024 * 1024;
+
+/// Largest receipt the ledger keeps inline in its entry, in bytes; a larger
+/// one goes to the blob store by digest (`EffectStatus::ConfirmedStored`),
+/// written in the same record as the status naming it. Most receipts (an
+/// id, a status line, a small JSON object) are far smaller, and stay in
+/// the entry with no blob row to write or count.
+pub const RECEIPT_INLINE_BYTES_MAX: usize = 1024;
+
+/// Largest compensation arguments an intent registers, in bytes (kept
+/// inline in the ledger entry).
+pub const COMPENSATION_ARGS_BYTES_MAX: usize = 1024 * 1024;
 
 /// Largest single checkpoint part, in bytes.
 pub const CHECKPOINT_PART_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -87,6 +104,10 @@ const _: () = assert!(CHECKPOINT_PART_BYTES_MAX <= CHECKPOINT_TOTAL_BYTES_MAX);
 const _: () = assert!(NAME_LEN_BYTES_MAX <= TEXT_LEN_BYTES_MAX);
 
 const _: () = assert!(TEXT_LEN_BYTES_MAX <= RECEIPT_LEN_BYTES_MAX);
+
+const _: () = assert!(RECEIPT_INLINE_BYTES_MAX <= RECEIPT_LEN_BYTES_MAX);
+
+const _: () = assert!(RECEIPT_LEN_BYTES_MAX <= CHECKPOINT_PART_BYTES_MAX);
 
 const _: () = assert!(LEASE_TTL_MS_MAX > 0);
 

@@ -547,8 +547,8 @@ fn effect_settled(
     let mut entry = effect_of(state, key, op)?;
     let from_ok = match status {
         EffectStatus::Intended => false,
-        EffectStatus::Compensated { .. } => {
-            matches!(entry.status, EffectStatus::Confirmed { .. })
+        EffectStatus::Compensated { .. } | EffectStatus::CompensatedStored { .. } => {
+            entry.status.is_confirmed()
         }
         _ => matches!(
             entry.status,
@@ -562,6 +562,20 @@ fn effect_settled(
             status.name()
         )
     })?;
+    // A receipt kept by digest names a blob written before it (in the same
+    // record, or before): the run references it, so retention keeps it
+    // until the last run naming it is pruned.
+    let stored = status.stored_receipts();
+    let missing = stored.iter().find(|r| !state.blob_exists(&r.digest));
+    require(missing.is_none(), op, || {
+        format!(
+            "effect {key} names receipt blob {} that is not stored",
+            missing.map(|r| r.digest.short()).unwrap_or_default()
+        )
+    })?;
+    for receipt in &stored {
+        reference(state, key.run(), &receipt.digest);
+    }
     entry.status = status.clone();
     entry.settled_ms = Some(at_ms);
     state.put_effect(entry);

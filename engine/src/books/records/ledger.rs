@@ -11,10 +11,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::books::base::digest::Digest;
+use crate::books::base::digest::{Digest, digest_of};
 use crate::books::base::ids::{EffectKey, FencingToken};
-use crate::books::base::limits::{RECEIPT_LEN_BYTES_MAX, check_size, check_text};
-use crate::error::Result;
+use crate::books::base::limits::{
+    RECEIPT_INLINE_BYTES_MAX, RECEIPT_LEN_BYTES_MAX, check_size, check_text,
+};
+use crate::error::{Error, Result};
 
 /// How a tool behaves when the same request arrives twice.
 ///
@@ -132,7 +134,90 @@ pub struct Compensation {
     pub class: ToolClass,
 }
 
+/// A receipt the ledger keeps in the blob store by its digest, because it
+/// is larger than [`RECEIPT_INLINE_BYTES_MAX`]: the blob is written in the
+/// same record as the status naming it, and counted as one of the run's
+/// blob references (retention lets it go with the last run naming it).
+/// Appended in record payload version 9.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredReceipt {
+    /// `digest_of` the receipt's bytes: the blob's key.
+    pub digest: Digest,
+    /// The receipt's length in bytes.
+    pub len_bytes: u64,
+}
+
+/// A receipt as the ledger holds it: its bytes inline, or a blob by digest.
+/// Appended in record payload version 9.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Receipt {
+    /// The bytes, kept in the ledger entry (at most
+    /// [`RECEIPT_INLINE_BYTES_MAX`]).
+    Inline(Vec<u8>),
+    /// Kept in the blob store by digest.
+    Stored(StoredReceipt),
+}
+
+impl Receipt {
+    /// How the ledger holds `bytes`: inline up to
+    /// [`RECEIPT_INLINE_BYTES_MAX`], by digest above.
+    pub fn of(bytes: &[u8]) -> Receipt {
+        if bytes.len() <= RECEIPT_INLINE_BYTES_MAX {
+            Receipt::Inline(bytes.to_vec())
+        } else {
+            Receipt::Stored(StoredReceipt {
+                digest: digest_of(bytes),
+                len_bytes: bytes.len() as u64,
+            })
+        }
+    }
+
+    /// The blob it names, if it is stored by digest.
+    pub fn stored(&self) -> Option<&StoredReceipt> {
+        match self {
+            Receipt::Inline(_) => None,
+            Receipt::Stored(stored) => Some(stored),
+        }
+    }
+
+    /// The receipt's bytes, reading a stored one with `blob`; a blob that is
+    /// missing or does not hash to its digest is `Inconsistent`, naming
+    /// `key`.
+    pub fn bytes(
+        &self,
+        key: &EffectKey,
+        blob: &dyn Fn(&Digest) -> Option<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
+        let stored = match self {
+            Receipt::Inline(bytes) => return Ok(bytes.clone()),
+            Receipt::Stored(stored) => stored,
+        };
+        let why = match blob(&stored.digest) {
+            Some(bytes) if digest_of(&bytes) == stored.digest => return Ok(bytes),
+            Some(bytes) => format!("its {} bytes do not hash to the digest", bytes.len()),
+            None => "it is not in the blob store".to_string(),
+        };
+        Err(Error::Inconsistent {
+            what: format!(
+                "the receipt of effect {key} (run {}, step {}) is blob {} of {} bytes, but {why}",
+                key.run(),
+                key.step(),
+                stored.digest.short(),
+                stored.len_bytes
+            ),
+        })
+    }
+}
+
 /// Where one attempt stands.
+///
+/// A receipt larger than [`RECEIPT_INLINE_BYTES_MAX`] is held in the blob
+/// store, by digest: the books and the log hold it as `ConfirmedStored` or
+/// `CompensatedStored`. Every read of the engine that hands out an entry or
+/// a status (`Engine::effect`, `Engine::effects_of_run`, a replayed
+/// `Begun`) gives the full bytes, as `Confirmed` or `Compensated`
+/// ([`EffectStatus::with_bytes`]); the stored forms are seen only in the
+/// ops and in the books read raw (`Engine::read`, `MemBooks`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EffectStatus {
     /// The intent is durable; the outcome is not (yet) known.
@@ -161,6 +246,20 @@ pub enum EffectStatus {
         /// The compensation's receipt.
         compensation_receipt: Vec<u8>,
     },
+    /// `Confirmed`, with a receipt larger than [`RECEIPT_INLINE_BYTES_MAX`]
+    /// kept in the blob store. Appended in record payload version 9.
+    ConfirmedStored {
+        /// The tool's answer, by digest.
+        receipt: StoredReceipt,
+    },
+    /// `Compensated`, with at least one of its receipts kept in the blob
+    /// store. Appended in record payload version 9.
+    CompensatedStored {
+        /// The act's original receipt.
+        receipt: Receipt,
+        /// The compensation's receipt.
+        compensation_receipt: Receipt,
+    },
 }
 
 impl EffectStatus {
@@ -170,11 +269,29 @@ impl EffectStatus {
         matches!(self, EffectStatus::Intended | EffectStatus::Unknown { .. })
     }
 
+    /// True if the act happened and is not undone (`Confirmed`, inline or
+    /// stored).
+    pub fn is_confirmed(&self) -> bool {
+        matches!(
+            self,
+            EffectStatus::Confirmed { .. } | EffectStatus::ConfirmedStored { .. }
+        )
+    }
+
+    /// True if the act happened and was undone (`Compensated`, inline or
+    /// stored).
+    pub fn is_compensated(&self) -> bool {
+        matches!(
+            self,
+            EffectStatus::Compensated { .. } | EffectStatus::CompensatedStored { .. }
+        )
+    }
+
     /// A short name for messages (`confirmed`, `unknown`, ...).
     pub fn name(&self) -> &'static str {
         match self {
             EffectStatus::Intended => "intended",
-            EffectStatus::Confirmed { .. } => "confirmed",
+            EffectStatus::Confirmed { .. } | EffectStatus::ConfirmedStored { .. } => "confirmed",
             EffectStatus::Failed {
                 retryable: true, ..
             } => "failed (retryable)",
@@ -182,8 +299,107 @@ impl EffectStatus {
                 retryable: false, ..
             } => "failed (terminal)",
             EffectStatus::Unknown { .. } => "unknown",
-            EffectStatus::Compensated { .. } => "compensated",
+            EffectStatus::Compensated { .. } | EffectStatus::CompensatedStored { .. } => {
+                "compensated"
+            }
         }
+    }
+
+    /// The act's receipt as the ledger holds it, if the act happened
+    /// (confirmed or compensated).
+    pub fn act_receipt(&self) -> Option<Receipt> {
+        match self {
+            EffectStatus::Confirmed { receipt } | EffectStatus::Compensated { receipt, .. } => {
+                Some(Receipt::Inline(receipt.clone()))
+            }
+            EffectStatus::ConfirmedStored { receipt } => Some(Receipt::Stored(*receipt)),
+            EffectStatus::CompensatedStored { receipt, .. } => Some(receipt.clone()),
+            EffectStatus::Intended | EffectStatus::Failed { .. } | EffectStatus::Unknown { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The blobs the status names (its receipts stored by digest).
+    pub fn stored_receipts(&self) -> Vec<StoredReceipt> {
+        match self {
+            EffectStatus::ConfirmedStored { receipt } => vec![*receipt],
+            EffectStatus::CompensatedStored {
+                receipt,
+                compensation_receipt,
+            } => [receipt, compensation_receipt]
+                .into_iter()
+                .filter_map(Receipt::stored)
+                .copied()
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The status as the ledger holds it: a `Confirmed` or `Compensated`
+    /// whose receipt is larger than [`RECEIPT_INLINE_BYTES_MAX`] becomes its
+    /// stored form; anything else is unchanged.
+    pub fn into_stored(self) -> EffectStatus {
+        match self {
+            EffectStatus::Confirmed { receipt } => match Receipt::of(&receipt) {
+                Receipt::Inline(receipt) => EffectStatus::Confirmed { receipt },
+                Receipt::Stored(receipt) => EffectStatus::ConfirmedStored { receipt },
+            },
+            EffectStatus::Compensated {
+                receipt,
+                compensation_receipt,
+            } => compensated(Receipt::of(&receipt), Receipt::of(&compensation_receipt)),
+            other => other,
+        }
+    }
+
+    /// The status with every receipt's bytes (`Confirmed`, `Compensated`),
+    /// reading stored ones with `blob`; a missing or damaged blob is
+    /// `Inconsistent`, naming `key`.
+    pub fn with_bytes(
+        self,
+        key: &EffectKey,
+        blob: &dyn Fn(&Digest) -> Option<Vec<u8>>,
+    ) -> Result<EffectStatus> {
+        Ok(match self {
+            EffectStatus::ConfirmedStored { receipt } => EffectStatus::Confirmed {
+                receipt: Receipt::Stored(receipt).bytes(key, blob)?,
+            },
+            EffectStatus::CompensatedStored {
+                receipt,
+                compensation_receipt,
+            } => EffectStatus::Compensated {
+                receipt: receipt.bytes(key, blob)?,
+                compensation_receipt: compensation_receipt.bytes(key, blob)?,
+            },
+            other => other,
+        })
+    }
+}
+
+/// The status of an act undone by its compensation, given both receipts as
+/// the ledger holds them: `Compensated` if both are inline.
+pub fn compensated(receipt: Receipt, compensation_receipt: Receipt) -> EffectStatus {
+    match (receipt, compensation_receipt) {
+        (Receipt::Inline(receipt), Receipt::Inline(compensation_receipt)) => {
+            EffectStatus::Compensated {
+                receipt,
+                compensation_receipt,
+            }
+        }
+        (receipt, compensation_receipt) => EffectStatus::CompensatedStored {
+            receipt,
+            compensation_receipt,
+        },
+    }
+}
+
+impl EffectEntry {
+    /// The entry with every receipt's bytes (see
+    /// [`EffectStatus::with_bytes`]).
+    pub fn with_bytes(mut self, blob: &dyn Fn(&Digest) -> Option<Vec<u8>>) -> Result<EffectEntry> {
+        self.status = self.status.with_bytes(&self.key, blob)?;
+        Ok(self)
     }
 }
 
@@ -219,10 +435,24 @@ impl Outcome {
         }
     }
 
+    /// The receipt's bytes, if it happened.
+    pub fn receipt(&self) -> Option<&[u8]> {
+        match self {
+            Outcome::Confirmed { receipt } => Some(receipt),
+            Outcome::Failed { .. } | Outcome::Unknown { .. } => None,
+        }
+    }
+
     pub(crate) fn check_sizes(&self, key: &EffectKey) -> Result<()> {
         match self {
             Outcome::Confirmed { receipt } => check_size(
-                || format!("receipt of effect {key}"),
+                || {
+                    format!(
+                        "receipt of effect {key} (run {}, step {})",
+                        key.run(),
+                        key.step()
+                    )
+                },
                 receipt.len(),
                 RECEIPT_LEN_BYTES_MAX,
             ),

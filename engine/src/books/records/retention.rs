@@ -11,6 +11,7 @@ use crate::books::base::ids::RunId;
 pub struct BlobRefs {
     /// The run.
     pub run: RunId,
-    /// The blobs it references (checkpoint parts, stored arguments).
+    /// The blobs it references (checkpoint parts, stored arguments, receipts
+    /// kept by digest).
     pub digests: Vec<Digest>,
 }

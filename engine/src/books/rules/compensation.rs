@@ -12,7 +12,7 @@
 use crate::books::base::digest::digest_of;
 use crate::books::base::ids::{EffectKey, EffectKind};
 use crate::books::base::limits::check_text;
-use crate::books::records::ledger::EffectStatus;
+
 use crate::books::records::run::RunState;
 use crate::books::rules::checks::{check_live, check_running, existing};
 use crate::books::rules::effect::{Intent, begin_side};
@@ -42,10 +42,7 @@ pub(crate) fn decide_begin_compensation(
                 cmd.step, cmd.run
             ),
         })?;
-    if !matches!(
-        act.status,
-        EffectStatus::Confirmed { .. } | EffectStatus::Compensated { .. }
-    ) {
+    if !act.status.is_confirmed() && !act.status.is_compensated() {
         return Err(Error::EffectNotOpen {
             key: act.key,
             status: act.status.name(),
@@ -58,10 +55,8 @@ pub(crate) fn decide_begin_compensation(
             reason: format!("effect {} registered no compensation to run", act.key),
         })?;
     let latest = state.latest_effect(&cmd.run, &cmd.step, EffectKind::Undo);
-    let undone = matches!(act.status, EffectStatus::Compensated { .. });
-    let undo_confirmed = latest
-        .as_ref()
-        .is_some_and(|e| matches!(e.status, EffectStatus::Confirmed { .. }));
+    let undone = act.status.is_compensated();
+    let undo_confirmed = latest.as_ref().is_some_and(|e| e.status.is_confirmed());
     if undone != undo_confirmed {
         return Err(Error::Inconsistent {
             what: format!(
@@ -80,7 +75,7 @@ pub(crate) fn decide_begin_compensation(
         compensation: None,
     };
     let first = EffectKey::of_kind(cmd.run.clone(), cmd.step.clone(), EffectKind::Undo, 1)?;
-    begin_side(latest, first, &intent, cmd.guard.token, now_ms)
+    begin_side(state, latest, first, &intent, cmd.guard.token, now_ms)
 }
 
 #[cfg(test)]

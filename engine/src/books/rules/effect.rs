@@ -18,9 +18,13 @@
 
 use crate::books::base::digest::Digest;
 use crate::books::base::ids::{EffectKey, EffectKind, FencingToken, RunId, validate_name};
-use crate::books::base::limits::{RECEIPT_LEN_BYTES_MAX, SAGA_STEPS_MAX, check_size, check_text};
+use crate::books::base::limits::{
+    COMPENSATION_ARGS_BYTES_MAX, SAGA_STEPS_MAX, check_size, check_text,
+};
 use crate::books::records::budget::{Charge, Cost};
-use crate::books::records::ledger::{Compensation, EffectEntry, EffectStatus, Outcome, ToolClass};
+use crate::books::records::ledger::{
+    Compensation, EffectEntry, EffectStatus, Outcome, Receipt, ToolClass, compensated,
+};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState};
 use crate::books::rules::budget::decide_act_within_budget;
@@ -107,7 +111,7 @@ pub(crate) fn decide_begin(
         check_size(
             || format!("compensation args of step {}", cmd.step),
             c.args.len(),
-            RECEIPT_LEN_BYTES_MAX,
+            COMPENSATION_ARGS_BYTES_MAX,
         )?;
     }
     if let Some(args) = &cmd.args {
@@ -148,7 +152,7 @@ pub(crate) fn decide_begin(
         compensation: cmd.compensation.as_ref(),
     };
     let first = EffectKey::new(cmd.run.clone(), cmd.step.clone(), 1)?;
-    let mut decided = begin_side(latest, first, &intent, cmd.guard.token, now_ms)?;
+    let mut decided = begin_side(state, latest, first, &intent, cmd.guard.token, now_ms)?;
     let intended = decided.ops.iter().find_map(|op| match op {
         Op::EffectIntended { entry } => Some(entry.key.attempt()),
         _ => None,
@@ -186,8 +190,10 @@ fn check_saga_room(state: &dyn BooksRead, run: &RunId) -> Result<()> {
 }
 
 /// Begins one side of a step, given its latest attempt (if any) and the key
-/// of its first: answers from the ledger, or writes a fresh intent.
+/// of its first: answers from the ledger (a receipt stored by digest read
+/// from the blob store), or writes a fresh intent.
 pub(crate) fn begin_side(
+    state: &dyn BooksRead,
     latest: Option<EffectEntry>,
     first: EffectKey,
     intent: &Intent<'_>,
@@ -201,13 +207,15 @@ pub(crate) fn begin_side(
     assert_eq!(latest.key.kind(), first.kind(), "one side at a time");
     let key = latest.key.clone();
     match &latest.status {
-        EffectStatus::Confirmed { receipt } => decided(
-            None,
-            Answer::Begun(Begun::Replay {
-                key,
-                receipt: receipt.clone(),
-            }),
-        ),
+        EffectStatus::Confirmed { .. } | EffectStatus::ConfirmedStored { .. } => {
+            let receipt = latest
+                .status
+                .act_receipt()
+                .map(|r| r.bytes(&key, &|d| state.blob(d)))
+                .transpose()?
+                .unwrap_or_default();
+            decided(None, Answer::Begun(Begun::Replay { key, receipt }))
+        }
         EffectStatus::Failed {
             retryable: true, ..
         } => intend(intent, key.next_attempt()?, token, now_ms),
@@ -221,7 +229,7 @@ pub(crate) fn begin_side(
                 reason: reason.clone(),
             }),
         ),
-        EffectStatus::Compensated { .. } => {
+        EffectStatus::Compensated { .. } | EffectStatus::CompensatedStored { .. } => {
             decided(None, Answer::Begun(Begun::Compensated { key }))
         }
         EffectStatus::Intended | EffectStatus::Unknown { .. } => resume(&latest, token, now_ms),
@@ -340,7 +348,7 @@ pub(crate) fn decide_finish(
     let run = existing(state, cmd.key.run())?;
     check_fact(&run, &cmd.guard)?;
     let found = entry(state, &cmd.key)?;
-    let status = cmd.outcome.status();
+    let status = cmd.outcome.status().into_stored();
     if found.status == status {
         return decided(
             None,
@@ -359,7 +367,7 @@ pub(crate) fn decide_finish(
     settle(
         state,
         (&run, &found),
-        status,
+        (status, cmd.outcome.receipt()),
         cmd.guard.token,
         now_ms,
         String::new(),
@@ -387,11 +395,11 @@ pub(crate) fn decide_reconcile(
     check_fact(&run, &cmd.guard)?;
     let found = entry(state, &cmd.key)?;
     check_open(&found)?;
-    let status = cmd.outcome.status();
+    let status = cmd.outcome.status().into_stored();
     settle(
         state,
         (&run, &found),
-        status,
+        (status, cmd.outcome.receipt()),
         cmd.guard.token,
         now_ms,
         cmd.note.clone(),
@@ -423,7 +431,7 @@ pub(crate) fn decide_deliver_reply(
     }
     let run = existing(state, cmd.key.run())?;
     let found = entry(state, &cmd.key)?;
-    let status = cmd.outcome.status();
+    let status = cmd.outcome.status().into_stored();
     let name = status.name();
     if found.status == status {
         let answer = Answer::Replied {
@@ -436,7 +444,14 @@ pub(crate) fn decide_deliver_reply(
     check_open(&found)?;
     let note = format!("reply from {}", cmd.sender);
     let token = current_token(&run);
-    let Decided { ops, .. } = settle(state, (&run, &found), status, token, now_ms, note)?;
+    let Decided { ops, .. } = settle(
+        state,
+        (&run, &found),
+        (status, cmd.outcome.receipt()),
+        token,
+        now_ms,
+        note,
+    )?;
     let wait_ended = ops.iter().find_map(|op| match op {
         Op::WaitEnded { step, .. } => Some(step.clone()),
         _ => None,
@@ -449,30 +464,45 @@ pub(crate) fn decide_deliver_reply(
     Ok(Decided { ops, answer })
 }
 
-/// The ops settling `found` (an entry of `run`) into `status`. A confirmed
-/// compensation also marks the act it undoes `Compensated`, and a wait of
-/// the run for this reply ends, in the same decision.
+/// The ops settling `found` (an entry of `run`) into `status`, the
+/// outcome's status as the ledger holds it (`into_stored`; `receipt` is the
+/// receipt's bytes if it was confirmed). A receipt stored by digest has its
+/// blob written first, in the same decision, unless the blob store holds
+/// it. A confirmed compensation also marks the act it undoes
+/// `Compensated`, and a wait of the run for this reply ends, in the same
+/// decision.
 fn settle(
     state: &dyn BooksRead,
     (run, found): (&Run, &EffectEntry),
-    status: EffectStatus,
+    (status, receipt): (EffectStatus, Option<&[u8]>),
     token: FencingToken,
     now_ms: u64,
     note: String,
 ) -> Result<Decided> {
     assert!(!matches!(
         status,
-        EffectStatus::Intended | EffectStatus::Compensated { .. }
+        EffectStatus::Intended
+            | EffectStatus::Compensated { .. }
+            | EffectStatus::CompensatedStored { .. }
     ));
     let key = found.key.clone();
     let answer = Answer::Settled {
         key: key.clone(),
         status: status.name(),
     };
-    let undone = match (&status, key.kind()) {
-        (EffectStatus::Confirmed { receipt }, EffectKind::Undo) => {
-            Some(undone_act(state, &key, receipt.clone(), token, now_ms)?)
+    let blob = match (&status, receipt) {
+        (EffectStatus::ConfirmedStored { receipt: stored }, Some(bytes))
+            if !state.blob_exists(&stored.digest) =>
+        {
+            Some(Op::BlobPut {
+                digest: stored.digest,
+                bytes: bytes.to_vec(),
+            })
         }
+        _ => None,
+    };
+    let undone = match (status.act_receipt(), key.kind()) {
+        (Some(receipt), EffectKind::Undo) => Some(undone_act(state, &key, receipt, token, now_ms)?),
         _ => None,
     };
     let woken = wake_on_reply(state, run, &key, &status, now_ms);
@@ -487,7 +517,9 @@ fn settle(
         token,
         note,
     };
-    let ops = std::iter::once(op)
+    let ops = blob
+        .into_iter()
+        .chain(std::iter::once(op))
         .chain(undone)
         .chain(woken)
         .chain(returned)
@@ -532,7 +564,7 @@ fn hold_of_failed_act(
 fn undone_act(
     state: &dyn BooksRead,
     undo: &EffectKey,
-    compensation_receipt: Vec<u8>,
+    compensation_receipt: Receipt,
     token: FencingToken,
     now_ms: u64,
 ) -> Result<Op> {
@@ -541,7 +573,11 @@ fn undone_act(
         .ok_or_else(|| Error::Inconsistent {
             what: format!("compensation {undo} has no act to undo"),
         })?;
-    let EffectStatus::Confirmed { receipt } = act.status else {
+    let Some(receipt) = act
+        .status
+        .act_receipt()
+        .filter(|_| act.status.is_confirmed())
+    else {
         return Err(Error::Inconsistent {
             what: format!(
                 "compensation {undo} confirmed, but the act {} it undoes is {}",
@@ -552,10 +588,7 @@ fn undone_act(
     };
     Ok(Op::EffectSettled {
         key: act.key,
-        status: EffectStatus::Compensated {
-            receipt,
-            compensation_receipt,
-        },
+        status: compensated(receipt, compensation_receipt),
         at_ms: now_ms,
         token,
         note: format!("undone by {undo}"),
@@ -593,6 +626,112 @@ mod tests {
         assert_eq!(token, g.token);
         assert_eq!(key.attempt(), 1);
         (b, g, key)
+    }
+
+    #[test]
+    fn a_large_receipt_is_stored_by_digest_in_the_same_record_and_replayed_whole() {
+        let (mut b, g, key) = intended(idem());
+        let receipt: Vec<u8> = (0..RECEIPT_INLINE_BYTES_MAX + 1)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let digest = digest_of(&receipt);
+        let d = b.ok(finish(&key, &g, confirmed(&receipt)));
+        let stored = StoredReceipt {
+            digest,
+            len_bytes: receipt.len() as u64,
+        };
+        assert!(
+            matches!(&d.ops[..], [Op::BlobPut { digest: put, bytes }, Op::EffectSettled {
+                status: EffectStatus::ConfirmedStored { receipt: r }, .. }]
+                if *put == digest && *bytes == receipt && *r == stored),
+            "{:?}",
+            d.ops.iter().map(Op::name).collect::<Vec<_>>()
+        );
+        let entry = b.mem.effect(&key).unwrap();
+        assert_eq!(
+            entry.status,
+            EffectStatus::ConfirmedStored { receipt: stored }
+        );
+        assert_eq!(b.mem.blob_holders(&digest), Some(1));
+        // Read back whole, from the ledger's answer and through `with_bytes`.
+        let d = b.ok(begin("r", "s", &g, idem(), b"args"));
+        assert_eq!(
+            d.answer,
+            Answer::Begun(Begun::Replay {
+                key: key.clone(),
+                receipt: receipt.clone()
+            })
+        );
+        let whole = entry.with_bytes(&|d| b.mem.blob(d)).unwrap();
+        assert_eq!(
+            whole.status,
+            EffectStatus::Confirmed {
+                receipt: receipt.clone()
+            }
+        );
+        // The same outcome again writes nothing.
+        let d = b.ok(finish(&key, &g, confirmed(&receipt)));
+        assert!(d.ops.is_empty());
+        // A small receipt stays inline, with no blob.
+        let (mut b, g, key) = intended(idem());
+        let small = vec![1u8; RECEIPT_INLINE_BYTES_MAX];
+        let d = b.ok(finish(&key, &g, confirmed(&small)));
+        assert!(matches!(
+            &d.ops[..],
+            [Op::EffectSettled {
+                status: EffectStatus::Confirmed { .. },
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn a_receipt_over_the_limit_is_refused_naming_it_and_the_effect_stays_open() {
+        let (mut b, g, key) = intended(idem());
+        let before = b.mem.clone();
+        let err = b
+            .run(finish(
+                &key,
+                &g,
+                confirmed(&vec![0; RECEIPT_LEN_BYTES_MAX + 1]),
+            ))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(&err, Error::TooLarge { size_bytes, max_bytes, .. }
+                if *size_bytes == RECEIPT_LEN_BYTES_MAX as u64 + 1
+                    && *max_bytes == RECEIPT_LEN_BYTES_MAX as u64),
+            "{err}"
+        );
+        assert!(
+            text.contains("r/s/1") && text.contains("run r") && text.contains("step s"),
+            "{text}"
+        );
+        assert_eq!(b.mem, before, "nothing written");
+        assert_eq!(b.mem.effect(&key).unwrap().status, EffectStatus::Intended);
+        // The act happened: the caller still has the receipt, and finishes
+        // the open effect with one within the limit.
+        b.ok(finish(&key, &g, confirmed(&vec![0; RECEIPT_LEN_BYTES_MAX])));
+        assert!(b.mem.effect(&key).unwrap().status.is_confirmed());
+    }
+
+    #[test]
+    fn a_missing_receipt_blob_does_not_apply() {
+        let (mut b, g, key) = intended(idem());
+        let op = Op::EffectSettled {
+            key,
+            status: EffectStatus::ConfirmedStored {
+                receipt: StoredReceipt {
+                    digest: digest_of(b"nowhere"),
+                    len_bytes: 7,
+                },
+            },
+            at_ms: 0,
+            token: g.token,
+            note: String::new(),
+        };
+        let err = apply(&mut b.mem as &mut dyn BooksWrite, &op).unwrap_err();
+        assert!(err.reason.contains("not stored"), "{err}");
     }
 
     #[test]

@@ -18,9 +18,10 @@
 //!
 //! Blobs are reference counted by run: a blob written by this build starts
 //! with a holder count of 0 (`blob_holders`), and each run that first
-//! references it (a checkpoint part, the stored arguments of an intent)
-//! adds itself to its `BlobRefs` and one to the count; pruning the run takes
-//! one off each, and a blob whose count reaches 0 is deleted. A blob
+//! references it (a checkpoint part, the stored arguments of an intent, a
+//! receipt kept by digest) adds itself to its `BlobRefs` and one to the
+//! count; pruning the run takes one off each, and a blob whose count
+//! reaches 0 is deleted. A blob
 //! without a count (written before counting began) is never deleted.
 //!
 //! **Invariant:** a blob is deleted only when no kept run references it; a
@@ -205,6 +206,45 @@ mod tests {
         // The name is free again: a new run of it starts afresh.
         b.ok(create("a", b"again"));
         assert_eq!(b.mem.run(&a).unwrap().version, 1);
+    }
+
+    /// Run `name` that confirmed one act with `receipt` and completed.
+    fn run_with_receipt(b: &mut Books, name: &str, receipt: &[u8]) {
+        b.ok(create(name, name.as_bytes()));
+        let Answer::Leased {
+            run: leased, token, ..
+        } = b.ok(acquire(name, "w", LEASE_MS)).answer
+        else {
+            panic!("free")
+        };
+        let g = Guard {
+            run: leased,
+            worker: wid("w"),
+            token,
+        };
+        b.ok(transition(name, &g, RunState::Running));
+        let d = b.ok(begin(name, "pay", &g, ToolClass::Queryable, b"args"));
+        let Answer::Begun(Begun::Proceed { key, .. }) = d.answer else {
+            panic!("{:?}", d.answer)
+        };
+        b.ok(finish(&key, &g, confirmed(receipt)));
+        b.ok(transition(name, &g, RunState::Completed));
+    }
+
+    #[test]
+    fn runs_with_the_same_large_receipt_share_its_blob_until_the_last_is_pruned() {
+        let mut b = Books::default();
+        let receipt = vec![7u8; crate::books::RECEIPT_INLINE_BYTES_MAX + 1];
+        let digest = crate::books::digest_of(&receipt);
+        run_with_receipt(&mut b, "a", &receipt);
+        run_with_receipt(&mut b, "b", &receipt);
+        assert_eq!(b.mem.blob(&digest), Some(receipt.clone()));
+        assert_eq!(b.mem.blob_holders(&digest), Some(2), "one blob, two runs");
+        b.ok(prune(&["a"], 0));
+        assert_eq!(b.mem.blob(&digest), Some(receipt), "b still names it");
+        assert_eq!(b.mem.blob_holders(&digest), Some(1));
+        b.ok(prune(&["b"], 0));
+        assert!(!b.mem.blob_exists(&digest) && b.mem.blob_holders(&digest).is_none());
     }
 
     #[test]

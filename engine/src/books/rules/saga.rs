@@ -124,13 +124,15 @@ fn walk(state: &dyn BooksRead, book: &SagaBook, now_ms: u64) -> SagaNext {
 fn step_next(state: &dyn BooksRead, act: &EffectEntry, now_ms: u64) -> Option<SagaNext> {
     let step = act.key.step();
     match &act.status {
-        EffectStatus::Compensated { .. } | EffectStatus::Failed { .. } => None,
+        EffectStatus::Compensated { .. }
+        | EffectStatus::CompensatedStored { .. }
+        | EffectStatus::Failed { .. } => None,
         EffectStatus::Intended | EffectStatus::Unknown { .. } => {
             Some(open_next(act, now_ms, || SagaNext::Resolve {
                 key: act.key.clone(),
             }))
         }
-        EffectStatus::Confirmed { .. } => {
+        EffectStatus::Confirmed { .. } | EffectStatus::ConfirmedStored { .. } => {
             let undo = state.latest_effect(act.key.run(), step, EffectKind::Undo);
             let undo_step = || SagaNext::Undo { step: step.clone() };
             Some(match undo {
@@ -143,7 +145,9 @@ fn step_next(state: &dyn BooksRead, act: &EffectEntry, now_ms: u64) -> Option<Sa
                         retryable: false, ..
                     }
                     | EffectStatus::Confirmed { .. }
-                    | EffectStatus::Compensated { .. } => SagaNext::Stuck {
+                    | EffectStatus::ConfirmedStored { .. }
+                    | EffectStatus::Compensated { .. }
+                    | EffectStatus::CompensatedStored { .. } => SagaNext::Stuck {
                         key: u.key.clone(),
                         status: u.status.name(),
                     },

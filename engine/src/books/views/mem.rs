@@ -52,6 +52,60 @@ impl MemBooks {
         self.blobs.len()
     }
 
+    /// What does not hold in the blob reference counts, in digest and key
+    /// order; empty if they hold. A run's reference names a stored, counted
+    /// blob; a counted blob's holder count is the number of runs naming it,
+    /// and at least one (a blob no run names is a leak: retention would never
+    /// free it); a receipt an entry keeps by digest is a stored blob its run
+    /// names. Blobs written before counting began (no holder count) are not
+    /// held to it.
+    pub fn blob_reference_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut named: BTreeMap<Digest, u64> = BTreeMap::new();
+        for refs in self.blob_refs.values() {
+            for digest in &refs.digests {
+                *named.entry(*digest).or_default() += 1;
+                if !self.blobs.contains_key(digest) {
+                    problems.push(format!(
+                        "run {} references blob {}, which is not stored",
+                        refs.run,
+                        digest.short()
+                    ));
+                }
+            }
+        }
+        for (digest, holders) in &self.blob_holders {
+            let found = named.get(digest).copied().unwrap_or(0);
+            if *holders != found || found == 0 {
+                problems.push(format!(
+                    "blob {} counts {holders} holder(s), but {found} run(s) reference it",
+                    digest.short()
+                ));
+            }
+        }
+        for entry in self.effects.values() {
+            for receipt in entry.status.stored_receipts() {
+                let named = self
+                    .blob_refs
+                    .get(entry.key.run())
+                    .is_some_and(|refs| refs.digests.binary_search(&receipt.digest).is_ok());
+                if !self.blobs.contains_key(&receipt.digest) || !named {
+                    problems.push(format!(
+                        "effect {} keeps its receipt as blob {}, which is {}",
+                        entry.key,
+                        receipt.digest.short(),
+                        if named {
+                            "not stored"
+                        } else {
+                            "not among its run's references"
+                        }
+                    ));
+                }
+            }
+        }
+        problems
+    }
+
     /// Every run, by id.
     pub fn runs(&self) -> impl Iterator<Item = &Run> {
         self.runs.values()

@@ -428,9 +428,12 @@ impl Op {
 /// tool with a resend margin of its own (`ToolClass::IdempotentWithMargin`),
 /// and version 8 the wait for several children (`WaitFor::Children`,
 /// `WaitStatus::ChildrenEnded`) and an operator's move of a run to another
-/// agent version (`RunVersionMoved`), and version 9 an operator's retry and
-/// fork of a run (`RunRetried`, `RunForked`), so that an older build
-/// refuses a log holding them by name instead of as damage.
+/// agent version (`RunVersionMoved`), and version 9 a receipt kept in the
+/// blob store by digest (`EffectStatus::ConfirmedStored`,
+/// `EffectStatus::CompensatedStored`, written after the `BlobPut` of its
+/// bytes in the same record) and an operator's retry and fork of a run
+/// (`RunRetried`, `RunForked`), so that an older build refuses a log holding
+/// them by name instead of as damage.
 pub const PAYLOAD_VERSION: u8 = 9;
 
 /// Every record payload version this build reads, oldest first. A build

@@ -676,6 +676,12 @@ impl RtSim {
                     let Some(run) = books.run(id) else { continue };
                     mem.put_run(run);
                     for entry in books.effects_of(id) {
+                        // A receipt kept by digest comes with its blob.
+                        for receipt in entry.status.stored_receipts() {
+                            if let Some(bytes) = books.blob(&receipt.digest) {
+                                mem.put_blob(receipt.digest, bytes);
+                            }
+                        }
                         mem.put_effect(entry);
                     }
                     if let Some(waits) = books.waits(id) {

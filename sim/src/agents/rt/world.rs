@@ -18,7 +18,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use actum::books::{EffectStatus, Outcome, RunId, Usage, WorkerId, digest_of};
+use actum::books::{Outcome, RunId, Usage, WorkerId, digest_of};
 use actum::runtime::{Call, Driven, Fail, Runtime};
 use actum::{Clock, Engine};
 
@@ -380,7 +380,7 @@ impl Shared {
             return false;
         }
         if let Some(entry) = entry
-            && matches!(entry.status, EffectStatus::Confirmed { .. })
+            && entry.status.is_confirmed()
         {
             self.violate(
                 CONFIRMED_NOT_SENT,

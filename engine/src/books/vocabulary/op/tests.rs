@@ -2,7 +2,7 @@ use super::*;
 use crate::books::PartRef;
 use crate::books::Usage;
 use crate::books::{ChildEnd, Join, WaitFor};
-use crate::books::{Compensation, ToolClass};
+use crate::books::{Compensation, Receipt, StoredReceipt, ToolClass};
 use crate::books::{EffectKind, StepId, WorkerId};
 use proptest::prelude::*;
 
@@ -49,6 +49,22 @@ fn status() -> impl Strategy<Value = EffectStatus> {
                 compensation_receipt,
             }
         }),
+        (digest(), any::<u64>()).prop_map(|(digest, len_bytes)| EffectStatus::ConfirmedStored {
+            receipt: StoredReceipt { digest, len_bytes }
+        }),
+        (receipt(), receipt()).prop_map(|(receipt, compensation_receipt)| {
+            EffectStatus::CompensatedStored {
+                receipt,
+                compensation_receipt,
+            }
+        }),
+    ]
+}
+fn receipt() -> impl Strategy<Value = Receipt> {
+    prop_oneof![
+        bytes().prop_map(Receipt::Inline),
+        (digest(), any::<u64>())
+            .prop_map(|(digest, len_bytes)| Receipt::Stored(StoredReceipt { digest, len_bytes })),
     ]
 }
 fn tool_class() -> impl Strategy<Value = ToolClass> {
