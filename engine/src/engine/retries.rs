@@ -111,6 +111,26 @@ impl Engine {
     /// fork that exists already changes nothing (`created: false`); a
     /// `new_run` that exists as anything else is `InvalidCommand`, a
     /// checkpoint `run` does not have `NotFound`.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, RunState, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let run = RunId::new("trip-1")?;
+    /// engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"lisbon"),
+    ///     agent_version: "trip@1".into(), trace_id: "t".into(), parent: None, input: None })?;
+    /// let again = RunId::new("trip-1b")?;
+    /// let forked = engine.fork_run(&run, &again, None, "ops-anna", "another branch")?;
+    /// assert!(forked.created);
+    /// assert_eq!(forked.checkpoint, None, "trip-1 saved no checkpoint");
+    /// let record = engine.run(&again)?.expect("created");
+    /// assert_eq!((record.state, record.agent_version.as_str()), (RunState::Pending, "trip@1"));
+    /// // Again: the same fork, nothing changes.
+    /// assert!(!engine.fork_run(&run, &again, None, "ops-anna", "retried")?.created);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fork_run(
         &self,
         run: &RunId,
