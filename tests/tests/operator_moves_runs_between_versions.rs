@@ -12,34 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use actum::books::{AuditWhat, Outcome, RunState, ToolClass};
-use actum::runtime::{Driven, Runtime, RuntimeOptions, Tool};
+use actum::runtime::{Driven, Tool};
 use actum::{Error, ManualClock};
 use support::*;
-
-fn runtime(engine: &Arc<actum::Engine>) -> Runtime {
-    Runtime::with_options(
-        Arc::clone(engine),
-        RuntimeOptions {
-            worker: "rt".into(),
-            lease_ttl_ms: LEASE_MS,
-            idle_ms: 0,
-            ..RuntimeOptions::default()
-        },
-    )
-}
-
-/// Claims and drives runs until none is left to claim.
-fn drain(runtime: &Runtime) -> Vec<Driven> {
-    let worker = wid("w1");
-    let mut driven = Vec::new();
-    for _ in 0..16 {
-        match runtime.work_once(&worker).unwrap() {
-            Some((_, d)) => driven.push(d),
-            None => break,
-        }
-    }
-    driven
-}
 
 #[test]
 fn a_moved_run_is_resumed_by_the_new_handler_only_and_the_move_is_journaled() {

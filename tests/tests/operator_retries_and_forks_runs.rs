@@ -13,34 +13,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actum::books::{AuditWhat, Compensation, Outcome, RunState, ToolClass};
-use actum::runtime::{Driven, RUNTIME_SCHEMA, Runtime, RuntimeOptions, STATE_PART, Tool};
-use actum::{Engine, Error, ManualClock};
+use actum::runtime::{Driven, RUNTIME_SCHEMA, Runtime, STATE_PART, Tool};
+use actum::{Error, ManualClock};
 use support::*;
-
-fn runtime(engine: &Arc<Engine>) -> Runtime {
-    Runtime::with_options(
-        Arc::clone(engine),
-        RuntimeOptions {
-            worker: "rt".into(),
-            lease_ttl_ms: LEASE_MS,
-            idle_ms: 0,
-            ..RuntimeOptions::default()
-        },
-    )
-}
-
-/// Claims and drives runs until none is left to claim.
-fn drain(runtime: &Runtime) -> Vec<Driven> {
-    let worker = wid("w1");
-    let mut driven = Vec::new();
-    for _ in 0..16 {
-        match runtime.work_once(&worker).unwrap() {
-            Some((_, d)) => driven.push(d),
-            None => break,
-        }
-    }
-    driven
-}
 
 /// What the world saw: every request's tool key, in order.
 #[derive(Default)]

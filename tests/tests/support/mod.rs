@@ -161,3 +161,30 @@ impl Bank {
         Some(format!("ch_{i}").into_bytes())
     }
 }
+
+/// A runtime over `engine` with the scenario lease and no idle pause.
+pub fn runtime(engine: &Arc<Engine>) -> actum::runtime::Runtime {
+    actum::runtime::Runtime::with_options(
+        Arc::clone(engine),
+        actum::runtime::RuntimeOptions {
+            worker: "rt".into(),
+            lease_ttl_ms: LEASE_MS,
+            idle_ms: 0,
+            ..actum::runtime::RuntimeOptions::default()
+        },
+    )
+}
+
+/// Claims and drives runs as worker `w1` until none is left to claim (at
+/// most 16), answering what each turn did.
+pub fn drain(runtime: &actum::runtime::Runtime) -> Vec<actum::runtime::Driven> {
+    let worker = wid("w1");
+    let mut driven = Vec::new();
+    for _ in 0..16 {
+        match runtime.work_once(&worker).unwrap() {
+            Some((_, d)) => driven.push(d),
+            None => break,
+        }
+    }
+    driven
+}

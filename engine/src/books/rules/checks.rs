@@ -5,7 +5,7 @@
 
 use crate::books::base::digest::{Digest, digest_of};
 use crate::books::base::ids::{FencingToken, RunId};
-use crate::books::base::limits::{ARGS_BYTES_MAX, NAME_LEN_BYTES_MAX, check_size};
+use crate::books::base::limits::{ARGS_BYTES_MAX, NAME_LEN_BYTES_MAX, check_size, check_text};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState};
 use crate::books::vocabulary::command::Guard;
@@ -31,6 +31,20 @@ pub(crate) fn check_stored_bytes(
                 found.short(),
                 digest.short()
             ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the operator and reason an operator's command journals (`act`
+/// on `run`, named in the error): both well-formed text, the operator
+/// named.
+pub(crate) fn check_operator(act: &str, run: &RunId, operator: &str, reason: &str) -> Result<()> {
+    check_text("operator", operator)?;
+    check_text("operator's reason", reason)?;
+    if operator.is_empty() {
+        return Err(Error::InvalidCommand {
+            reason: format!("an operator's {act} of run {run} must name the operator"),
         });
     }
     Ok(())

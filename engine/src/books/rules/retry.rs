@@ -19,30 +19,17 @@
 
 use crate::books::base::digest::digest_of;
 use crate::books::base::ids::{EffectKind, FencingToken, RunId};
-use crate::books::base::limits::check_text;
 use crate::books::records::audit::AuditWhat;
 use crate::books::records::checkpoint::CheckpointMeta;
 use crate::books::records::ledger::EffectStatus;
 use crate::books::records::run::{Run, RunState, current_token};
 use crate::books::records::wait::WaitFor;
-use crate::books::rules::checks::existing;
+use crate::books::rules::checks::{check_operator, existing};
 use crate::books::vocabulary::answer::{Answer, Decided};
 use crate::books::vocabulary::command::{ForkRun, RetryRun};
 use crate::books::vocabulary::op::Op;
 use crate::books::vocabulary::state::BooksRead;
 use crate::error::{Error, Result};
-
-/// Checks the operator and reason a retry or fork journals.
-fn check_operator(what: &str, run: &RunId, operator: &str, reason: &str) -> Result<()> {
-    check_text("operator", operator)?;
-    check_text("operator's reason", reason)?;
-    if operator.is_empty() {
-        return Err(Error::InvalidCommand {
-            reason: format!("a {what} of run {run} must name the operator"),
-        });
-    }
-    Ok(())
-}
 
 /// Why `run` may not be retried, if it may not.
 fn refusal(state: &dyn BooksRead, run: &Run) -> Option<String> {

@@ -12,7 +12,7 @@ use crate::books::base::limits::{CHILD_DEPTH_MAX, check_text};
 use crate::books::records::run::current_token;
 use crate::books::records::run::{Run, RunState, transition_allowed};
 use crate::books::records::saga::is_saga_end;
-use crate::books::rules::checks::check_guard;
+use crate::books::rules::checks::{check_guard, check_operator};
 use crate::books::rules::checks::{
     check_no_open_wait, check_stored_bytes, existing, move_under_current_token,
 };
@@ -188,17 +188,7 @@ pub(crate) fn decide_transition(
 /// change is journaled as a transition under the run's current token, its
 /// reason naming the operator and the action.
 pub(crate) fn decide_operate(state: &dyn BooksRead, cmd: &Operate, now_ms: u64) -> Result<Decided> {
-    check_text("operator", &cmd.operator)?;
-    check_text("operator's reason", &cmd.reason)?;
-    if cmd.operator.is_empty() {
-        return Err(Error::InvalidCommand {
-            reason: format!(
-                "an operator's {} of run {} must name the operator",
-                cmd.action.name(),
-                cmd.run
-            ),
-        });
-    }
+    check_operator(cmd.action.name(), &cmd.run, &cmd.operator, &cmd.reason)?;
     let run = existing(state, &cmd.run)?;
     // A run paused while it waited goes back to waiting, not running: only
     // the wait's end starts it again.

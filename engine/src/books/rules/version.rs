@@ -13,7 +13,7 @@
 
 use crate::books::base::limits::check_text;
 use crate::books::records::run::current_token;
-use crate::books::rules::checks::existing;
+use crate::books::rules::checks::{check_operator, existing};
 use crate::books::vocabulary::answer::{Answer, Decided};
 use crate::books::vocabulary::command::MoveVersion;
 use crate::books::vocabulary::op::Op;
@@ -28,16 +28,17 @@ pub(crate) fn decide_move_version(
     cmd: &MoveVersion,
     now_ms: u64,
 ) -> Result<Decided> {
-    check_text("operator", &cmd.operator)?;
-    check_text("operator's reason", &cmd.reason)?;
+    check_operator(
+        "move to another version",
+        &cmd.run,
+        &cmd.operator,
+        &cmd.reason,
+    )?;
     check_text("agent version", &cmd.from)?;
     check_text("agent version", &cmd.to)?;
     let invalid = |what: &str| Error::InvalidCommand {
         reason: format!("a move of run {} to another version {what}", cmd.run),
     };
-    if cmd.operator.is_empty() {
-        return Err(invalid("must name the operator"));
-    }
     if cmd.from.is_empty() || cmd.to.is_empty() {
         return Err(invalid("must name both versions"));
     }
