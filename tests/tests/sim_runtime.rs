@@ -157,3 +157,11 @@ fn a_query_before_a_token_ignoring_requests_lifetime_is_caught_when_the_late_req
         "every done effect happened exactly once",
     );
 }
+
+#[test]
+fn a_saga_that_asks_about_a_token_ignoring_undo_at_once_is_caught_when_the_late_recall_lands() {
+    assert_caught_by(
+        PlantedBug::SagaQueriesAtOnce,
+        "every done effect happened exactly once",
+    );
+}

@@ -49,7 +49,7 @@ pub struct ChildOutput {
 #[derive(Clone)]
 pub struct Tool {
     spec: ToolSpec,
-    query: Option<Arc<QueryFn>>,
+    pub(super) query: Option<Arc<QueryFn>>,
     attempts: u32,
     backoff: Backoff,
     hold: Cost,
@@ -818,43 +818,17 @@ impl RunCtx<'_> {
         self.lifetime_wait(&wait, until)
     }
 
-    /// The latest instant the sender of `key`'s request could send it: the
-    /// last expiry the journal records for the lease it wrote the intent
-    /// under (an act's deadline is its lease's expiry less a margin). With
-    /// no such record, the latest expiry of any lease before this
-    /// handler's, and at least this handler's own.
+    /// The latest instant the sender of `key`'s request could send it
+    /// ([`request_sent_by`]).
     fn sender_lease_end(&self, key: &EffectKey, at: &str) -> Result<u64, Fail> {
-        let audit = self
-            .shared
-            .engine
-            .read(|books| Ok(books.audit(&self.run, 1)))
-            .map_err(|e| self.engine_stop(e, at))?;
-        let sender = audit.iter().find_map(|entry| match &entry.what {
-            AuditWhat::Intended { key: intended, .. } if intended == key => entry.token,
-            _ => None,
-        });
-        let expiry = |entry: &AuditEntry| match entry.what {
-            AuditWhat::LeaseAcquired { expires_ms, .. }
-            | AuditWhat::LeaseRenewed { expires_ms } => Some(expires_ms),
-            _ => None,
-        };
-        let by_sender = sender.and_then(|token| {
-            audit
-                .iter()
-                .filter(|e| e.token == Some(token))
-                .filter_map(expiry)
-                .max()
-        });
-        Ok(by_sender.unwrap_or_else(|| {
-            let mine = self.watch.guard.token;
-            audit
-                .iter()
-                .filter(|e| e.token.is_some_and(|t| t < mine))
-                .filter_map(expiry)
-                .chain(std::iter::once(self.watch.expires_ms()))
-                .max()
-                .unwrap_or(u64::MAX)
-        }))
+        request_sent_by(
+            &self.shared.engine,
+            &self.run,
+            key,
+            self.watch.guard.token,
+            self.watch.expires_ms(),
+        )
+        .map_err(|e| self.engine_stop(e, at))
     }
 
     /// The durable timer `wait` until `until`: returns once it elapsed,
@@ -1331,6 +1305,47 @@ fn part(parts: &[Part], name: &str) -> Option<Vec<u8>> {
         .iter()
         .find(|p| p.name == name)
         .map(|p| p.bytes.clone())
+}
+
+/// The latest instant the sender of `key`'s request on `run` could send
+/// it: the last expiry the journal records for the lease it wrote the
+/// intent under (an act's deadline is its lease's expiry less a margin).
+/// With no such record, the latest expiry of any lease before `mine`, and
+/// at least `my_expiry`.
+pub(super) fn request_sent_by(
+    engine: &crate::engine::Engine,
+    run: &RunId,
+    key: &EffectKey,
+    mine: FencingToken,
+    my_expiry: u64,
+) -> crate::error::Result<u64> {
+    let audit = engine.read(|books| Ok(books.audit(run, 1)))?;
+    let sender = audit.iter().find_map(|entry| match &entry.what {
+        AuditWhat::Intended { key: intended, .. } if intended == key => entry.token,
+        _ => None,
+    });
+    let expiry = |entry: &AuditEntry| match entry.what {
+        AuditWhat::LeaseAcquired { expires_ms, .. } | AuditWhat::LeaseRenewed { expires_ms } => {
+            Some(expires_ms)
+        }
+        _ => None,
+    };
+    let by_sender = sender.and_then(|token| {
+        audit
+            .iter()
+            .filter(|e| e.token == Some(token))
+            .filter_map(expiry)
+            .max()
+    });
+    Ok(by_sender.unwrap_or_else(|| {
+        audit
+            .iter()
+            .filter(|e| e.token.is_some_and(|t| t < mine))
+            .filter_map(expiry)
+            .chain(std::iter::once(my_expiry))
+            .max()
+            .unwrap_or(u64::MAX)
+    }))
 }
 
 /// The wait before a query about `attempt` of step `name`, whose tool

@@ -35,7 +35,10 @@ use std::time::Duration;
 use crate::books::{
     Command, Cost, CreateRun, OperatorAction, RunId, RunState, Transition, WorkerId, digest_of,
 };
-use crate::engine::{EffectCtx, Engine, LeaseGrant, SagaProgress, ToolOutcome};
+use crate::books::{SagaNext, ToolClass};
+use crate::engine::{
+    EffectCtx, Engine, LeaseGrant, SagaProgress, StepPlan, StepRequest, ToolOutcome, ToolSpec,
+};
 use crate::error::{Error, Result};
 
 pub use crate::books::Join;
@@ -46,6 +49,10 @@ pub use ctx::{
 pub use fail::{Divergence, Fail, Stop};
 
 use lease::{Keeper, LeaseWatch};
+
+/// How many open acts one saga pass resolves before it lets the run go (a
+/// saga has at most one per compensable step).
+const SAGA_RESOLVES_MAX: usize = 64;
 
 /// A handler: the agent's code, straight-line over its [`RunCtx`],
 /// returning the run's output.
@@ -67,6 +74,11 @@ pub struct UndoCall<'a> {
     /// True if this asks about an earlier undo request rather than sending
     /// one (a queryable undo tool after a crash): answer what happened.
     pub query: bool,
+    /// The instant the undo request must be sent by, as for an act
+    /// ([`Call::deadline_ms`]): the runtime checks it before it calls the
+    /// handler, and the client of a tool that ignores fencing tokens checks
+    /// it again right before it sends.
+    pub deadline_ms: u64,
 }
 
 /// How a runtime runs.
@@ -174,6 +186,8 @@ pub(crate) struct Shared {
     current: RwLock<BTreeMap<String, String>>,
     /// compensation tool → undo handler.
     undos: RwLock<BTreeMap<String, Arc<UndoFn>>>,
+    /// tool name → the tool, for the saga's calls ([`Runtime::register_tool`]).
+    tools: RwLock<BTreeMap<String, Tool>>,
     stop: Arc<AtomicBool>,
     keeper: Keeper,
     counters: Counters,
@@ -248,6 +262,7 @@ impl Runtime {
                 agents: RwLock::default(),
                 current: RwLock::default(),
                 undos: RwLock::default(),
+                tools: RwLock::default(),
                 stop: Arc::new(AtomicBool::new(false)),
                 keeper: Keeper::default(),
                 counters: Counters::default(),
@@ -336,6 +351,32 @@ impl Runtime {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         undos.insert(tool.to_string(), Arc::new(undo));
+    }
+
+    /// Declares `tool` for the calls the runtime makes outside a handler,
+    /// in a compensating run's saga:
+    ///
+    /// - an act the run left without an outcome (its worker died, or the
+    ///   run was cancelled mid-step) is asked about with the tool's query
+    ///   ([`Tool::with_query`]) before anything earlier is undone; an act on
+    ///   a tool that is not registered, or not queryable, waits for a
+    ///   person (`actum reconcile`), as the saga cannot resend it;
+    /// - the fencing of a tool an undo names ([`Tool::ignores_tokens`])
+    ///   decides when the saga may ask about an undo request: not before
+    ///   the request can no longer arrive (its sender's deadline plus the
+    ///   request lifetime), and never with no lifetime.
+    ///
+    /// A compensating run cannot park on a timer, so until then the saga
+    /// records the outcome as unknown for now and keeps the run's lease
+    /// until it runs out; the next worker to claim the run asks again.
+    /// Registering a tool again replaces it.
+    pub fn register_tool(&self, tool: Tool) {
+        let mut tools = self
+            .shared
+            .tools
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        tools.insert(tool.name().to_string(), tool);
     }
 
     /// Starts a run of `kind` named `run` on `input`, stored with it
@@ -701,6 +742,15 @@ impl Runtime {
                     reason: "not sent: the lease was lost".to_string(),
                 };
             }
+            let deadline_ms = watch.act_deadline_ms();
+            if !query && engine.clock().now_ms() > deadline_ms {
+                return ToolOutcome::Unknown {
+                    reason: "not sent: past the undo's deadline".to_string(),
+                };
+            }
+            if query && let Some(reason) = self.not_yet_asked(watch, &ctx.key, &c.tool) {
+                return ToolOutcome::Unknown { reason };
+            }
             let undos = self
                 .shared
                 .undos
@@ -718,23 +768,155 @@ impl Runtime {
                 args: &c.args,
                 receipt: ctx.act_receipt.as_deref(),
                 query,
+                deadline_ms,
             })
         };
-        let progress = engine.run_saga(
-            &watch.guard,
-            &watch.run,
-            rationale,
-            |ctx, c| call(ctx, c, false),
-            |ctx, c| call(ctx, c, true),
-        );
-        match progress {
-            Ok(SagaProgress::Ended { state, .. }) => {
-                watch.let_go();
-                Ok(Driven::Ended(state))
+        // Each pass resolves at most one open act, then the saga goes on;
+        // a saga has at most one open act per step.
+        for _ in 0..SAGA_RESOLVES_MAX {
+            let progress = engine.run_saga(
+                &watch.guard,
+                &watch.run,
+                rationale,
+                |ctx, c| call(ctx, c, false),
+                |ctx, c| call(ctx, c, true),
+            );
+            match progress {
+                Ok(SagaProgress::Ended { state, .. }) => {
+                    watch.let_go();
+                    return Ok(Driven::Ended(state));
+                }
+                Ok(SagaProgress::Blocked {
+                    next: SagaNext::Resolve { key },
+                    ..
+                }) => match self.resolve_open_act(watch, &key, rationale) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(Driven::Compensating),
+                    Err(e) => return settle_refusal(e),
+                },
+                Ok(_) => return Ok(Driven::Compensating),
+                Err(e) => return settle_refusal(e),
             }
-            Ok(_) => Ok(Driven::Compensating),
-            Err(e) => settle_refusal(e),
         }
+        Ok(Driven::Compensating)
+    }
+
+    /// Asks the registered query of `key`'s tool about an act a
+    /// compensating run left without an outcome, and records what it
+    /// found; false if it cannot be asked (yet): no registered query, or a
+    /// request that may still arrive.
+    fn resolve_open_act(
+        &self,
+        watch: &Arc<LeaseWatch>,
+        key: &crate::books::EffectKey,
+        rationale: &str,
+    ) -> Result<bool> {
+        let engine = &self.shared.engine;
+        let Some(entry) = engine.effect(key)? else {
+            return Ok(false);
+        };
+        let tool = {
+            let tools = self
+                .shared
+                .tools
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            tools.get(&entry.tool).cloned()
+        };
+        let Some(tool) = tool else {
+            return Ok(false);
+        };
+        let Some(query) = tool.query.clone() else {
+            return Ok(false);
+        };
+        if entry.tool_class != ToolClass::Queryable
+            || self.not_yet_asked(watch, key, &entry.tool).is_some()
+        {
+            return Ok(false);
+        }
+        let Some(args) = engine.effect_args(key)? else {
+            return Ok(false);
+        };
+        let request = StepRequest {
+            guard: &watch.guard,
+            run: &watch.run,
+            step: key.step(),
+            tool: ToolSpec {
+                name: entry.tool.clone(),
+                class: entry.tool_class,
+            },
+            args: &args,
+            rationale,
+            compensation: entry.compensation.clone(),
+        };
+        match engine.begin_step(&request)? {
+            StepPlan::Query(ctx) => {
+                let found = query(&Call {
+                    key: &ctx.key,
+                    idempotency_key: ctx.key.tool_key(),
+                    token: ctx.token,
+                    resend: false,
+                    deadline_ms: watch.act_deadline_ms(),
+                });
+                engine.resolve_step(&watch.guard, &ctx, found)?;
+                Ok(true)
+            }
+            StepPlan::Done(_) => Ok(true),
+            // A queryable tool's open act is asked, never acted again.
+            StepPlan::Act(_) => Ok(false),
+        }
+    }
+
+    /// Why the saga may not ask about `key`'s request yet: its tool
+    /// (registered) ignores fencing tokens and the request may still
+    /// arrive, or it declares no lifetime; `None` if it may ask.
+    fn not_yet_asked(
+        &self,
+        watch: &LeaseWatch,
+        key: &crate::books::EffectKey,
+        tool: &str,
+    ) -> Option<String> {
+        let fencing = {
+            let tools = self
+                .shared
+                .tools
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            tools.get(tool).map(Tool::fencing)?
+        };
+        let Fencing::Ignores {
+            request_lifetime_ms,
+        } = fencing
+        else {
+            return None;
+        };
+        let engine = &self.shared.engine;
+        if engine.planted(crate::planted::PlantedBug::SagaQueriesAtOnce) {
+            return None;
+        }
+        let Some(lifetime_ms) = request_lifetime_ms else {
+            return Some(format!(
+                "tool {tool} ignores fencing tokens and declares no request lifetime, so no \
+                 query can tell whether the request is still on its way: reconcile it"
+            ));
+        };
+        let sent_by = match ctx::request_sent_by(
+            engine,
+            &watch.run,
+            key,
+            watch.guard.token,
+            watch.expires_ms(),
+        ) {
+            Ok(sent_by) => sent_by,
+            Err(e) => return Some(format!("the journal could not be read: {e}")),
+        };
+        let until = sent_by.saturating_add(lifetime_ms);
+        (engine.clock().now_ms() < until).then(|| {
+            format!(
+                "not asked yet: a request to {tool}, which ignores fencing tokens, may arrive \
+                 until {until} ms"
+            )
+        })
     }
 
     /// The runtime stopped the handler: what becomes of the run.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::books::{
-    BeginEffect, Compensation, EffectStatus, OperatorAction, Outcome, StepId, ToolClass, WorkerId,
-    digest_of,
+    BeginEffect, Compensation, EffectKey, EffectKind, EffectStatus, OperatorAction, Outcome,
+    StepId, ToolClass, WorkerId, digest_of,
 };
 use crate::clock::{Clock, ManualClock};
 use crate::engine::EngineOptions;
@@ -1199,4 +1199,229 @@ fn a_crash_mid_wait_resumes_with_the_deadline_the_wait_was_opened_with() {
     assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
     assert_eq!(lifetime_wait(&engine, &run), Some(until));
     assert_eq!((world.count("act"), world.count("query")), (1, 1));
+}
+
+/// The courier's booking as the saga knows it: registered with its query
+/// (found: booked), fencing as `lifetime` says (`None`: it checks tokens).
+fn courier_tool(world: &World, lifetime: Option<Option<u64>>) -> Tool {
+    let q = world.clone();
+    let tool = Tool::new("courier.book", ToolClass::Queryable).with_query(move |_| {
+        q.hit("query");
+        confirmed("booked")
+    });
+    match lifetime {
+        Some(lifetime) => tool.ignores_tokens(lifetime),
+        None => tool,
+    }
+}
+
+/// A dead worker's intent on the courier, compensable by `courier.cancel`,
+/// and an operator's cancel of the run: it is compensating, its act open.
+fn cancelled_mid_courier_step(engine: &Engine, run: &RunId) -> u64 {
+    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: dead.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    engine
+        .begin_step(&StepRequest {
+            guard: &dead.guard,
+            run,
+            step: &StepId::new("deliver").unwrap(),
+            tool: ToolSpec {
+                name: "courier.book".into(),
+                class: ToolClass::Queryable,
+            },
+            args: b"parcel",
+            rationale: "step deliver of courier@1",
+            compensation: Some(Compensation {
+                tool: "courier.cancel".into(),
+                args: b"cancel".to_vec(),
+                class: ToolClass::Queryable,
+            }),
+        })
+        .unwrap();
+    let cancelled = engine
+        .operate(run, OperatorAction::Cancel, "ops", "customer left")
+        .unwrap();
+    assert_eq!(cancelled.state, RunState::Compensating);
+    dead.expires_ms
+}
+
+fn register_courier_cancel(rt: &Runtime, world: &World) {
+    let w = world.clone();
+    rt.register_undo("courier.cancel", move |call| {
+        w.hit(if call.query { "undo-query" } else { "undo" });
+        confirmed("cancelled")
+    });
+}
+
+#[test]
+fn a_compensating_runs_open_act_is_asked_with_the_registered_query_then_undone() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    register_courier(&rt, &world, None, confirmed("unused"));
+    register_courier_cancel(&rt, &world);
+    let run = rt.start("courier", "parcel-7", b"").unwrap().run;
+    cancelled_mid_courier_step(&engine, &run);
+    bench.clock.advance_ms(TTL_MS + 1);
+    // Not registered: the saga cannot ask, and undoes nothing before it.
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Compensating)]);
+    assert_eq!((world.count("query"), world.count("undo")), (0, 0));
+    rt.register_tool(courier_tool(&world, None));
+    bench.clock.advance_ms(TTL_MS + 1);
+    assert_eq!(
+        drain(&rt),
+        [(run.clone(), Driven::Ended(RunState::Cancelled))]
+    );
+    assert_eq!(
+        (
+            world.count("query"),
+            world.count("undo"),
+            world.count("act")
+        ),
+        (1, 1, 0),
+        "asked once, undone once, never acted again"
+    );
+}
+
+#[test]
+fn a_compensating_runs_open_act_on_a_tool_that_ignores_tokens_is_asked_after_its_lifetime() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    register_courier(&rt, &world, Some(LIFETIME_MS), confirmed("unused"));
+    register_courier_cancel(&rt, &world);
+    rt.register_tool(courier_tool(&world, Some(Some(LIFETIME_MS))));
+    let run = rt.start("courier", "parcel-8", b"").unwrap().run;
+    let expires_ms = cancelled_mid_courier_step(&engine, &run);
+    bench.clock.advance_ms(TTL_MS + 1);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Compensating)]);
+    bench.clock.set_ms(expires_ms + LIFETIME_MS - 1);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Compensating)]);
+    assert_eq!(
+        world.count("query"),
+        0,
+        "not asked while a request may land"
+    );
+    bench.clock.set_ms(expires_ms + LIFETIME_MS + TTL_MS);
+    assert_eq!(
+        drain(&rt),
+        [(run.clone(), Driven::Ended(RunState::Cancelled))]
+    );
+    assert_eq!((world.count("query"), world.count("undo")), (1, 1));
+}
+
+/// A booking whose undo ignores fencing tokens (with `lifetime`) and
+/// whose first undo request times out; the hotel after it fails the run.
+fn register_booking_with_slow_undo(rt: &Runtime, world: &World, lifetime: Option<u64>) {
+    let w = world.clone();
+    rt.register_undo("courier.cancel", move |call| {
+        if call.query {
+            w.hit("undo-query");
+            return confirmed("cancelled");
+        }
+        match w.hit("undo") {
+            1 => ToolOutcome::Unknown {
+                reason: "timed out".into(),
+            },
+            _ => confirmed("cancelled"),
+        }
+    });
+    let undo_tool = Tool::new("courier.cancel", ToolClass::Queryable)
+        .ignores_tokens(lifetime)
+        .with_query(|_| unreachable!("the saga asks through the undo handler"));
+    rt.register_tool(undo_tool);
+    rt.register("booking", "1", |ctx| {
+        let undo = Compensation {
+            tool: "courier.cancel".into(),
+            args: b"cancel".to_vec(),
+            class: ToolClass::Queryable,
+        };
+        let idem = ToolClass::Idempotent {
+            dedup_window_ms: DAY_MS,
+        };
+        ctx.step_with_undo(
+            "deliver",
+            &Tool::new("courier.book", idem),
+            b"p",
+            undo,
+            |_| confirmed("booked"),
+        )?;
+        ctx.step("hotel", &Tool::new("hotel.book", idem), b"h", |_| {
+            Outcome::Failed {
+                retryable: false,
+                reason: "sold out".into(),
+            }
+        })?;
+        Ok(Vec::new())
+    })
+    .unwrap();
+}
+
+#[test]
+fn an_undo_on_a_tool_that_ignores_tokens_is_asked_about_only_after_its_request_lifetime() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    register_booking_with_slow_undo(&rt, &world, Some(LIFETIME_MS));
+    let run = rt.start("booking", "b-1", b"").unwrap().run;
+    let start = bench.clock.now_ms();
+    // The undo's request times out: it may still land a lifetime after
+    // its sender's lease ran out.
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Compensating)]);
+    let lease_end = start + TTL_MS;
+    bench.clock.set_ms(lease_end + 1);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Compensating)]);
+    assert_eq!(world.count("undo-query"), 0, "not asked while it may land");
+    let saga = engine.saga(&run).unwrap();
+    assert!(!saga.steps.is_empty());
+    bench.clock.set_ms(lease_end + LIFETIME_MS + TTL_MS);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Ended(RunState::Failed))]);
+    assert_eq!(
+        (world.count("undo"), world.count("undo-query")),
+        (1, 1),
+        "asked once it could no longer land, never sent again"
+    );
+}
+
+#[test]
+fn an_undo_on_a_tool_that_ignores_tokens_with_no_lifetime_is_never_asked_about() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let world = World::default();
+    register_booking_with_slow_undo(&rt, &world, None);
+    let run = rt.start("booking", "b-2", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Compensating)]);
+    for _ in 0..3 {
+        bench.clock.advance_ms(DAY_MS);
+        assert_eq!(drain(&rt), [(run.clone(), Driven::Compensating)]);
+    }
+    assert_eq!((world.count("undo"), world.count("undo-query")), (1, 0));
+    let unknown = engine
+        .effect(
+            &EffectKey::of_kind(
+                run.clone(),
+                StepId::new("deliver").unwrap(),
+                EffectKind::Undo,
+                1,
+            )
+            .unwrap(),
+        )
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&unknown.status, EffectStatus::Unknown { .. }),
+        "left unknown for a person: {unknown:?}"
+    );
 }

@@ -20,5 +20,6 @@ pub use call::{Ask, Call, CallId, Fate, Reply};
 pub use model::{Model, ModelCall};
 pub use service::{Application, Delivery, World, WorldStats, receipt_of, receipt_text};
 pub use tools::{
-    CALL_TIMEOUT_MS, LATE_REQUEST_LIFETIME_MS, REQUEST_LIFETIME_MS_MAX, Tool, ignores_tokens, tool,
+    CALL_TIMEOUT_MS, LATE_REQUEST_LIFETIME_MS, REQUEST_LIFETIME_MS_MAX, Tool, catalogue,
+    ignores_tokens, tool,
 };

@@ -3,7 +3,8 @@
 //! that answer queries, a mailer that does neither, and a screening service
 //! that answers later, by webhook; and a courier that answers queries but
 //! ignores fencing tokens, whose requests may arrive long after the caller
-//! gave up ([`LATE_REQUEST_LIFETIME_MS`]).
+//! gave up ([`LATE_REQUEST_LIFETIME_MS`]), and a bank's recall of a wire
+//! (the runtime family's undo of a funding) that does the same.
 //!
 //! **Invariant:** every tool's dedup window is far longer than the longest
 //! a request can stay in flight ([`REQUEST_LIFETIME_MS_MAX`]), and so is
@@ -135,7 +136,7 @@ impl Tool {
 }
 
 /// Every tool of the world.
-const TOOLS: [Tool; 14] = [
+const TOOLS: [Tool; 16] = [
     Tool::idempotent("stripe.charge"),
     Tool::queryable("warehouse.ship", false),
     Tool::queryable("bank.refund", false),
@@ -150,7 +151,14 @@ const TOOLS: [Tool; 14] = [
     Tool::queryable("bank.pay", false),
     Tool::asynchronous("kyc.screen"),
     Tool::queryable_ignoring_tokens("courier.book"),
+    Tool::queryable_ignoring_tokens("bank.recall"),
+    Tool::queryable("bank.wire", false),
 ];
+
+/// Every tool of the world, in catalogue order.
+pub fn catalogue() -> impl Iterator<Item = Tool> {
+    TOOLS.into_iter()
+}
 
 /// True if the tool named `name` ignores fencing tokens (false for a name
 /// outside the catalogue).

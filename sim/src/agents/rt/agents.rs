@@ -3,15 +3,18 @@
 //! the claiming, leases, replay, waits and sagas. The tools are the
 //! world's ([`Shared::act`]), the model is the world's ([`Shared::model`]).
 //!
-//! - `shop`: charge the card (deduplicated), ship (queryable).
+//! - `shop`: charge the card (deduplicated), ship (queryable); a
+//!   checkpoint before each.
 //! - `refund`: the model decides, refund (queryable), mail (applies every
 //!   request: an ambiguous one goes to a person), book the courier to
 //!   pick up the return (queryable, but it ignores fencing tokens and its
 //!   requests may arrive ten minutes late: the runtime waits that out
 //!   before it asks).
-//! - `treasury`: sweep and fund, each with an undo; hedge (the desk may
-//!   refuse for good, failing the run: the saga returns the funding, then
-//!   the sweep); post.
+//! - `treasury`: sweep and fund (by a queryable wire), each with an undo; hedge (the desk may
+//!   refuse for good, failing the run: the saga recalls the funding, then
+//!   the sweep); post. The bank's recall is queryable but ignores
+//!   fencing tokens and its requests may arrive ten minutes late, so the
+//!   saga asks about one only once it can no longer land.
 //! - `research`: four rounds of a model call and a search, a checkpoint
 //!   after each; then one to three `summary` children (a model call and a
 //!   search each), all awaited or the first taken.
@@ -31,7 +34,7 @@ use super::versions::Deploy;
 use super::world::Shared;
 use crate::agents::worker::SEARCH_HOLD_MICROS;
 use crate::agents::workflow::{APPROVAL_WINDOW_MS, COOL_OFF_MS, FINANCE, VERIFIED, vendor_payment};
-use crate::world::{Ask, Tool, tool};
+use crate::world::{Ask, Tool, catalogue, tool};
 
 /// The version every handler is registered at.
 pub const VERSION: &str = "1";
@@ -115,9 +118,25 @@ pub fn register(runtime: &Runtime, shared: &Arc<Shared>, deploy: Deploy) -> actu
             }
         }
     }
-    for name in ["bank.unsweep", "bank.unfund"] {
-        let s = Arc::clone(shared);
-        runtime.register_undo(name, move |undo| undo_call(&s, tool(name), undo));
+    let s = Arc::clone(shared);
+    runtime.register_undo("bank.recall", move |undo| {
+        if undo.query {
+            s.state().report.saga_asks += 1;
+        }
+        undo_call(&s, tool("bank.recall"), undo)
+    });
+    // What the saga asks about an act a compensating run left open, and
+    // the fencing of the undo tools (the recall ignores tokens).
+    for world_tool in catalogue() {
+        let mut saga_tool = rt_tool(shared, world_tool.name);
+        if world_tool.class == actum::books::ToolClass::Queryable {
+            let s = Arc::clone(shared);
+            saga_tool = saga_tool.with_query(move |call| {
+                s.state().report.saga_asks += 1;
+                s.act(world_tool, call, Ask::Query)
+            });
+        }
+        runtime.register_tool(saga_tool);
     }
     Ok(())
 }
@@ -186,7 +205,7 @@ fn undo_call(shared: &Shared, undo: Tool, call: &UndoCall<'_>) -> actum::books::
         idempotency_key: call.ctx.key.tool_key(),
         token: call.ctx.token,
         resend: call.ctx.resend,
-        deadline_ms: u64::MAX,
+        deadline_ms: call.deadline_ms,
     };
     let ask = if call.query {
         Ask::Query
@@ -204,6 +223,9 @@ fn run_of(ctx: &RunCtx<'_>) -> RunId {
 
 fn shop(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
     let run = run_of(ctx);
+    // Two checkpoints, so a person can retry a shipment that failed from
+    // the latest or the one before it (`retries.rs`).
+    ctx.checkpoint(b"order taken")?;
     let charged = step(
         ctx,
         s,
@@ -211,6 +233,7 @@ fn shop(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
         "stripe.charge",
         format!("charge {run}").as_bytes(),
     )?;
+    ctx.checkpoint(&charged)?;
     let shipped = step(
         ctx,
         s,
@@ -250,17 +273,17 @@ fn treasury(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
         s,
         ("sweep", "bank.sweep", format!("sweep {run}").as_bytes()),
         (
-            "bank.unsweep",
-            format!("return the sweep of {run}").into_bytes(),
+            "bank.recall",
+            format!("recall the sweep of {run}").into_bytes(),
         ),
     )?;
     let funded = step_with_undo(
         ctx,
         s,
-        ("fund", "bank.fund", format!("fund {run}").as_bytes()),
+        ("fund", "bank.wire", format!("fund {run}").as_bytes()),
         (
-            "bank.unfund",
-            format!("return the funding of {run}").into_bytes(),
+            "bank.recall",
+            format!("recall the funding of {run}").into_bytes(),
         ),
     )?;
     let hedged = step(

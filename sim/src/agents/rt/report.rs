@@ -60,6 +60,8 @@ pub struct RuntimeReport {
     pub retries: u64,
     /// Retries the engine refused, as the books said it must.
     pub retries_refused: u64,
+    /// Retries from a checkpoint before the latest (restored as the newest).
+    pub retries_restored: u64,
     /// Runs a person forked (a run whose saga undid what it did).
     pub forks: u64,
     /// Requests to a tool that ignores tokens still on their way when
@@ -67,6 +69,9 @@ pub struct RuntimeReport {
     pub late: u64,
     /// Waits a step opened to outlive such a request before it queried.
     pub lifetime_waits: u64,
+    /// Questions a compensating run's saga asked: about an act the run
+    /// left open, or an undo request (each once it could no longer land).
+    pub saga_asks: u64,
 }
 
 impl RuntimeReport {
@@ -97,9 +102,11 @@ impl RuntimeReport {
         self.moves += other.moves;
         self.retries += other.retries;
         self.retries_refused += other.retries_refused;
+        self.retries_restored += other.retries_restored;
         self.forks += other.forks;
         self.late += other.late;
         self.lifetime_waits += other.lifetime_waits;
+        self.saga_asks += other.saga_asks;
     }
 }
 
@@ -109,7 +116,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits); {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused, {} from an earlier checkpoint), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits), {} asked by sagas; {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -126,6 +133,7 @@ impl fmt::Display for RuntimeReport {
             self.moves,
             self.retries,
             self.retries_refused,
+            self.retries_restored,
             self.forks,
             self.diverged,
             self.rollbacks,
@@ -135,6 +143,7 @@ impl fmt::Display for RuntimeReport {
             self.applications,
             self.late,
             self.lifetime_waits,
+            self.saga_asks,
             self.model_calls,
             self.checks
         )

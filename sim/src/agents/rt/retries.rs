@@ -135,7 +135,9 @@ pub fn retry_some(shared: &Shared) -> Result<(), (&'static str, String)> {
                         format!("{run} was retried but its audit names no such retry"),
                     ));
                 }
-                shared.state().report.retries += 1;
+                let mut state = shared.state();
+                state.report.retries += 1;
+                state.report.retries_restored += u64::from(done.restored.is_some());
             }
             (Err(Error::RetryRefused { .. }), Some(why)) => {
                 shared.state().report.retries_refused += 1;

@@ -260,11 +260,28 @@ impl Shared {
                 Fate::Delivered
             } else {
                 // A tool that ignores tokens is slow more often, and its
-                // slow requests may arrive long after the caller gave up.
-                let slow_to = if tool.ignores_tokens { 40 } else { 16 };
+                // slow requests may arrive long after the caller gave up;
+                // the bank's recalls queue behind its batch runs, so most
+                // of its undo requests are slow.
+                let undo = acting && call.key.kind() == actum::books::EffectKind::Undo;
+                let slow_to = match (tool.ignores_tokens, undo) {
+                    (true, true) => 70,
+                    (true, false) => 40,
+                    (false, _) => 16,
+                };
                 match fates.below(100) {
                     0..6 => Fate::AckDropped,
                     6..10 => Fate::RequestLost,
+                    // A slow recall waits for the bank's next batch: it
+                    // lands late in its lifetime, long after its caller
+                    // gave up.
+                    roll if roll < slow_to && undo && tool.ignores_tokens => Fate::Slow {
+                        delay_ms: u32::try_from(
+                            tool.request_lifetime_ms * 3 / 4
+                                + fates.below(tool.request_lifetime_ms / 4 + 1),
+                        )
+                        .expect("a lifetime fits u32"),
+                    },
                     roll if roll < slow_to => Fate::Slow {
                         delay_ms: u32::try_from(fates.below(tool.request_lifetime_ms + 1))
                             .expect("a lifetime fits u32"),
