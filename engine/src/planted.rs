@@ -124,6 +124,11 @@ pub enum PlantedBug {
     /// request at once, without waiting out the request's lifetime, so a
     /// request still on its way lands after the query found nothing.
     QueryBeforeRequestLifetime,
+    /// The migration of an agent checkpoint from schema 1 to schema 2
+    /// copies the cursor's bytes as schema 1 wrote them (little-endian)
+    /// where schema 2 reads them big-endian, so a resumed run stands
+    /// elsewhere on its path than its checkpoint said.
+    MigrationKeepsByteOrder,
 }
 
 impl PlantedBug {
@@ -137,7 +142,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 25] = [
+    pub const ENGINE: [PlantedBug; 26] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -163,6 +168,7 @@ impl PlantedBug {
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
         PlantedBug::ReleaseStoredLeasesOnly,
+        PlantedBug::MigrationKeepsByteOrder,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -180,7 +186,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 38] = [
+    pub const ALL: [PlantedBug; 39] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -219,6 +225,7 @@ impl PlantedBug {
         PlantedBug::SkipJournalCheck,
         PlantedBug::RetryResendsConfirmed,
         PlantedBug::QueryBeforeRequestLifetime,
+        PlantedBug::MigrationKeepsByteOrder,
     ];
 
     /// The bug's command-line name.
@@ -262,6 +269,7 @@ impl PlantedBug {
             PlantedBug::SkipJournalCheck => "skip-journal-check",
             PlantedBug::RetryResendsConfirmed => "retry-resends-confirmed",
             PlantedBug::QueryBeforeRequestLifetime => "query-before-request-lifetime",
+            PlantedBug::MigrationKeepsByteOrder => "migration-keeps-byte-order",
         }
     }
 

@@ -3,7 +3,7 @@
 //! seeds (docs/SIMULATION.md lists the measured seeds-to-catch), by the
 //! invariant that names what the bug breaks.
 
-use actum_sim::agents::{AgentConfig, PlantedBug, run_agent_seed};
+use actum_sim::agents::{AgentConfig, MIGRATION_KEEPS_STATE, PlantedBug, run_agent_seed};
 
 /// The most seeds any planted engine bug may survive before it is caught.
 const SEEDS_TO_CATCH_MAX: u64 = 40;
@@ -327,4 +327,14 @@ fn an_open_that_releases_only_the_leases_the_state_store_held_is_caught_by_the_m
     // process that died, where the model released it.
     let (_, invariant) = caught(PlantedBug::ReleaseStoredLeasesOnly);
     assert_eq!(invariant, "after every recovery the books equal the model");
+}
+
+#[test]
+fn a_migration_that_keeps_the_cursor_little_endian_is_caught_by_the_migration_check() {
+    // Every seed redeploys its workers to checkpoint schema 2 (at its first
+    // crash, or when the faults stop): the first run resumed from a
+    // schema-1 checkpoint past its first action reads another cursor than
+    // the one its checkpoint held.
+    let (_, invariant) = caught(PlantedBug::MigrationKeepsByteOrder);
+    assert_eq!(invariant, MIGRATION_KEEPS_STATE);
 }
