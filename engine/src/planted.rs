@@ -1,7 +1,10 @@
 //! Known bugs, plantable only with the `planted-bugs` cargo feature, so the
 //! simulator can show it catches each one (docs/SIMULATION.md, "The harness
 //! bites"). The storage bugs live in the WAL; the engine bugs in the commit
-//! path, the step ceremony and recovery. Without the feature, `planted`
+//! path, the step ceremony and recovery, except `MigrationKeepsByteOrder`,
+//! which lives in the agent simulator's migration of a checkpoint (the
+//! function a caller hands `Engine::load_latest_migrating`), since the
+//! engine leaves the migration to its caller. Without the feature, `planted`
 //! is a constant `false` and the options carry no bug.
 //!
 //! **Invariant:** a build without the feature contains no planted code path
