@@ -1,7 +1,10 @@
 //! Known bugs, plantable only with the `planted-bugs` cargo feature, so the
 //! simulator can show it catches each one (docs/SIMULATION.md, "The harness
 //! bites"). The storage bugs live in the WAL; the engine bugs in the commit
-//! path, the step ceremony and recovery. Without the feature, `planted`
+//! path, the step ceremony and recovery, except `MigrationKeepsByteOrder`,
+//! which lives in the agent simulator's migration of a checkpoint (the
+//! function a caller hands `Engine::load_latest_migrating`), since the
+//! engine leaves the migration to its caller. Without the feature, `planted`
 //! is a constant `false` and the options carry no bug.
 //!
 //! **Invariant:** a build without the feature contains no planted code path
@@ -128,6 +131,11 @@ pub enum PlantedBug {
     /// resolves) on a tool that ignores fencing tokens at once, without
     /// waiting out the request's lifetime.
     SagaQueriesAtOnce,
+    /// The migration of an agent checkpoint from schema 1 to schema 2
+    /// copies the cursor's bytes as schema 1 wrote them (little-endian)
+    /// where schema 2 reads them big-endian, so a resumed run stands
+    /// elsewhere on its path than its checkpoint said.
+    MigrationKeepsByteOrder,
 }
 
 impl PlantedBug {
@@ -141,7 +149,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 25] = [
+    pub const ENGINE: [PlantedBug; 26] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -167,6 +175,7 @@ impl PlantedBug {
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
         PlantedBug::ReleaseStoredLeasesOnly,
+        PlantedBug::MigrationKeepsByteOrder,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -185,7 +194,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 39] = [
+    pub const ALL: [PlantedBug; 40] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -225,6 +234,7 @@ impl PlantedBug {
         PlantedBug::RetryResendsConfirmed,
         PlantedBug::QueryBeforeRequestLifetime,
         PlantedBug::SagaQueriesAtOnce,
+        PlantedBug::MigrationKeepsByteOrder,
     ];
 
     /// The bug's command-line name.
@@ -269,6 +279,7 @@ impl PlantedBug {
             PlantedBug::RetryResendsConfirmed => "retry-resends-confirmed",
             PlantedBug::QueryBeforeRequestLifetime => "query-before-request-lifetime",
             PlantedBug::SagaQueriesAtOnce => "saga-queries-at-once",
+            PlantedBug::MigrationKeepsByteOrder => "migration-keeps-byte-order",
         }
     }
 

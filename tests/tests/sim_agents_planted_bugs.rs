@@ -3,7 +3,7 @@
 //! seeds (docs/SIMULATION.md lists the measured seeds-to-catch), by the
 //! invariant that names what the bug breaks.
 
-use actum_sim::agents::{AgentConfig, PlantedBug, run_agent_seed};
+use actum_sim::agents::{AgentConfig, MIGRATION_KEEPS_STATE, PlantedBug, run_agent_seed};
 
 /// The most seeds any planted engine bug may survive before it is caught.
 const SEEDS_TO_CATCH_MAX: u64 = 40;
@@ -308,12 +308,14 @@ fn a_compare_and_set_that_ignores_the_version_read_is_caught() {
 fn a_prune_that_takes_blobs_kept_runs_share_is_caught() {
     // Every run of a workflow saves the same plan part: once a checkpoint
     // writes the prune, the recovered books lack a blob the model keeps,
-    // or a kept run's checkpoint names a part that is gone.
+    // or a kept run's checkpoint names a part that is gone (when a worker
+    // loads it, or when a clean close checkpoints the state store).
     let (_, invariant) = caught(PlantedBug::PruneSharedBlobs);
     assert!(
         [
             "after every recovery the books equal the model",
-            "no error without a fault"
+            "no error without a fault",
+            "a clean close succeeds"
         ]
         .contains(&invariant.as_str()),
         "{invariant}"
@@ -327,4 +329,14 @@ fn an_open_that_releases_only_the_leases_the_state_store_held_is_caught_by_the_m
     // process that died, where the model released it.
     let (_, invariant) = caught(PlantedBug::ReleaseStoredLeasesOnly);
     assert_eq!(invariant, "after every recovery the books equal the model");
+}
+
+#[test]
+fn a_migration_that_keeps_the_cursor_little_endian_is_caught_by_the_migration_check() {
+    // Every seed redeploys its workers to checkpoint schema 2 (at its first
+    // crash, or when the faults stop): the first run resumed from a
+    // schema-1 checkpoint past its first action reads another cursor than
+    // the one its checkpoint held.
+    let (_, invariant) = caught(PlantedBug::MigrationKeepsByteOrder);
+    assert_eq!(invariant, MIGRATION_KEEPS_STATE);
 }

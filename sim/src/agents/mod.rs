@@ -9,7 +9,8 @@
 //! Layout: `schedule` (events and fates, from a seed), `workflow` (what the
 //! agents do), `worker` (how a worker steps through the engine API), `sim`
 //! (the run's state, engine calls, crashes and recoveries), `run` (the
-//! phases and the end checks), `report`, `history`, `failure`, `config`.
+//! phases and the end checks), `migration` (the checkpoint schemas and the
+//! redeploy's migration), `report`, `history`, `failure`, `config`.
 //!
 //! **Invariant:** one seed (or one schedule) determines the whole run.
 
@@ -17,6 +18,7 @@ mod config;
 mod exhaustive;
 mod failure;
 mod history;
+mod migration;
 mod report;
 pub mod rt;
 mod run;
@@ -29,6 +31,7 @@ pub use config::{AgentConfig, PlantedBug};
 pub use exhaustive::exhaustive_schedules;
 pub use failure::{AgentFailure, Origin};
 pub use history::History;
+pub use migration::{MIGRATION_KEEPS_STATE, SCHEMA_1, SCHEMA_2};
 pub use report::AgentReport;
 pub use run::{replay_history, run_agent_schedule, run_agent_seed, schedule_history};
 pub use schedule::{

@@ -111,6 +111,12 @@ pub struct AgentReport {
     pub runs_kept: u64,
     /// Commands a worker sent under a guard of another run, all refused.
     pub mixed_guards_refused: u64,
+    /// Processes that came back redeployed with checkpoint schema 2 (at
+    /// most one per run of a schedule).
+    pub redeploys: u64,
+    /// Checkpoints of schema 1 a worker of schema 2 read through the
+    /// migration (a run's latest, or a child's result).
+    pub migrations: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -171,6 +177,8 @@ impl AgentReport {
         self.runs_pruned += other.runs_pruned;
         self.runs_kept += other.runs_kept;
         self.mixed_guards_refused += other.mixed_guards_refused;
+        self.redeploys += other.redeploys;
+        self.migrations += other.migrations;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -189,7 +197,8 @@ impl AgentReport {
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
              exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
              ({} undos begun, {} left stuck, {} settled by a person), {} customer holds ({} \
-             tries found it held), {} compare-and-set races lost, {} runs pruned ({} kept), {} mixed-up guards refused",
+             tries found it held), {} compare-and-set races lost, {} runs pruned ({} kept), {} mixed-up guards refused, {} redeploys to checkpoint \
+             schema 2 ({} checkpoints migrated)",
             self.runs,
             self.completed,
             self.failed,
@@ -234,7 +243,9 @@ impl AgentReport {
             self.cas_conflicts,
             self.runs_pruned,
             self.runs_kept,
-            self.mixed_guards_refused
+            self.mixed_guards_refused,
+            self.redeploys,
+            self.migrations
         )
     }
 }

@@ -599,6 +599,7 @@ impl Sim<'_> {
         for worker in &mut self.workers {
             worker.paused = false;
         }
+        self.redeploy_if_due()?;
         self.resume_paused()?;
         // How the calm phase's approver treats the approvals still open:
         // drawn once per seed, so some runs see their approval expire.
@@ -641,6 +642,26 @@ impl Sim<'_> {
             "every run ends once the faults stop",
             format!("after {CALM_ROUNDS_MAX} calm rounds still going: {stuck:?}"),
         ))
+    }
+
+    /// A process no crash redeployed in the fault phase is redeployed now
+    /// (`migration`): a clean close, every worker restarted idle on the
+    /// code of checkpoint schema 2, a reopen held to the model. So every
+    /// seed's runs checkpointed under schema 1 and not over are resumed
+    /// through the migration.
+    fn redeploy_if_due(&mut self) -> Result<(), AgentFailure> {
+        if self.schema != super::migration::SCHEMA_1 {
+            return Ok(());
+        }
+        let engine = self.engine.take().expect("a process is up");
+        engine
+            .close()
+            .map_err(|e| self.fail("a clean close succeeds", e.to_string()))?;
+        for worker in &mut self.workers {
+            worker.restart();
+        }
+        self.redeploy();
+        self.recover()
     }
 
     /// The calm phase's operator: resumes what is paused (an operator, or

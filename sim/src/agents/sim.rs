@@ -25,6 +25,7 @@ use actum::{DatabaseId, Engine, EngineOptions, Error, Storage};
 use super::config::AgentConfig;
 use super::failure::{AgentFailure, Origin};
 use super::history::History;
+use super::migration::{self, MIGRATION_KEEPS_STATE, SCHEMA_1, SCHEMA_2};
 use super::report::AgentReport;
 use super::schedule::AgentSchedule;
 use super::worker::{DECISION_HOLD, Worker};
@@ -84,6 +85,9 @@ pub struct Sim<'s> {
     /// Set when the process died; the runner crashes and recovers it.
     pub(crate) dead: bool,
     pub(crate) workers: Vec<Worker>,
+    /// The checkpoint schema the process's code writes: schema 1 until
+    /// the redeploy (`migration`), schema 2 after it.
+    pub(crate) schema: u32,
     pub(crate) runs: Vec<(RunId, Workflow)>,
     /// Tool calls made so far in the fault phase (indexes the fates).
     pub(crate) calls_made: usize,
@@ -125,6 +129,7 @@ impl<'s> Sim<'s> {
             inflight: None,
             dead: false,
             workers,
+            schema: SCHEMA_1,
             runs,
             calls_made: 0,
             calm: false,
@@ -338,6 +343,11 @@ impl<'s> Sim<'s> {
             .checked("an approval binds the exact effect it approves");
         check::approval_binds_its_effect(&self.model, cmd, self.clock.now_ms())
             .map_err(|e| self.fail("an approval binds the exact effect it approves", e))?;
+        if migration::saves_checkpoint(cmd) {
+            self.report.checked(MIGRATION_KEEPS_STATE);
+            migration::schema_never_goes_back(&self.model, cmd)
+                .map_err(|e| self.fail(MIGRATION_KEEPS_STATE, e))?;
+        }
         self.report
             .checked("the engine decides as the reference model does");
         let decided = expected.map_err(|e| {
@@ -417,7 +427,20 @@ impl<'s> Sim<'s> {
         }
         self.world.forget_replies();
         self.dead = false;
+        self.redeploy();
         self.recover()
+    }
+
+    /// The process comes back as a redeploy whose code writes checkpoint
+    /// schema 2, if it has not yet: every worker at once, since they all
+    /// live in the one process. Draws nothing from the seed.
+    pub(crate) fn redeploy(&mut self) {
+        if self.schema == SCHEMA_2 {
+            return;
+        }
+        self.schema = SCHEMA_2;
+        self.report.redeploys += 1;
+        self.note(|| format!("the process comes back redeployed: checkpoint schema {SCHEMA_2}"));
     }
 
     /// Opens the engine, possibly crashing again during recovery, then

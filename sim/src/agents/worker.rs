@@ -32,10 +32,9 @@ use actum::engine::{
 };
 
 use super::failure::AgentFailure;
+use super::migration::{self, MIGRATION_KEEPS_STATE, SCHEMA_1, SCHEMA_2};
 use super::sim::{Called, Sim};
-use super::workflow::{
-    Action, AgentState, EffectSpec, Failing, SCHEMA_VERSION, WaitSpec, Workflow,
-};
+use super::workflow::{Action, AgentState, EffectSpec, Failing, WaitSpec, Workflow};
 use crate::check;
 use crate::world::{Ask, CALL_TIMEOUT_MS, CallId, Fate, Reply, Tool, tool};
 
@@ -102,6 +101,8 @@ pub struct Job {
     workflow: Workflow,
     guard: Guard,
     expires_ms: u64,
+    /// The checkpoint schema its process's code writes and reads.
+    schema: u32,
     state: AgentState,
     phase: Phase,
     /// The budget asked for the current action's call, if it pays one.
@@ -249,8 +250,8 @@ impl Job {
         SaveCheckpoint {
             run: self.run.clone(),
             guard: self.guard.clone(),
-            schema_version: SCHEMA_VERSION,
-            parts: self.state.parts(self.workflow),
+            schema_version: self.schema,
+            parts: migration::encode(self.schema, &self.state, self.workflow),
         }
     }
 
@@ -456,6 +457,7 @@ impl Sim<'_> {
             workflow,
             guard: grant.guard,
             expires_ms: grant.expires_ms,
+            schema: self.schema,
             state: AgentState::default(),
             phase: Phase::Load,
             budget: None,
@@ -467,19 +469,43 @@ impl Sim<'_> {
 
     fn load(&mut self, w: usize, mut job: Job) -> Next {
         let run = job.run.clone();
+        let schema = job.schema;
+        let keeps_byte_order = self.planted_bad_migration();
+        // What a migration was handed: the schema and parts it found.
+        let mut found: Option<(u32, Vec<actum::books::Part>)> = None;
         let read = self.call(None, |e| {
-            Ok((e.run(&run)?, e.load_latest(&run, SCHEMA_VERSION)?))
+            let record = e.run(&run)?;
+            let checkpoint = if schema == SCHEMA_1 {
+                e.load_latest(&run, SCHEMA_1)?
+            } else {
+                e.load_latest_migrating(&run, schema, |version, parts| {
+                    found = Some((version, parts.clone()));
+                    migration::migrate(&run, version, parts, keeps_byte_order)
+                })?
+            };
+            Ok((record, checkpoint))
         })?;
         let (record, checkpoint) = match read {
             Called::Ok(found) => found,
             Called::Died => return Ok(None),
+            // Code of an older schema meets a checkpoint of a newer one:
+            // it must not misread it, and leaves the run to a worker that
+            // reads it.
+            Called::Refused(Error::SchemaMismatch { found, .. }) if found > schema => {
+                let who = self.who(w);
+                self.note(|| format!("{who} leaves {run}: its checkpoint is of schema {found}"));
+                return Ok(None);
+            }
             Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
         };
         let record = record.ok_or_else(|| self.fail("reads succeed", "a claimed run is gone"))?;
         job.state = match checkpoint {
             None => AgentState::default(),
-            Some(c) => AgentState::from_parts(&c.parts)
-                .ok_or_else(|| self.fail("reads succeed", "a checkpoint does not parse"))?,
+            Some(c) => match found {
+                Some((version, parts)) => self.check_migration(&run, version, &parts, &c.parts)?,
+                None => migration::decode(schema, &c.parts)
+                    .ok_or_else(|| self.fail("reads succeed", "a checkpoint does not parse"))?,
+            },
         };
         job.saga = record.state == RunState::Compensating;
         job.phase = match record.state {
@@ -1277,18 +1303,10 @@ impl Sim<'_> {
                 state: RunState::Completed,
                 checkpoint: Some(version),
             } => {
-                let result = match self.call(None, |e| {
-                    e.load_version(&started.child, version, SCHEMA_VERSION)
-                })? {
-                    Called::Ok(loaded) => loaded,
-                    Called::Died => return Ok(None),
-                    Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+                let notes = self.child_notes(&job, &started.child, version)?;
+                let Some(notes) = notes else {
+                    return Ok(None);
                 };
-                let notes = AgentState::from_parts(&result.parts)
-                    .ok_or_else(|| {
-                        self.fail("reads succeed", "a child's checkpoint does not parse")
-                    })?
-                    .notes;
                 self.report.children_joined += 1;
                 job.state.notes.extend_from_slice(&notes);
                 job.state.cursor += 1;
@@ -1300,6 +1318,77 @@ impl Sim<'_> {
         }
         job.phase = Phase::Save;
         Ok(Some(job))
+    }
+
+    /// The notes of `child`'s checkpoint `version`, read at `job`'s schema
+    /// (a checkpoint of schema 1 migrated, when that is schema 2); `None`
+    /// if the process died.
+    fn child_notes(
+        &mut self,
+        job: &Job,
+        child: &RunId,
+        version: u64,
+    ) -> Result<Option<Vec<u8>>, AgentFailure> {
+        let schema = job.schema;
+        let keeps_byte_order = self.planted_bad_migration();
+        let read = self.call(None, |e| match e.load_version(child, version, schema) {
+            Err(Error::SchemaMismatch { found, .. }) if found < schema => {
+                let old = e.load_version(child, version, found)?;
+                let migrated =
+                    migration::migrate(child, found, old.parts.clone(), keeps_byte_order)?;
+                Ok((old.parts, Some(found), migrated))
+            }
+            loaded => loaded.map(|c| (Vec::new(), None, c.parts)),
+        })?;
+        let (old, found, parts) = match read {
+            Called::Ok(read) => read,
+            Called::Died => return Ok(None),
+            Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
+        };
+        let state = match found {
+            Some(found) => self.check_migration(child, found, &old, &parts)?,
+            None => migration::decode(schema, &parts)
+                .ok_or_else(|| self.fail("reads succeed", "a child's checkpoint does not parse"))?,
+        };
+        Ok(Some(state.notes))
+    }
+
+    /// True if the planted `MigrationKeepsByteOrder` breaks the migration.
+    fn planted_bad_migration(&self) -> bool {
+        self.config.planted == Some(actum::planted::PlantedBug::MigrationKeepsByteOrder)
+    }
+
+    /// Holds a migration of `run`'s checkpoint to [`MIGRATION_KEEPS_STATE`]:
+    /// the parts of schema `found` it was handed and the schema-2 parts it
+    /// made decode to one state, which it returns.
+    fn check_migration(
+        &mut self,
+        run: &RunId,
+        found: u32,
+        old: &[actum::books::Part],
+        migrated: &[actum::books::Part],
+    ) -> Result<AgentState, AgentFailure> {
+        let held = migration::decode(found, old)
+            .ok_or_else(|| self.fail("reads succeed", "a checkpoint does not parse"))?;
+        self.report.migrations += 1;
+        self.report.checked(MIGRATION_KEEPS_STATE);
+        match migration::decode(SCHEMA_2, migrated) {
+            Some(state) if state == held => {
+                self.note(|| {
+                    format!(
+                        "   {run}'s checkpoint of schema {found} is migrated to schema {SCHEMA_2}"
+                    )
+                });
+                Ok(state)
+            }
+            other => Err(self.fail(
+                MIGRATION_KEEPS_STATE,
+                format!(
+                    "{run}'s checkpoint of schema {found} held {held:?}; migrated to schema \
+                     {SCHEMA_2}, it reads {other:?}"
+                ),
+            )),
+        }
     }
 
     fn save(&mut self, w: usize, mut job: Job) -> Next {

@@ -26,8 +26,6 @@ use crate::world::tool;
 
 /// More actions than any workflow's forward path holds.
 const FORWARD_ACTIONS_MAX: u32 = 32;
-/// The checkpoint schema version the workflows write.
-pub const SCHEMA_VERSION: u32 = 1;
 /// Rounds of the research workflow.
 pub const RESEARCH_ROUNDS: u32 = 4;
 /// Bytes of the static plan every checkpoint carries (stored once).
@@ -382,8 +380,9 @@ impl Workflow {
 }
 
 impl AgentState {
-    /// The checkpoint parts of this state: the cursor, the notes, and a
-    /// static plan (unchanged, so stored once by digest).
+    /// The checkpoint parts of this state under schema 1 (schema 2 is in
+    /// `migration`): the cursor, the notes, and a static plan (unchanged,
+    /// so stored once by digest).
     pub fn parts(&self, workflow: Workflow) -> Vec<Part> {
         let failing = match self.failing {
             None => 0,
