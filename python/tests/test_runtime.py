@@ -342,3 +342,23 @@ def test_the_stubs_name_every_engine_error():
     stubs = pathlib.Path(actum.__file__).with_name("__init__.pyi").read_text()
     stubbed = re.findall(r"^class (\w+)\(ActumError\):", stubs, re.M)
     assert sorted(set(stubbed) - {"EngineClosed", "StepFailed"}) == sorted(actum.ENGINE_ERRORS)
+
+
+def test_a_child_run_and_a_timer(tmp_path):
+    with actum.Engine.open(tmp_path) as engine:
+        runtime = actum.Runtime(engine)
+
+        @runtime.agent("kid")
+        def kid(ctx):
+            return ctx.input.upper()
+
+        @runtime.agent("parent")
+        def parent(ctx):
+            ctx.sleep("nap", 0)
+            return ctx.child("ask", "kid", b"hello")
+
+        runtime.start("parent", "p1", b"")
+        outcomes = [w.outcome for w in runtime.drain()]
+        assert outcomes[-1] == "completed", outcomes
+        assert runtime.output("p1") == b"HELLO"
+        assert runtime.output("p1:ask") == b"HELLO"
