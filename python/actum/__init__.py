@@ -1,0 +1,94 @@
+"""actum from Python: durable agents over an embedded storage engine.
+
+An agent is a function ``agent(ctx) -> bytes``, written as straight-line
+code. Its model calls (``ctx.decide``) and tool calls (``ctx.step``) are
+journaled: after a crash or a restart the function is called again from the
+top, and every call it already made answers from the books, so a confirmed
+tool call is never made twice and a recorded model answer is never asked
+again::
+
+    import actum
+
+    charge = actum.Tool.idempotent("charge", window_ms=86_400_000)
+
+    with actum.Engine.open("/tmp/books") as engine:
+        runtime = actum.Runtime(engine)
+
+        @runtime.agent("refund", version="1")
+        def refund(ctx):
+            plan = ctx.decide("plan", ctx.input, lambda: b"refund 90 EUR")
+            return ctx.step("pay", charge, plan,
+                            lambda call: b"charge " + call.idempotency_key.encode())
+
+        runtime.start("refund", "refund-42", b"90 EUR")
+        runtime.drain()
+        assert runtime.output("refund-42").startswith(b"charge ")
+
+See docs/PYTHON.md.
+"""
+
+from . import _actum
+from ._actum import *  # noqa: F401,F403  (the classes and the engine's errors)
+from ._actum import (
+    ENGINE_ERRORS,
+    ActumError,
+    Approval,
+    Call,
+    Ctx,
+    Engine,
+    EngineClosed,
+    Runtime,
+    Started,
+    StepFailed,
+    Stopped,
+    Tool,
+    Worked,
+)
+
+
+class ToolFailed(Exception):
+    """Raised by a tool function: the request failed and had no effect.
+
+    ``retryable=True`` lets the step try again under a new key (up to the
+    tool's ``attempts``, after its backoff); otherwise the step fails for
+    good and ``ctx.step`` raises ``StepFailed`` in the agent.
+    """
+
+    def __init__(self, reason: str, retryable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+
+
+class OutcomeUnknown(Exception):
+    """Raised by a tool function: nobody knows whether the request took
+    effect (a timeout after sending, a lost connection).
+
+    The tool's class decides what follows: an idempotent tool is sent the
+    same key again inside its window, a queryable tool is asked, and a
+    not-idempotent tool's run is paused for a person to reconcile.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+__all__ = [
+    "ActumError",
+    "Approval",
+    "Call",
+    "Ctx",
+    "ENGINE_ERRORS",
+    "Engine",
+    "EngineClosed",
+    "OutcomeUnknown",
+    "Runtime",
+    "Started",
+    "StepFailed",
+    "Stopped",
+    "Tool",
+    "ToolFailed",
+    "Worked",
+    *_actum.ENGINE_ERRORS,
+]

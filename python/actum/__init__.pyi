@@ -1,0 +1,464 @@
+"""Type stubs for actum: the engine and its durable runtime from Python."""
+
+from os import PathLike
+from typing import Callable, Optional, Union
+
+_Path = Union[str, "PathLike[str]"]
+
+ENGINE_ERRORS: list[str]
+"""The names of the engine error classes, one per engine `Error` variant."""
+
+class Engine:
+    """An open actum database. One process per directory.
+
+    >>> with Engine.open("/tmp/books") as engine:
+    ...     runtime = Runtime(engine)
+    """
+
+    @classmethod
+    def open(cls, path: _Path) -> "Engine":
+        """Opens (or creates) the database in `path`; raises `Locked` if it is open already."""
+    def close(self) -> None:
+        """Shuts the runtimes over it down and closes it cleanly; a second close does nothing."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    def __enter__(self) -> "Engine": ...
+    def __exit__(self, *exc: object) -> bool: ...
+    def state(self, run_id: str) -> Optional[str]:
+        """The run's state ("pending", "running", "completed", "failed", ...), or None."""
+    def audit(self, run_id: str) -> list[tuple[str, str]]:
+        """The run's journal, oldest first: (what, why) per entry."""
+    def signal(self, run_id: str, name: str, payload: bytes, sender: str = "python") -> None:
+        """Sends the signal `name` to the run; a run waiting for it wakes."""
+    def decide_approval(
+        self,
+        run_id: str,
+        step: str,
+        args: bytes,
+        approver: str,
+        role: str,
+        approve: bool = True,
+        note: str = "",
+    ) -> bool:
+        """Decides the approval the run waits for at `step`; True if it woke."""
+
+class Started:
+    """What `Runtime.start` did."""
+
+    run_id: str
+    created: bool
+    agent: str
+
+class Worked:
+    """What driving one run came to: outcome is "completed", "ended", "compensating",
+    "parked", "paused", "lease_lost", "shut_down" or "skipped"."""
+
+    run_id: str
+    outcome: str
+    detail: Optional[str]
+
+class Call:
+    """What a tool function (an act or a query) receives."""
+
+    key: str
+    idempotency_key: str
+    token: int
+    resend: bool
+    deadline_ms: int
+    run: str
+    step: str
+    attempt: int
+
+class Approval:
+    """How an approval ended."""
+
+    status: str
+    approver: str
+    note: str
+    @property
+    def approved(self) -> bool: ...
+
+class Tool:
+    """A tool a step calls, declared with its class."""
+
+    @staticmethod
+    def idempotent(
+        name: str,
+        *,
+        window_ms: int,
+        attempts: int = 1,
+        backoff_ms: Optional[tuple[int, int]] = None,
+        ignores_tokens: bool = False,
+        request_lifetime_ms: Optional[int] = None,
+    ) -> "Tool":
+        """Deduplicates by idempotency key for `window_ms`: an ambiguous request is resent."""
+    @staticmethod
+    def queryable(
+        name: str,
+        *,
+        query: Callable[[Call], Optional[bytes]],
+        attempts: int = 1,
+        backoff_ms: Optional[tuple[int, int]] = None,
+        ignores_tokens: bool = False,
+        request_lifetime_ms: Optional[int] = None,
+    ) -> "Tool":
+        """Can be asked what a key did: `query(call)` returns the receipt, or None if unknown to it."""
+    @staticmethod
+    def not_idempotent(
+        name: str, *, attempts: int = 1, backoff_ms: Optional[tuple[int, int]] = None
+    ) -> "Tool":
+        """Neither deduplicates nor can be asked: an ambiguous request pauses the run."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def class_name(self) -> str: ...
+
+class Ctx:
+    """What an agent function receives; valid only while it runs."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def input(self) -> bytes: ...
+    def decide(self, name: str, input: bytes, model: Callable[[], bytes]) -> bytes:
+        """A journaled model call: `model()` once, its bytes replayed on every resume."""
+    def step(
+        self, name: str, tool: Tool, args: bytes, act: Callable[[Call], Optional[bytes]]
+    ) -> bytes:
+        """A tool call through the ledger: `act(call)` at most once per attempt; returns the receipt."""
+    def checkpoint(self, state: bytes) -> None:
+        """Saves the state with the next step's outcome (or wait, model call, end)."""
+    def last_checkpoint(self) -> Optional[bytes]: ...
+    def approval(self, name: str, args: bytes, role: str, within_ms: int) -> Approval:
+        """Parks the run until a person of `role` decides, or `within_ms` passes."""
+    def sleep(self, name: str, ms: int) -> None:
+        """A durable timer of `ms` from when it was first set."""
+    def sleep_until(self, name: str, at_ms: int) -> None: ...
+    def signal(self, name: str, within_ms: Optional[int] = None) -> Optional[bytes]:
+        """Waits for the signal `name`; None if `within_ms` passed first."""
+    def child(self, name: str, kind: str, input: bytes) -> bytes:
+        """Runs a child run of `kind` and returns its output."""
+
+Agent = Callable[[Ctx], Optional[bytes]]
+
+class Runtime:
+    """The durable runtime over an engine: serves agent functions."""
+
+    def __init__(self, engine: Engine, *, worker: str = "python", lease_ttl_ms: int = 30000) -> None: ...
+    def register(self, kind: str, version: str, handler: Agent) -> None: ...
+    def agent(self, kind: str, version: str = "1") -> Callable[[Agent], Agent]:
+        """Decorator: registers the function as agent `kind` at `version`."""
+    def start(self, kind: str, run_id: str, input: bytes) -> Started: ...
+    def work_once(self, worker: Optional[str] = None) -> Optional[Worked]:
+        """Drives one claimable run on this thread; None if there was none."""
+    def drain(self, max_runs: int = 100000) -> list[Worked]:
+        """`work_once` until nothing is claimable."""
+    def run(self, threads: int = 1) -> None:
+        """Serves on `threads` worker threads until `shutdown()` (or Ctrl-C)."""
+    def shutdown(self) -> None: ...
+    def restart(self) -> None: ...
+    def output(self, run_id: str) -> Optional[bytes]: ...
+    def stats(self) -> dict[str, int]: ...
+
+class ActumError(Exception):
+    """The base of every error actum raises."""
+
+class EngineClosed(ActumError):
+    """The engine was used after `close()`."""
+
+class StepFailed(ActumError):
+    """A step failed for good; the agent may handle it."""
+
+    reason: str
+
+class Stopped(BaseException):
+    """The runtime stopped the agent at a ctx call (a wait, a shutdown, a lost lease, ...)."""
+
+class ToolFailed(Exception):
+    """Raised by a tool function: the request failed and had no effect."""
+
+    reason: str
+    retryable: bool
+    def __init__(self, reason: str, retryable: bool = False) -> None: ...
+
+class OutcomeUnknown(Exception):
+    """Raised by a tool function: whether the request took effect is not known."""
+
+    reason: str
+    def __init__(self, reason: str) -> None: ...
+
+class Io(ActumError):
+    """The engine's `Error::Io`."""
+    op: str
+    path: str
+    source: str
+
+class Corrupt(ActumError):
+    """The engine's `Error::Corrupt`."""
+    file: str
+    offset: int
+    reason: str
+
+class Locked(ActumError):
+    """The engine's `Error::Locked`."""
+    dir: str
+
+class NoDatabase(ActumError):
+    """The engine's `Error::NoDatabase`."""
+    dir: str
+    found: str
+
+class Poisoned(ActumError):
+    """The engine's `Error::Poisoned`."""
+    cause: ActumError
+
+class RecordTooLarge(ActumError):
+    """The engine's `Error::RecordTooLarge`."""
+    size_bytes: int
+    max_bytes: int
+
+class ForeignFile(ActumError):
+    """The engine's `Error::ForeignFile`."""
+    file: str
+    expected: str
+    found: str
+
+class UnsupportedFormat(ActumError):
+    """The engine's `Error::UnsupportedFormat`."""
+    file: str
+    found: int
+    supported: int
+
+class UnsupportedPayload(ActumError):
+    """The engine's `Error::UnsupportedPayload`."""
+    file: str
+    offset: int
+    lsn: int
+    found: int
+    supported: list[int]
+
+class NoValidManifest(ActumError):
+    """The engine's `Error::NoValidManifest`."""
+    dir: str
+    reasons: list[str]
+
+class LsnOutOfRange(ActumError):
+    """The engine's `Error::LsnOutOfRange`."""
+    requested: int
+    first: int
+    last: int
+
+class InvalidConfig(ActumError):
+    """The engine's `Error::InvalidConfig`."""
+    reason: str
+
+class StateStore(ActumError):
+    """The engine's `Error::StateStore`."""
+    file: str
+    op: str
+    source: str
+
+class InvalidName(ActumError):
+    """The engine's `Error::InvalidName`."""
+    what: str
+    name: str
+    reason: str
+
+class InvalidCommand(ActumError):
+    """The engine's `Error::InvalidCommand`."""
+    reason: str
+
+class NotFound(ActumError):
+    """The engine's `Error::NotFound`."""
+    what: str
+
+class RunInputMismatch(ActumError):
+    """The engine's `Error::RunInputMismatch`."""
+    run: str
+    recorded: str
+    presented: str
+
+class RunNotRunning(ActumError):
+    """The engine's `Error::RunNotRunning`."""
+    run: str
+    state: str
+    refused: str
+
+class RunTerminal(ActumError):
+    """The engine's `Error::RunTerminal`."""
+    run: str
+    state: str
+
+class IllegalTransition(ActumError):
+    """The engine's `Error::IllegalTransition`."""
+    run: str
+    from: str
+    to: str
+
+class VersionConflict(ActumError):
+    """The engine's `Error::VersionConflict`."""
+    run: str
+    expected: int
+    actual: int
+
+class LeaseHeld(ActumError):
+    """The engine's `Error::LeaseHeld`."""
+    run: str
+    worker: str
+    expires_ms: int
+
+class LeaseLost(ActumError):
+    """The engine's `Error::LeaseLost`."""
+    run: str
+    token: int
+
+class GuardOfAnotherRun(ActumError):
+    """The engine's `Error::GuardOfAnotherRun`."""
+    run: str
+    guard_run: str
+
+class Fenced(ActumError):
+    """The engine's `Error::Fenced`."""
+    run: str
+    presented: int
+    current: int
+
+class ArgsMismatch(ActumError):
+    """The engine's `Error::ArgsMismatch`."""
+    key: str
+    recorded: str
+    presented: str
+
+class EffectNotOpen(ActumError):
+    """The engine's `Error::EffectNotOpen`."""
+    key: str
+    status: str
+
+class Divergence(ActumError):
+    """The engine's `Error::Divergence`."""
+    run: str
+    position: int
+    recorded: str
+    attempted: str
+
+class SchemaMismatch(ActumError):
+    """The engine's `Error::SchemaMismatch`."""
+    run: str
+    found: int
+    expected: int
+
+class TooLarge(ActumError):
+    """The engine's `Error::TooLarge`."""
+    what: str
+    size_bytes: int
+    max_bytes: int
+
+class BatchRefused(ActumError):
+    """The engine's `Error::BatchRefused`."""
+    index: int
+    cause: ActumError
+
+class Inconsistent(ActumError):
+    """The engine's `Error::Inconsistent`."""
+    what: str
+
+class Halted(ActumError):
+    """The engine's `Error::Halted`."""
+    after: str
+    cause: Optional[ActumError]
+
+class WaitMismatch(ActumError):
+    """The engine's `Error::WaitMismatch`."""
+    run: str
+    step: str
+    recorded: str
+    presented: str
+
+class WaitOpen(ActumError):
+    """The engine's `Error::WaitOpen`."""
+    run: str
+    step: str
+    waits_for: str
+
+class WaitEnded(ActumError):
+    """The engine's `Error::WaitEnded`."""
+    run: str
+    step: str
+    status: str
+
+class ApprovalExpired(ActumError):
+    """The engine's `Error::ApprovalExpired`."""
+    run: str
+    step: str
+    deadline_ms: int
+    now_ms: int
+
+class ApprovalMismatch(ActumError):
+    """The engine's `Error::ApprovalMismatch`."""
+    run: str
+    step: str
+    bound: str
+    presented: str
+
+class NotReserved(ActumError):
+    """The engine's `Error::NotReserved`."""
+    run: str
+    charge: str
+
+class BudgetExhausted(ActumError):
+    """The engine's `Error::BudgetExhausted`."""
+    run: str
+    step: str
+    limit: str
+
+class NotApproved(ActumError):
+    """The engine's `Error::NotApproved`."""
+    run: str
+    step: str
+    status: str
+
+class ResourceHeld(ActumError):
+    """The engine's `Error::ResourceHeld`."""
+    resource: str
+    holder: str
+    expires_ms: int
+
+class ResourceNotHeld(ActumError):
+    """The engine's `Error::ResourceNotHeld`."""
+    resource: str
+    run: str
+
+class SharedVersionConflict(ActumError):
+    """The engine's `Error::SharedVersionConflict`."""
+    key: str
+    expected: int
+    actual: int
+
+class SagaOutstanding(ActumError):
+    """The engine's `Error::SagaOutstanding`."""
+    run: str
+    next: str
+
+class ApproverRole(ActumError):
+    """The engine's `Error::ApproverRole`."""
+    run: str
+    step: str
+    required: str
+    presented: str
+
+class OpDecode(ActumError):
+    """The engine's `Error::OpDecode`."""
+    reason: str
+
+class AgentVersionMismatch(ActumError):
+    """The engine's `Error::AgentVersionMismatch`."""
+    run: str
+    expected: str
+    found: str
+
+class RetryRefused(ActumError):
+    """The engine's `Error::RetryRefused`."""
+    run: str
+    reason: str

@@ -1,0 +1,553 @@
+//! The handler bridge: a Python agent function runs on its own thread with
+//! a `ctx` whose calls travel over a channel to the runtime's worker
+//! thread, which holds the run's [`RunCtx`] and answers each in turn.
+//!
+//! Why a thread: a [`RunCtx`] borrows the runtime for the length of one
+//! handler call, and a Python object cannot hold a borrow (nor may this
+//! crate use `unsafe` to pretend it can). So the worker keeps the `RunCtx`
+//! on its own stack and serves the handler's calls; the handler's thread
+//! waits for each answer with the GIL released, so the worker can take the
+//! GIL to call a tool or model function meanwhile. One call is in flight
+//! at a time per run, as on the Rust side.
+
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use actum::runtime::{Approval, Deadline, Fail, RunCtx};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::errors::{ActumError, StepFailed, Stopped};
+use crate::tool::{PyTool, call_tool, describe, outcome_of};
+
+/// A `ctx` call, as the handler's thread sends it.
+enum Request {
+    Decide {
+        name: String,
+        input: Vec<u8>,
+        model: Py<PyAny>,
+    },
+    Step {
+        name: String,
+        tool: Py<PyTool>,
+        args: Vec<u8>,
+        act: Py<PyAny>,
+    },
+    Checkpoint(Vec<u8>),
+    LastCheckpoint,
+    Approval {
+        name: String,
+        args: Vec<u8>,
+        role: String,
+        within_ms: u64,
+    },
+    Sleep {
+        name: String,
+        until: Deadline,
+    },
+    Signal {
+        name: String,
+        within_ms: Option<u64>,
+    },
+    Child {
+        name: String,
+        kind: String,
+        input: Vec<u8>,
+    },
+}
+
+/// The worker's answer to one call.
+enum Reply {
+    Bytes(Vec<u8>),
+    MaybeBytes(Option<Vec<u8>>),
+    Unit,
+    Approval(Approval),
+}
+
+/// Why a call did not answer.
+enum Refusal {
+    /// Failed for good (`Fail::Failed`): `StepFailed`, which the handler
+    /// may handle.
+    Failed {
+        reason: String,
+        cause: Option<PyErr>,
+    },
+    /// The runtime stopped the handler: `Stopped`.
+    Stopped(String),
+    /// A model function raised: the same exception, raised again.
+    Raised(PyErr),
+}
+
+type Answer = Result<Reply, Refusal>;
+
+/// What the handler's thread sends the worker.
+enum FromHandler {
+    Call(Request, Sender<Answer>),
+    Done(Result<Vec<u8>, String>),
+}
+
+/// What an agent function receives: its run, its input, and the calls that
+/// make the run durable. Valid only while the handler runs.
+#[pyclass(module = "actum", name = "Ctx", frozen)]
+pub struct PyCtx {
+    run: String,
+    input: Vec<u8>,
+    tx: Mutex<Option<Sender<FromHandler>>>,
+}
+
+/// How an approval ended: `status` is `"approved"`, `"rejected"` or
+/// `"expired"`; `approver` and `note` are empty when it expired.
+#[pyclass(module = "actum", name = "Approval", frozen, get_all)]
+pub struct PyApproval {
+    /// `"approved"`, `"rejected"` or `"expired"`.
+    status: &'static str,
+    /// Who decided.
+    approver: String,
+    /// Their note.
+    note: String,
+}
+
+#[pymethods]
+impl PyApproval {
+    /// True if it was approved.
+    #[getter]
+    fn approved(&self) -> bool {
+        self.status == "approved"
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Approval({}, approver={:?}, note={:?})",
+            self.status, self.approver, self.note
+        )
+    }
+}
+
+impl PyCtx {
+    /// Sends a call to the worker and waits for its answer with the GIL
+    /// released.
+    fn call(&self, py: Python<'_>, request: Request) -> PyResult<Reply> {
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                ActumError::new_err(format!(
+                    "the ctx of run {} was used after its handler returned: a ctx is valid \
+                     only inside the handler call it was passed to",
+                    self.run
+                ))
+            })?;
+        let (reply_tx, reply_rx) = channel();
+        tx.send(FromHandler::Call(request, reply_tx))
+            .map_err(|_| ActumError::new_err("the runtime no longer serves this handler"))?;
+        let answer = py
+            .detach(move || reply_rx.recv())
+            .map_err(|_| ActumError::new_err("the runtime dropped this call unanswered"))?;
+        match answer {
+            Ok(reply) => Ok(reply),
+            Err(Refusal::Failed { reason, cause }) => {
+                let err = StepFailed::new_err(reason.clone());
+                let _ = err.value(py).setattr("reason", reason);
+                err.set_cause(py, cause);
+                Err(err)
+            }
+            Err(Refusal::Stopped(text)) => Err(Stopped::new_err(text)),
+            Err(Refusal::Raised(err)) => Err(err),
+        }
+    }
+
+    fn close(&self) {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+}
+
+fn bytes<'py>(py: Python<'py>, b: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, b)
+}
+
+#[pymethods]
+impl PyCtx {
+    /// The run's id.
+    #[getter]
+    fn run_id(&self) -> &str {
+        &self.run
+    }
+
+    /// The input the run was started with.
+    #[getter]
+    fn input<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        bytes(py, &self.input)
+    }
+
+    /// A model call, journaled: `model()` is called the first time and its
+    /// bytes recorded at this position; a resumed run gets the recorded
+    /// bytes and `model` is not called. `name` and `input` must be the same
+    /// on resume, else the run diverged. An exception from `model` is
+    /// raised here, and nothing is recorded.
+    fn decide<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        input: &[u8],
+        model: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        callable(py, &model, "model")?;
+        let input = input.to_vec();
+        match self.call(py, Request::Decide { name, input, model })? {
+            Reply::Bytes(b) => Ok(bytes(py, &b)),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// A step through `tool`: `act(call)` runs only after the intent is
+    /// durable, at most once per attempt, and never again once its outcome
+    /// is recorded (a resumed run gets the stored receipt). `act` returns
+    /// the receipt (bytes, or None for an empty one), or raises
+    /// `ToolFailed(reason, retryable=...)` / `OutcomeUnknown(reason)`; any
+    /// other exception fails the attempt for good with its text. A step
+    /// that failed for good raises `StepFailed`.
+    fn step<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        tool: Py<PyTool>,
+        args: &[u8],
+        act: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        callable(py, &act, "act")?;
+        let args = args.to_vec();
+        match self.call(
+            py,
+            Request::Step {
+                name,
+                tool,
+                args,
+                act,
+            },
+        )? {
+            Reply::Bytes(b) => Ok(bytes(py, &b)),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Saves the handler's state as the run's next checkpoint, durable with
+    /// the next step's outcome (or wait, model call or end).
+    fn checkpoint(&self, py: Python<'_>, state: &[u8]) -> PyResult<()> {
+        match self.call(py, Request::Checkpoint(state.to_vec()))? {
+            Reply::Unit => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// The state of the run's latest saved checkpoint, or None.
+    fn last_checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        match self.call(py, Request::LastCheckpoint)? {
+            Reply::MaybeBytes(b) => Ok(b.map(|b| bytes(py, &b))),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Waits for a person of `role` to approve `args`, at most `within_ms`
+    /// (from when the wait was first opened): the run parks, holding no
+    /// worker, and the handler is called again once it is decided.
+    fn approval(
+        &self,
+        py: Python<'_>,
+        name: String,
+        args: &[u8],
+        role: String,
+        within_ms: u64,
+    ) -> PyResult<PyApproval> {
+        let request = Request::Approval {
+            name,
+            args: args.to_vec(),
+            role,
+            within_ms,
+        };
+        match self.call(py, request)? {
+            Reply::Approval(a) => Ok(match a {
+                Approval::Approved { approver, note } => PyApproval {
+                    status: "approved",
+                    approver,
+                    note,
+                },
+                Approval::Rejected { approver, note } => PyApproval {
+                    status: "rejected",
+                    approver,
+                    note,
+                },
+                Approval::Expired => PyApproval {
+                    status: "expired",
+                    approver: String::new(),
+                    note: String::new(),
+                },
+            }),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// A durable timer: the run parks for `ms` from when the timer was
+    /// first set (a resumed handler gets the same deadline).
+    fn sleep(&self, py: Python<'_>, name: String, ms: u64) -> PyResult<()> {
+        let until = Deadline::In(ms);
+        match self.call(py, Request::Sleep { name, until })? {
+            Reply::Unit => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// A durable timer until `at_ms` (ms since the epoch, engine clock).
+    fn sleep_until(&self, py: Python<'_>, name: String, at_ms: u64) -> PyResult<()> {
+        let until = Deadline::At(at_ms);
+        match self.call(py, Request::Sleep { name, until })? {
+            Reply::Unit => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Waits for the signal `name` (`Engine.signal`) and returns its
+    /// payload, or None if `within_ms` passed first.
+    #[pyo3(signature = (name, within_ms=None))]
+    fn signal<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        within_ms: Option<u64>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        match self.call(py, Request::Signal { name, within_ms })? {
+            Reply::MaybeBytes(b) => Ok(b.map(|b| bytes(py, &b))),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Starts a child run of `kind` on `input`, waits for its end (the run
+    /// parks) and returns its output; a child that failed fails this call.
+    fn child<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        kind: String,
+        input: &[u8],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let input = input.to_vec();
+        match self.call(py, Request::Child { name, kind, input })? {
+            Reply::Bytes(b) => Ok(bytes(py, &b)),
+            _ => Err(unexpected()),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Ctx(run_id={:?})", self.run)
+    }
+}
+
+fn callable(py: Python<'_>, f: &Py<PyAny>, what: &str) -> PyResult<()> {
+    if f.bind(py).is_callable() {
+        Ok(())
+    } else {
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{what} must be callable"
+        )))
+    }
+}
+
+fn unexpected() -> PyErr {
+    ActumError::new_err("the runtime answered a ctx call with the wrong kind of reply")
+}
+
+/// Runs the Python agent `func` for the run `ctx` holds: the function on
+/// its own thread, its `ctx` calls served here. Returns its output, or how
+/// the runtime stopped it, or the failure it raised.
+pub(crate) fn drive(func: &Arc<Py<PyAny>>, ctx: &mut RunCtx<'_>) -> Result<Vec<u8>, Fail> {
+    let (tx, rx) = channel::<FromHandler>();
+    let run = ctx.run_id().to_string();
+    let input = ctx.input().to_vec();
+    let func = Arc::clone(func);
+    std::thread::scope(|scope| {
+        let python = scope.spawn(move || python_side(&func, run, input, tx));
+        let result = serve_all(ctx, &rx);
+        // The thread sent its result and ends (or it panicked: the
+        // runtime's answer is already decided above).
+        let _ = python.join();
+        result
+    })
+}
+
+/// Serves the handler's calls until it is done.
+fn serve_all(ctx: &mut RunCtx<'_>, rx: &Receiver<FromHandler>) -> Result<Vec<u8>, Fail> {
+    // Set once a call stopped the handler: from then on every call is
+    // refused and the stop is what the runtime gets, whatever the handler
+    // returns (it may have caught the exception).
+    let mut stopped: Option<Fail> = None;
+    loop {
+        match rx.recv() {
+            Ok(FromHandler::Call(request, reply)) => {
+                let answer = match &stopped {
+                    Some(stop) => Err(Refusal::Stopped(stop.to_string())),
+                    None => serve(ctx, request, &mut stopped),
+                };
+                let _ = reply.send(answer);
+            }
+            Ok(FromHandler::Done(done)) => {
+                return match stopped {
+                    Some(stop) => Err(stop),
+                    None => done.map_err(Fail::failed),
+                };
+            }
+            Err(_) => {
+                return Err(stopped.unwrap_or_else(|| {
+                    Fail::failed("the agent's thread ended without an answer")
+                }));
+            }
+        }
+    }
+}
+
+/// A refusal for the engine's `Fail`; a stop is kept for the runtime.
+fn refuse(fail: Fail, cause: Option<PyErr>, stopped: &mut Option<Fail>) -> Refusal {
+    match fail {
+        Fail::Failed { reason } => Refusal::Failed { reason, cause },
+        stop @ Fail::Stopped(_) => {
+            let text = stop.to_string();
+            *stopped = Some(stop);
+            Refusal::Stopped(text)
+        }
+    }
+}
+
+/// Serves one call on the worker's thread (no GIL held here: a tool or a
+/// model function takes it while it runs).
+fn serve(ctx: &mut RunCtx<'_>, request: Request, stopped: &mut Option<Fail>) -> Answer {
+    match request {
+        Request::Decide { name, input, model } => {
+            let mut raised: Option<PyErr> = None;
+            let result = ctx.decide(&name, &input, || {
+                Python::attach(|py| {
+                    let answer = model.bind(py).call0().and_then(|out| {
+                        out.cast::<PyBytes>()
+                            .map(|b| b.as_bytes().to_vec())
+                            .map_err(|_| {
+                                pyo3::exceptions::PyTypeError::new_err(format!(
+                                    "the model function of decide({name:?}) must return bytes"
+                                ))
+                            })
+                    });
+                    answer.map_err(|e| {
+                        let text = describe(py, &e);
+                        raised = Some(e);
+                        Fail::failed(text)
+                    })
+                })
+            });
+            match result {
+                Ok(out) => Ok(Reply::Bytes(out)),
+                Err(fail @ Fail::Stopped(_)) => Err(refuse(fail, None, stopped)),
+                Err(fail) => match raised {
+                    Some(e) => Err(Refusal::Raised(e)),
+                    None => Err(refuse(fail, None, stopped)),
+                },
+            }
+        }
+        Request::Step {
+            name,
+            tool,
+            args,
+            act,
+        } => {
+            let engine_tool = tool.get().build();
+            let mut raised: Option<PyErr> = None;
+            let result = ctx.step(&name, &engine_tool, &args, |call| {
+                Python::attach(|py| {
+                    let (outcome, err) = outcome_of(py, call_tool(py, &act, call), false);
+                    raised = err;
+                    outcome
+                })
+            });
+            match result {
+                Ok(receipt) => Ok(Reply::Bytes(receipt)),
+                Err(fail) => Err(refuse(fail, raised, stopped)),
+            }
+        }
+        Request::Checkpoint(state) => ctx
+            .checkpoint(&state)
+            .map(|()| Reply::Unit)
+            .map_err(|f| refuse(f, None, stopped)),
+        Request::LastCheckpoint => ctx
+            .last_checkpoint()
+            .map(Reply::MaybeBytes)
+            .map_err(|f| refuse(f, None, stopped)),
+        Request::Approval {
+            name,
+            args,
+            role,
+            within_ms,
+        } => ctx
+            .approval(&name, &args, &role, Deadline::In(within_ms))
+            .map(Reply::Approval)
+            .map_err(|f| refuse(f, None, stopped)),
+        Request::Sleep { name, until } => ctx
+            .sleep(&name, until)
+            .map(|()| Reply::Unit)
+            .map_err(|f| refuse(f, None, stopped)),
+        Request::Signal { name, within_ms } => ctx
+            .signal(&name, within_ms.map(Deadline::In))
+            .map(Reply::MaybeBytes)
+            .map_err(|f| refuse(f, None, stopped)),
+        Request::Child { name, kind, input } => ctx
+            .child(&name, &kind, &input)
+            .map(Reply::Bytes)
+            .map_err(|f| refuse(f, None, stopped)),
+    }
+}
+
+/// The handler's thread: calls the Python function with a fresh `ctx`,
+/// then reports its output (bytes; None is empty) or its failure (the
+/// exception's type and text; a `StepFailed` left unhandled, its reason).
+fn python_side(func: &Py<PyAny>, run: String, input: Vec<u8>, tx: Sender<FromHandler>) {
+    let done = Python::attach(|py| {
+        let ctx = Py::new(
+            py,
+            PyCtx {
+                run,
+                input,
+                tx: Mutex::new(Some(tx.clone())),
+            },
+        )
+        .map_err(|e| describe(py, &e))?;
+        let result = func.bind(py).call1((ctx.clone_ref(py),));
+        ctx.get().close();
+        match result {
+            Ok(value) if value.is_none() => Ok(Vec::new()),
+            Ok(value) => match value.cast::<PyBytes>() {
+                Ok(b) => Ok(b.as_bytes().to_vec()),
+                Err(_) => {
+                    let kind = value
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default();
+                    let hint = if kind == "coroutine" {
+                        " (async agents are not supported yet: define it with def)"
+                    } else {
+                        ""
+                    };
+                    Err(format!(
+                        "the agent returned a {kind}, not bytes or None{hint}"
+                    ))
+                }
+            },
+            Err(e) if e.is_instance_of::<StepFailed>(py) => Err(e
+                .value(py)
+                .getattr("reason")
+                .and_then(|r| r.str().map(|s| s.to_string()))
+                .unwrap_or_else(|_| describe(py, &e))),
+            Err(e) => Err(describe(py, &e)),
+        }
+    });
+    let _ = tx.send(FromHandler::Done(done));
+}

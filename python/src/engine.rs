@@ -1,0 +1,227 @@
+//! `actum.Engine`: one open database directory.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use actum::books::{RunId, StepId, digest_of};
+use actum::{Engine, EngineOptions};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use crate::errors::{ActumError, EngineClosed, error_to_py};
+use crate::runtime::RuntimeSlot;
+
+/// How long `close` waits for a runtime's workers to let go of the engine.
+const CLOSE_WAIT: Duration = Duration::from_secs(30);
+
+pub(crate) struct EngineState {
+    pub(crate) engine: Option<Arc<Engine>>,
+    /// The runtimes made over this engine: `close` shuts them down and
+    /// drops their hold on it.
+    pub(crate) runtimes: Vec<Weak<RuntimeSlot>>,
+}
+
+/// An open actum database. One process per directory: a second open of the
+/// same directory (in this process or another) raises `Locked`.
+///
+/// ```python
+/// with actum.Engine.open("/tmp/books") as engine:
+///     runtime = actum.Runtime(engine)
+/// ```
+#[pyclass(module = "actum", name = "Engine", frozen)]
+pub struct PyEngine {
+    path: String,
+    pub(crate) state: Mutex<EngineState>,
+}
+
+impl PyEngine {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, EngineState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The open engine, or `EngineClosed`.
+    pub(crate) fn engine(&self) -> PyResult<Arc<Engine>> {
+        self.lock()
+            .engine
+            .clone()
+            .ok_or_else(|| closed_error(&self.path))
+    }
+}
+
+pub(crate) fn closed_error(path: &str) -> PyErr {
+    EngineClosed::new_err(format!(
+        "the engine at {path} is closed: open it again with actum.Engine.open"
+    ))
+}
+
+fn run_id(py: Python<'_>, run: &str) -> PyResult<RunId> {
+    RunId::new(run).map_err(|e| error_to_py(py, &e))
+}
+
+#[pymethods]
+impl PyEngine {
+    /// Opens (or creates) the database in the directory `path`, recovering
+    /// whatever a crash left. Raises `Locked` if it is open already.
+    #[classmethod]
+    fn open(_cls: &Bound<'_, PyType>, py: Python<'_>, path: PathBuf) -> PyResult<PyEngine> {
+        let shown = path.display().to_string();
+        let engine = py
+            .detach(|| Engine::open(&path, EngineOptions::default()))
+            .map_err(|e| error_to_py(py, &e))?;
+        Ok(PyEngine {
+            path: shown,
+            state: Mutex::new(EngineState {
+                engine: Some(Arc::new(engine)),
+                runtimes: Vec::new(),
+            }),
+        })
+    }
+
+    /// Shuts down the runtimes over this engine, waits for their workers to
+    /// let go, and closes the database cleanly (the next open replays
+    /// nothing). Closing a closed engine does nothing; any other use of it
+    /// raises `EngineClosed`.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let (engine, runtimes) = {
+            let mut state = self.lock();
+            (state.engine.take(), std::mem::take(&mut state.runtimes))
+        };
+        let Some(mut engine) = engine else {
+            return Ok(());
+        };
+        for slot in runtimes.iter().filter_map(Weak::upgrade) {
+            let runtime = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(runtime) = runtime {
+                runtime.shutdown();
+            }
+        }
+        let closed = py.detach(move || {
+            let start = Instant::now();
+            loop {
+                match Arc::try_unwrap(engine) {
+                    Ok(engine) => return Some(engine.close()),
+                    Err(shared) if start.elapsed() < CLOSE_WAIT => {
+                        engine = shared;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    // Dropped here: the engine closes when its last user
+                    // lets go.
+                    Err(_) => return None,
+                }
+            }
+        });
+        match closed {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(error_to_py(py, &e)),
+            None => Err(ActumError::new_err(format!(
+                "the engine at {} is still in use after {} s (a runtime's run() or a handler \
+                 has not returned): it closes when they do",
+                self.path,
+                CLOSE_WAIT.as_secs()
+            ))),
+        }
+    }
+
+    /// True once closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.lock().engine.is_none()
+    }
+
+    /// The database directory.
+    #[getter(path)]
+    fn dir(&self) -> &str {
+        &self.path
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// The run's state (`"pending"`, `"running"`, `"completed"`,
+    /// `"failed"`, ...), or None if there is no such run.
+    fn state(&self, py: Python<'_>, run_id: &str) -> PyResult<Option<String>> {
+        let engine = self.engine()?;
+        let run = run_id_of(py, run_id)?;
+        let found = py
+            .detach(|| engine.run(&run))
+            .map_err(|e| error_to_py(py, &e))?;
+        Ok(found.map(|r| r.state.to_string()))
+    }
+
+    /// The run's journal, oldest first: `(what, why)` for each entry, in
+    /// words (a failed run's last transition says why it failed).
+    fn audit(&self, py: Python<'_>, run_id: &str) -> PyResult<Vec<(String, String)>> {
+        let engine = self.engine()?;
+        let run = run_id_of(py, run_id)?;
+        let entries = py
+            .detach(|| engine.audit(&run))
+            .map_err(|e| error_to_py(py, &e))?;
+        Ok(entries
+            .into_iter()
+            .map(|e| (e.what.to_string(), e.why))
+            .collect())
+    }
+
+    /// Sends the signal `name` with `payload` to the run (a webhook, a
+    /// person); a run waiting for it wakes.
+    #[pyo3(signature = (run_id, name, payload, sender="python"))]
+    fn signal(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        name: &str,
+        payload: &[u8],
+        sender: &str,
+    ) -> PyResult<()> {
+        let engine = self.engine()?;
+        let run = run_id_of(py, run_id)?;
+        py.detach(|| engine.signal(&run, name, payload, sender))
+            .map(|_| ())
+            .map_err(|e| error_to_py(py, &e))
+    }
+
+    /// Decides the approval a run waits for at `step`, bound to `args`
+    /// (the bytes the handler passed `ctx.approval`). Returns True if the
+    /// run woke.
+    #[pyo3(signature = (run_id, step, args, approver, role, approve=true, note=""))]
+    #[allow(clippy::too_many_arguments, reason = "the approval's journaled facts")]
+    fn decide_approval(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        step: &str,
+        args: &[u8],
+        approver: &str,
+        role: &str,
+        approve: bool,
+        note: &str,
+    ) -> PyResult<bool> {
+        let engine = self.engine()?;
+        let run = run_id_of(py, run_id)?;
+        let step = StepId::new(step).map_err(|e| error_to_py(py, &e))?;
+        let digest = digest_of(args);
+        py.detach(|| engine.decide_approval(&run, &step, digest, approver, role, approve, note))
+            .map_err(|e| error_to_py(py, &e))
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.closed() { "closed" } else { "open" };
+        format!("Engine({:?}, {state})", self.path)
+    }
+}
+
+fn run_id_of(py: Python<'_>, run: &str) -> PyResult<RunId> {
+    run_id(py, run)
+}

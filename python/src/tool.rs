@@ -1,0 +1,332 @@
+//! Tools as Python declares them (`actum.Tool.idempotent(...)`,
+//! `.queryable(...)`, `.not_idempotent(...)`), and how a Python tool
+//! function's answer becomes the engine's [`Outcome`].
+
+use std::sync::Arc;
+
+use actum::books::{Outcome, ToolClass};
+use actum::runtime::{Call, Tool};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// What a step (or a query) passes a Python tool function: `call.key`,
+/// `call.idempotency_key`, `call.token`, `call.deadline_ms`, `call.resend`,
+/// and the key's parts `call.run`, `call.step`, `call.attempt`.
+#[pyclass(module = "actum", name = "Call", frozen, get_all)]
+pub struct PyCall {
+    /// The attempt's key, `run/step/attempt`.
+    key: String,
+    /// The idempotency key to send the tool (at most 255 bytes).
+    idempotency_key: String,
+    /// The fencing token to send, for tools that check it.
+    token: u64,
+    /// True if this resends an earlier attempt's request (same key).
+    resend: bool,
+    /// The last instant (engine clock, ms) the request may be sent.
+    deadline_ms: u64,
+    /// The run.
+    run: String,
+    /// The step.
+    step: String,
+    /// The attempt, from 1.
+    attempt: u32,
+}
+
+#[pymethods]
+impl PyCall {
+    fn __repr__(&self) -> String {
+        format!(
+            "Call(key={:?}, token={}, resend={}, deadline_ms={})",
+            self.key,
+            self.token,
+            if self.resend { "True" } else { "False" },
+            self.deadline_ms
+        )
+    }
+}
+
+impl PyCall {
+    fn of(call: &Call<'_>) -> PyCall {
+        PyCall {
+            key: call.key.to_string(),
+            idempotency_key: call.idempotency_key.clone(),
+            token: call.token.0,
+            resend: call.resend,
+            deadline_ms: call.deadline_ms,
+            run: call.key.run().to_string(),
+            step: call.key.step().to_string(),
+            attempt: call.key.attempt(),
+        }
+    }
+}
+
+/// A tool a step calls, declared with its class: how it treats a request
+/// sent twice, which decides what the runtime does when it does not know
+/// whether a request took effect.
+#[pyclass(module = "actum", name = "Tool", frozen)]
+pub struct PyTool {
+    name: String,
+    class: ToolClass,
+    query: Option<Arc<Py<PyAny>>>,
+    attempts: u32,
+    backoff: Option<(u64, u64)>,
+    ignores_tokens: bool,
+    request_lifetime_ms: Option<u64>,
+}
+
+impl PyTool {
+    fn declare(
+        name: String,
+        class: ToolClass,
+        query: Option<Py<PyAny>>,
+        attempts: u32,
+        backoff_ms: Option<(u64, u64)>,
+        ignores_tokens: bool,
+        request_lifetime_ms: Option<u64>,
+    ) -> PyTool {
+        PyTool {
+            name,
+            class,
+            query: query.map(Arc::new),
+            attempts,
+            backoff: backoff_ms,
+            ignores_tokens,
+            request_lifetime_ms,
+        }
+    }
+
+    /// The engine's tool, its query calling the Python function.
+    pub(crate) fn build(&self) -> Tool {
+        let mut tool = Tool::new(self.name.clone(), self.class).attempts(self.attempts);
+        if let Some((first, max)) = self.backoff {
+            tool = tool.backoff(first, max);
+        }
+        if self.ignores_tokens {
+            tool = tool.ignores_tokens(self.request_lifetime_ms);
+        }
+        if let Some(query) = &self.query {
+            let query = Arc::clone(query);
+            tool = tool.with_query(move |call| {
+                Python::attach(|py| {
+                    let result = call_tool(py, &query, call);
+                    outcome_of(py, result, true).0
+                })
+            });
+        }
+        tool
+    }
+}
+
+#[pymethods]
+impl PyTool {
+    /// A tool that deduplicates requests by their idempotency key for
+    /// `window_ms` (a payment API with an `Idempotency-Key` header): an
+    /// ambiguous request is sent again with the same key inside the window.
+    #[staticmethod]
+    #[pyo3(signature = (name, *, window_ms, attempts=1, backoff_ms=None, ignores_tokens=false, request_lifetime_ms=None))]
+    fn idempotent(
+        name: String,
+        window_ms: u64,
+        attempts: u32,
+        backoff_ms: Option<(u64, u64)>,
+        ignores_tokens: bool,
+        request_lifetime_ms: Option<u64>,
+    ) -> PyTool {
+        let class = ToolClass::Idempotent {
+            dedup_window_ms: window_ms,
+        };
+        PyTool::declare(
+            name,
+            class,
+            None,
+            attempts,
+            backoff_ms,
+            ignores_tokens,
+            request_lifetime_ms,
+        )
+    }
+
+    /// A tool that can be asked what happened to a request (`query(call)`
+    /// returns the receipt if it took effect, `None` if the tool has no
+    /// record of it, or raises `OutcomeUnknown`): an ambiguous request is
+    /// asked about, never sent blindly again.
+    #[staticmethod]
+    #[pyo3(signature = (name, *, query, attempts=1, backoff_ms=None, ignores_tokens=false, request_lifetime_ms=None))]
+    fn queryable(
+        py: Python<'_>,
+        name: String,
+        query: Py<PyAny>,
+        attempts: u32,
+        backoff_ms: Option<(u64, u64)>,
+        ignores_tokens: bool,
+        request_lifetime_ms: Option<u64>,
+    ) -> PyResult<PyTool> {
+        if !query.bind(py).is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "query must be callable: query(call) -> bytes | None",
+            ));
+        }
+        Ok(PyTool::declare(
+            name,
+            ToolClass::Queryable,
+            Some(query),
+            attempts,
+            backoff_ms,
+            ignores_tokens,
+            request_lifetime_ms,
+        ))
+    }
+
+    /// A tool that neither deduplicates nor can be asked (sending an
+    /// email over plain SMTP): an ambiguous request pauses the run for a
+    /// person to reconcile (`actum reconcile`).
+    #[staticmethod]
+    #[pyo3(signature = (name, *, attempts=1, backoff_ms=None))]
+    fn not_idempotent(name: String, attempts: u32, backoff_ms: Option<(u64, u64)>) -> PyTool {
+        PyTool::declare(
+            name,
+            ToolClass::NotIdempotent,
+            None,
+            attempts,
+            backoff_ms,
+            false,
+            None,
+        )
+    }
+
+    /// The tool's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tool's class: `"idempotent"`, `"queryable"` or `"not_idempotent"`.
+    #[getter]
+    fn class_name(&self) -> &'static str {
+        match self.class {
+            ToolClass::Idempotent { .. } | ToolClass::IdempotentWithMargin { .. } => "idempotent",
+            ToolClass::Queryable => "queryable",
+            ToolClass::NotIdempotent => "not_idempotent",
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Tool({:?}, {})", self.name, self.class_name())
+    }
+}
+
+/// Calls a Python tool function (an act or a query) with the call.
+pub(crate) fn call_tool<'py>(
+    py: Python<'py>,
+    f: &Py<PyAny>,
+    call: &Call<'_>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let call = Bound::new(py, PyCall::of(call))?;
+    f.bind(py).call1((call,))
+}
+
+/// `Type: message` for an exception.
+pub(crate) fn describe(py: Python<'_>, e: &PyErr) -> String {
+    let name = e
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".to_string());
+    let text = e.value(py).to_string();
+    if text.is_empty() {
+        name
+    } else {
+        format!("{name}: {text}")
+    }
+}
+
+/// The package's own exception class `name` (defined in actum/__init__.py).
+fn package_class<'py>(py: Python<'py>, name: &str) -> Option<Bound<'py, PyAny>> {
+    py.import("actum").ok()?.getattr(name).ok()
+}
+
+/// A tool function's answer as an outcome: bytes are the receipt (`None`:
+/// an empty receipt, or for a query, no record of the request);
+/// `ToolFailed(reason, retryable)` failed; `OutcomeUnknown(reason)` is
+/// ambiguous; any other exception failed for good with its text; any other
+/// value is ambiguous (the function ran: whether it acted is not known).
+/// The exception, if one was raised, comes back too (the cause of the
+/// step's failure).
+pub(crate) fn outcome_of(
+    py: Python<'_>,
+    result: PyResult<Bound<'_, PyAny>>,
+    query: bool,
+) -> (Outcome, Option<PyErr>) {
+    match result {
+        Ok(value) if value.is_none() => {
+            if query {
+                let reason = "the tool has no record of the request".to_string();
+                (
+                    Outcome::Failed {
+                        retryable: true,
+                        reason,
+                    },
+                    None,
+                )
+            } else {
+                (
+                    Outcome::Confirmed {
+                        receipt: Vec::new(),
+                    },
+                    None,
+                )
+            }
+        }
+        Ok(value) => match value.cast::<PyBytes>() {
+            Ok(bytes) => (
+                Outcome::Confirmed {
+                    receipt: bytes.as_bytes().to_vec(),
+                },
+                None,
+            ),
+            Err(_) => {
+                let kind = value
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default();
+                let reason = format!(
+                    "the tool returned a {kind}, not bytes or None: it ran, and whether it \
+                     acted is not known"
+                );
+                (Outcome::Unknown { reason }, None)
+            }
+        },
+        Err(e) => {
+            let value = e.value(py);
+            let reason_attr = || -> String {
+                value
+                    .getattr("reason")
+                    .and_then(|r| r.str().map(|s| s.to_string()))
+                    .unwrap_or_else(|_| value.to_string())
+            };
+            let is =
+                |name: &str| package_class(py, name).is_some_and(|class| e.is_instance(py, &class));
+            let outcome = if is("ToolFailed") {
+                let retryable = value
+                    .getattr("retryable")
+                    .and_then(|r| r.is_truthy())
+                    .unwrap_or(false);
+                Outcome::Failed {
+                    retryable,
+                    reason: reason_attr(),
+                }
+            } else if is("OutcomeUnknown") {
+                Outcome::Unknown {
+                    reason: reason_attr(),
+                }
+            } else {
+                Outcome::Failed {
+                    retryable: false,
+                    reason: describe(py, &e),
+                }
+            };
+            (outcome, Some(e))
+        }
+    }
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The one test command: the Rust workspace's tests, then the Python module's.
+#
+#   ./test.sh                 everything
+#   ./test.sh --python-only   only the Python part (while iterating on python/)
+#
+# The Python part installs what it needs on a clean machine: a virtual
+# environment in target/venv with pinned maturin and pytest, the module built
+# into it (a debug build, incremental in target/), then pytest over
+# python/tests. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+MATURIN_VERSION=1.16.0
+PYTEST_VERSION=9.2.0
+VENV=target/venv
+
+if [ "${1:-}" != "--python-only" ]; then
+    cargo test --workspace
+fi
+
+start=$SECONDS
+python=${PYTHON:-python3}
+if ! command -v "$python" >/dev/null 2>&1; then
+    echo "test.sh: no $python on this machine; installing Debian's" >&2
+    apt-get update -qq && apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$python" -m venv "$VENV" 2>/dev/null; then
+        # Debian's python3 ships venv separately.
+        rm -rf "$VENV"
+        apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+        "$python" -m venv "$VENV"
+    fi
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "maturin==${MATURIN_VERSION}" "pytest==${PYTEST_VERSION}"
+# maturin develop builds the module (the crate at python/, with the
+# extension-module feature pyproject.toml names) and installs it into the
+# environment VIRTUAL_ENV names.
+(cd python && VIRTUAL_ENV="$PWD/../$VENV" "../$VENV/bin/maturin" develop --quiet)
+"$VENV/bin/python" -m pytest -q python/tests
+echo "python tests: $((SECONDS - start)) s"
