@@ -124,6 +124,10 @@ pub enum PlantedBug {
     /// request at once, without waiting out the request's lifetime, so a
     /// request still on its way lands after the query found nothing.
     QueryBeforeRequestLifetime,
+    /// A resumed asynchronous step whose reply the books say it awaited
+    /// sends its request again before it answers from the wait, as if the
+    /// wait did not record that the request left.
+    ResendAwaitedRequest,
 }
 
 impl PlantedBug {
@@ -168,7 +172,7 @@ impl PlantedBug {
     /// The bugs of the runtime, and of what only the runtime family uses
     /// (the fan-out, the operator's move to another version), which the
     /// runtime family of the agent campaign catches.
-    pub const RUNTIME: [PlantedBug; 8] = [
+    pub const RUNTIME: [PlantedBug; 9] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
@@ -177,10 +181,11 @@ impl PlantedBug {
         PlantedBug::SkipJournalCheck,
         PlantedBug::RetryResendsConfirmed,
         PlantedBug::QueryBeforeRequestLifetime,
+        PlantedBug::ResendAwaitedRequest,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 38] = [
+    pub const ALL: [PlantedBug; 39] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -219,6 +224,7 @@ impl PlantedBug {
         PlantedBug::SkipJournalCheck,
         PlantedBug::RetryResendsConfirmed,
         PlantedBug::QueryBeforeRequestLifetime,
+        PlantedBug::ResendAwaitedRequest,
     ];
 
     /// The bug's command-line name.
@@ -262,6 +268,7 @@ impl PlantedBug {
             PlantedBug::SkipJournalCheck => "skip-journal-check",
             PlantedBug::RetryResendsConfirmed => "retry-resends-confirmed",
             PlantedBug::QueryBeforeRequestLifetime => "query-before-request-lifetime",
+            PlantedBug::ResendAwaitedRequest => "resend-awaited-request",
         }
     }
 
