@@ -67,6 +67,18 @@ pub struct RuntimeReport {
     pub late: u64,
     /// Waits a step opened to outlive such a request before it queried.
     pub lifetime_waits: u64,
+    /// Waits an asynchronous step opened for its tool's reply.
+    pub reply_waits: u64,
+    /// Of those, waits whose deadline passed with no reply (the run was
+    /// paused for a person).
+    pub replies_elapsed: u64,
+    /// Replies the asynchronous tool's webhook delivered (each delivery).
+    pub webhooks: u64,
+    /// Of those, deliveries of a reply the books held already (a webhook
+    /// that retries).
+    pub webhooks_repeated: u64,
+    /// Of those, replies recorded before their step waited for them.
+    pub replies_early: u64,
 }
 
 impl RuntimeReport {
@@ -100,6 +112,11 @@ impl RuntimeReport {
         self.forks += other.forks;
         self.late += other.late;
         self.lifetime_waits += other.lifetime_waits;
+        self.reply_waits += other.reply_waits;
+        self.replies_elapsed += other.replies_elapsed;
+        self.webhooks += other.webhooks;
+        self.webhooks_repeated += other.webhooks_repeated;
+        self.replies_early += other.replies_early;
     }
 }
 
@@ -109,7 +126,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits); {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits); {} reply waits ({} elapsed), {} webhooks ({} repeated, {} before the wait); {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -135,6 +152,11 @@ impl fmt::Display for RuntimeReport {
             self.applications,
             self.late,
             self.lifetime_waits,
+            self.reply_waits,
+            self.replies_elapsed,
+            self.webhooks,
+            self.webhooks_repeated,
+            self.replies_early,
             self.model_calls,
             self.checks
         )
