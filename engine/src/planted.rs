@@ -136,6 +136,10 @@ pub enum PlantedBug {
     /// where schema 2 reads them big-endian, so a resumed run stands
     /// elsewhere on its path than its checkpoint said.
     MigrationKeepsByteOrder,
+    /// A resumed asynchronous step whose reply the books say it awaited
+    /// sends its request again before it answers from the wait, as if the
+    /// wait did not record that the request left.
+    ResendAwaitedRequest,
 }
 
 impl PlantedBug {
@@ -181,7 +185,7 @@ impl PlantedBug {
     /// The bugs of the runtime, and of what only the runtime family uses
     /// (the fan-out, the operator's move to another version), which the
     /// runtime family of the agent campaign catches.
-    pub const RUNTIME: [PlantedBug; 9] = [
+    pub const RUNTIME: [PlantedBug; 10] = [
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
         PlantedBug::RetryReusesFailedKey,
@@ -191,10 +195,11 @@ impl PlantedBug {
         PlantedBug::RetryResendsConfirmed,
         PlantedBug::QueryBeforeRequestLifetime,
         PlantedBug::SagaQueriesAtOnce,
+        PlantedBug::ResendAwaitedRequest,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 40] = [
+    pub const ALL: [PlantedBug; 41] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -235,6 +240,7 @@ impl PlantedBug {
         PlantedBug::QueryBeforeRequestLifetime,
         PlantedBug::SagaQueriesAtOnce,
         PlantedBug::MigrationKeepsByteOrder,
+        PlantedBug::ResendAwaitedRequest,
     ];
 
     /// The bug's command-line name.
@@ -280,6 +286,7 @@ impl PlantedBug {
             PlantedBug::QueryBeforeRequestLifetime => "query-before-request-lifetime",
             PlantedBug::SagaQueriesAtOnce => "saga-queries-at-once",
             PlantedBug::MigrationKeepsByteOrder => "migration-keeps-byte-order",
+            PlantedBug::ResendAwaitedRequest => "resend-awaited-request",
         }
     }
 

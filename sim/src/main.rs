@@ -225,7 +225,7 @@ fn runtime_campaign(args: &Args) -> bool {
     }
     println!(
         "actum-sim: all {} seeds kept every invariant: acts sent only under a live lease, no \
-         confirmed step resent, no journaled model call asked again, every done effect exactly \
+         confirmed step resent, no awaited request resent, no journaled model call asked again, every done effect exactly \
          once in the world, sagas last first, completed runs survived every crash, a moved run \
          resumed only by its new version's handler and every move journaled, a retry refused \
          only as the books say and every fork journaled, every run ended once the faults \

@@ -10,8 +10,8 @@
 //! `cargo run --release -p actum-sim -- runtime --seeds 2000`.
 
 use actum_sim::agents::rt::{
-    CONFIRMED_NOT_SENT, DIVERGED_NEVER_ACTS, LIVE_LEASE, MOVED_RUN_NEW_HANDLER, RuntimeReport,
-    WAITS_KEEP_TERMS, run_runtime_seed, runtime_history,
+    AWAITED_NOT_SENT, CONFIRMED_NOT_SENT, DIVERGED_NEVER_ACTS, LIVE_LEASE, MOVED_RUN_NEW_HANDLER,
+    RuntimeReport, WAITS_KEEP_TERMS, run_runtime_seed, runtime_history,
 };
 use actum_sim::agents::{AgentConfig, PlantedBug};
 
@@ -56,6 +56,14 @@ fn a_block_of_seeds_keeps_every_invariant_on_the_runtime() {
     assert!(total.retries > 0 && total.retries_refused > 0, "{total}");
     assert!(total.forks > 0, "{total}");
     assert!(total.late > 0 && total.lifetime_waits > 0, "{total}");
+    assert!(
+        total.reply_waits > total.replies_elapsed && total.replies_elapsed > 0,
+        "{total}"
+    );
+    assert!(
+        total.webhooks_repeated > 0 && total.replies_early > 0,
+        "{total}"
+    );
 }
 
 #[test]
@@ -164,4 +172,9 @@ fn a_saga_that_asks_about_a_token_ignoring_undo_at_once_is_caught_when_the_late_
         PlantedBug::SagaQueriesAtOnce,
         "every done effect happened exactly once",
     );
+}
+
+#[test]
+fn a_resumed_async_step_resending_its_awaited_request_is_caught_at_the_tool() {
+    assert_caught_by(PlantedBug::ResendAwaitedRequest, AWAITED_NOT_SENT);
 }

@@ -269,7 +269,9 @@ pub enum Approval {
 pub(crate) enum Journaled {
     Step(StepId),
     Decision(u64),
-    Wait(StepId),
+    /// A wait, by step and kind ([`WaitFor::kind`]): a step may wait once
+    /// for each kind (an approval, then its asynchronous act's reply).
+    Wait(StepId, &'static str),
 }
 
 impl std::fmt::Display for Journaled {
@@ -277,7 +279,8 @@ impl std::fmt::Display for Journaled {
         match self {
             Journaled::Step(step) => write!(f, "step {step}"),
             Journaled::Decision(position) => write!(f, "model call {position}"),
-            Journaled::Wait(step) => write!(f, "wait {step}"),
+            Journaled::Wait(step, "reply") => write!(f, "reply wait {step}"),
+            Journaled::Wait(step, _) => write!(f, "wait {step}"),
         }
     }
 }
@@ -319,7 +322,9 @@ pub(crate) fn journal_of(audit: &[AuditEntry]) -> Vec<Journaled> {
                 Some(Journaled::Step(key.step().clone()))
             }
             AuditWhat::DecisionRecorded { position, .. } => Some(Journaled::Decision(*position)),
-            AuditWhat::WaitOpened { step, .. } => Some(Journaled::Wait(step.clone())),
+            AuditWhat::WaitOpened { step, wait_for, .. } => {
+                Some(Journaled::Wait(step.clone(), wait_for.kind()))
+            }
             _ => None,
         })
         .collect()
@@ -510,6 +515,298 @@ impl RunCtx<'_> {
         self.step_inner(name, tool, args, Some(undo), act)
     }
 
+    /// A step whose tool answers later (an asynchronous tool: a screening
+    /// service, a payment provider): `send` sends the request, at most once
+    /// per attempt and only after the intent is durable, as
+    /// [`step`](RunCtx::step)'s act; then the run parks, holding no
+    /// worker, until the tool's reply arrives through
+    /// [`Engine::deliver_reply`](crate::Engine::deliver_reply) for the
+    /// attempt's key ([`Call::key`]), or until `within` passes. Returns the
+    /// reply's receipt.
+    ///
+    /// `send` answers what the tool said when it was sent the request:
+    /// `Unknown` if it took it (or the acknowledgement was lost): the step
+    /// waits for the reply; `Confirmed` or `Failed` if it answered at once
+    /// (a request it refused is retried as [`Tool::attempts`] and
+    /// [`Tool::backoff`] say, as a step's). A reply that failed fails the
+    /// step for good, retryable or not: a step waits for one reply (retry
+    /// with a step of another name).
+    ///
+    /// Once the step waited for its reply, the books say the request was
+    /// sent: a resumed handler never sends it again, and answers a reply
+    /// delivered meanwhile (or before the wait was opened) from the ledger.
+    /// A crash between the send and the wait leaves only the intent: the
+    /// tool's class decides, as for an ambiguous act, except that nothing
+    /// is resent that the class forbids: an idempotent tool is resent the
+    /// same key, a queryable one asked (a query that cannot tell waits for
+    /// the reply), and a tool that is neither is not sent again: the step
+    /// waits for the reply the request, if it left, will bring. If `within`
+    /// passes with no reply, the outcome is unknown and the run is paused
+    /// for a person ([`Stop::OutcomeUnknown`]): a reply that comes later,
+    /// or the person's, settles it, and the resumed handler answers it.
+    ///
+    /// ```
+    /// use actum::books::{Outcome, RunState, ToolClass};
+    /// use actum::runtime::{Deadline, Driven, Runtime, Tool};
+    /// use actum::{Engine, EngineOptions};
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Arc::new(Engine::open(dir.path(), EngineOptions::default())?);
+    /// let rt = Runtime::new(Arc::clone(&engine));
+    /// let sent = Arc::new(Mutex::new(Vec::new()));
+    /// let outbox = Arc::clone(&sent);
+    /// rt.register("onboard", "1", move |ctx| {
+    ///     let kyc = Tool::new("kyc.screen", ToolClass::Idempotent { dedup_window_ms: 86_400_000 });
+    ///     let verdict = ctx.step_async("screen", &kyc, b"acme gmbh",
+    ///         Some(Deadline::In(3_600_000)), |call| {
+    ///             outbox.lock().unwrap().push(call.key.clone());
+    ///             Outcome::Unknown { reason: "accepted".into() } // 202: the verdict comes later
+    ///         })?;
+    ///     Ok(verdict)
+    /// })?;
+    /// let run = rt.start("onboard", "acme", b"acme gmbh")?.run;
+    /// let worker = actum::books::WorkerId::new("w1")?;
+    /// assert!(matches!(rt.work_once(&worker)?, Some((_, Driven::Parked(_)))));
+    /// assert_eq!(engine.run(&run)?.map(|r| r.state), Some(RunState::WaitingTool));
+    /// // The screening service's webhook: the run wakes, and the request is not sent again.
+    /// let key = sent.lock().unwrap()[0].clone();
+    /// engine.deliver_reply(&key, Outcome::Confirmed { receipt: b"clear".to_vec() }, "kyc-webhook")?;
+    /// assert!(matches!(rt.work_once(&worker)?, Some((_, Driven::Completed))));
+    /// assert_eq!(rt.output(&run)?, Some(b"clear".to_vec()));
+    /// assert_eq!(sent.lock().unwrap().len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn step_async(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        args: &[u8],
+        within: Option<Deadline>,
+        mut send: impl FnMut(&Call<'_>) -> Outcome,
+    ) -> Result<Vec<u8>, Fail> {
+        let step = self.step_id(name)?;
+        let journaled = self.enter(Journaled::Step(step.clone()))?;
+        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
+            return Err(Fail::failed(format!(
+                "tool {} is queryable but has no query (Tool::with_query)",
+                tool.spec.name
+            )));
+        }
+        let rationale = format!("step {name} of {}", self.agent);
+        let at = || format!("step {name}");
+        let mut ambiguous = 0;
+        let mut sent: Option<(EffectKey, u64)> = None;
+        if journaled {
+            // The step waited for a reply before: the request was sent, and
+            // its wait is next in the journal, after the retries before it.
+            let awaited = self.awaited_reply(&step, &at())?;
+            self.resume_retries(name, &step, tool, awaited.is_some())?;
+            if let Some(key) = awaited {
+                if self.shared.engine.planted(PlantedBug::ResendAwaitedRequest) {
+                    let call = Call {
+                        key: &key,
+                        idempotency_key: key.tool_key(),
+                        token: self.watch.guard.token,
+                        resend: true,
+                        deadline_ms: self.watch.act_deadline_ms(),
+                    };
+                    let _thrown_away = send(&call);
+                }
+                self.await_reply(name, tool, &key, within)?;
+            }
+        }
+        loop {
+            self.live(&at())?;
+            let guard = self.watch.guard.clone();
+            let request = StepRequest {
+                guard: &guard,
+                run: &self.run,
+                step: &step,
+                tool: tool.spec.clone(),
+                args,
+                rationale: &rationale,
+                compensation: None,
+            };
+            let engine = &self.shared.engine;
+            let charge = Charge::Effect { step: step.clone() };
+            let held = self.budgeted
+                && matches!(
+                    self.reserve(charge.clone(), tool.hold, &at())?,
+                    Reserved::Granted { .. }
+                );
+            let plan = engine
+                .begin_step(&request)
+                .map_err(|e| self.engine_stop(e, &at()))?;
+            let result = match plan {
+                // Neither resent nor asked: the request, if it left, brings
+                // its reply.
+                StepPlan::Done(StepResult::Unknown { key, .. })
+                    if !self.used.contains(&Journaled::Wait(step.clone(), "reply")) =>
+                {
+                    self.await_reply(name, tool, &key, within)?;
+                    continue;
+                }
+                StepPlan::Done(result) => result,
+                StepPlan::Act(ctx) => {
+                    if !self.watch.keep(engine) {
+                        return Err(Stop::LeaseLost { at: at() }.into());
+                    }
+                    let deadline_ms = self.watch.act_deadline_ms();
+                    if engine.clock().now_ms() > deadline_ms {
+                        return Err(Stop::LeaseLost { at: at() }.into());
+                    }
+                    let call = Call {
+                        key: &ctx.key,
+                        idempotency_key: ctx.key.tool_key(),
+                        token: ctx.token,
+                        resend: ctx.resend,
+                        deadline_ms,
+                    };
+                    sent = Some((ctx.key.clone(), deadline_ms));
+                    let outcome = send(&call);
+                    if let Outcome::Unknown { .. } = outcome {
+                        // Taken (or the acknowledgement lost): the reply
+                        // settles it.
+                        self.await_reply(name, tool, &ctx.key, within)?;
+                        continue;
+                    }
+                    let then = self.pending_commands();
+                    let finished = engine
+                        .finish_step_with(&guard, &ctx, outcome, then)
+                        .map_err(|e| self.engine_stop(e, &at()))?;
+                    if finished.then.is_ok() && self.pending.take().is_some() {
+                        self.saved_checkpoints += 1;
+                    }
+                    finished.result
+                }
+                StepPlan::Query(ctx) => {
+                    let Some(query) = &tool.query else {
+                        unreachable!("a queryable tool without a query was refused above")
+                    };
+                    let sent_by = sent
+                        .as_ref()
+                        .filter(|(key, _)| *key == ctx.key)
+                        .map(|(_, deadline)| *deadline);
+                    self.outlive_request(name, tool, &ctx.key, sent_by)?;
+                    let call = Call {
+                        key: &ctx.key,
+                        idempotency_key: ctx.key.tool_key(),
+                        token: ctx.token,
+                        resend: false,
+                        deadline_ms: self.watch.act_deadline_ms(),
+                    };
+                    let found = query(&call);
+                    if let Outcome::Unknown { .. } = found {
+                        // The tool cannot say yet: its reply will.
+                        self.await_reply(name, tool, &ctx.key, within)?;
+                        continue;
+                    }
+                    engine
+                        .resolve_step(&guard, &ctx, found)
+                        .map_err(|e| self.engine_stop(e, &at()))?
+                }
+            };
+            match result {
+                StepResult::Done { receipt, .. } => {
+                    if held {
+                        self.settle(charge, tool.hold, &at())?;
+                    }
+                    return Ok(receipt);
+                }
+                StepResult::Failed {
+                    key,
+                    retryable: true,
+                    ..
+                } if self.attempts_used(&step, key.attempt()) < tool.attempts => {
+                    self.backoff(name, tool, key.attempt())?;
+                }
+                StepResult::Failed { key, reason, .. } => {
+                    return Err(failed_for_good(name, tool, key.attempt(), &reason));
+                }
+                StepResult::Unknown { key, reason } => {
+                    ambiguous += 1;
+                    if ambiguous > tool.attempts {
+                        return Err(Stop::OutcomeUnknown { key, reason }.into());
+                    }
+                }
+                StepResult::NeedsReconcile { key, .. } => {
+                    let reason = "the tool was not asked".to_string();
+                    return Err(Stop::OutcomeUnknown { key, reason }.into());
+                }
+                StepResult::Compensated { key } => {
+                    return Err(Fail::failed(format!(
+                        "step {name} was undone by its compensation ({key})"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The key whose reply `step` waited for, if it waited for one: the
+    /// books' word that its request was sent.
+    fn awaited_reply(&self, step: &StepId, at: &str) -> Result<Option<EffectKey>, Fail> {
+        let book = self
+            .shared
+            .engine
+            .waits(&self.run)
+            .map_err(|e| self.engine_stop(e, at))?;
+        Ok(book.waits.iter().find_map(|w| match &w.wait_for {
+            WaitFor::Reply { key } if w.step == *step => Some(key.clone()),
+            _ => None,
+        }))
+    }
+
+    /// Waits for the reply to `key`, sent by step `name` (parks the run
+    /// while none is in), and returns once the ledger holds it confirmed:
+    /// the step's next begin answers its receipt. A failed reply fails the
+    /// step for good (a step waits for one reply); none by the deadline
+    /// leaves the outcome unknown, for a person.
+    fn await_reply(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        key: &EffectKey,
+        within: Option<Deadline>,
+    ) -> Result<(), Fail> {
+        let reason = format!(
+            "step {name} waits for the reply of {} to {key}",
+            tool.spec.name
+        );
+        let wait_for = WaitFor::Reply { key: key.clone() };
+        let status = self.wait(name, wait_for, within, &reason)?;
+        // The ledger has the last word: a reply may have come after the
+        // deadline, or a person settled it.
+        let at = || format!("step {name}");
+        let entry = self
+            .shared
+            .engine
+            .effect(key)
+            .map_err(|e| self.engine_stop(e, &at()))?;
+        match entry.map(|e| e.status) {
+            Some(EffectStatus::Confirmed { .. } | EffectStatus::ConfirmedStored { .. }) => Ok(()),
+            Some(EffectStatus::Failed { reason, .. }) => Err(Fail::failed(format!(
+                "step {name} ({}) failed for good at attempt {}: its reply says {reason} (a \
+                 step waits for one reply)",
+                tool.spec.name,
+                key.attempt()
+            ))),
+            Some(EffectStatus::Compensated { .. } | EffectStatus::CompensatedStored { .. }) => {
+                Err(Fail::failed(format!(
+                    "step {name} was undone by its compensation ({key})"
+                )))
+            }
+            Some(EffectStatus::Intended | EffectStatus::Unknown { .. }) | None => match status {
+                WaitStatus::Elapsed => Err(Stop::OutcomeUnknown {
+                    key: key.clone(),
+                    reason: format!("no reply from {} before the deadline", tool.spec.name),
+                }
+                .into()),
+                other => Err(unexpected_wait(name, &other)),
+            },
+        }
+    }
+
     fn step_inner(
         &mut self,
         name: &str,
@@ -533,7 +830,7 @@ impl RunCtx<'_> {
         // The attempt this handler sent, and the deadline it sent it by.
         let mut sent: Option<(EffectKey, u64)> = None;
         if journaled {
-            failed_key = self.resume_retries(name, &step, tool)?;
+            failed_key = self.resume_retries(name, &step, tool, false)?;
         }
         loop {
             self.live(&at())?;
@@ -678,11 +975,15 @@ impl RunCtx<'_> {
     /// opened if the crash came first); if its latest attempt failed for
     /// good, or was the last, the failure answers as it did the first time.
     /// Returns the latest attempt's key if it failed and is retried.
+    /// `awaited`: the latest attempt's reply was awaited (an asynchronous
+    /// step, [`RunCtx::step_async`]): its wait comes next in the journal,
+    /// and its outcome is the reply's.
     fn resume_retries(
         &mut self,
         name: &str,
         step: &StepId,
         tool: &Tool,
+        awaited: bool,
     ) -> Result<Option<EffectKey>, Fail> {
         let engine = &self.shared.engine;
         let latest = engine
@@ -713,6 +1014,9 @@ impl RunCtx<'_> {
         }
         if let Some(book) = &book {
             self.replay_lifetime_wait(name, book, attempt)?;
+        }
+        if awaited {
+            return Ok(None);
         }
         let EffectStatus::Failed { retryable, reason } = &entry.status else {
             return Ok(None);
@@ -792,7 +1096,10 @@ impl RunCtx<'_> {
         }
         let wait = lifetime_wait_name(name, key.attempt());
         let step = self.step_id(&wait)?;
-        if self.used.contains(&Journaled::Wait(step.clone())) {
+        if self
+            .used
+            .contains(&Journaled::Wait(step.clone(), WaitFor::Timer.kind()))
+        {
             return Ok(()); // waited out already, on resume
         }
         let at = || format!("step {name}");
@@ -918,7 +1225,7 @@ impl RunCtx<'_> {
     /// output. A child that failed or was cancelled fails this call.
     pub fn child(&mut self, name: &str, kind: &str, input: &[u8]) -> Result<Vec<u8>, Fail> {
         let step = self.step_id(name)?;
-        let journaled = self.enter(Journaled::Wait(step.clone()))?;
+        let journaled = self.enter(Journaled::Wait(step.clone(), "child"))?;
         let at = || format!("child {name}");
         let child =
             crate::books::child_run_id(&self.run, &step).map_err(|e| self.engine_stop(e, &at()))?;
@@ -1014,7 +1321,7 @@ impl RunCtx<'_> {
         join: Join,
     ) -> Result<Vec<ChildOutput>, Fail> {
         let step = self.step_id(name)?;
-        let journaled = self.enter(Journaled::Wait(step.clone()))?;
+        let journaled = self.enter(Journaled::Wait(step.clone(), "child"))?;
         let at = || format!("children {name}");
         let ids = children_run_ids(&self.run, &step, calls.len())
             .map_err(|e| self.engine_stop(e, &at()))?;
@@ -1125,7 +1432,7 @@ impl RunCtx<'_> {
         reason: &str,
     ) -> Result<WaitStatus, Fail> {
         let step = self.step_id(name)?;
-        let journaled = self.enter(Journaled::Wait(step.clone()))?;
+        let journaled = self.enter(Journaled::Wait(step.clone(), wait_for.kind()))?;
         self.flush()?;
         let at = || format!("wait {name}");
         self.live(&at())?;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::books::{
     BeginEffect, Compensation, EffectKey, EffectKind, EffectStatus, OperatorAction, Outcome,
-    StepId, ToolClass, WorkerId, digest_of,
+    StepId, ToolClass, WaitFor, WaitStatus, WorkerId, digest_of,
 };
 use crate::clock::{Clock, ManualClock};
 use crate::engine::EngineOptions;
@@ -1199,6 +1199,326 @@ fn a_crash_mid_wait_resumes_with_the_deadline_the_wait_was_opened_with() {
     assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
     assert_eq!(lifetime_wait(&engine, &run), Some(until));
     assert_eq!((world.count("act"), world.count("query")), (1, 1));
+}
+
+/// The requests an asynchronous tool was sent: each key, and whether it
+/// was a resend.
+#[derive(Clone, Default)]
+struct Outbox(Arc<Mutex<Vec<(EffectKey, bool)>>>);
+
+impl Outbox {
+    fn sent(&self) -> Vec<(EffectKey, bool)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn kyc(class: ToolClass) -> Tool {
+    Tool::new("kyc.screen", class).attempts(3).backoff(0, 0)
+}
+
+fn idempotent() -> ToolClass {
+    ToolClass::Idempotent {
+        dedup_window_ms: DAY_MS,
+    }
+}
+
+/// An agent `screen` whose step `screen` asks an asynchronous screening
+/// service (of `class`), which answers each request with what `answer`
+/// says for its attempt, within `within` of the wait.
+fn register_screen(
+    rt: &Runtime,
+    class: ToolClass,
+    within: Option<Deadline>,
+    outbox: &Outbox,
+    answer: impl Fn(&EffectKey) -> Outcome + Send + Sync + 'static,
+) {
+    let out = outbox.clone();
+    let answer = Arc::new(answer);
+    rt.register("screen", "1", move |ctx| {
+        let out = out.clone();
+        let answer = Arc::clone(&answer);
+        let verdict = ctx.step_async("screen", &kyc(class), b"acme", within, move |call| {
+            out.0.lock().unwrap().push((call.key.clone(), call.resend));
+            answer(call.key)
+        })?;
+        Ok(verdict)
+    })
+    .unwrap();
+}
+
+fn accepted() -> Outcome {
+    Outcome::Unknown {
+        reason: "accepted".into(),
+    }
+}
+
+fn reply_key(run: &RunId, attempt: u32) -> EffectKey {
+    EffectKey::new(run.clone(), StepId::new("screen").unwrap(), attempt).unwrap()
+}
+
+#[test]
+fn an_async_step_parks_until_its_reply_and_a_resumed_handler_never_sends_again() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    register_screen(&rt, idempotent(), None, &outbox, |_| accepted());
+    let run = rt.start("screen", "screen-1", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("screen".into()))]);
+    assert_eq!(state(&engine, "screen-1"), RunState::WaitingTool);
+    let key = reply_key(&run, 1);
+    assert_eq!(outbox.sent(), [(key.clone(), false)]);
+    // The webhook, twice: the second changes nothing.
+    let clear = confirmed("clear");
+    let woke = engine.deliver_reply(&key, clear.clone(), "kyc").unwrap();
+    assert_eq!(woke, Some(StepId::new("screen").unwrap()));
+    assert_eq!(engine.deliver_reply(&key, clear, "kyc").unwrap(), None);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(rt.output(&run).unwrap().unwrap(), b"clear");
+    assert_eq!(outbox.sent().len(), 1, "the resumed handler sent nothing");
+    // One wait, of the reply, journaled by kind.
+    let waits = engine.waits(&run).unwrap().waits;
+    assert_eq!(waits.len(), 1);
+    assert_eq!(waits[0].wait_for, WaitFor::Reply { key });
+}
+
+#[test]
+fn a_reply_delivered_before_the_wait_opens_ends_it_at_once() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    let hook = Arc::new(Mutex::new(None::<Arc<Engine>>));
+    let h = Arc::clone(&hook);
+    register_screen(&rt, idempotent(), None, &outbox, move |key| {
+        // The service answers so fast its webhook beats the wait.
+        let engine = h.lock().unwrap().clone().unwrap();
+        engine.deliver_reply(key, confirmed("fast"), "kyc").unwrap();
+        accepted()
+    });
+    *hook.lock().unwrap() = Some(Arc::clone(&engine));
+    let run = rt.start("screen", "screen-2", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(rt.output(&run).unwrap().unwrap(), b"fast");
+    let waits = engine.waits(&run).unwrap().waits;
+    assert!(matches!(waits[0].status, WaitStatus::Replied { .. }));
+    assert_eq!(outbox.sent().len(), 1);
+}
+
+/// A worker of a process that died wrote the intent of `run`'s step
+/// `screen` (of `class`), perhaps sent it, and never parked.
+fn screen_intent_left_by_a_dead_worker(engine: &Engine, run: &RunId, class: ToolClass) {
+    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: dead.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    engine
+        .begin_effect(BeginEffect {
+            run: run.clone(),
+            step: StepId::new("screen").unwrap(),
+            guard: dead.guard,
+            tool: "kyc.screen".into(),
+            tool_class: class,
+            args_digest: digest_of(b"acme"),
+            args: None,
+            rationale: "step screen of screen@1".into(),
+            compensation: None,
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_crash_between_send_and_wait_resends_only_what_the_tool_class_allows() {
+    // Idempotent: the successor resends the same key, then waits.
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    register_screen(&rt, idempotent(), None, &outbox, |_| accepted());
+    let run = rt.start("screen", "screen-3", b"").unwrap().run;
+    screen_intent_left_by_a_dead_worker(&engine, &run, idempotent());
+    bench.clock.advance_ms(TTL_MS + 1);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("screen".into()))]);
+    assert_eq!(outbox.sent(), [(reply_key(&run, 1), true)]);
+
+    // Not idempotent: never sent again; the reply the request brings, if
+    // it left, settles the step.
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    let within = Some(Deadline::In(3_600_000));
+    register_screen(&rt, ToolClass::NotIdempotent, within, &outbox, |_| {
+        accepted()
+    });
+    let run = rt.start("screen", "screen-4", b"").unwrap().run;
+    screen_intent_left_by_a_dead_worker(&engine, &run, ToolClass::NotIdempotent);
+    bench.clock.advance_ms(TTL_MS + 1);
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("screen".into()))]);
+    assert!(outbox.sent().is_empty(), "not sent again");
+    let key = reply_key(&run, 1);
+    engine
+        .deliver_reply(&key, confirmed("late but here"), "kyc")
+        .unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(rt.output(&run).unwrap().unwrap(), b"late but here");
+    assert!(outbox.sent().is_empty());
+}
+
+#[test]
+fn no_reply_by_the_deadline_pauses_the_run_and_a_late_reply_answers_the_resumed_handler() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    let within = Some(Deadline::In(3_600_000));
+    register_screen(&rt, idempotent(), within, &outbox, |_| accepted());
+    let run = rt.start("screen", "screen-5", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("screen".into()))]);
+    bench.clock.advance_ms(3_600_000);
+    let passes = drain(&rt);
+    let [(_, Driven::Paused(reason))] = passes.as_slice() else {
+        panic!("{passes:?}")
+    };
+    assert!(reason.contains("no reply from kyc.screen"), "{reason}");
+    // The reply comes late; the run stays paused until a person resumes it.
+    let key = reply_key(&run, 1);
+    assert_eq!(
+        engine
+            .deliver_reply(&key, confirmed("late"), "kyc")
+            .unwrap(),
+        None
+    );
+    assert_eq!(state(&engine, "screen-5"), RunState::Paused);
+    engine
+        .operate(&run, OperatorAction::Resume, "ops", "the reply came")
+        .unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(rt.output(&run).unwrap().unwrap(), b"late");
+    assert_eq!(outbox.sent().len(), 1, "never resent");
+}
+
+#[test]
+fn a_failed_reply_fails_the_step_and_a_refused_send_is_retried_under_a_new_key() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    // Attempt 1 is refused at once (a 503); attempt 2 is taken.
+    register_screen(&rt, idempotent(), None, &outbox, |key| {
+        if key.attempt() == 1 {
+            Outcome::Failed {
+                retryable: true,
+                reason: "503".into(),
+            }
+        } else {
+            accepted()
+        }
+    });
+    let run = rt.start("screen", "screen-6", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("screen".into()))]);
+    let second = reply_key(&run, 2);
+    assert_eq!(
+        outbox.sent(),
+        [(reply_key(&run, 1), false), (second.clone(), false)]
+    );
+    let failed = Outcome::Failed {
+        retryable: true,
+        reason: "sanctions list hit".into(),
+    };
+    engine.deliver_reply(&second, failed, "kyc").unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Ended(RunState::Failed))]);
+    assert_eq!(outbox.sent().len(), 2, "a failed reply is not retried");
+    let audit = engine.read(|b| Ok(b.audit(&run, 1))).unwrap();
+    let failed_why = audit.iter().rev().find_map(|e| match &e.what {
+        crate::books::AuditWhat::Transitioned {
+            to: RunState::Failed,
+            ..
+        } => Some(e.why.clone()),
+        _ => None,
+    });
+    assert!(
+        failed_why.is_some_and(|r| r.contains("its reply says sanctions list hit")),
+        "{audit:?}"
+    );
+}
+
+#[test]
+fn an_approval_and_the_reply_of_the_act_it_approved_wait_at_one_step() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    let out = outbox.clone();
+    rt.register("payout", "1", move |ctx| {
+        match ctx.approval("pay", b"eur 900", "finance", Deadline::In(DAY_MS))? {
+            Approval::Approved { .. } => {}
+            other => return Err(Fail::failed(format!("{other:?}"))),
+        }
+        let psp = Tool::new("psp.pay", idempotent());
+        let out = out.clone();
+        ctx.step_async("pay", &psp, b"eur 900", None, move |call| {
+            out.0.lock().unwrap().push((call.key.clone(), call.resend));
+            accepted()
+        })
+    })
+    .unwrap();
+    let run = rt.start("payout", "payout-1", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("pay".into()))]);
+    let step = StepId::new("pay").unwrap();
+    engine
+        .decide_approval(
+            &run,
+            &step,
+            digest_of(b"eur 900"),
+            "ann",
+            "finance",
+            true,
+            "",
+        )
+        .unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("pay".into()))]);
+    let key = EffectKey::new(run.clone(), step, 1).unwrap();
+    engine
+        .deliver_reply(&key, confirmed("paid"), "psp")
+        .unwrap();
+    // The resumed handler replays the approval, then the reply: no
+    // divergence, nothing sent again.
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(rt.output(&run).unwrap().unwrap(), b"paid");
+    assert_eq!(outbox.sent(), [(key, false)]);
+    assert_eq!(engine.waits(&run).unwrap().waits.len(), 2);
+}
+
+#[test]
+fn an_async_step_holds_its_budget_until_the_reply_and_charges_it_once() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let outbox = Outbox::default();
+    register_screen(&rt, idempotent(), None, &outbox, |_| accepted());
+    let run = rt.start("screen", "screen-7", b"").unwrap().run;
+    let limits = crate::books::BudgetLimits {
+        tool_calls: Some(1),
+        ..crate::books::BudgetLimits::default()
+    };
+    engine
+        .set_budget(&run, limits, "ops", "one screening")
+        .unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("screen".into()))]);
+    assert_eq!(engine.budget(&run).unwrap().reserved.tool_calls, 1);
+    engine
+        .deliver_reply(&reply_key(&run, 1), confirmed("clear"), "kyc")
+        .unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    let book = engine.budget(&run).unwrap();
+    assert_eq!((book.spent.tool_calls, book.reserved.tool_calls), (1, 0));
 }
 
 /// The courier's booking as the saga knows it: registered with its query

@@ -18,8 +18,11 @@
 //! - `research`: four rounds of a model call and a search, a checkpoint
 //!   after each; then one to three `summary` children (a model call and a
 //!   search each), all awaited or the first taken.
-//! - `vendor`: a 48 h approval of the exact payment, the bank's signal, a
-//!   week's cooling-off timer, then the payment.
+//! - `vendor`: the vendor screened by an asynchronous service (the request
+//!   sent, the run parked until the service's webhook delivers the
+//!   verdict, which may come twice, late, or before the run parks), a 48 h
+//!   approval of the exact payment, the bank's signal, a week's
+//!   cooling-off timer, then the payment.
 //!
 //! **Invariant:** every handler is deterministic in its run and input:
 //! what it calls, in what order and with what arguments, depends on
@@ -42,6 +45,11 @@ pub const VERSION: &str = "1";
 const ATTEMPTS: u32 = 3;
 /// Rounds of a research run.
 const ROUNDS: u64 = 4;
+/// The asynchronous screening tool a vendor run waits on.
+pub const SCREENING_TOOL: &str = "kyc.screen";
+/// How long a vendor run waits for the screening's webhook before its
+/// outcome is unknown and the run is paused for a person.
+pub const SCREENING_WINDOW_MS: u64 = 3_600_000;
 
 /// A kind of run the campaign starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,6 +390,16 @@ fn summary(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
 
 fn vendor(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
     let run = run_of(ctx);
+    let screening = format!("screen the vendor of {run}").into_bytes();
+    let world_tool = tool(SCREENING_TOOL);
+    let args_digest = digest_of(&screening);
+    let screened = ctx.step_async(
+        "screen",
+        &rt_tool(s, SCREENING_TOOL),
+        &screening,
+        Some(Deadline::In(SCREENING_WINDOW_MS)),
+        |call| s.act(world_tool, call, Ask::Act { args_digest }),
+    )?;
     let payment = vendor_payment(&run);
     match ctx.approval("pay", &payment, FINANCE, Deadline::In(APPROVAL_WINDOW_MS))? {
         Approval::Approved { .. } => {}
@@ -390,5 +408,5 @@ fn vendor(ctx: &mut RunCtx<'_>, s: &Arc<Shared>) -> Result<Vec<u8>, Fail> {
     let verified = ctx.signal(VERIFIED, None)?.unwrap_or_default();
     ctx.sleep("cool-off", Deadline::In(COOL_OFF_MS))?;
     let paid = step(ctx, s, "pay", "bank.pay", &payment)?;
-    Ok([verified, paid].join(&b' '))
+    Ok([screened, verified, paid].join(&b' '))
 }

@@ -10,8 +10,9 @@
 //! The hand-written family (`worker.rs`) holds the engine to a reference
 //! model command by command; this family holds the runtime to what the
 //! world saw: the runtime's promises are checked at the moment it hands a
-//! call to a tool (live lease, a confirmed step never resent, a journaled
-//! model call never asked again), and the books against the world's log
+//! call to a tool (live lease, a confirmed step never resent, a request
+//! whose reply is awaited never resent, a journaled model call never asked
+//! again), and the books against the world's log
 //! at the end (every done effect exactly once, no step twice, sagas last
 //! first, every run ends).
 //!
@@ -30,4 +31,4 @@ pub use report::RuntimeReport;
 pub use retries::{FORK_JOURNALED, RETRY_REFUSED_RIGHTLY};
 pub use run::{LEASE_TTL_MS, WAITS_KEEP_TERMS, run_runtime_seed, runtime_history};
 pub use versions::{DIVERGED_NEVER_ACTS, MOVE_JOURNALED, MOVED_RUN_NEW_HANDLER};
-pub use world::{CONFIRMED_NOT_SENT, DECISION_ONCE, ERRS_ONLY_DEAD, LIVE_LEASE};
+pub use world::{AWAITED_NOT_SENT, CONFIRMED_NOT_SENT, DECISION_ONCE, ERRS_ONLY_DEAD, LIVE_LEASE};

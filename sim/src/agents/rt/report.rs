@@ -72,6 +72,18 @@ pub struct RuntimeReport {
     /// Questions a compensating run's saga asked: about an act the run
     /// left open, or an undo request (each once it could no longer land).
     pub saga_asks: u64,
+    /// Waits an asynchronous step opened for its tool's reply.
+    pub reply_waits: u64,
+    /// Of those, waits whose deadline passed with no reply (the run was
+    /// paused for a person).
+    pub replies_elapsed: u64,
+    /// Replies the asynchronous tool's webhook delivered (each delivery).
+    pub webhooks: u64,
+    /// Of those, deliveries of a reply the books held already (a webhook
+    /// that retries).
+    pub webhooks_repeated: u64,
+    /// Of those, replies recorded before their step waited for them.
+    pub replies_early: u64,
 }
 
 impl RuntimeReport {
@@ -107,6 +119,11 @@ impl RuntimeReport {
         self.late += other.late;
         self.lifetime_waits += other.lifetime_waits;
         self.saga_asks += other.saga_asks;
+        self.reply_waits += other.reply_waits;
+        self.replies_elapsed += other.replies_elapsed;
+        self.webhooks += other.webhooks;
+        self.webhooks_repeated += other.webhooks_repeated;
+        self.replies_early += other.replies_early;
     }
 }
 
@@ -116,7 +133,7 @@ impl fmt::Display for RuntimeReport {
             f,
             "{} runs started, {} runs completed (children included) in {} turns; {} crashes ({} with a request just sent), {} \
              clock jumps, {} stalls past the lease, {} leases lost, {} parked, {} paused for a \
-             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused, {} from an earlier checkpoint), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits), {} asked by sagas; {} model calls; {} checks",
+             person ({} outcomes settled, {} budgets raised), {} cancelled, {} moved between versions, {} failed runs retried ({} refused, {} from an earlier checkpoint), {} forked; {} paused diverged, {} rollbacks; {} fan-outs ({} for the first); {} tool calls, {} applied, {} late past their caller's timeout ({} lifetime waits), {} asked by sagas; {} reply waits ({} elapsed), {} webhooks ({} repeated, {} before the wait); {} model calls; {} checks",
             self.runs,
             self.completed,
             self.turns,
@@ -144,6 +161,11 @@ impl fmt::Display for RuntimeReport {
             self.late,
             self.lifetime_waits,
             self.saga_asks,
+            self.reply_waits,
+            self.replies_elapsed,
+            self.webhooks,
+            self.webhooks_repeated,
+            self.replies_early,
             self.model_calls,
             self.checks
         )

@@ -420,8 +420,16 @@ impl RtSim {
             return Ok(());
         };
         for (run, state) in self.live_runs() {
+            if self.shared.dead() {
+                continue;
+            }
             let waiting = matches!(state, RunState::WaitingTool | RunState::WaitingHuman);
-            if !waiting || self.shared.dead() {
+            if !waiting {
+                // The screening service's webhook may come before its
+                // caller waits for it.
+                if self.events.below(4) == 0 {
+                    self.shared.webhook(&run, false);
+                }
                 continue;
             }
             let Ok(book) = engine.waits(&run) else {
@@ -450,6 +458,16 @@ impl RtSim {
                         "bank-webhook",
                     )
                     .map(|_| ()),
+                WaitFor::Reply { .. } => {
+                    // The webhook comes late (not this time), once, or
+                    // twice.
+                    match self.events.below(4) {
+                        0 => {}
+                        1 => self.shared.webhook(&run, true),
+                        _ => self.shared.webhook(&run, false),
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             self.shared.note(|| {
@@ -809,6 +827,11 @@ impl RtSim {
             for wait in book.iter().flat_map(|b| &b.waits) {
                 if wait.wait_for == WaitFor::Timer && wait.step.as_str().contains(":lifetime-") {
                     state.report.lifetime_waits += 1;
+                }
+                if let WaitFor::Reply { .. } = wait.wait_for {
+                    state.report.reply_waits += 1;
+                    state.report.replies_elapsed +=
+                        u64::from(wait.status == actum::books::WaitStatus::Elapsed);
                 }
                 if let WaitFor::Children { join, .. } = wait.wait_for {
                     state.report.fan_outs += 1;

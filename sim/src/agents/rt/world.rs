@@ -41,6 +41,9 @@ pub const LIVE_LEASE: &str = "an act is sent only under a live lease";
 /// Invariant: a step whose act the books call confirmed is answered from
 /// the ledger, never sent again.
 pub const CONFIRMED_NOT_SENT: &str = "a confirmed step is never sent again";
+/// Invariant: a request whose reply the books await (its step waited for
+/// the reply) left already: it is never sent again.
+pub const AWAITED_NOT_SENT: &str = "a request whose reply is awaited is never sent again";
 /// Invariant: a model call journaled at a position is replayed, never
 /// asked (and paid) again.
 pub const DECISION_ONCE: &str = "a journaled model call is never asked again";
@@ -51,6 +54,9 @@ pub const ERRS_ONLY_DEAD: &str = "the runtime errs only when its process dies";
 const STALL_PER_MILLE: u64 = 30;
 /// Per mille of acts after which the process dies, the request sent.
 const DIE_AFTER_SEND_PER_MILLE: u64 = 25;
+/// One asynchronous request in this many is answered by webhook before
+/// its caller waits for the reply.
+const EARLY_WEBHOOK_IN: u64 = 6;
 
 /// What the harness and the handlers share.
 pub struct Shared {
@@ -235,7 +241,7 @@ impl Shared {
             return unknown("not sent: the process died reading its books");
         }
         // The call's fate, drawn before anything else moves.
-        let (stall, fate, dies, tool) = {
+        let (stall, fate, dies, tool, early) = {
             let mut state = self.state();
             let calm = state.calm;
             let nested = state.nested;
@@ -291,7 +297,8 @@ impl Shared {
                 }
             };
             let dies = !calm && acting && fates.below(1000) < DIE_AFTER_SEND_PER_MILLE;
-            (stall, fate, dies, tool)
+            let early = acting && tool.replies_by_webhook && fates.below(EARLY_WEBHOOK_IN) == 0;
+            (stall, fate, dies, tool, early)
         };
         if stall {
             self.stall(call);
@@ -346,11 +353,16 @@ impl Shared {
         }
         let mut state = self.state();
         state.world.deliver_due(self.clock.peek());
-        match state.world.take_reply(id) {
+        let reply = state.world.take_reply(id);
+        drop(state);
+        if early {
+            // The service's webhook beats the caller's wait for it.
+            self.webhook(call.key.run(), false);
+        }
+        match reply {
             Some(Reply::Fenced) => unknown("the service saw a newer token"),
             Some(reply) => reply.outcome(),
             None => {
-                drop(state);
                 // The caller waits out its timeout: by then the request
                 // has arrived or never will.
                 self.clock.advance_ms(CALL_TIMEOUT_MS);
@@ -369,8 +381,14 @@ impl Shared {
         };
         let now = self.clock.peek();
         let key = call.key.clone();
-        let read = engine.read(|books| Ok((books.run(key.run()), books.effect(&key))));
-        let Ok((run, entry)) = read else {
+        let read = engine.read(|books| {
+            Ok((
+                books.run(key.run()),
+                books.effect(&key),
+                books.waits(key.run()),
+            ))
+        });
+        let Ok((run, entry, waits)) = read else {
             return true; // the process died reading: nothing is sent
         };
         let lease = run.and_then(|r| r.lease);
@@ -396,6 +414,22 @@ impl Shared {
         {
             return false;
         }
+        let awaited = waits
+            .iter()
+            .flat_map(|b| &b.waits)
+            .find(|w| matches!(&w.wait_for, actum::books::WaitFor::Reply { key: k } if *k == key));
+        if let Some(wait) = awaited {
+            self.violate(
+                AWAITED_NOT_SENT,
+                format!(
+                    "{} was handed to its tool again, its reply awaited since {} ms (wait {})",
+                    call.key,
+                    wait.opened_ms,
+                    wait.status.name()
+                ),
+            );
+            return false;
+        }
         if let Some(entry) = entry
             && entry.status.is_confirmed()
         {
@@ -409,6 +443,53 @@ impl Shared {
             return false;
         }
         true
+    }
+
+    /// The asynchronous service's webhook for `run`: the verdict of each
+    /// request it applied whose reply the books do not hold yet, delivered
+    /// with `deliver_reply`; `again`: every verdict delivered twice, held
+    /// or not, as a webhook that retries.
+    pub fn webhook(&self, run: &RunId, again: bool) {
+        let Some(engine) = self.engine() else {
+            return;
+        };
+        let owed = self.state().world.webhook_replies(run);
+        for (key, receipt) in owed {
+            for _ in 0..if again { 2 } else { 1 } {
+                if self.dead() {
+                    return;
+                }
+                let read = engine.read(|books| {
+                    let open = books.effect(&key).is_some_and(|e| e.status.is_open());
+                    let waiting = books.waits(run).is_some_and(|b| {
+                        b.open_wait().is_some_and(|w| {
+                            w.wait_for == actum::books::WaitFor::Reply { key: key.clone() }
+                        })
+                    });
+                    Ok((open, waiting))
+                });
+                let Ok((open, waiting)) = read else {
+                    return;
+                };
+                if !open && !again {
+                    continue;
+                }
+                let verdict = Outcome::Confirmed {
+                    receipt: receipt.clone(),
+                };
+                let delivered = engine.deliver_reply(&key, verdict, "kyc-webhook");
+                self.note(|| format!("the webhook delivers {key}: {delivered:?}"));
+                if delivered.is_ok() {
+                    let mut state = self.state();
+                    state.report.webhooks += 1;
+                    if !open {
+                        state.report.webhooks_repeated += 1;
+                    } else if !waiting {
+                        state.report.replies_early += 1;
+                    }
+                }
+            }
+        }
     }
 
     /// The caller stalls past its lease before its request leaves (a
