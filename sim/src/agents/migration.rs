@@ -194,9 +194,10 @@ mod tests {
     fn migration_keeps_the_state_unless_planted() {
         let run = Workflow::Treasury.run_id(0);
         let v1 = encode(SCHEMA_1, &state(), Workflow::Treasury);
-        let migrated = migrate(&run, SCHEMA_1, v1.clone(), false).unwrap();
+        let migrated =
+            migrate(&run, SCHEMA_1, v1.clone(), false).expect("a schema-1 checkpoint migrates");
         assert_eq!(migrated, encode(SCHEMA_2, &state(), Workflow::Treasury));
-        let broken = migrate(&run, SCHEMA_1, v1, true).unwrap();
+        let broken = migrate(&run, SCHEMA_1, v1, true).expect("a schema-1 checkpoint migrates");
         assert_ne!(decode(SCHEMA_2, &broken), Some(state()));
         assert!(migrate(&run, 3, Vec::new(), false).is_err());
     }
