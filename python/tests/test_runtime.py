@@ -263,6 +263,32 @@ def test_a_model_exception_is_raised_in_the_agent(tmp_path):
         assert "ValueError: rate limited" in failure(engine, "m1")
 
 
+def test_a_model_call_that_raised_may_be_asked_again(tmp_path):
+    tries = []
+
+    def model():
+        tries.append(1)
+        if len(tries) == 1:
+            raise ValueError("rate limited")
+        return b"answer"
+
+    with actum.Engine.open(tmp_path) as engine:
+        runtime = actum.Runtime(engine)
+
+        @runtime.agent("m")
+        def m(ctx):
+            try:
+                return ctx.decide("ask", b"q", model)
+            except ValueError:
+                return ctx.decide("ask", b"q", model)
+
+        runtime.start("m", "m2", b"")
+        [worked] = runtime.drain()
+        assert worked.outcome == "completed", worked
+        assert runtime.output("m2") == b"answer"
+        assert len(tries) == 2
+
+
 def test_signals_and_approvals_park_the_run(tmp_path):
     with actum.Engine.open(tmp_path) as engine:
         runtime = actum.Runtime(engine)

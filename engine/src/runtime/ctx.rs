@@ -435,7 +435,16 @@ impl RunCtx<'_> {
                 }
             }
         }
-        let (output, usage) = model()?;
+        let (output, usage) = match model() {
+            Ok(answered) => answered,
+            Err(failed) => {
+                // Nothing was recorded: the position is not spent, so the
+                // handler may ask again (or call something else) there.
+                self.calls -= 1;
+                self.decisions -= 1;
+                return Err(failed);
+            }
+        };
         self.live(&at())?;
         let recorded = engine.record_decision(RecordDecision {
             run: self.run.clone(),

@@ -315,6 +315,51 @@ fn other_arguments_for_a_recorded_step_or_model_call_are_a_divergence() {
 }
 
 #[test]
+fn a_model_call_that_failed_spends_no_position_so_the_handler_may_ask_again() {
+    let bench = Bench::new();
+    let engine = bench.engine();
+    let rt = bench.runtime(&engine);
+    let asked = Arc::new(AtomicU64::new(0));
+    let a = asked.clone();
+    rt.register("retrying", "1", move |ctx| {
+        let mut tries = 0;
+        let answer = loop {
+            let asked = a.fetch_add(1, Ordering::Relaxed);
+            match ctx.decide("think", b"q", || {
+                if asked == 0 {
+                    Err(Fail::failed("rate limited"))
+                } else {
+                    Ok(b"answer".to_vec())
+                }
+            }) {
+                Ok(answer) => break answer,
+                Err(Fail::Failed { .. }) if tries < 2 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        ctx.signal("go", None)?;
+        Ok(answer)
+    })
+    .unwrap();
+    let run = rt.start("retrying", "retry-1", b"").unwrap().run;
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Parked("go".into()))]);
+    assert_eq!(
+        asked.load(Ordering::Relaxed),
+        2,
+        "failed once, then answered"
+    );
+    // The resume replays the one recorded call, at position 0.
+    engine.signal(&run, "go", b"", "test").unwrap();
+    assert_eq!(drain(&rt), [(run.clone(), Driven::Completed)]);
+    assert_eq!(rt.output(&run).unwrap().unwrap(), b"answer");
+    let recorded = engine
+        .read(|books| Ok(books.decision_at(&run, 0)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorded.output, b"answer");
+}
+
+#[test]
 fn a_loop_of_model_calls_is_counted_and_a_reused_step_name_is_a_divergence() {
     let bench = Bench::new();
     let engine = bench.engine();
