@@ -5,9 +5,12 @@
 #   ./test.sh --python-only   only the Python part (while iterating on python/)
 #
 # The Python part installs what it needs on a clean machine: a virtual
-# environment in target/venv with pinned maturin and pytest, the module built
+# environment in target/venv with pinned maturin and pytest, LangGraph and its
+# checkpointer packages (the newest: the conformance suite judges the saver
+# against the langgraph-checkpoint users install today), the module built
 # into it (a debug build, incremental in target/), then pytest over
-# python/tests. Exits non-zero on any failure.
+# python/tests: the module's tests, LangGraph's conformance suite over
+# ActumSaver, and the crash test's quick mode. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -34,7 +37,11 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "maturin==${MATURIN_VERSION}" "pytest==${PYTEST_VERSION}"
+    "maturin==${MATURIN_VERSION}" "pytest==${PYTEST_VERSION}" \
+    --upgrade langgraph langgraph-checkpoint langgraph-checkpoint-sqlite \
+    langgraph-checkpoint-conformance
+"$VENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null |
+    grep -E '^langgraph' | sed 's/^/test.sh: /' >&2
 # maturin develop builds the module (the crate at python/, with the
 # extension-module feature pyproject.toml names) and installs it into the
 # environment VIRTUAL_ENV names.

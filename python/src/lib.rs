@@ -13,6 +13,7 @@ mod ctx;
 mod engine;
 mod errors;
 mod runtime;
+mod threads;
 mod tool;
 
 /// The module's contents.
@@ -29,5 +30,6 @@ fn actum_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tool::PyCall>()?;
     m.add_class::<ctx::PyApproval>()?;
     m.add_class::<tool::PyTool>()?;
+    m.add_class::<threads::ThreadBooks>()?;
     Ok(())
 }

@@ -1,0 +1,188 @@
+"""ActumSaver under a real LangGraph graph, across reopens, from many
+threads at once, with awkward thread ids, and through a rewrite cut short."""
+
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Annotated, TypedDict
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+
+import actum
+from actum.langgraph import ActumSaver, _Books, _books_of
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+    count: int
+
+
+def build():
+    def plan(state: State):
+        return {"log": [f"plan {state['count']}"], "count": state["count"] + 1}
+
+    def act(state: State):
+        return {"log": ["act " + "x" * 2000], "count": state["count"] + 1}
+
+    builder = StateGraph(State)
+    builder.add_node("plan", plan)
+    builder.add_node("act", act)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "act")
+    builder.add_edge("act", END)
+    return builder
+
+
+def test_a_graph_resumes_from_the_books_after_reopening(tmp_path):
+    config = {"configurable": {"thread_id": "essay-1"}}
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        graph = build().compile(checkpointer=saver)
+        graph.invoke({"log": [], "count": 0}, config)
+        graph.invoke({"log": ["again"], "count": 10}, config)
+        before = graph.get_state(config)
+        history = [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(config)]
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        graph = build().compile(checkpointer=saver)
+        after = graph.get_state(config)
+        assert after.values == before.values
+        assert after.values["count"] == 12
+        assert len(after.values["log"]) == 5
+        again = [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(config)]
+        assert again == history
+        # An interrupted thread goes on from its last checkpoint.
+        graph.invoke(None, {"configurable": {"thread_id": "essay-1"}})
+        graph.invoke({"log": [], "count": 0}, config)
+        assert graph.get_state(config).values["count"] == 2
+
+
+def put(saver, thread_id, n, ns=""):
+    parent = None
+    for i in range(n):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"n": i, "blob": b"b" * (3000 if i % 2 else 10)}
+        checkpoint["channel_versions"] = {"n": i + 1, "blob": i + 1}
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        if parent:
+            config["configurable"]["checkpoint_id"] = parent
+        stored = saver.put(config, checkpoint, {"step": i}, {"n": i + 1, "blob": i + 1})
+        parent = stored["configurable"]["checkpoint_id"]
+    return parent
+
+
+def test_threads_write_at_once(tmp_path):
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        errors = []
+
+        def worker(t):
+            try:
+                put(saver, f"thread-{t % 4}", 20, ns=f"w{t}")
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        workers = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert not errors, errors
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        for t in range(8):
+            found = list(saver.list({"configurable": {"thread_id": f"thread-{t % 4}", "checkpoint_ns": f"w{t}"}}))
+            assert [f.metadata["step"] for f in found] == list(reversed(range(20)))
+            assert found[0].checkpoint["channel_values"]["blob"] == b"b" * 3000
+
+
+AWKWARD = ["a", "a.", "A", "", " ", "lg.x", "ü/ß", "x" * 500, "a\x00b", "\ud800", "7"]
+
+
+def test_thread_ids_are_any_strings_and_never_share(tmp_path):
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        for i, tid in enumerate(AWKWARD):
+            put(saver, tid, i + 1)
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        for i, tid in enumerate(AWKWARD):
+            found = list(saver.list({"configurable": {"thread_id": tid}}))
+            assert len(found) == i + 1, tid
+            assert all(f.config["configurable"]["thread_id"] == tid for f in found)
+        everything = list(saver.list(None))
+        assert len(everything) == sum(range(1, len(AWKWARD) + 1))
+        assert {f.config["configurable"]["thread_id"] for f in everything} == set(AWKWARD)
+
+
+class CutAfterWriting:
+    """The engine calls, with ``retire`` failing once: a crash after a
+    rewrite wrote the new generation and before it retired the old."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.cut = True
+
+    def __getattr__(self, name):
+        return getattr(self.calls, name)
+
+    def retire(self, names):
+        if self.cut:
+            self.cut = False
+            raise OSError("power cut")
+        return self.calls.retire(names)
+
+
+def test_a_rewrite_cut_short_keeps_the_complete_generation(tmp_path):
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        latest = put(saver, "t", 5)
+        books: _Books = _books_of(saver.engine)
+        books.calls = CutAfterWriting(books.calls)
+        with pytest.raises(OSError):
+            saver.prune(["t"], strategy="keep_latest")
+        assert len(books.calls.runs("lg.")) == 2, "both generations are on disk"
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        found = list(saver.list({"configurable": {"thread_id": "t"}}))
+        assert [f.config["configurable"]["checkpoint_id"] for f in found] == [latest]
+        assert found[0].checkpoint["channel_values"]["blob"] == b"b" * 10
+        # The reader retired the older generation.
+        assert len(_books_of(saver.engine).calls.runs("lg.")) == 1
+
+
+def test_a_generation_written_in_part_is_ignored(tmp_path):
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        latest = put(saver, "t", 3)
+        calls = _books_of(saver.engine).calls
+        [(name, _, _)] = calls.runs("lg.")
+        # A rewrite that announced two checkpoints and wrote one.
+        newer = name[:-8] + "00000001"
+        calls.save(newer, "t".encode(), [("e", b""), ("plan", b"2")])
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        found = list(saver.list({"configurable": {"thread_id": "t"}}))
+        assert found[0].config["configurable"]["checkpoint_id"] == latest
+        assert len(found) == 3
+        assert [r[0] for r in _books_of(saver.engine).calls.runs("lg.")] == [name]
+
+
+def test_a_closed_engine_and_wrong_types_raise(tmp_path):
+    with pytest.raises(TypeError):
+        ActumSaver("not an engine")
+    engine = actum.Engine.open(tmp_path / "books")
+    saver = ActumSaver(engine)
+    engine.close()
+    with pytest.raises(actum.EngineClosed):
+        saver.get_tuple({"configurable": {"thread_id": "t"}})
+
+
+def test_a_task_write_lands_once_and_an_error_is_replaced(tmp_path):
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        latest = put(saver, "t", 1)
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": latest}}
+        saver.put_writes(config, [("ch", "first"), ("__error__", "boom 1")], "task-1")
+        # A retried put_writes (the task ran again) changes no ordinary write.
+        saver.put_writes(config, [("ch", "second"), ("__error__", "boom 2")], "task-1")
+        saver.put_writes(config, [("ch", "other task")], "task-2")
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        writes = saver.get_tuple({"configurable": {"thread_id": "t"}}).pending_writes
+        assert sorted(writes) == [
+            ("task-1", "__error__", "boom 2"),
+            ("task-1", "ch", "first"),
+            ("task-2", "ch", "other task"),
+        ]
