@@ -68,6 +68,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ._actum import Engine, _ThreadBooks
+from . import ToolFailed
 
 __all__ = [
     "INLINE_BYTES",
@@ -875,7 +876,7 @@ class ExactlyOnceTool(BaseTool):
         # record of an earlier attempt) opens the next attempt, under a new
         # key, up to `attempts` in all.
         for _ in range(self.attempts):
-            status, key, payload = self.saver._books.calls.step(
+            status, key, payload, raised = self.saver._books.calls.step(
                 ledger,
                 _thread_bytes(thread_id),
                 _step_name("t.", ns, call_id),
@@ -892,8 +893,8 @@ class ExactlyOnceTool(BaseTool):
             return self._message(_from_receipt(serde, payload), call_id)
         reason = payload.decode("utf-8", "replace")
         if status == "unknown":
-            raise UnknownEffect(key, reason)
-        raise ToolException(f"{self.name} ({key}) failed: {reason}")
+            raise UnknownEffect(key, reason) from raised
+        raise ToolException(f"{self.name} ({key}) failed: {reason}") from raised
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
@@ -1004,10 +1005,18 @@ class JournaledModel(Runnable):
         asked = _canonical(input)
         digest = hashlib.sha256(asked).hexdigest()
 
-        def ask(key: str, token: int, resend: bool) -> bytes:
-            return _receipt(serde, self.model.invoke(input, config, **kwargs))
+        failed: list[BaseException] = []
 
-        status, key, payload = self.saver._books.calls.step(
+        def ask(key: str, token: int, resend: bool) -> bytes:
+            try:
+                return _receipt(serde, self.model.invoke(input, config, **kwargs))
+            except Exception as e:
+                # A failed model call spends nothing: the next call with
+                # this input asks again (the next attempt).
+                failed.append(e)
+                raise ToolFailed(f"{type(e).__name__}: {e}", retryable=True) from e
+
+        status, key, payload, raised = self.saver._books.calls.step(
             ledger,
             _thread_bytes(thread_id),
             _step_name("m.", ns, self.name, digest),
@@ -1019,6 +1028,8 @@ class JournaledModel(Runnable):
         )
         if status in ("done", "replayed"):
             return _from_receipt(serde, payload)
+        if failed:
+            raise failed[0]
         raise RuntimeError(f"model call {key} failed: {payload.decode('utf-8', 'replace')}")
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:

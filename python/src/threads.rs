@@ -133,6 +133,10 @@ impl ThreadBooks {
     }
 }
 
+/// What `step` answers: status, key, receipt or reason, and the exception
+/// the act or query raised, if any.
+type StepAnswer<'py> = (&'static str, String, Bound<'py, PyBytes>, Option<Py<PyAny>>);
+
 /// The bytes of the part `wanted` of the checkpoint `meta` (None if it has
 /// no such part), checked against the digest and size the checkpoint names.
 fn read_part(
@@ -395,9 +399,8 @@ impl ThreadBooks {
     /// token)`), and its outcome recorded. Returns `(status, key, bytes)`:
     /// `("done", key, receipt)`, `("replayed", key, receipt)`,
     /// `("failed", key, reason)`, `("retryable", key, reason)` or
-    /// `("unknown", key, reason)`. An exception the act raised (other than
-    /// `ToolFailed` or `OutcomeUnknown`) is recorded as a failure and raised
-    /// again.
+    /// `("unknown", key, reason)`, each with the exception the act or query
+    /// raised, if it did (recorded as the outcome `outcome_of` maps it to).
     #[pyo3(signature = (name, input, step, tool, kind, args, act, query=None, window_ms=None))]
     #[allow(clippy::too_many_arguments, reason = "one call's facts")]
     fn step<'py>(
@@ -412,7 +415,7 @@ impl ThreadBooks {
         act: Py<PyAny>,
         query: Option<Py<PyAny>>,
         window_ms: Option<u64>,
-    ) -> PyResult<(&'static str, String, Bound<'py, PyBytes>)> {
+    ) -> PyResult<StepAnswer<'py>> {
         let engine = self.engine()?;
         let run = run_id(py, name)?;
         let step = StepId::new(step).map_err(|e| error_to_py(py, &e))?;
@@ -478,11 +481,6 @@ impl ThreadBooks {
                 (result, raised)
             }
         };
-        if let Some(raised) = raised
-            && !matches!(result, StepResult::Done { .. })
-        {
-            return Err(raised);
-        }
         let (status, key, bytes): (&'static str, _, Vec<u8>) = match result {
             StepResult::Done {
                 key,
@@ -510,7 +508,8 @@ impl ThreadBooks {
                 b"the call was undone by its compensation".to_vec(),
             ),
         };
-        Ok((status, key.encode(), PyBytes::new(py, &bytes)))
+        let raised = raised.map(|e| e.into_value(py).into_any());
+        Ok((status, key.encode(), PyBytes::new(py, &bytes), raised))
     }
 
     fn __repr__(&self) -> String {

@@ -1,0 +1,243 @@
+"""ActumSaver beside SqliteSaver and InMemorySaver on one LangGraph workload,
+in one run.
+
+    target/venv/bin/python python/bench/langgraph_savers.py            # 200 threads x 20 supersteps
+    target/venv/bin/python python/bench/langgraph_savers.py --quick    # 20 threads x 20 supersteps
+
+The workload: a 5-node graph (planner, agent, a real ToolNode, reviewer,
+writer) whose nodes add 8 messages of about 1 KB per turn to a growing
+message list, run for 20 supersteps on each thread. SqliteSaver runs in WAL
+mode with synchronous=FULL, so both savers are durable when put returns;
+InMemorySaver is the floor.
+
+Measured, per saver:
+
+* bytes on disk per superstep: the database's files after the workload,
+  less those of the same database empty, over the supersteps run;
+* put latency at one thread (p50, p99), over every put of the workload;
+* put throughput with 16 threads writing at once (the checkpoints the
+  workload wrote, put again on fresh threads);
+* resume after a restart: open the database and get_state of one thread.
+
+Prints a table and writes it as JSON (--json PATH) for docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from actum.langgraph import ActumSaver
+
+KB = "lorem ipsum dolor sit amet " * 40  # ~1 KB
+
+
+@tool
+def lookup(query: str) -> str:
+    """Look something up."""
+    return f"found for {query}: {KB}"
+
+
+def build():
+    def planner(state: MessagesState):
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"plan {n}: {KB}"), AIMessage(f"plan b {n}: {KB}")]}
+
+    def agent(state: MessagesState):
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"calling tools {n}: {KB}", tool_calls=[
+            {"name": "lookup", "args": {"query": f"q{n}a"}, "id": f"c-{n}-a"},
+            {"name": "lookup", "args": {"query": f"q{n}b"}, "id": f"c-{n}-b"},
+        ])]}
+
+    def reviewer(state: MessagesState):
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"review {n}: {KB}"), AIMessage(f"notes {n}: {KB}")]}
+
+    def writer(state: MessagesState):
+        return {"messages": [AIMessage(f"draft {len(state['messages'])}: {KB}")]}
+
+    def route(state: MessagesState):
+        return END if len(state["messages"]) >= 1 + 8 * 4 else "planner"
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("planner", planner)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_node("reviewer", reviewer)
+    builder.add_node("writer", writer)
+    builder.add_edge(START, "planner")
+    builder.add_edge("planner", "agent")
+    builder.add_edge("agent", "tools")
+    builder.add_edge("tools", "reviewer")
+    builder.add_edge("reviewer", "writer")
+    builder.add_conditional_edges("writer", route)
+    return builder
+
+
+def disk_bytes(path: Path) -> int:
+    if path.is_file():
+        paths = [path] + [Path(str(path) + s) for s in ("-wal", "-shm")]
+    else:
+        paths = [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_blocks * 512 for p in paths if p.exists())
+
+
+class Timed:
+    """Wraps a saver's put to time every call."""
+
+    def __init__(self, saver):
+        self.saver = saver
+        self.times: list[float] = []
+        self.calls: list[tuple] = []
+        real = saver.put
+
+        def put(config, checkpoint, metadata, new_versions):
+            start = time.perf_counter()
+            out = real(config, checkpoint, metadata, new_versions)
+            self.times.append(time.perf_counter() - start)
+            self.calls.append((config, checkpoint, metadata, new_versions))
+            return out
+
+        saver.put = put
+
+
+def open_saver(kind: str, where: Path):
+    if kind == "actum":
+        return ActumSaver.from_path(where)
+    if kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        class Durable:
+            def __enter__(self):
+                self.cm = SqliteSaver.from_conn_string(str(where))
+                saver = self.cm.__enter__()
+                saver.setup()
+                saver.conn.execute("PRAGMA journal_mode=WAL")
+                saver.conn.execute("PRAGMA synchronous=FULL")
+                return saver
+
+            def __exit__(self, *exc):
+                return self.cm.__exit__(*exc)
+
+        return Durable()
+
+    class Memory:
+        def __enter__(self):
+            return InMemorySaver()
+
+        def __exit__(self, *exc):
+            return False
+
+    return Memory()
+
+
+def run(kind: str, threads: int, root: Path) -> dict:
+    where = root / kind
+    # The empty database's size, to subtract.
+    with open_saver(kind, where) as saver:
+        pass
+    empty = disk_bytes(where) if kind != "memory" else 0
+    graph_threads = [f"thread-{i}" for i in range(threads)]
+    start = time.perf_counter()
+    with open_saver(kind, where) as saver:
+        timed = Timed(saver)
+        graph = build().compile(checkpointer=saver)
+        for tid in graph_threads:
+            graph.invoke({"messages": [HumanMessage(f"task {tid}: {KB}")]},
+                         {"configurable": {"thread_id": tid}}, durability="sync")
+        workload_s = time.perf_counter() - start
+        puts = len(timed.times)
+        # 16 writers at once: the recorded puts again, each writer on its
+        # own fresh threads.
+        calls = timed.calls
+        per = [calls[i::16] for i in range(16)]
+        ready = threading.Barrier(17)
+
+        def writer(batch):
+            ready.wait()
+            for config, checkpoint, metadata, versions in batch:
+                cfg = {"configurable": {**config["configurable"],
+                                        "thread_id": "copy-" + str(config["configurable"]["thread_id"])}}
+                saver.put(cfg, checkpoint, metadata, versions)
+
+        workers = [threading.Thread(target=writer, args=(b,)) for b in per]
+        for w in workers:
+            w.start()
+        ready.wait()
+        t0 = time.perf_counter()
+        for w in workers:
+            w.join()
+        parallel_s = time.perf_counter() - t0
+    on_disk = disk_bytes(where) - empty if kind != "memory" else 0
+    supersteps = puts  # one put per superstep (durability sync), plus the input's
+    resume_ms = None
+    if kind != "memory":
+        config = {"configurable": {"thread_id": graph_threads[len(graph_threads) // 2]}}
+        t0 = time.perf_counter()
+        with open_saver(kind, where) as saver:
+            state = build().compile(checkpointer=saver).get_state(config)
+            resume_ms = (time.perf_counter() - t0) * 1000
+            assert len(state.values["messages"]) == 1 + 8 * 4
+    times = sorted(timed.times)
+    return {
+        "saver": kind,
+        "threads": threads,
+        "supersteps": supersteps,
+        "workload_s": round(workload_s, 2),
+        "bytes_per_superstep": None if kind == "memory" else round(on_disk / supersteps),
+        "put_p50_ms": round(statistics.median(times) * 1000, 3),
+        "put_p99_ms": round(times[int(len(times) * 0.99)] * 1000, 3),
+        "puts_per_s_16_threads": round(len(calls) / parallel_s),
+        "resume_ms": None if resume_ms is None else round(resume_ms, 1),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=200)
+    p.add_argument("--quick", action="store_true", help="20 threads")
+    p.add_argument("--dir", help="where the databases go (default: a temporary directory)")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+    threads = 20 if args.quick else args.threads
+    root = Path(args.dir or tempfile.mkdtemp(prefix="actum-langgraph-bench-"))
+    results = []
+    for kind in ("memory", "sqlite", "actum"):
+        shutil.rmtree(root / kind, ignore_errors=True)
+        r = run(kind, threads, root)
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    by = {r["saver"]: r for r in results}
+    a, s = by["actum"], by["sqlite"]
+    ratios = {
+        "bytes_per_superstep_actum_over_sqlite": round(a["bytes_per_superstep"] / s["bytes_per_superstep"], 3),
+        "put_p50_actum_over_sqlite": round(a["put_p50_ms"] / s["put_p50_ms"], 3),
+        "puts_16_threads_actum_over_sqlite": round(a["puts_per_s_16_threads"] / s["puts_per_s_16_threads"], 2),
+        "resume_actum_over_sqlite": round(a["resume_ms"] / s["resume_ms"], 3),
+    }
+    print(json.dumps(ratios))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "ratios": ratios}, indent=2))
+    shutil.rmtree(root, ignore_errors=True) if not args.dir else None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
