@@ -512,6 +512,16 @@ impl ThreadBooks {
         Ok((status, key.encode(), PyBytes::new(py, &bytes), raised))
     }
 
+    /// The engine's commits and log fsyncs since it opened: their ratio is
+    /// the mean group commit (`Metrics::mean_group`, docs/API.md).
+    fn commits_and_fsyncs(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        let engine = self.engine()?;
+        let metrics = py
+            .detach(|| engine.metrics(u64::MAX))
+            .map_err(|e| error_to_py(py, &e))?;
+        Ok((metrics.commits, metrics.fsyncs))
+    }
+
     fn __repr__(&self) -> String {
         format!("_ThreadBooks({:?})", self.engine.get().path())
     }

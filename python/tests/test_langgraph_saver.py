@@ -186,3 +186,19 @@ def test_a_task_write_lands_once_and_an_error_is_replaced(tmp_path):
             ("task-1", "ch", "first"),
             ("task-2", "ch", "other task"),
         ]
+
+
+def test_puts_from_many_threads_share_fsyncs(tmp_path):
+    # LangGraph puts from a thread pool: calls on different threads run in
+    # the engine at once and group commit makes one fsync serve several.
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        calls = _books_of(saver.engine).calls
+        before = calls.commits_and_fsyncs()
+        workers = [threading.Thread(target=put, args=(saver, f"pool-{t}", 30)) for t in range(16)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        commits, fsyncs = (a - b for a, b in zip(calls.commits_and_fsyncs(), before))
+        assert commits >= 16 * 30
+        assert commits / fsyncs > 1.5, f"{commits} commits, {fsyncs} fsyncs"
