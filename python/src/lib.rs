@@ -9,9 +9,11 @@
 
 use pyo3::prelude::*;
 
+mod awaitable;
 mod ctx;
 mod engine;
 mod errors;
+mod fork;
 mod runtime;
 mod threads;
 mod tool;
@@ -29,6 +31,9 @@ fn actum_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ctx::PyCtx>()?;
     m.add_class::<tool::PyCall>()?;
     m.add_class::<ctx::PyApproval>()?;
+    m.add_class::<ctx::PyUsage>()?;
+    m.add_class::<ctx::PyChildOutput>()?;
+    m.add_class::<tool::PyUndoCall>()?;
     m.add_class::<tool::PyTool>()?;
     m.add_class::<threads::ThreadBooks>()?;
     Ok(())
