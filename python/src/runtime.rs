@@ -59,9 +59,13 @@ pub struct Worked {
 #[pymethods]
 impl Worked {
     fn __repr__(&self) -> String {
+        let detail = self
+            .detail
+            .as_deref()
+            .map_or_else(|| "None".to_string(), |d| format!("{d:?}"));
         format!(
-            "Worked(run_id={:?}, outcome={:?}, detail={:?})",
-            self.run_id, self.outcome, self.detail
+            "Worked(run_id={:?}, outcome={:?}, detail={detail})",
+            self.run_id, self.outcome
         )
     }
 }
