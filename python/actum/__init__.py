@@ -11,7 +11,7 @@ again::
 
     charge = actum.Tool.idempotent("charge", window_ms=86_400_000)
 
-    with actum.Engine.open("/tmp/books") as engine:
+    with actum.Engine.open("books") as engine:
         runtime = actum.Runtime(engine)
 
         @runtime.agent("refund", version="1")

@@ -11,7 +11,7 @@ ENGINE_ERRORS: list[str]
 class Engine:
     """An open actum database. One process per directory.
 
-    >>> with Engine.open("/tmp/books") as engine:
+    >>> with Engine.open("books") as engine:
     ...     runtime = Runtime(engine)
     """
 
@@ -294,7 +294,7 @@ class RunTerminal(ActumError):
 class IllegalTransition(ActumError):
     """The engine's `Error::IllegalTransition`."""
     run: str
-    from: str
+    # `from` (str) too: a keyword, so read it with getattr(e, "from").
     to: str
 
 class VersionConflict(ActumError):

@@ -28,8 +28,10 @@ pub(crate) struct EngineState {
 /// same directory (in this process or another) raises `Locked`.
 ///
 /// ```python
-/// with actum.Engine.open("/tmp/books") as engine:
+/// with actum.Engine.open("books") as engine:
 ///     runtime = actum.Runtime(engine)
+///     assert engine.state("no-such-run") is None
+/// assert engine.closed
 /// ```
 #[pyclass(module = "actum", name = "Engine", frozen)]
 pub struct PyEngine {

@@ -100,14 +100,19 @@ impl Worked {
 /// from the books.
 ///
 /// ```python
-/// runtime = actum.Runtime(engine)
+/// pay = actum.Tool.idempotent("pay", window_ms=86_400_000)
 ///
-/// @runtime.agent("refund", version="1")
-/// def refund(ctx):
-///     return ctx.step("pay", psp, ctx.input, lambda call: psp_client.pay(call.idempotency_key))
+/// with actum.Engine.open("books") as engine:
+///     runtime = actum.Runtime(engine)
 ///
-/// runtime.start("refund", "refund-42", b"90 EUR")
-/// runtime.drain()
+///     @runtime.agent("refund", version="1")
+///     def refund(ctx):
+///         return ctx.step("pay", pay, ctx.input,
+///                         lambda call: b"paid " + call.idempotency_key.encode())
+///
+///     runtime.start("refund", "refund-42", b"90 EUR")
+///     runtime.drain()
+///     assert runtime.output("refund-42") == b"paid refund-42/pay/1"
 /// ```
 #[pyclass(module = "actum", name = "Runtime", frozen)]
 pub struct PyRuntime {
@@ -295,6 +300,26 @@ impl PyRuntime {
     /// it is asked whether an earlier undo request took effect (answer the
     /// receipt, or None if it did not). Registering a tool again replaces
     /// its undo.
+    ///
+    /// ```python
+    /// book = actum.Tool.idempotent("airline.book", window_ms=86_400_000)
+    /// cancel = actum.Tool.idempotent("airline.cancel", window_ms=86_400_000)
+    /// cancelled = []
+    ///
+    /// with actum.Engine.open("books") as engine:
+    ///     runtime = actum.Runtime(engine)
+    ///     runtime.register_undo(cancel, lambda call: cancelled.append(call.receipt))
+    ///
+    ///     @runtime.agent("trip")
+    ///     def trip(ctx):
+    ///         ctx.step_with_undo("flight", book, b"TP 123", lambda call: b"PNR-9",
+    ///                            undo=(cancel, b"TP 123"))
+    ///         raise RuntimeError("no hotel left")
+    ///
+    ///     runtime.start("trip", "trip-1", b"")
+    ///     runtime.drain()
+    ///     assert engine.state("trip-1") == "failed" and cancelled == [b"PNR-9"]
+    /// ```
     fn register_undo(
         &self,
         py: Python<'_>,
