@@ -17,4 +17,3 @@ pub(crate) fn complete<'py>(value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyA
         .getattr("_run_awaitable")?
         .call1((value,))
 }
-

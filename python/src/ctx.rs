@@ -374,9 +374,8 @@ impl PyCtx {
         act: Py<PyAny>,
         undo: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let shape = || {
-            PyTypeError::new_err("undo must be a pair (undo_tool: Tool, undo_args: bytes)")
-        };
+        let shape =
+            || PyTypeError::new_err("undo must be a pair (undo_tool: Tool, undo_args: bytes)");
         let pair = undo.cast::<PyTuple>().map_err(|_| shape())?;
         if pair.len() != 2 {
             return Err(shape());
@@ -385,9 +384,7 @@ impl PyCtx {
         let undo_tool = undo_tool.cast::<PyTool>().map_err(|_| shape())?;
         let undo_args = pair.get_item(1)?;
         let undo_args = undo_args.cast::<PyBytes>().map_err(|_| shape())?;
-        let compensation = undo_tool
-            .get()
-            .compensation(undo_args.as_bytes().to_vec());
+        let compensation = undo_tool.get().compensation(undo_args.as_bytes().to_vec());
         self.step_inner(py, name, tool, args, act, Some(compensation))
     }
 

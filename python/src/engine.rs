@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use actum::books::{BudgetLimits, Cost, OperatorAction, RunId, StepId, digest_of};
 use actum::{Engine, EngineOptions};
-use pyo3::prelude::*;
 use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 
 use crate::errors::{ActumError, EngineClosed, error_to_py};

@@ -267,9 +267,7 @@ impl PyRuntime {
         let handler = Arc::new(handler);
         let compatible: Vec<&str> = compatible.iter().map(String::as_str).collect();
         runtime
-            .register_compatible(kind, version, &compatible, move |ctx| {
-                drive(&handler, ctx)
-            })
+            .register_compatible(kind, version, &compatible, move |ctx| drive(&handler, ctx))
             .map_err(|e| error_to_py(py, &e))
     }
 

@@ -81,3 +81,31 @@ def test_the_docstring_example_runs(kind, code, tmp_path, monkeypatch):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.failures == 0 and runner.tries > 0
+
+
+def test_the_stubs_cover_every_public_class_and_member():
+    tree = ast.parse(STUBS.read_text())
+    stubbed = {
+        node.name: {
+            item.name if isinstance(item, ast.FunctionDef) else item.target.id
+            for item in node.body
+            if isinstance(item, ast.FunctionDef)
+            or (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name))
+        }
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    }
+    missing = []
+    for name in actum.__all__:
+        obj = getattr(actum, name)
+        if not inspect.isclass(obj):
+            continue
+        if name not in stubbed:
+            missing.append(name)
+            continue
+        inherited = dir(BaseException) if issubclass(obj, BaseException) else []
+        for member in dir(obj):
+            if not member.startswith("_") and member not in inherited:
+                if member not in stubbed[name]:
+                    missing.append(f"{name}.{member}")
+    assert missing == []
