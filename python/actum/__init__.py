@@ -11,7 +11,7 @@ again::
 
     charge = actum.Tool.idempotent("charge", window_ms=86_400_000)
 
-    with actum.Engine.open("/tmp/books") as engine:
+    with actum.Engine.open("books") as engine:
         runtime = actum.Runtime(engine)
 
         @runtime.agent("refund", version="1")
@@ -27,6 +27,9 @@ again::
 See docs/PYTHON.md.
 """
 
+import asyncio
+import threading
+
 from . import _actum
 from ._actum import *  # noqa: F401,F403  (the classes and the engine's errors)
 from ._actum import (
@@ -34,14 +37,18 @@ from ._actum import (
     ActumError,
     Approval,
     Call,
+    ChildOutput,
     Ctx,
     Engine,
     EngineClosed,
+    EngineForked,
     Runtime,
     Started,
     StepFailed,
     Stopped,
     Tool,
+    UndoCall,
+    Usage,
     Worked,
 )
 
@@ -74,14 +81,45 @@ class OutcomeUnknown(Exception):
         self.reason = reason
 
 
+def _run_awaitable(awaitable):
+    """Runs an awaitable (what an ``async def`` agent, model, act, query or
+    undo returned) to completion on this thread, with an event loop of its
+    own, and returns its result; if this thread already runs a loop, on a
+    thread of its own, waited for. The runtime calls it; it is not API."""
+
+    async def wait():
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    done = {}
+
+    def run():
+        try:
+            done["value"] = asyncio.run(wait())
+        except BaseException as e:  # carried to the caller, whatever it is
+            done["error"] = e
+
+    thread = threading.Thread(target=run, name="actum-awaitable")
+    thread.start()
+    thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
 __all__ = [
     "ActumError",
     "Approval",
     "Call",
+    "ChildOutput",
     "Ctx",
     "ENGINE_ERRORS",
     "Engine",
     "EngineClosed",
+    "EngineForked",
     "OutcomeUnknown",
     "Runtime",
     "Started",
@@ -89,6 +127,8 @@ __all__ = [
     "Stopped",
     "Tool",
     "ToolFailed",
+    "UndoCall",
+    "Usage",
     "Worked",
     *_actum.ENGINE_ERRORS,
 ]

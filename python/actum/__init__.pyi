@@ -1,7 +1,7 @@
 """Type stubs for actum: the engine and its durable runtime from Python."""
 
 from os import PathLike
-from typing import Callable, Optional, Union
+from typing import Any, Awaitable, Callable, Coroutine, Optional, Sequence, Union
 
 _Path = Union[str, "PathLike[str]"]
 
@@ -11,7 +11,7 @@ ENGINE_ERRORS: list[str]
 class Engine:
     """An open actum database. One process per directory.
 
-    >>> with Engine.open("/tmp/books") as engine:
+    >>> with Engine.open("books") as engine:
     ...     runtime = Runtime(engine)
     """
 
@@ -43,6 +43,23 @@ class Engine:
         note: str = "",
     ) -> bool:
         """Decides the approval the run waits for at `step`; True if it woke."""
+    def set_budget(
+        self,
+        run_id: str,
+        *,
+        tokens_in: Optional[int] = None,
+        tokens_out: Optional[int] = None,
+        cost_micros: Optional[int] = None,
+        tool_calls: Optional[int] = None,
+        wall_ms: Optional[int] = None,
+        by: str = "python",
+        reason: str = "",
+    ) -> None:
+        """Sets the run's budget limits (None: no limit); a run with no room for its next call is paused."""
+    def budget(self, run_id: str) -> dict[str, Any]:
+        """The run's budget book: "limits" (dict or None), "spent", "reserved" (dicts), "ran_ms"."""
+    def operate(self, run_id: str, action: str, operator: str = "python", reason: str = "") -> str:
+        """"pause", "resume", "cancel" (its saga undoes) or "abandon" (a saga); returns the new state."""
 
 class Started:
     """What `Runtime.start` did."""
@@ -70,6 +87,43 @@ class Call:
     run: str
     step: str
     attempt: int
+
+class UndoCall:
+    """What an undo function receives (`Runtime.register_undo`)."""
+
+    key: str
+    idempotency_key: str
+    token: int
+    resend: bool
+    query: bool
+    deadline_ms: int
+    run: str
+    step: str
+    @property
+    def args(self) -> bytes: ...
+    @property
+    def receipt(self) -> Optional[bytes]:
+        """The receipt of the act being undone; None if it was never confirmed."""
+
+class Usage:
+    """What a model call cost (`Ctx.decide_with_usage`)."""
+
+    tokens_in: int
+    tokens_out: int
+    cost_micros: int
+    def __init__(self, tokens_in: int = 0, tokens_out: int = 0, cost_micros: int = 0) -> None: ...
+
+class ChildOutput:
+    """How one child of a fan-out (`Ctx.children`) ended."""
+
+    run_id: str
+    index: int
+    state: str
+    @property
+    def output(self) -> Optional[bytes]:
+        """Its output if it completed, else None."""
+    @property
+    def completed(self) -> bool: ...
 
 class Approval:
     """How an approval ended."""
@@ -115,19 +169,39 @@ class Tool:
     @property
     def class_name(self) -> str: ...
 
+_Bytes = Optional[bytes]
+_Act = Callable[[Call], Union[_Bytes, Awaitable[_Bytes]]]
+_Undo = Callable[[UndoCall], Union[_Bytes, Awaitable[_Bytes]]]
+
 class Ctx:
-    """What an agent function receives; valid only while it runs."""
+    """What an agent function receives; valid only while it runs.
+
+    Its calls are synchronous, in an `async def` agent too (they block only
+    that agent's own event loop). A model, act, query or undo may be an
+    `async def`: it runs to completion where it is called.
+    """
 
     @property
     def run_id(self) -> str: ...
     @property
     def input(self) -> bytes: ...
-    def decide(self, name: str, input: bytes, model: Callable[[], bytes]) -> bytes:
-        """A journaled model call: `model()` once, its bytes replayed on every resume."""
-    def step(
-        self, name: str, tool: Tool, args: bytes, act: Callable[[Call], Optional[bytes]]
+    def decide(
+        self, name: str, input: bytes, model: Callable[[], Union[bytes, Awaitable[bytes]]]
     ) -> bytes:
+        """A journaled model call: `model()` once, its bytes replayed on every resume."""
+    def decide_with_usage(
+        self,
+        name: str,
+        input: bytes,
+        model: Callable[[], Union[tuple[bytes, Usage], Awaitable[tuple[bytes, Usage]]]],
+    ) -> bytes:
+        """`decide`, and the call's usage journaled and charged to the run's budget."""
+    def step(self, name: str, tool: Tool, args: bytes, act: _Act) -> bytes:
         """A tool call through the ledger: `act(call)` at most once per attempt; returns the receipt."""
+    def step_with_undo(
+        self, name: str, tool: Tool, args: bytes, act: _Act, *, undo: tuple[Tool, bytes]
+    ) -> bytes:
+        """`step`, undone by `undo=(undo_tool, undo_args)` if the run fails or is cancelled later."""
     def checkpoint(self, state: bytes) -> None:
         """Saves the state with the next step's outcome (or wait, model call, end)."""
     def last_checkpoint(self) -> Optional[bytes]: ...
@@ -140,16 +214,40 @@ class Ctx:
         """Waits for the signal `name`; None if `within_ms` passed first."""
     def child(self, name: str, kind: str, input: bytes) -> bytes:
         """Runs a child run of `kind` and returns its output."""
+    def children(
+        self, name: str, calls: Sequence[tuple[str, bytes]], join: str = "all"
+    ) -> list[ChildOutput]:
+        """A fan-out: one child run per (kind, input); waits for "all" or the "first"."""
 
-Agent = Callable[[Ctx], Optional[bytes]]
+Agent = Callable[[Ctx], Union[Optional[bytes], Coroutine[Any, Any, Optional[bytes]]]]
 
 class Runtime:
     """The durable runtime over an engine: serves agent functions."""
 
-    def __init__(self, engine: Engine, *, worker: str = "python", lease_ttl_ms: int = 30000) -> None: ...
-    def register(self, kind: str, version: str, handler: Agent) -> None: ...
-    def agent(self, kind: str, version: str = "1") -> Callable[[Agent], Agent]:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        worker: str = "python",
+        lease_ttl_ms: int = 30000,
+        decision_hold: Optional[Usage] = None,
+    ) -> None: ...
+    def register(
+        self, kind: str, version: str, handler: Agent, *, compatible: Optional[Sequence[str]] = None
+    ) -> None:
+        """Serves `kind` at `version` (a def or an async def); `compatible`: older versions it resumes."""
+    def register_compatible(
+        self, kind: str, version: str, compatible: Sequence[str], handler: Agent
+    ) -> None:
+        """Serves `kind` at `version`, resuming the runs of the `compatible` versions too."""
+    def agent(
+        self, kind: str, version: str = "1", *, compatible: Optional[Sequence[str]] = None
+    ) -> Callable[[Agent], Agent]:
         """Decorator: registers the function as agent `kind` at `version`."""
+    def register_undo(self, tool: Union[Tool, str], undo: _Undo) -> None:
+        """What undoes the acts whose compensation names `tool`, in a failed or cancelled run's saga."""
+    def register_tool(self, tool: Tool) -> None:
+        """Declares `tool` for the saga's calls outside a handler (queries of acts left open)."""
     def start(self, kind: str, run_id: str, input: bytes) -> Started: ...
     def work_once(self, worker: Optional[str] = None) -> Optional[Worked]:
         """Drives one claimable run on this thread; None if there was none."""
@@ -157,6 +255,12 @@ class Runtime:
         """`work_once` until nothing is claimable."""
     def run(self, threads: int = 1) -> None:
         """Serves on `threads` worker threads until `shutdown()` (or Ctrl-C)."""
+    def awork_once(self, worker: Optional[str] = None) -> Coroutine[Any, Any, Optional[Worked]]:
+        """`await`: `work_once` on a thread of asyncio's."""
+    def adrain(self, max_runs: int = 100000) -> Coroutine[Any, Any, list[Worked]]:
+        """`await`: `drain` on a thread of asyncio's."""
+    def arun(self, threads: int = 1) -> Coroutine[Any, Any, None]:
+        """`await`: `run` on a thread of asyncio's, until `shutdown()`."""
     def shutdown(self) -> None: ...
     def restart(self) -> None: ...
     def output(self, run_id: str) -> Optional[bytes]: ...
@@ -167,6 +271,9 @@ class ActumError(Exception):
 
 class EngineClosed(ActumError):
     """The engine was used after `close()`."""
+
+class EngineForked(EngineClosed):
+    """The engine (or a runtime or ctx over it) was used in a process forked from the one that opened it."""
 
 class StepFailed(ActumError):
     """A step failed for good; the agent may handle it."""
@@ -294,7 +401,7 @@ class RunTerminal(ActumError):
 class IllegalTransition(ActumError):
     """The engine's `Error::IllegalTransition`."""
     run: str
-    from: str
+    # `from` (str) too: a keyword, so read it with getattr(e, "from").
     to: str
 
 class VersionConflict(ActumError):

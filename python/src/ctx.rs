@@ -13,11 +13,16 @@
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use actum::runtime::{Approval, Deadline, Fail, RunCtx};
+use actum::books::{Compensation, Join};
+use actum::runtime::{Approval, ChildOutput, Deadline, Fail, RunCtx};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyTuple};
 
-use crate::errors::{ActumError, StepFailed, Stopped};
+use crate::awaitable::complete;
+use crate::errors::{ActumError, EngineForked, StepFailed, Stopped};
+use crate::fork;
+use crate::replies::{PyChildOutput, model_answer};
 use crate::tool::{PyTool, call_tool, describe, outcome_of};
 
 /// A `ctx` call, as the handler's thread sends it.
@@ -26,12 +31,15 @@ enum Request {
         name: String,
         input: Vec<u8>,
         model: Py<PyAny>,
+        /// The model returns `(output, Usage)`, not only the output.
+        with_usage: bool,
     },
     Step {
         name: String,
         tool: Py<PyTool>,
         args: Vec<u8>,
         act: Py<PyAny>,
+        undo: Option<Compensation>,
     },
     Checkpoint(Vec<u8>),
     LastCheckpoint,
@@ -54,6 +62,11 @@ enum Request {
         kind: String,
         input: Vec<u8>,
     },
+    Children {
+        name: String,
+        calls: Vec<(String, Vec<u8>)>,
+        join: Join,
+    },
 }
 
 /// The worker's answer to one call.
@@ -62,6 +75,7 @@ enum Reply {
     MaybeBytes(Option<Vec<u8>>),
     Unit,
     Approval(Approval),
+    Children(Vec<ChildOutput>),
 }
 
 /// Why a call did not answer.
@@ -93,6 +107,9 @@ pub struct PyCtx {
     run: String,
     input: Vec<u8>,
     tx: Mutex<Option<Sender<FromHandler>>>,
+    /// The process the handler runs in: a forked child's calls are refused
+    /// (the worker that would answer them is not in the child).
+    pid: u32,
 }
 
 /// How an approval ended: `status` is `"approved"`, `"rejected"` or
@@ -127,6 +144,14 @@ impl PyCtx {
     /// Sends a call to the worker and waits for its answer with the GIL
     /// released.
     fn call(&self, py: Python<'_>, request: Request) -> PyResult<Reply> {
+        if fork::forked(self.pid) {
+            return Err(EngineForked::new_err(format!(
+                "the ctx of run {} was used in process {}, forked from the one running its \
+                 handler: the worker that answers it is not in this process",
+                self.run,
+                fork::this_process()
+            )));
+        }
         let tx = self
             .tx
             .lock()
@@ -188,7 +213,7 @@ impl PyCtx {
     /// bytes recorded at this position; a resumed run gets the recorded
     /// bytes and `model` is not called. `name` and `input` must be the same
     /// on resume, else the run diverged. An exception from `model` is
-    /// raised here, and nothing is recorded.
+    /// raised here, and nothing is recorded. `model` may be an `async def`.
     fn decide<'py>(
         &self,
         py: Python<'py>,
@@ -196,12 +221,22 @@ impl PyCtx {
         input: &[u8],
         model: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        callable(py, &model, "model")?;
-        let input = input.to_vec();
-        match self.call(py, Request::Decide { name, input, model })? {
-            Reply::Bytes(b) => Ok(bytes(py, &b)),
-            _ => Err(unexpected()),
-        }
+        self.decide_inner(py, name, input, model, false)
+    }
+
+    /// `decide`, recording what the call cost: `model()` returns
+    /// `(output, Usage(tokens_in, tokens_out, cost_micros))`. The usage is
+    /// journaled with the answer and charged to the run's budget (and its
+    /// ancestors'): a run whose budget has no room for its next call is
+    /// paused there (`Engine.set_budget`, `Engine.operate(run, "resume")`).
+    fn decide_with_usage<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        input: &[u8],
+        model: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        self.decide_inner(py, name, input, model, true)
     }
 
     /// A step through `tool`: `act(call)` runs only after the intent is
@@ -210,7 +245,8 @@ impl PyCtx {
     /// the receipt (bytes, or None for an empty one), or raises
     /// `ToolFailed(reason, retryable=...)` / `OutcomeUnknown(reason)`; any
     /// other exception fails the attempt for good with its text. A step
-    /// that failed for good raises `StepFailed`.
+    /// that failed for good raises `StepFailed`. `act` may be an
+    /// `async def`.
     fn step<'py>(
         &self,
         py: Python<'py>,
@@ -219,20 +255,37 @@ impl PyCtx {
         args: &[u8],
         act: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        callable(py, &act, "act")?;
-        let args = args.to_vec();
-        match self.call(
-            py,
-            Request::Step {
-                name,
-                tool,
-                args,
-                act,
-            },
-        )? {
-            Reply::Bytes(b) => Ok(bytes(py, &b)),
-            _ => Err(unexpected()),
+        self.step_inner(py, name, tool, args, act, None)
+    }
+
+    /// `step`, compensable: `undo=(undo_tool, undo_args)` names what undoes
+    /// it. If the run fails or is cancelled later, its saga calls the undo
+    /// function registered for `undo_tool` (`Runtime.register_undo`) with
+    /// `undo_args` and this step's receipt, exactly once, latest step
+    /// first; the run ends `failed` (or `cancelled`) once every undo is
+    /// done.
+    #[pyo3(signature = (name, tool, args, act, *, undo))]
+    fn step_with_undo<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        tool: Py<PyTool>,
+        args: &[u8],
+        act: Py<PyAny>,
+        undo: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let shape =
+            || PyTypeError::new_err("undo must be a pair (undo_tool: Tool, undo_args: bytes)");
+        let pair = undo.cast::<PyTuple>().map_err(|_| shape())?;
+        if pair.len() != 2 {
+            return Err(shape());
         }
+        let undo_tool = pair.get_item(0)?;
+        let undo_tool = undo_tool.cast::<PyTool>().map_err(|_| shape())?;
+        let undo_args = pair.get_item(1)?;
+        let undo_args = undo_args.cast::<PyBytes>().map_err(|_| shape())?;
+        let compensation = undo_tool.get().compensation(undo_args.as_bytes().to_vec());
+        self.step_inner(py, name, tool, args, act, Some(compensation))
     }
 
     /// Saves the handler's state as the run's next checkpoint, durable with
@@ -341,8 +394,89 @@ impl PyCtx {
         }
     }
 
+    /// A fan-out: starts one child run per `(kind, input)` in `calls`, in
+    /// one commit, and waits for them (the run parks, holding no worker):
+    /// for all of them (`join="all"`), or for the first to end
+    /// (`join="first"`: the others are cancelled in the same commit, their
+    /// sagas undoing what they did). Returns a `ChildOutput` per awaited
+    /// child, in the order of `calls` (for `"first"`, the one). A child
+    /// that failed or was cancelled is reported (`output` None), not
+    /// raised: the agent decides what a partial result is worth.
+    #[pyo3(signature = (name, calls, join="all"))]
+    fn children(
+        &self,
+        py: Python<'_>,
+        name: String,
+        calls: Vec<(String, Bound<'_, PyBytes>)>,
+        join: &str,
+    ) -> PyResult<Vec<PyChildOutput>> {
+        let join = match join {
+            "all" => Join::All,
+            "first" => Join::First,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "join is \"all\" or \"first\", not {other:?}"
+                )));
+            }
+        };
+        let calls = calls
+            .into_iter()
+            .map(|(kind, input)| (kind, input.as_bytes().to_vec()))
+            .collect();
+        match self.call(py, Request::Children { name, calls, join })? {
+            Reply::Children(ended) => Ok(ended.into_iter().map(PyChildOutput::of).collect()),
+            _ => Err(unexpected()),
+        }
+    }
+
     fn __repr__(&self) -> String {
         format!("Ctx(run_id={:?})", self.run)
+    }
+}
+
+impl PyCtx {
+    fn decide_inner<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        input: &[u8],
+        model: Py<PyAny>,
+        with_usage: bool,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        callable(py, &model, "model")?;
+        let request = Request::Decide {
+            name,
+            input: input.to_vec(),
+            model,
+            with_usage,
+        };
+        match self.call(py, request)? {
+            Reply::Bytes(b) => Ok(bytes(py, &b)),
+            _ => Err(unexpected()),
+        }
+    }
+
+    fn step_inner<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        tool: Py<PyTool>,
+        args: &[u8],
+        act: Py<PyAny>,
+        undo: Option<Compensation>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        callable(py, &act, "act")?;
+        let request = Request::Step {
+            name,
+            tool,
+            args: args.to_vec(),
+            act,
+            undo,
+        };
+        match self.call(py, request)? {
+            Reply::Bytes(b) => Ok(bytes(py, &b)),
+            _ => Err(unexpected()),
+        }
     }
 }
 
@@ -350,9 +484,7 @@ fn callable(py: Python<'_>, f: &Py<PyAny>, what: &str) -> PyResult<()> {
     if f.bind(py).is_callable() {
         Ok(())
     } else {
-        Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "{what} must be callable"
-        )))
+        Err(PyTypeError::new_err(format!("{what} must be callable")))
     }
 }
 
@@ -424,19 +556,20 @@ fn refuse(fail: Fail, cause: Option<PyErr>, stopped: &mut Option<Fail>) -> Refus
 /// model function takes it while it runs).
 fn serve(ctx: &mut RunCtx<'_>, request: Request, stopped: &mut Option<Fail>) -> Answer {
     match request {
-        Request::Decide { name, input, model } => {
+        Request::Decide {
+            name,
+            input,
+            model,
+            with_usage,
+        } => {
             let mut raised: Option<PyErr> = None;
-            let result = ctx.decide(&name, &input, || {
+            let result = ctx.decide_with_usage(&name, &input, || {
                 Python::attach(|py| {
-                    let answer = model.bind(py).call0().and_then(|out| {
-                        out.cast::<PyBytes>()
-                            .map(|b| b.as_bytes().to_vec())
-                            .map_err(|_| {
-                                pyo3::exceptions::PyTypeError::new_err(format!(
-                                    "the model function of decide({name:?}) must return bytes"
-                                ))
-                            })
-                    });
+                    let answer = model
+                        .bind(py)
+                        .call0()
+                        .and_then(complete)
+                        .and_then(|out| model_answer(&out, &name, with_usage));
                     answer.map_err(|e| {
                         let text = describe(py, &e);
                         raised = Some(e);
@@ -458,20 +591,34 @@ fn serve(ctx: &mut RunCtx<'_>, request: Request, stopped: &mut Option<Fail>) -> 
             tool,
             args,
             act,
+            undo,
         } => {
             let engine_tool = tool.get().build();
             let mut raised: Option<PyErr> = None;
-            let result = ctx.step(&name, &engine_tool, &args, |call| {
+            let act = |call: &actum::runtime::Call<'_>| {
                 Python::attach(|py| {
                     let (outcome, err) = outcome_of(py, call_tool(py, &act, call), false);
                     raised = err;
                     outcome
                 })
-            });
+            };
+            let result = match undo {
+                Some(undo) => ctx.step_with_undo(&name, &engine_tool, &args, undo, act),
+                None => ctx.step(&name, &engine_tool, &args, act),
+            };
             match result {
                 Ok(receipt) => Ok(Reply::Bytes(receipt)),
                 Err(fail) => Err(refuse(fail, raised, stopped)),
             }
+        }
+        Request::Children { name, calls, join } => {
+            let calls: Vec<(&str, &[u8])> = calls
+                .iter()
+                .map(|(kind, input)| (kind.as_str(), input.as_slice()))
+                .collect();
+            ctx.children(&name, &calls, join)
+                .map(Reply::Children)
+                .map_err(|f| refuse(f, None, stopped))
         }
         Request::Checkpoint(state) => ctx
             .checkpoint(&state)
@@ -516,10 +663,13 @@ fn python_side(func: &Py<PyAny>, run: String, input: Vec<u8>, tx: Sender<FromHan
                 run,
                 input,
                 tx: Mutex::new(Some(tx.clone())),
+                pid: fork::this_process(),
             },
         )
         .map_err(|e| describe(py, &e))?;
-        let result = func.bind(py).call1((ctx.clone_ref(py),));
+        // An `async def` agent runs to completion here, on a loop of its
+        // own; its ctx calls stay synchronous calls.
+        let result = func.bind(py).call1((ctx.clone_ref(py),)).and_then(complete);
         ctx.get().close();
         match result {
             Ok(value) if value.is_none() => Ok(Vec::new()),
@@ -531,14 +681,7 @@ fn python_side(func: &Py<PyAny>, run: String, input: Vec<u8>, tx: Sender<FromHan
                         .name()
                         .map(|n| n.to_string())
                         .unwrap_or_default();
-                    let hint = if kind == "coroutine" {
-                        " (async agents are not supported yet: define it with def)"
-                    } else {
-                        ""
-                    };
-                    Err(format!(
-                        "the agent returned a {kind}, not bytes or None{hint}"
-                    ))
+                    Err(format!("the agent returned a {kind}, not bytes or None"))
                 }
             },
             Err(e) if e.is_instance_of::<StepFailed>(py) => Err(e

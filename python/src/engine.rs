@@ -4,12 +4,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use actum::books::{RunId, StepId, digest_of};
+use actum::books::{BudgetLimits, Cost, OperatorAction, RunId, StepId, digest_of};
 use actum::{Engine, EngineOptions};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyType};
 
 use crate::errors::{ActumError, EngineClosed, error_to_py};
+use crate::fork;
 use crate::runtime::RuntimeSlot;
 
 /// How long `close` waits for a runtime's workers to let go of the engine.
@@ -26,13 +28,30 @@ pub(crate) struct EngineState {
 /// same directory (in this process or another) raises `Locked`.
 ///
 /// ```python
-/// with actum.Engine.open("/tmp/books") as engine:
+/// with actum.Engine.open("books") as engine:
 ///     runtime = actum.Runtime(engine)
+///     assert engine.state("no-such-run") is None
+/// assert engine.closed
 /// ```
 #[pyclass(module = "actum", name = "Engine", frozen)]
 pub struct PyEngine {
     path: String,
+    /// The process that opened it: any other (a forked child) is refused.
+    pid: u32,
     pub(crate) state: Mutex<EngineState>,
+}
+
+impl Drop for PyEngine {
+    /// In a forked child the engine is let go unclosed (leaked: its last
+    /// holder never drops it), as closing writes to the parent's files.
+    fn drop(&mut self) {
+        if fork::forked(self.pid) {
+            let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+            if let Some(engine) = state.engine.take() {
+                std::mem::forget(engine);
+            }
+        }
+    }
 }
 
 impl PyEngine {
@@ -44,8 +63,21 @@ impl PyEngine {
         &self.path
     }
 
-    /// The open engine, or `EngineClosed`.
+    /// The process that opened it.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `EngineForked` in a process forked from the one that opened it
+    /// (checked before any lock is taken: the fork may have copied one held).
+    pub(crate) fn check_process(&self) -> PyResult<()> {
+        fork::check(self.pid, &self.path)
+    }
+
+    /// The open engine, or `EngineClosed` (`EngineForked` in a forked
+    /// child).
     pub(crate) fn engine(&self) -> PyResult<Arc<Engine>> {
+        self.check_process()?;
         self.lock()
             .engine
             .clone()
@@ -75,6 +107,7 @@ impl PyEngine {
             .map_err(|e| error_to_py(py, &e))?;
         Ok(PyEngine {
             path: shown,
+            pid: fork::this_process(),
             state: Mutex::new(EngineState {
                 engine: Some(Arc::new(engine)),
                 runtimes: Vec::new(),
@@ -87,6 +120,7 @@ impl PyEngine {
     /// nothing). Closing a closed engine does nothing; any other use of it
     /// raises `EngineClosed`.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_process()?;
         let (engine, runtimes) = {
             let mut state = self.lock();
             (state.engine.take(), std::mem::take(&mut state.runtimes))
@@ -129,8 +163,9 @@ impl PyEngine {
 
     /// True once closed.
     #[getter]
-    fn closed(&self) -> bool {
-        self.lock().engine.is_none()
+    fn closed(&self) -> PyResult<bool> {
+        self.check_process()?;
+        Ok(self.lock().engine.is_none())
     }
 
     /// The database directory.
@@ -216,12 +251,122 @@ impl PyEngine {
             .map_err(|e| error_to_py(py, &e))
     }
 
+    /// Sets the budget of the live run `run_id` (the limits replace the old
+    /// ones whole; `None` is no limit), as the operator `by`. A run whose
+    /// budget has no room for its next model or tool call is paused at that
+    /// call; raise the budget, then `operate(run_id, "resume")`. Costs are
+    /// integer micro-units of your currency; `wall_ms` counts the run's own
+    /// time running. Set it before the run is first driven (or before it
+    /// resumes): a drive that began without a budget reserves nothing.
+    #[pyo3(signature = (run_id, *, tokens_in=None, tokens_out=None, cost_micros=None, tool_calls=None, wall_ms=None, by="python", reason=""))]
+    #[allow(clippy::too_many_arguments, reason = "one keyword per limit")]
+    fn set_budget(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        tokens_in: Option<u64>,
+        tokens_out: Option<u64>,
+        cost_micros: Option<u64>,
+        tool_calls: Option<u64>,
+        wall_ms: Option<u64>,
+        by: &str,
+        reason: &str,
+    ) -> PyResult<()> {
+        let engine = self.engine()?;
+        let run = run_id_of(py, run_id)?;
+        let limits = BudgetLimits {
+            tokens_in,
+            tokens_out,
+            cost_micros,
+            tool_calls,
+            wall_ms,
+        };
+        py.detach(|| engine.set_budget(&run, limits, by, reason))
+            .map_err(|e| error_to_py(py, &e))
+    }
+
+    /// The run's budget book: `limits` (a dict, or None if it has none),
+    /// `spent` and `reserved` (dicts of `tokens_in`, `tokens_out`,
+    /// `cost_micros`, `tool_calls`) and `ran_ms`.
+    fn budget<'py>(&self, py: Python<'py>, run_id: &str) -> PyResult<Bound<'py, PyDict>> {
+        let engine = self.engine()?;
+        let run = run_id_of(py, run_id)?;
+        let book = py
+            .detach(|| engine.budget(&run))
+            .map_err(|e| error_to_py(py, &e))?;
+        let d = PyDict::new(py);
+        match book.limits {
+            Some(l) => {
+                let limits = PyDict::new(py);
+                limits.set_item("tokens_in", l.tokens_in)?;
+                limits.set_item("tokens_out", l.tokens_out)?;
+                limits.set_item("cost_micros", l.cost_micros)?;
+                limits.set_item("tool_calls", l.tool_calls)?;
+                limits.set_item("wall_ms", l.wall_ms)?;
+                d.set_item("limits", limits)?;
+            }
+            None => d.set_item("limits", py.None())?,
+        }
+        d.set_item("spent", cost_dict(py, &book.spent)?)?;
+        d.set_item("reserved", cost_dict(py, &book.reserved)?)?;
+        d.set_item("ran_ms", book.ran_ms)?;
+        Ok(d)
+    }
+
+    /// An operator's action on the run, without its lease, journaled with
+    /// `operator` and `reason`: `"pause"`, `"resume"`, `"cancel"` (a
+    /// cancelled run's saga undoes its compensable steps) or `"abandon"`
+    /// (give up a compensating run's saga). Returns the run's state after.
+    #[pyo3(signature = (run_id, action, operator="python", reason=""))]
+    fn operate(
+        &self,
+        py: Python<'_>,
+        run_id: &str,
+        action: &str,
+        operator: &str,
+        reason: &str,
+    ) -> PyResult<String> {
+        let action = match action {
+            "pause" => OperatorAction::Pause,
+            "resume" => OperatorAction::Resume,
+            "cancel" => OperatorAction::Cancel,
+            "abandon" => OperatorAction::Abandon,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "no operator action {other:?}: say \"pause\", \"resume\", \"cancel\" or \
+                     \"abandon\""
+                )));
+            }
+        };
+        let engine = self.engine()?;
+        let run = run_id_of(py, run_id)?;
+        let operated = py
+            .detach(|| engine.operate(&run, action, operator, reason))
+            .map_err(|e| error_to_py(py, &e))?;
+        Ok(operated.state.to_string())
+    }
+
     fn __repr__(&self) -> String {
-        let state = if self.closed() { "closed" } else { "open" };
+        let state = if fork::forked(self.pid) {
+            "forked"
+        } else if self.lock().engine.is_none() {
+            "closed"
+        } else {
+            "open"
+        };
         format!("Engine({:?}, {state})", self.path)
     }
 }
 
 fn run_id_of(py: Python<'_>, run: &str) -> PyResult<RunId> {
     run_id(py, run)
+}
+
+fn cost_dict<'py>(py: Python<'py>, cost: &Cost) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("tokens_in", cost.tokens_in)?;
+    d.set_item("tokens_out", cost.tokens_out)?;
+    d.set_item("cost_micros", cost.cost_micros)?;
+    d.set_item("tool_calls", cost.tool_calls)?;
+    Ok(d)
 }

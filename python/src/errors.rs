@@ -32,6 +32,15 @@ create_exception!(
 );
 create_exception!(
     actum,
+    EngineForked,
+    EngineClosed,
+    "The engine (or a runtime or `ctx` over it) was used in a process forked \
+     from the one that opened it. The child never touches the parent's \
+     files: open the database in the child (once the parent closed it), or \
+     give the child a directory of its own."
+);
+create_exception!(
+    actum,
     StepFailed,
     ActumError,
     "A step failed for good (its tool raised `ToolFailed`, or an exception, \
@@ -176,6 +185,7 @@ macro_rules! engine_errors {
             let py = m.py();
             m.add("ActumError", py.get_type::<ActumError>())?;
             m.add("EngineClosed", py.get_type::<EngineClosed>())?;
+            m.add("EngineForked", py.get_type::<EngineForked>())?;
             m.add("StepFailed", py.get_type::<StepFailed>())?;
             m.add("Stopped", py.get_type::<Stopped>())?;
             $(m.add(stringify!($variant), py.get_type::<$variant>())?;)*

@@ -9,9 +9,12 @@
 
 use pyo3::prelude::*;
 
+mod awaitable;
 mod ctx;
 mod engine;
 mod errors;
+mod fork;
+mod replies;
 mod runtime;
 mod threads;
 mod tool;
@@ -29,6 +32,9 @@ fn actum_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ctx::PyCtx>()?;
     m.add_class::<tool::PyCall>()?;
     m.add_class::<ctx::PyApproval>()?;
+    m.add_class::<replies::PyUsage>()?;
+    m.add_class::<replies::PyChildOutput>()?;
+    m.add_class::<tool::PyUndoCall>()?;
     m.add_class::<tool::PyTool>()?;
     m.add_class::<threads::ThreadBooks>()?;
     Ok(())

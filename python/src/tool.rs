@@ -4,10 +4,12 @@
 
 use std::sync::Arc;
 
-use actum::books::{Outcome, ToolClass};
-use actum::runtime::{Call, Tool};
+use actum::books::{Compensation, Outcome, ToolClass};
+use actum::runtime::{Call, Tool, UndoCall};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+
+use crate::awaitable::complete;
 
 /// What a step (or a query) passes a Python tool function: `call.key`,
 /// `call.idempotency_key`, `call.token`, `call.deadline_ms`, `call.resend`,
@@ -92,6 +94,15 @@ impl PyTool {
             backoff: backoff_ms,
             ignores_tokens,
             request_lifetime_ms,
+        }
+    }
+
+    /// The compensation that undoes a step with this tool on `args`.
+    pub(crate) fn compensation(&self, args: Vec<u8>) -> Compensation {
+        Compensation {
+            tool: self.name.clone(),
+            args,
+            class: self.class,
         }
     }
 
@@ -196,7 +207,7 @@ impl PyTool {
 
     /// The tool's name.
     #[getter]
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -222,7 +233,101 @@ pub(crate) fn call_tool<'py>(
     call: &Call<'_>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let call = Bound::new(py, PyCall::of(call))?;
-    f.bind(py).call1((call,))
+    complete(f.bind(py).call1((call,))?)
+}
+
+/// What an undo function receives: the compensation's `key` and
+/// `idempotency_key` (`run/step/undo/n`, send it to the tool), `token`,
+/// `resend`, `deadline_ms`, its `args`, the `receipt` of the act it undoes
+/// (None if that was never confirmed), `query` (True: answer whether an
+/// earlier undo request took effect, do not send one), `run` and `step`.
+#[pyclass(module = "actum", name = "UndoCall", frozen)]
+pub struct PyUndoCall {
+    /// The compensation's key, `run/step/undo/n`.
+    #[pyo3(get)]
+    key: String,
+    /// The idempotency key to send the undo tool.
+    #[pyo3(get)]
+    idempotency_key: String,
+    /// The fencing token to send, for tools that check it.
+    #[pyo3(get)]
+    token: u64,
+    /// True if this resends an earlier undo request (same key).
+    #[pyo3(get)]
+    resend: bool,
+    /// True to ask about an earlier undo request instead of sending one.
+    #[pyo3(get)]
+    query: bool,
+    /// The last instant (engine clock, ms) the request may be sent.
+    #[pyo3(get)]
+    deadline_ms: u64,
+    /// The run.
+    #[pyo3(get)]
+    run: String,
+    /// The step being undone.
+    #[pyo3(get)]
+    step: String,
+    /// The compensation's arguments (the `args` getter).
+    args: Vec<u8>,
+    /// The undone act's receipt (the `receipt` getter).
+    receipt: Option<Vec<u8>>,
+}
+
+#[pymethods]
+impl PyUndoCall {
+    /// The compensation's arguments, as the step gave them.
+    #[getter]
+    fn args<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.args)
+    }
+
+    /// The receipt of the act being undone, or None if it was not confirmed.
+    #[getter]
+    fn receipt<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.receipt.as_deref().map(|r| PyBytes::new(py, r))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "UndoCall(key={:?}, query={}, resend={})",
+            self.key,
+            if self.query { "True" } else { "False" },
+            if self.resend { "True" } else { "False" }
+        )
+    }
+}
+
+impl PyUndoCall {
+    fn of(call: &UndoCall<'_>) -> PyUndoCall {
+        let key = &call.ctx.key;
+        PyUndoCall {
+            key: key.to_string(),
+            idempotency_key: key.tool_key(),
+            token: call.ctx.token.0,
+            resend: call.ctx.resend,
+            query: call.query,
+            deadline_ms: call.deadline_ms,
+            run: key.run().to_string(),
+            step: key.step().to_string(),
+            args: call.args.to_vec(),
+            receipt: call.receipt.map(<[u8]>::to_vec),
+        }
+    }
+}
+
+/// The runtime's undo handler calling the Python function `undo`: its
+/// answer read as an act's (or, for a query, a query's).
+pub(crate) fn undo_handler(
+    undo: Py<PyAny>,
+) -> impl Fn(&UndoCall<'_>) -> Outcome + Send + Sync + 'static {
+    move |call| {
+        Python::attach(|py| {
+            let result = Bound::new(py, PyUndoCall::of(call))
+                .and_then(|c| undo.bind(py).call1((c,)))
+                .and_then(complete);
+            outcome_of(py, result, call.query).0
+        })
+    }
 }
 
 /// `Type: message` for an exception.
