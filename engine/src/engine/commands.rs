@@ -414,8 +414,8 @@ impl Engine {
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// let save = |outline: &[u8], draft: &[u8]| SaveCheckpoint { run: run.clone(),
     ///     guard: lease.guard.clone(), schema_version: 1,
-    ///     parts: vec![Part { name: "outline".into(), bytes: outline.to_vec() },
-    ///         Part { name: "draft".into(), bytes: draft.to_vec() }] };
+    ///     parts: vec![Part::whole("outline", outline.to_vec()),
+    ///         Part::whole("draft", draft.to_vec())] };
     /// let first = engine.save_checkpoint(save(b"3 sections", b"intro"))?;
     /// assert_eq!((first.version, first.blobs_written, first.blobs_reused), (1, 2, 0));
     /// // The outline did not change: it is stored once, and only the draft is written.
@@ -554,7 +554,7 @@ impl Engine {
     /// assert!(matches!(refused, Err(Error::BatchRefused { index: 1, .. })));
     /// assert_eq!(engine.run(&run)?.expect("created").state, RunState::Pending);
     /// let save = Command::SaveCheckpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
-    ///     schema_version: 1, parts: vec![Part { name: "cart".into(), bytes: b"lamp".to_vec() }] });
+    ///     schema_version: 1, parts: vec![Part::whole("cart", b"lamp".to_vec())] });
     /// let answers = engine.commit_batch(vec![move_to(RunState::Running), save])?;
     /// assert!(matches!(answers.as_slice(), [Answer::Transitioned { .. }, Answer::CheckpointSaved { .. }]));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
