@@ -715,4 +715,26 @@ mod tests {
         }
         assert!(b.mem.blob_reference_problems().is_empty());
     }
+
+    #[test]
+    fn the_reference_check_names_a_chunk_that_is_gone() {
+        use crate::books::vocabulary::state::BooksWrite;
+        let (mut b, g) = books_with_leased_run("r");
+        b.ok(save("r", &g, 1, vec![Part::whole("messages", message(0))]));
+        let part = Part::append("messages", PartBase::new(1, "messages"), message(1));
+        b.ok(save("r", &g, 1, vec![part]));
+        let chunk = messages_at(&b, 2).chunks[1];
+        // Gone with its count and reference, so only the checkpoint names it.
+        let mut refs = b.mem.blob_refs(&rid("r")).unwrap();
+        refs.digests.retain(|d| *d != chunk.digest);
+        b.mem.put_blob_refs(refs);
+        b.mem.put_blob_holders(chunk.digest, None);
+        b.mem.delete_blob(&chunk.digest);
+        let problems = b.mem.blob_reference_problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("checkpoint 2 of run r stores part messages in blob"),
+            "{problems:?}"
+        );
+    }
 }
