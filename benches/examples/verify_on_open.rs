@@ -44,6 +44,7 @@ fn one_run(engine: &Engine, n: u64, worker: usize) {
         parts: vec![Part {
             name: "state".into(),
             bytes,
+            extends: None,
         }],
     };
     engine.save_checkpoint(save).expect("a checkpoint");

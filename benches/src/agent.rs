@@ -63,6 +63,7 @@ pub fn initial_state(parts: usize, part_bytes_each: usize, salt: u64) -> Vec<Par
                 salt.wrapping_mul(1 << 20).wrapping_add(i as u64),
                 part_bytes_each,
             ),
+            extends: None,
         })
         .collect()
 }

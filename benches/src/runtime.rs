@@ -175,6 +175,7 @@ impl AgentRuns {
                 parts: vec![Part {
                     name: part.into(),
                     bytes,
+                    extends: None,
                 }],
             })
         };

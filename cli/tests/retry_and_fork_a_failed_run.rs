@@ -55,6 +55,7 @@ fn failed_db() -> tempfile::TempDir {
                 parts: vec![Part {
                     name: "state".into(),
                     bytes: state.to_vec(),
+                    extends: None,
                 }],
             })
             .unwrap();

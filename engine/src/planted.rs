@@ -140,6 +140,9 @@ pub enum PlantedBug {
     /// sends its request again before it answers from the wait, as if the
     /// wait did not record that the request left.
     ResendAwaitedRequest,
+    /// The engine saves a checkpoint part given in append form as its new
+    /// bytes alone, dropping the base it extends.
+    AppendDropsBase,
 }
 
 impl PlantedBug {
@@ -153,7 +156,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 26] = [
+    pub const ENGINE: [PlantedBug; 27] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -180,6 +183,7 @@ impl PlantedBug {
         PlantedBug::PruneSharedBlobs,
         PlantedBug::ReleaseStoredLeasesOnly,
         PlantedBug::MigrationKeepsByteOrder,
+        PlantedBug::AppendDropsBase,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -199,7 +203,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 41] = [
+    pub const ALL: [PlantedBug; 42] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -241,6 +245,7 @@ impl PlantedBug {
         PlantedBug::SagaQueriesAtOnce,
         PlantedBug::MigrationKeepsByteOrder,
         PlantedBug::ResendAwaitedRequest,
+        PlantedBug::AppendDropsBase,
     ];
 
     /// The bug's command-line name.
@@ -287,6 +292,7 @@ impl PlantedBug {
             PlantedBug::SagaQueriesAtOnce => "saga-queries-at-once",
             PlantedBug::MigrationKeepsByteOrder => "migration-keeps-byte-order",
             PlantedBug::ResendAwaitedRequest => "resend-awaited-request",
+            PlantedBug::AppendDropsBase => "append-drops-base",
         }
     }
 

@@ -50,6 +50,7 @@ fn run_shop_agent(engine: &Engine, guard: &Guard, bank: &mut Bank, shipped: &mut
                 parts: vec![Part {
                     name: "cursor".into(),
                     bytes: vec![index + 1],
+                    extends: None,
                 }],
             })
             .unwrap();

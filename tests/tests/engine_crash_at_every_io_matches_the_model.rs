@@ -109,10 +109,12 @@ fn save(run: &str, worker: &str, big: u8) -> Command {
             Part {
                 name: "messages".into(),
                 bytes: vec![big; 12 * 1024],
+                extends: None,
             },
             Part {
                 name: "cursor".into(),
                 bytes: vec![big, 0, 0, 0],
+                extends: None,
             },
         ],
     })

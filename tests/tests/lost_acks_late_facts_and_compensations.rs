@@ -182,6 +182,7 @@ fn a_late_fact_is_recorded_even_when_its_follow_up_checkpoint_is_refused() {
             parts: vec![Part {
                 name: "receipt".into(),
                 bytes: receipt,
+                extends: None,
             }],
         })]
     };

@@ -33,10 +33,12 @@ fn save(run: &str, guard: &actum::books::Guard) -> Command {
             Part {
                 name: "plan".into(),
                 bytes: vec![7; 2_048],
+                extends: None,
             },
             Part {
                 name: "notes".into(),
                 bytes: format!("the notes of {run}").repeat(32).into_bytes(),
+                extends: None,
             },
         ],
     })

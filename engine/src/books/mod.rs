@@ -40,7 +40,9 @@ pub use records::audit::{AuditEntry, AuditWhat};
 pub use records::budget::{
     BudgetBook, BudgetLimits, Charge, Cost, Reservation, Reserved, SettledCharge,
 };
-pub use records::checkpoint::{CheckpointMeta, LoadedCheckpoint, Part, PartRef, check_schema};
+pub use records::checkpoint::{
+    CheckpointMeta, ChunkRef, LoadedCheckpoint, META_LAYOUT, Part, PartBase, PartRef, check_schema,
+};
 pub use records::coord::{ResourceBook, ResourceHold, SharedChange, SharedEntry};
 pub use records::decision::{DecisionRecord, Usage};
 pub use records::lease::Lease;

@@ -54,11 +54,13 @@ pub struct SavedCheckpoint {
     pub run: RunId,
     /// The checkpoint's version.
     pub version: u64,
-    /// Parts whose bytes were new.
+    /// Parts whose blob was new: a whole part's bytes, an appended part's
+    /// new bytes, or, past the chunk limit, an appended part's whole value.
     pub blobs_written: usize,
-    /// Bytes of the new parts.
+    /// Bytes of those new blobs: what the save wrote besides its metadata.
     pub bytes_written: u64,
-    /// Parts whose bytes were already stored (not written again).
+    /// Parts whose blob was already stored (not written again), counting an
+    /// append of no new bytes.
     pub blobs_reused: usize,
 }
 

@@ -143,7 +143,7 @@ impl Engine {
     /// start(&started.child, &child_lease)?;
     /// engine.save_checkpoint(SaveCheckpoint { run: started.child.clone(),
     ///     guard: child_lease.guard.clone(), schema_version: 1,
-    ///     parts: vec![Part { name: "summary".into(), bytes: b"three findings".to_vec() }] })?;
+    ///     parts: vec![Part::whole("summary", b"three findings".to_vec())] })?;
     /// engine.transition(Transition { run: started.child.clone(), guard: child_lease.guard,
     ///     to: RunState::Completed, expected_version: None, reason: "done".into() })?;
     /// // Its end woke the parent; asking again hands over the result.

@@ -397,7 +397,7 @@ impl Engine {
     }
 
     /// Saves a checkpoint; parts already stored (same digest) are not
-    /// written again.
+    /// written again, and a part in append form writes only its new bytes.
     ///
     /// ```
     /// use actum::books::{Part, SaveCheckpoint};
@@ -414,13 +414,45 @@ impl Engine {
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// let save = |outline: &[u8], draft: &[u8]| SaveCheckpoint { run: run.clone(),
     ///     guard: lease.guard.clone(), schema_version: 1,
-    ///     parts: vec![Part { name: "outline".into(), bytes: outline.to_vec() },
-    ///         Part { name: "draft".into(), bytes: draft.to_vec() }] };
+    ///     parts: vec![Part::whole("outline", outline.to_vec()),
+    ///         Part::whole("draft", draft.to_vec())] };
     /// let first = engine.save_checkpoint(save(b"3 sections", b"intro"))?;
     /// assert_eq!((first.version, first.blobs_written, first.blobs_reused), (1, 2, 0));
     /// // The outline did not change: it is stored once, and only the draft is written.
     /// let second = engine.save_checkpoint(save(b"3 sections", b"intro, body"))?;
     /// assert_eq!((second.version, second.blobs_written, second.blobs_reused), (2, 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// A part that grows by appending is saved in append form: the bytes of
+    /// a part of any earlier checkpoint of the run, followed by new bytes.
+    /// Only the new bytes are written; a load returns the whole part. A base
+    /// that does not exist is refused as `NotFound`, naming the run, the
+    /// version and the part.
+    ///
+    /// ```
+    /// use actum::books::{Part, PartBase, SaveCheckpoint};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// # use actum::books::{CreateRun, RunId, RunState, Transition, WorkerId, digest_of};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// # let run = RunId::new("chat-1")?;
+    /// # engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"1"),
+    /// #     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
+    /// # let lease = engine.claim_next(&WorkerId::new("w1")?, 30_000)?.expect("pending");
+    /// # engine.transition(Transition { run: run.clone(), guard: lease.guard.clone(),
+    /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
+    /// let save = |part: Part| SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
+    ///     schema_version: 1, parts: vec![part] };
+    /// engine.save_checkpoint(save(Part::whole("messages", b"hi;".to_vec())))?;
+    /// let grown = Part::append("messages", PartBase::new(1, "messages"), b"hello;".to_vec());
+    /// let second = engine.save_checkpoint(save(grown))?;
+    /// assert_eq!((second.version, second.bytes_written), (2, 6));
+    /// let latest = engine.load_latest(&run, 1)?.expect("saved");
+    /// assert_eq!(latest.parts, [Part::whole("messages", b"hi;hello;".to_vec())]);
+    /// let gone = Part::append("messages", PartBase::new(9, "messages"), b"?".to_vec());
+    /// assert!(matches!(engine.save_checkpoint(save(gone)), Err(actum::Error::NotFound { .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save_checkpoint(&self, cmd: SaveCheckpoint) -> Result<SavedCheckpoint> {
@@ -554,7 +586,7 @@ impl Engine {
     /// assert!(matches!(refused, Err(Error::BatchRefused { index: 1, .. })));
     /// assert_eq!(engine.run(&run)?.expect("created").state, RunState::Pending);
     /// let save = Command::SaveCheckpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
-    ///     schema_version: 1, parts: vec![Part { name: "cart".into(), bytes: b"lamp".to_vec() }] });
+    ///     schema_version: 1, parts: vec![Part::whole("cart", b"lamp".to_vec())] });
     /// let answers = engine.commit_batch(vec![move_to(RunState::Running), save])?;
     /// assert!(matches!(answers.as_slice(), [Answer::Transitioned { .. }, Answer::CheckpointSaved { .. }]));
     /// # Ok::<(), Box<dyn std::error::Error>>(())

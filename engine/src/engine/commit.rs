@@ -237,6 +237,7 @@ impl Engine {
             .planted_refresh_guard(&view, cmd, now_ms)
             .or_else(|| self.planted_any_digest(&view, cmd))
             .or_else(|| self.planted_drop_args(cmd))
+            .or_else(|| self.planted_drop_base(cmd))
             .or_else(|| self.planted_blind_set(&view, cmd));
         let unpaused = self
             .planted_unpause(&view, cmd)
@@ -350,6 +351,22 @@ impl Engine {
         let mut stripped = begin.clone();
         stripped.args = None;
         Some(Command::BeginEffect(stripped))
+    }
+
+    /// Planted `AppendDropsBase`: a save is decided as if every part given
+    /// in append form were given whole, as its new bytes alone.
+    fn planted_drop_base(&self, cmd: &Command) -> Option<Command> {
+        if !self.planted(PlantedBug::AppendDropsBase) {
+            return None;
+        }
+        let Command::SaveCheckpoint(save) = cmd else {
+            return None;
+        };
+        let mut save = save.clone();
+        for part in &mut save.parts {
+            part.extends = None;
+        }
+        Some(Command::SaveCheckpoint(save))
     }
 
     /// Planted `SharedSetBlind`: a compare-and-set is decided as if it had

@@ -795,10 +795,12 @@ mod tests {
                 Part {
                     name: "plan".into(),
                     bytes: b"same".to_vec(),
+                    extends: None,
                 },
                 Part {
                     name: "cursor".into(),
                     bytes: step.as_bytes().to_vec(),
+                    extends: None,
                 },
             ];
             run(&mut b, save("r", &g, 1, parts));

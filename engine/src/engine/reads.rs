@@ -173,11 +173,11 @@ impl Engine {
     /// assert!(engine.load_latest(&run, 1)?.is_none(), "no checkpoint yet: start over");
     /// for draft in [&b"draft 1"[..], b"draft 2"] {
     ///     engine.save_checkpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
-    ///         schema_version: 1, parts: vec![Part { name: "draft".into(), bytes: draft.to_vec() }] })?;
+    ///         schema_version: 1, parts: vec![Part::whole("draft", draft.to_vec())] })?;
     /// }
     /// let latest = engine.load_latest(&run, 1)?.expect("saved");
     /// assert_eq!(latest.meta.version, 2);
-    /// assert_eq!(latest.parts, [Part { name: "draft".into(), bytes: b"draft 2".to_vec() }]);
+    /// assert_eq!(latest.parts, [Part::whole("draft", b"draft 2".to_vec())]);
     /// // Parts saved under schema 1 are not handed out as schema 2.
     /// let newer = engine.load_latest(&run, 2);
     /// assert!(matches!(newer, Err(Error::SchemaMismatch { found: 1, expected: 2, .. })));
@@ -210,10 +210,10 @@ impl Engine {
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// // Schema 1 kept the total in euros as text; schema 2 keeps cents.
     /// engine.save_checkpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
-    ///     schema_version: 1, parts: vec![Part { name: "total".into(), bytes: b"12.50".to_vec() }] })?;
+    ///     schema_version: 1, parts: vec![Part::whole("total", b"12.50".to_vec())] })?;
     /// let loaded = engine.load_latest_migrating(&run, 2, |found, parts| {
     ///     assert_eq!((found, parts[0].bytes.as_slice()), (1, &b"12.50"[..]));
-    ///     Ok(vec![Part { name: "total".into(), bytes: b"1250".to_vec() }])
+    ///     Ok(vec![Part::whole("total", b"1250".to_vec())])
     /// })?;
     /// assert_eq!(loaded.expect("saved").parts[0].bytes, b"1250");
     /// // At the expected schema, the migration is not called.
@@ -260,7 +260,7 @@ impl Engine {
     /// #     to: RunState::Running, expected_version: None, reason: "start".into() })?;
     /// for draft in [&b"draft 1"[..], b"draft 2"] {
     ///     engine.save_checkpoint(SaveCheckpoint { run: run.clone(), guard: lease.guard.clone(),
-    ///         schema_version: 1, parts: vec![Part { name: "draft".into(), bytes: draft.to_vec() }] })?;
+    ///         schema_version: 1, parts: vec![Part::whole("draft", draft.to_vec())] })?;
     /// }
     /// // Every version stays readable, not only the latest.
     /// assert_eq!(engine.load_version(&run, 1, 1)?.parts[0].bytes, b"draft 1");

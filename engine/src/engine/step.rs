@@ -433,7 +433,7 @@ impl Engine {
     ///     StepResult::Done { receipt, .. } => vec![
     ///         Command::SaveCheckpoint(SaveCheckpoint {
     ///             run: run.clone(), guard: guard.clone(), schema_version: 1,
-    ///             parts: vec![Part { name: "refund".into(), bytes: receipt }],
+    ///             parts: vec![Part::whole("refund", receipt)],
     ///         }),
     ///         Command::Transition(Transition {
     ///             run: run.clone(), guard: guard.clone(), to: RunState::Completed,

@@ -1555,6 +1555,7 @@ impl RunCtx<'_> {
             parts: vec![Part {
                 name: part_name.to_string(),
                 bytes: bytes.to_vec(),
+                extends: None,
             }],
         }
     }

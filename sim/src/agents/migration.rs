@@ -67,6 +67,7 @@ pub fn encode(schema: u32, state: &AgentState, workflow: Workflow) -> Vec<Part> 
     std::iter::once(Part {
         name: STATE_PART.into(),
         bytes,
+        extends: None,
     })
     .chain(plan)
     .collect()
@@ -131,6 +132,7 @@ pub fn migrate(
     Ok(std::iter::once(Part {
         name: STATE_PART.into(),
         bytes,
+        extends: None,
     })
     .chain(plan)
     .collect())

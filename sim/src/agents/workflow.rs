@@ -399,14 +399,17 @@ impl AgentState {
             Part {
                 name: "cursor".into(),
                 bytes: cursor,
+                extends: None,
             },
             Part {
                 name: "notes".into(),
                 bytes: self.notes.clone(),
+                extends: None,
             },
             Part {
                 name: "plan".into(),
                 bytes: plan,
+                extends: None,
             },
         ]
     }

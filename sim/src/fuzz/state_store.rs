@@ -513,10 +513,12 @@ fn journal(engine: &Engine, run: &RunId, guard: &Guard, k: usize) {
             Part {
                 name: "policy".into(),
                 bytes: b"shared by every run".to_vec(),
+                extends: None,
             },
             Part {
                 name: "messages".into(),
                 bytes: vec![b'm'; 200 + 100 * usize::from(version) + k],
+                extends: None,
             },
         ];
         let save = SaveCheckpoint {

@@ -47,6 +47,11 @@ pub const CHECKPOINT_TOTAL_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Most parts in one checkpoint.
 pub const CHECKPOINT_PARTS_MAX: usize = 1024;
 
+/// Most chunks a part saved in append form is stored as: an append past it
+/// stores the whole value as one chunk again, so a load reads at most this
+/// many blobs per part however long the chain of appends.
+pub const CHECKPOINT_PART_CHUNKS_MAX: usize = 64;
+
 /// Largest recorded model output, in bytes.
 pub const DECISION_OUTPUT_BYTES_MAX: usize = 4 * 1024 * 1024;
 
@@ -100,6 +105,9 @@ pub const PRUNE_RUNS_MAX: usize = 256;
 pub const LEASE_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 
 const _: () = assert!(CHECKPOINT_PART_BYTES_MAX <= CHECKPOINT_TOTAL_BYTES_MAX);
+
+// An append needs room for its base (at least one chunk) and its new bytes.
+const _: () = assert!(CHECKPOINT_PART_CHUNKS_MAX >= 2);
 
 const _: () = assert!(NAME_LEN_BYTES_MAX <= TEXT_LEN_BYTES_MAX);
 

@@ -157,6 +157,7 @@ mod tests {
                 vec![Part {
                     name: "m".into(),
                     bytes: b"x".to_vec(),
+                    extends: None,
                 }],
             ),
             transition("r", &g, RunState::Completed),
@@ -182,10 +183,12 @@ mod tests {
             Part {
                 name: "m".into(),
                 bytes: b"x".to_vec(),
+                extends: None,
             },
             Part {
                 name: "n".into(),
                 bytes: b"x".to_vec(),
+                extends: None,
             },
         ];
         let batch = Command::Batch(vec![

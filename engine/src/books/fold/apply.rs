@@ -19,7 +19,7 @@ use crate::books::fold::describe::describe;
 use crate::books::records::budget::{
     BudgetBook, BudgetLimits, Charge, Cost, Reservation, note_transition,
 };
-use crate::books::records::checkpoint::CheckpointMeta;
+use crate::books::records::checkpoint::{CheckpointMeta, PartRef};
 use crate::books::records::coord::{ResourceBook, ResourceHold, SharedChange, with_change};
 use crate::books::records::decision::DecisionRecord;
 use crate::books::records::lease::Lease;
@@ -617,18 +617,24 @@ fn checkpoint_saved(
             meta.version, meta.run
         )
     })?;
-    let missing = meta.parts.iter().find(|p| !state.blob_exists(&p.digest));
+    // Every blob a part is stored in (its chunks, or its whole) is counted
+    // for the run, so a prune frees exactly the blobs no kept run names.
+    let missing = meta
+        .parts
+        .iter()
+        .flat_map(PartRef::blobs)
+        .find(|blob| !state.blob_exists(&blob.digest));
     require(missing.is_none(), op, || {
         format!(
             "checkpoint {} of run {} names blob {} that is not stored",
             meta.version,
             meta.run,
-            missing.map(|p| p.digest.short()).unwrap_or_default()
+            missing.map(|b| b.digest.short()).unwrap_or_default()
         )
     })?;
     state.put_checkpoint(meta.clone());
-    for part in &meta.parts {
-        reference(state, &meta.run, &part.digest);
+    for blob in meta.parts.iter().flat_map(PartRef::blobs) {
+        reference(state, &meta.run, &blob.digest);
     }
     Ok(())
 }
@@ -949,6 +955,7 @@ mod tests {
                 vec![Part {
                     name: "m".into(),
                     bytes: vec![1; 100],
+                    extends: None,
                 }],
             ),
         );

@@ -150,6 +150,7 @@ mod tests {
         vec![Part {
             name: "state".into(),
             bytes: bytes.to_vec(),
+            extends: None,
         }]
     }
 

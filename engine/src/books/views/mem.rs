@@ -83,6 +83,7 @@ impl MemBooks {
                 ));
             }
         }
+        self.checkpoint_blob_problems(&mut problems);
         for entry in self.effects.values() {
             for receipt in entry.status.stored_receipts() {
                 let named = self
@@ -104,6 +105,35 @@ impl MemBooks {
             }
         }
         problems
+    }
+
+    /// The checkpoint blobs (each chunk of a chunked part) that are not
+    /// stored, or are counted yet not among their run's references.
+    fn checkpoint_blob_problems(&self, problems: &mut Vec<String>) {
+        for meta in self.checkpoints.values() {
+            let refs = self.blob_refs.get(&meta.run);
+            for part in &meta.parts {
+                for blob in part.blobs() {
+                    let named =
+                        refs.is_some_and(|refs| refs.digests.binary_search(&blob.digest).is_ok());
+                    let counted = self.blob_holders.contains_key(&blob.digest);
+                    let why = if !self.blobs.contains_key(&blob.digest) {
+                        "not stored"
+                    } else if counted && !named {
+                        "not among its run's references"
+                    } else {
+                        continue;
+                    };
+                    problems.push(format!(
+                        "checkpoint {} of run {} stores part {} in blob {}, which is {why}",
+                        meta.version,
+                        meta.run,
+                        part.name,
+                        blob.digest.short()
+                    ));
+                }
+            }
+        }
     }
 
     /// Every run, by id.

@@ -142,11 +142,12 @@ pub enum Answer {
         run: RunId,
         /// The checkpoint's version.
         version: u64,
-        /// Parts whose bytes were new.
+        /// Parts whose blob was new (an appended part's blob is its new
+        /// bytes, or its whole value past the chunk limit).
         blobs_written: usize,
-        /// Bytes of the new parts.
+        /// Bytes of those new blobs.
         bytes_written: u64,
-        /// Parts whose bytes were already stored.
+        /// Parts whose blob was already stored.
         blobs_reused: usize,
     },
     /// The model call was journaled.

@@ -1,7 +1,7 @@
 use super::*;
-use crate::books::PartRef;
 use crate::books::Usage;
 use crate::books::{ChildEnd, Join, WaitFor};
+use crate::books::{ChunkRef, PartRef};
 use crate::books::{Compensation, Receipt, StoredReceipt, ToolClass};
 use crate::books::{EffectKind, StepId, WorkerId};
 use proptest::prelude::*;
@@ -225,7 +225,15 @@ fn op() -> impl Strategy<Value = Op> {
         (
             run_id(),
             any::<(u64, u32, u64)>(),
-            proptest::collection::vec((name(), digest(), any::<u64>()), 0..3),
+            proptest::collection::vec(
+                (
+                    name(),
+                    digest(),
+                    any::<u64>(),
+                    proptest::collection::vec((digest(), 0..1_000u64), 0..4)
+                ),
+                0..3
+            ),
             token()
         )
             .prop_map(|(run, (version, schema_version, saved_ms), parts, token)| {
@@ -236,10 +244,25 @@ fn op() -> impl Strategy<Value = Op> {
                         schema_version,
                         parts: parts
                             .into_iter()
-                            .map(|(name, digest, size_bytes)| PartRef {
-                                name,
-                                digest,
-                                size_bytes,
+                            .map(|(name, digest, size_bytes, chunks)| {
+                                // A chunked part has two chunks or more, and
+                                // its size is theirs.
+                                let chunks: Vec<ChunkRef> = chunks
+                                    .into_iter()
+                                    .map(|(digest, size_bytes)| ChunkRef { digest, size_bytes })
+                                    .collect();
+                                let chunks = if chunks.len() < 2 { Vec::new() } else { chunks };
+                                let size_bytes = if chunks.is_empty() {
+                                    size_bytes
+                                } else {
+                                    chunks.iter().map(|c| c.size_bytes).sum()
+                                };
+                                PartRef {
+                                    name,
+                                    digest,
+                                    size_bytes,
+                                    chunks,
+                                }
                             })
                             .collect(),
                         saved_ms,
@@ -564,7 +587,7 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
     assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
     assert_eq!(decode_ops(&payload).unwrap(), ops);
     assert_eq!(unsupported_payload_version(&payload), None);
-    for old in [1u8, 2, 3, 4, 5, 6, 7, 8] {
+    for old in [1u8, 2, 3, 4, 5, 6, 7, 8, 9] {
         let mut before = payload.clone();
         before[0] = old;
         assert_eq!(
@@ -573,13 +596,13 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
             "version {old} is still read"
         );
     }
-    for version in [0u8, 10, 11, 255] {
+    for version in [0u8, 11, 12, 255] {
         let mut other = payload.clone();
         other[0] = version;
         assert_eq!(unsupported_payload_version(&other), Some(version));
         let err = decode_ops(&other).unwrap_err();
         let expected = format!(
-            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9"
+            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
         );
         assert!(err.to_string().contains(&expected), "{err}");
     }
