@@ -43,6 +43,7 @@ import hashlib
 import json
 import struct
 import threading
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import copy_context
@@ -72,6 +73,7 @@ from . import ToolFailed
 
 __all__ = [
     "INLINE_BYTES",
+    "LIST_TYPE",
     "ActumSaver",
     "CallKeys",
     "ExactlyOnceTool",
@@ -112,16 +114,35 @@ def _generation_of(name: str) -> int:
     return int(name.rsplit(".", 1)[1], 16)
 
 
+# A part ``e`` is one codec byte, then the frames: 0 as they are, 1
+# compressed with zlib (the records repeat long channel-version strings, and
+# compress to about a third).
+_RAW, _ZLIB = 0, 1
+
+
 def _frames(records: Sequence[dict]) -> bytes:
     out = bytearray()
     for record in records:
         packed = ormsgpack.packb(record)
         out += _FRAME.pack(len(packed))
         out += packed
-    return bytes(out)
+    squeezed = zlib.compress(bytes(out), 1)
+    if len(squeezed) < len(out):
+        return bytes([_ZLIB]) + squeezed
+    return bytes([_RAW]) + bytes(out)
 
 
-def _unframe(data: bytes, where: str) -> list[dict]:
+def _unframe(part: bytes, where: str) -> list[dict]:
+    if not part:
+        raise ValueError(f"{where}: the record part is empty")
+    codec, data = part[0], part[1:]
+    if codec == _ZLIB:
+        try:
+            data = zlib.decompress(data)
+        except zlib.error as e:
+            raise ValueError(f"{where}: the record part does not decompress: {e}") from e
+    elif codec != _RAW:
+        raise ValueError(f"{where}: unknown record codec {codec}")
     records = []
     at = 0
     while at < len(data):
@@ -154,11 +175,18 @@ class _Thread:
         self.writes: dict[tuple[str, str], dict[tuple[str, int], list]] = {}
         # (ns, channel, version) -> ref
         self.blobs: dict[tuple[str, str, Any], list] = {}
+        # (ns, channel) -> the located reference of the last list stored for
+        # it as a part: what the next one may extend.
+        self.lists: dict[tuple[str, str], list] = {}
+        # (ns, channel) -> the items of the list put last and their frames.
+        self.frames: dict[tuple[str, str], tuple[list, list[bytes]]] = {}
 
     def reset(self) -> None:
         self.checkpoints.clear()
         self.writes.clear()
         self.blobs.clear()
+        self.lists.clear()
+        self.frames.clear()
 
     def fold(self, record: dict, version: int) -> None:
         """Applies one record; part references in it are to ``version``."""
@@ -166,7 +194,10 @@ class _Thread:
         if record["t"] == "p":
             self.checkpoints.setdefault(ns, {})[record["id"]] = record
             for channel, ver, ref in record["bl"]:
-                self.blobs[(ns, channel, _hashable(ver))] = _located(ref, version)
+                located = _located(ref, version)
+                self.blobs[(ns, channel, _hashable(ver))] = located
+                if located[0] == "p" and located[3] is not None:
+                    self.lists[(ns, channel)] = located
         elif record["t"] == "w":
             writes = self.writes.setdefault((ns, record["id"]), {})
             for idx, channel, ref in record["w"]:
@@ -184,6 +215,14 @@ def _hashable(version: Any) -> Any:
     return tuple(version) if isinstance(version, list) else version
 
 
+# A value reference: ``["i", type, bytes]`` inline, ``["e"]`` empty (a
+# channel in new_versions without a value), or ``["p", part, type, list]``: a
+# part of the checkpoint that holds the record, where ``list`` is None or,
+# for a list stored as frames, ``[items, bytes, sha256 hex of the bytes]``.
+# In memory a part reference also carries the checkpoint's version
+# (``_located``), and on its way into a rewrite the run (``_absolute``).
+
+
 def _absolute(ref: list, run: str | None) -> list:
     """A located part reference with the run that holds it."""
     if ref[0] == "p":
@@ -192,11 +231,41 @@ def _absolute(ref: list, run: str | None) -> list:
 
 
 def _located(ref: list, version: int) -> list:
-    """A part reference ``["p", name, type]`` as stored, made
-    ``["p", name, type, version]``: the checkpoint that holds it."""
-    if ref[0] == "p" and len(ref) == 3:
+    """A part reference as stored, with the version of the checkpoint that
+    holds it."""
+    if ref[0] == "p" and len(ref) == 4:
         return [*ref, version]
     return ref
+
+
+#: The type of a list stored as frames, one per item, each item serialized
+#: on its own, so a list that grew by appending is saved as its new items
+#: only (the engine's append form of a part).
+LIST_TYPE = "actum-list"
+_ITEM = struct.Struct("<IB")
+
+
+def _item_frame(serde: SerializerProtocol, item: Any) -> bytes:
+    typ, data = serde.dumps_typed(item)
+    name = typ.encode()
+    return _ITEM.pack(len(data), len(name)) + name + data
+
+
+def _items(serde: SerializerProtocol, data: bytes, where: str) -> list:
+    items = []
+    at = 0
+    while at < len(data):
+        if at + _ITEM.size > len(data):
+            raise ValueError(f"{where}: an item's header is cut at byte {at}")
+        size, name_len = _ITEM.unpack_from(data, at)
+        at += _ITEM.size
+        end = at + name_len + size
+        if end > len(data):
+            raise ValueError(f"{where}: an item of {size} bytes at byte {at} is cut")
+        typ = data[at : at + name_len].decode()
+        items.append(serde.loads_typed((typ, data[at + name_len : end])))
+        at = end
+    return items
 
 
 class _Books:
@@ -315,7 +384,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
         (plan,) = self._books.calls.load(name, 1, ["plan"])
         return plan is None or latest >= int(plan.decode())
 
-    def _save(self, thread: _Thread, records: list[dict], parts: list[tuple[str, bytes]]) -> None:
+    def _save(self, thread: _Thread, records: list[dict], parts: list[tuple[str, bytes, Any]]) -> None:
         """Writes ``records`` (and the value parts they name) as the next
         checkpoint of the thread's live run, then folds them."""
         if thread.run is None:
@@ -323,7 +392,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
         version, _ = self._books.calls.save(
             thread.run,
             _thread_bytes(thread.thread_id),
-            [("e", _frames(records)), *parts],
+            [("e", _frames(records), None), *parts],
         )
         if version != thread.version + 1:
             thread.loaded = False
@@ -338,24 +407,65 @@ class ActumSaver(BaseCheckpointSaver[str]):
     def _value(self, thread: _Thread, ref: list) -> Any:
         kind = ref[0]
         if kind == "i":
+            if ref[1] == LIST_TYPE:
+                return _items(self.serde, ref[2], f"a list of thread {thread.thread_id!r}")
             return self.serde.loads_typed((ref[1], ref[2]))
         if kind == "p":
-            _, name, typ, version = ref
+            _, name, typ, listed, version = ref
             (data,) = self._books.calls.load(thread.run, version, [name])
             if data is None:
                 raise ValueError(
                     f"checkpoint {version} of thread run {thread.run} has no part {name}"
                 )
+            if listed is not None:
+                return _items(self.serde, data, f"part {name} of checkpoint {version} of {thread.run}")
             return self.serde.loads_typed((typ, data))
         raise ValueError(f"thread {thread.thread_id!r}: unknown value reference {kind!r}")
 
-    def _ref(self, value: Any, parts: list[tuple[str, bytes]]) -> list:
+    def _ref(self, value: Any, parts: list[tuple[str, bytes, Any]]) -> list:
         typ, data = self.serde.dumps_typed(value)
         if len(data) <= INLINE_BYTES or len(parts) >= _PARTS_PER_SAVE:
             return ["i", typ, data]
         name = f"v{len(parts)}"
-        parts.append((name, data))
-        return ["p", name, typ]
+        parts.append((name, data, None))
+        return ["p", name, typ, None]
+
+    def _list_ref(
+        self, thread: _Thread, ns: str, channel: str, items: list, parts: list[tuple[str, bytes, Any]]
+    ) -> list:
+        """A list value as frames: inline if small; else a part, in append
+        form when the list stored last for the channel is a prefix of it
+        (the new items are all the bytes it writes). The frames of the list
+        put last are kept with its items, so the items it shares with this
+        one (the same objects, as LangGraph's reducers pass them on) are
+        not serialized again."""
+        cached = thread.frames.get((ns, channel))
+        frames = []
+        if cached is not None:
+            old_items, old_frames = cached
+            for old, new, frame in zip(old_items, items, old_frames):
+                if old is not new:
+                    break
+                frames.append(frame)
+        frames.extend(_item_frame(self.serde, item) for item in items[len(frames) :])
+        thread.frames[(ns, channel)] = (list(items), frames)
+        whole = b"".join(frames)
+        if len(whole) <= INLINE_BYTES or len(parts) >= _PARTS_PER_SAVE:
+            return ["i", LIST_TYPE, whole]
+        listed = [len(items), len(whole), hashlib.sha256(whole).hexdigest()]
+        name = f"v{len(parts)}"
+        last = thread.lists.get((ns, channel))
+        if last is not None:
+            _, base_name, _, (count, size, digest), base_version = last
+            if (
+                count < len(items)
+                and sum(len(f) for f in frames[:count]) == size
+                and hashlib.sha256(whole[:size]).hexdigest() == digest
+            ):
+                parts.append((name, whole[size:], (base_version, base_name)))
+                return ["p", name, LIST_TYPE, listed]
+        parts.append((name, whole, None))
+        return ["p", name, LIST_TYPE, listed]
 
     # ----- reading -----
 
@@ -482,12 +592,32 @@ class ActumSaver(BaseCheckpointSaver[str]):
         ns = configurable.get("checkpoint_ns", "")
         header = checkpoint.copy()
         values: dict[str, Any] = header.pop("channel_values", {})  # type: ignore[misc]
-        parts: list[tuple[str, bytes]] = []
-        blobs = [
-            [channel, version, self._ref(values[channel], parts) if channel in values else ["e"]]
-            for channel, version in new_versions.items()
-        ]
-        record = {
+        thread = self._open(thread_id)
+        with thread.lock:
+            self._load(thread)
+            parts: list[tuple[str, bytes, Any]] = []
+            blobs = []
+            for channel, version in new_versions.items():
+                if channel not in values:
+                    ref = ["e"]
+                elif type(values[channel]) is list:
+                    ref = self._list_ref(thread, ns, channel, values[channel], parts)
+                else:
+                    ref = self._ref(values[channel], parts)
+                blobs.append([channel, version, ref])
+            self._save(thread, [self._put_record(config, checkpoint, metadata, header, blobs)], parts)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def _put_record(self, config, checkpoint, metadata, header, blobs) -> dict:
+        configurable = config["configurable"]
+        ns = configurable.get("checkpoint_ns", "")
+        return {
             "t": "p",
             "ns": ns,
             "id": checkpoint["id"],
@@ -495,17 +625,6 @@ class ActumSaver(BaseCheckpointSaver[str]):
             "cp": list(self.serde.dumps_typed(header)),
             "md": list(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
             "bl": blobs,
-        }
-        thread = self._open(thread_id)
-        with thread.lock:
-            self._load(thread)
-            self._save(thread, [record], parts)
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint["id"],
-            }
         }
 
     def put_writes(
@@ -522,7 +641,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
         with thread.lock:
             self._load(thread)
             stored = thread.writes.get((ns, checkpoint_id), {})
-            parts: list[tuple[str, bytes]] = []
+            parts: list[tuple[str, bytes, Any]] = []
             landing = []
             for idx, (channel, value) in enumerate(writes):
                 idx = WRITES_IDX_MAP.get(channel, idx)
@@ -594,7 +713,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
         # _PARTS_PER_SAVE value parts and _BYTES_PER_SAVE bytes of them. The
         # value bytes are read and saved again: the engine holds them by
         # content already, so saving them writes no value bytes.
-        batches: list[tuple[list[dict], list[tuple[str, bytes]]]] = [([], [])]
+        batches: list[tuple[list[dict], list[tuple[str, bytes, Any]]]] = [([], [])]
         size = 0
         read: dict[tuple[str, int, str], bytes] = {}
         for record in records:
@@ -602,7 +721,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
             moved = []
             for first, second, ref in record[field]:
                 if ref[0] == "p":
-                    _, name, typ, version, run = ref
+                    _, name, typ, listed, version, run = ref
                     data = read.get((run, version, name))
                     if data is None:
                         (data,) = calls.load(run, version, [name])
@@ -616,9 +735,9 @@ class ActumSaver(BaseCheckpointSaver[str]):
                         size = 0
                     parts = batches[-1][1]
                     part = f"v{len(parts)}"
-                    parts.append((part, data))
+                    parts.append((part, data, None))
                     size += len(data)
-                    ref = ["p", part, typ]
+                    ref = ["p", part, typ, listed]
                 moved.append([first, second, ref])
             batches[-1][0].append({**record, field: moved})
         old = [name for name, _, _ in calls.runs(f"{RUN_PREFIX}{thread.key}.")]
@@ -628,9 +747,9 @@ class ActumSaver(BaseCheckpointSaver[str]):
             for number, (batch, parts) in enumerate(batches):
                 if number == 0:
                     # The generation is complete once it holds this many.
-                    parts = [*parts, ("plan", str(len(batches)).encode())]
+                    parts = [*parts, ("plan", str(len(batches)).encode(), None)]
                 version, _ = calls.save(
-                    name, _thread_bytes(thread.thread_id), [("e", _frames(batch)), *parts]
+                    name, _thread_bytes(thread.thread_id), [("e", _frames(batch), None), *parts]
                 )
                 if version != number + 1:
                     raise RuntimeError(

@@ -12,11 +12,13 @@ InMemorySaver is the floor.
 
 Measured, per saver:
 
-* bytes on disk per superstep: the database's files after the workload,
-  less those of the same database empty, over the supersteps run;
+* bytes on disk per superstep: the database's files after the workload (and
+  a clean close), less those of the same database empty, over the puts (one
+  per superstep, durability "sync");
 * put latency at one thread (p50, p99), over every put of the workload;
-* put throughput with 16 threads writing at once (the checkpoints the
-  workload wrote, put again on fresh threads);
+* put throughput with 16 threads writing at once: the workload's puts again
+  on a fresh database, each thread's in order, the threads dealt out to 16
+  writer threads;
 * resume after a restart: open the database and get_state of one thread.
 
 Prints a table and writes it as JSON (--json PATH) for docs/PERFORMANCE.md.
@@ -163,19 +165,24 @@ def run(kind: str, threads: int, root: Path) -> dict:
             graph.invoke({"messages": [HumanMessage(f"task {tid}: {KB}")]},
                          {"configurable": {"thread_id": tid}}, durability="sync")
         workload_s = time.perf_counter() - start
-        puts = len(timed.times)
-        # 16 writers at once: the recorded puts again, each writer on its
-        # own fresh threads.
-        calls = timed.calls
-        per = [calls[i::16] for i in range(16)]
-        ready = threading.Barrier(17)
+    on_disk = disk_bytes(where) - empty if kind != "memory" else 0
+    puts = len(timed.times)
+    # 16 writers at once, on a fresh database: the workload's puts again,
+    # each thread's in order, the threads dealt out to the writers.
+    by_thread: dict[str, list] = {}
+    for call in timed.calls:
+        by_thread.setdefault(call[0]["configurable"]["thread_id"], []).append(call)
+    per = [[] for _ in range(16)]
+    for n, calls in enumerate(by_thread.values()):
+        per[n % 16].append(calls)
+    ready = threading.Barrier(17)
+    with open_saver(kind, root / f"{kind}-parallel") as saver:
 
-        def writer(batch):
+        def writer(batches):
             ready.wait()
-            for config, checkpoint, metadata, versions in batch:
-                cfg = {"configurable": {**config["configurable"],
-                                        "thread_id": "copy-" + str(config["configurable"]["thread_id"])}}
-                saver.put(cfg, checkpoint, metadata, versions)
+            for calls in batches:
+                for config, checkpoint, metadata, versions in calls:
+                    saver.put(config, checkpoint, metadata, versions)
 
         workers = [threading.Thread(target=writer, args=(b,)) for b in per]
         for w in workers:
@@ -185,8 +192,6 @@ def run(kind: str, threads: int, root: Path) -> dict:
         for w in workers:
             w.join()
         parallel_s = time.perf_counter() - t0
-    on_disk = disk_bytes(where) - empty if kind != "memory" else 0
-    supersteps = puts  # one put per superstep (durability sync), plus the input's
     resume_ms = None
     if kind != "memory":
         config = {"configurable": {"thread_id": graph_threads[len(graph_threads) // 2]}}
@@ -199,12 +204,12 @@ def run(kind: str, threads: int, root: Path) -> dict:
     return {
         "saver": kind,
         "threads": threads,
-        "supersteps": supersteps,
+        "supersteps": puts,
         "workload_s": round(workload_s, 2),
-        "bytes_per_superstep": None if kind == "memory" else round(on_disk / supersteps),
+        "bytes_per_superstep": None if kind == "memory" else round(on_disk / puts),
         "put_p50_ms": round(statistics.median(times) * 1000, 3),
         "put_p99_ms": round(times[int(len(times) * 0.99)] * 1000, 3),
-        "puts_per_s_16_threads": round(len(calls) / parallel_s),
+        "puts_per_s_16_threads": round(puts / parallel_s),
         "resume_ms": None if resume_ms is None else round(resume_ms, 1),
     }
 
@@ -221,6 +226,7 @@ def main() -> int:
     results = []
     for kind in ("memory", "sqlite", "actum"):
         shutil.rmtree(root / kind, ignore_errors=True)
+        shutil.rmtree(root / f"{kind}-parallel", ignore_errors=True)
         r = run(kind, threads, root)
         results.append(r)
         print(json.dumps(r), flush=True)

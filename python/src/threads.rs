@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use actum::books::{
-    BooksRead, CheckpointMeta, CreateRun, Guard, LEASE_TTL_MS_MAX, PRUNE_RUNS_MAX, Part, RunId,
-    RunState, SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
+    BooksRead, CheckpointMeta, CreateRun, Guard, LEASE_TTL_MS_MAX, PRUNE_RUNS_MAX, Part, PartBase,
+    RunId, RunState, SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
+    load_parts,
 };
 use actum::engine::{StepPlan, StepRequest, StepResult, ToolSpec};
 use actum::{Engine, Error};
@@ -133,12 +134,17 @@ impl ThreadBooks {
     }
 }
 
+/// A part as the saver hands it in: name, bytes, and for the append form
+/// the (version, part name) it extends.
+type PartIn = (String, Vec<u8>, Option<(u64, String)>);
+
 /// What `step` answers: status, key, receipt or reason, and the exception
 /// the act or query raised, if any.
 type StepAnswer<'py> = (&'static str, String, Bound<'py, PyBytes>, Option<Py<PyAny>>);
 
 /// The bytes of the part `wanted` of the checkpoint `meta` (None if it has
-/// no such part), checked against the digest and size the checkpoint names.
+/// no such part): its blob, or its chunks, each checked against its digest
+/// and size, and a chunked part's whole against its own.
 fn read_part(
     books: &dyn BooksRead,
     meta: &CheckpointMeta,
@@ -147,28 +153,12 @@ fn read_part(
     let Some(part) = meta.parts.iter().find(|p| p.name == wanted) else {
         return Ok(None);
     };
-    let bytes = books
-        .blob(&part.digest)
-        .ok_or_else(|| Error::Inconsistent {
-            what: format!(
-                "checkpoint {} of thread run {}: part {wanted} (blob {}) is missing",
-                meta.version,
-                meta.run,
-                part.digest.short()
-            ),
-        })?;
-    if digest_of(&bytes) != part.digest || bytes.len() as u64 != part.size_bytes {
-        return Err(Error::Inconsistent {
-            what: format!(
-                "checkpoint {} of thread run {}: part {wanted} (blob {}) does not match its \
-                 digest or size",
-                meta.version,
-                meta.run,
-                part.digest.short()
-            ),
-        });
-    }
-    Ok(Some(bytes))
+    let only = CheckpointMeta {
+        parts: vec![part.clone()],
+        ..meta.clone()
+    };
+    let loaded = load_parts(books, only)?;
+    Ok(loaded.parts.into_iter().next().map(|p| p.bytes))
 }
 
 fn run_id(py: Python<'_>, name: &str) -> PyResult<RunId> {
@@ -237,7 +227,10 @@ impl ThreadBooks {
         Ok(input.map(|b| PyBytes::new(py, &b)))
     }
 
-    /// Saves `parts` as the next checkpoint of the thread run `name`,
+    /// Saves `parts` (`(name, bytes, None)`, or `(name, new bytes,
+    /// (version, part))` for a part that is part `part` of checkpoint
+    /// `version` followed by the new bytes: the engine's append form) as the
+    /// next checkpoint of the thread run `name`,
     /// creating the run with `input` first if it does not exist (a run that
     /// exists with another input raises `RunInputMismatch`). Returns the
     /// checkpoint's version and the bytes it wrote (parts whose bytes the
@@ -247,13 +240,16 @@ impl ThreadBooks {
         py: Python<'_>,
         name: &str,
         input: Vec<u8>,
-        parts: Vec<(String, Vec<u8>)>,
+        parts: Vec<PartIn>,
     ) -> PyResult<(u64, u64)> {
         let engine = self.engine()?;
         let run = run_id(py, name)?;
         let parts: Vec<Part> = parts
             .into_iter()
-            .map(|(name, bytes)| Part { name, bytes })
+            .map(|(name, bytes, base)| match base {
+                None => Part::whole(name, bytes),
+                Some((version, of)) => Part::append(name, PartBase::new(version, of), bytes),
+            })
             .collect();
         py.detach(|| {
             self.ensure_run(&engine, &run, &input)?;

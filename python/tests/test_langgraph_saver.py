@@ -153,7 +153,7 @@ def test_a_generation_written_in_part_is_ignored(tmp_path):
         [(name, _, _)] = calls.runs("lg.")
         # A rewrite that announced two checkpoints and wrote one.
         newer = name[:-8] + "00000001"
-        calls.save(newer, "t".encode(), [("e", b""), ("plan", b"2")])
+        calls.save(newer, "t".encode(), [("e", b"\x00", None), ("plan", b"2", None)])
     with ActumSaver.from_path(tmp_path / "books") as saver:
         found = list(saver.list({"configurable": {"thread_id": "t"}}))
         assert found[0].config["configurable"]["checkpoint_id"] == latest
@@ -202,3 +202,56 @@ def test_puts_from_many_threads_share_fsyncs(tmp_path):
         commits, fsyncs = (a - b for a, b in zip(calls.commits_and_fsyncs(), before))
         assert commits >= 16 * 30
         assert commits / fsyncs > 1.5, f"{commits} commits, {fsyncs} fsyncs"
+
+
+class Counting:
+    """The engine calls, counting the bytes each save wrote."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.written = []
+
+    def __getattr__(self, name):
+        return getattr(self.calls, name)
+
+    def save(self, name, input, parts):
+        version, written = self.calls.save(name, input, parts)
+        self.written.append(written)
+        return version, written
+
+
+def test_bytes_grow_with_the_change_not_the_history(tmp_path):
+    from langchain_core.messages import AIMessage
+
+    message = "m" * 1000
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        books = _books_of(saver.engine)
+        books.calls = counting = Counting(books.calls)
+        messages, parent = [], None
+        for step in range(40):
+            # A superstep adds eight 1 KB messages to a growing list.
+            messages = messages + [AIMessage(f"{step}.{i} {message}") for i in range(8)]
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"messages": messages}
+            checkpoint["channel_versions"] = {"messages": step + 1}
+            config = {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent
+            parent = saver.put(config, checkpoint, {"step": step}, {"messages": step + 1})[
+                "configurable"
+            ]["checkpoint_id"]
+        # About 8 KB of messages and a record per superstep, not the whole
+        # list (320 KB by the end).
+        assert max(counting.written[1:]) < 8 * 1024 + 2048, counting.written
+        assert sum(counting.written) < 40 * (8 * 1024 + 2048)
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        got = saver.get_tuple({"configurable": {"thread_id": "long"}}).checkpoint["channel_values"]
+        assert [m.content for m in got["messages"]] == [m.content for m in messages]
+        # A list that is not the last one plus items is stored whole, and
+        # still reads back.
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": list(reversed(messages))}
+        checkpoint["channel_versions"] = {"messages": 99}
+        saver.put({"configurable": {"thread_id": "long", "checkpoint_ns": ""}}, checkpoint, {}, {"messages": 99})
+        got = saver.get_tuple({"configurable": {"thread_id": "long"}}).checkpoint["channel_values"]
+        assert [m.content for m in got["messages"]] == [m.content for m in reversed(messages)]
