@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use crate::books::{
     AuditEntry, AuditWhat, Charge, Compensation, Cost, EffectKey, EffectKind, EffectStatus,
-    FencingToken, Join, Outcome, Part, RecordDecision, Reserved, RunId, RunState, SaveCheckpoint,
-    StepId, ToolClass, Usage, WaitBook, WaitFor, WaitStatus, children_run_ids, digest_of,
+    FencingToken, Guard, Join, Outcome, Part, RecordDecision, Reserved, RunId, RunState,
+    SaveCheckpoint, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitStatus, children_run_ids,
+    digest_of,
 };
-use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
+use crate::engine::{ChildSpec, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec};
 use crate::error::Error;
 use crate::planted::PlantedBug;
 
@@ -680,32 +681,10 @@ impl RunCtx<'_> {
                         self.await_reply(name, tool, &ctx.key, within)?;
                         continue;
                     }
-                    let then = self.pending_commands();
-                    let finished = engine
-                        .finish_step_with(&guard, &ctx, outcome, then)
-                        .map_err(|e| self.engine_stop(e, &at()))?;
-                    if finished.then.is_ok() && self.pending.take().is_some() {
-                        self.saved_checkpoints += 1;
-                    }
-                    finished.result
+                    self.finish_act(&guard, &ctx, outcome, &at())?
                 }
                 StepPlan::Query(ctx) => {
-                    let Some(query) = &tool.query else {
-                        unreachable!("a queryable tool without a query was refused above")
-                    };
-                    let sent_by = sent
-                        .as_ref()
-                        .filter(|(key, _)| *key == ctx.key)
-                        .map(|(_, deadline)| *deadline);
-                    self.outlive_request(name, tool, &ctx.key, sent_by)?;
-                    let call = Call {
-                        key: &ctx.key,
-                        idempotency_key: ctx.key.tool_key(),
-                        token: ctx.token,
-                        resend: false,
-                        deadline_ms: self.watch.act_deadline_ms(),
-                    };
-                    let found = query(&call);
+                    let found = self.ask_open(name, tool, &ctx, sent.as_ref())?;
                     if let Outcome::Unknown { .. } = found {
                         // The tool cannot say yet: its reply will.
                         self.await_reply(name, tool, &ctx.key, within)?;
@@ -750,6 +729,56 @@ impl RunCtx<'_> {
                 }
             }
         }
+    }
+
+    /// Records the outcome of the act `ctx` planned, with the pending
+    /// checkpoint in the same batch, and answers the step's result. The
+    /// checkpoint counts as saved only if its commands were applied: a
+    /// refused follow-up leaves it pending, and the outcome recorded.
+    fn finish_act(
+        &mut self,
+        guard: &Guard,
+        ctx: &EffectCtx,
+        outcome: Outcome,
+        at: &str,
+    ) -> Result<StepResult, Fail> {
+        let then = self.pending_commands();
+        let finished = self
+            .shared
+            .engine
+            .finish_step_with(guard, ctx, outcome, then)
+            .map_err(|e| self.engine_stop(e, at))?;
+        if finished.then.is_ok() && self.pending.take().is_some() {
+            self.saved_checkpoints += 1;
+        }
+        Ok(finished.result)
+    }
+
+    /// Asks the queryable `tool` what became of the open act `ctx`, once a
+    /// request that may still be on its way can no longer arrive (`sent`:
+    /// the attempt this handler sent, and the deadline it sent it by).
+    fn ask_open(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        ctx: &EffectCtx,
+        sent: Option<&(EffectKey, u64)>,
+    ) -> Result<Outcome, Fail> {
+        let Some(query) = &tool.query else {
+            unreachable!("a queryable tool without a query was refused above")
+        };
+        let sent_by = sent
+            .filter(|(key, _)| *key == ctx.key)
+            .map(|(_, deadline)| *deadline);
+        self.outlive_request(name, tool, &ctx.key, sent_by)?;
+        let call = Call {
+            key: &ctx.key,
+            idempotency_key: ctx.key.tool_key(),
+            token: ctx.token,
+            resend: false,
+            deadline_ms: self.watch.act_deadline_ms(),
+        };
+        Ok(query(&call))
     }
 
     /// The key whose reply `step` waited for, if it waited for one: the
@@ -908,32 +937,10 @@ impl RunCtx<'_> {
                     };
                     sent = Some((ctx.key.clone(), deadline_ms));
                     let outcome = act(&call);
-                    let then = self.pending_commands();
-                    let finished = engine
-                        .finish_step_with(&guard, &ctx, outcome, then)
-                        .map_err(|e| self.engine_stop(e, &at()))?;
-                    if finished.then.is_ok() && self.pending.take().is_some() {
-                        self.saved_checkpoints += 1;
-                    }
-                    finished.result
+                    self.finish_act(&guard, &ctx, outcome, &at())?
                 }
                 StepPlan::Query(ctx) => {
-                    let Some(query) = &tool.query else {
-                        unreachable!("a queryable tool without a query was refused above")
-                    };
-                    let sent_by = sent
-                        .as_ref()
-                        .filter(|(key, _)| *key == ctx.key)
-                        .map(|(_, deadline)| *deadline);
-                    self.outlive_request(name, tool, &ctx.key, sent_by)?;
-                    let call = Call {
-                        key: &ctx.key,
-                        idempotency_key: ctx.key.tool_key(),
-                        token: ctx.token,
-                        resend: false,
-                        deadline_ms: self.watch.act_deadline_ms(),
-                    };
-                    let found = query(&call);
+                    let found = self.ask_open(name, tool, &ctx, sent.as_ref())?;
                     engine
                         .resolve_step(&guard, &ctx, found)
                         .map_err(|e| self.engine_stop(e, &at()))?
