@@ -659,13 +659,7 @@ impl RunCtx<'_> {
                 }
                 StepPlan::Done(result) => result,
                 StepPlan::Act(ctx) => {
-                    if !self.watch.keep(engine) {
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
-                    let deadline_ms = self.watch.act_deadline_ms();
-                    if engine.clock().now_ms() > deadline_ms {
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
+                    let deadline_ms = self.send_deadline(&at())?;
                     let call = Call {
                         key: &ctx.key,
                         idempotency_key: ctx.key.tool_key(),
@@ -729,6 +723,22 @@ impl RunCtx<'_> {
                 }
             }
         }
+    }
+
+    /// The deadline a request sent now is sent by: the lease's, once it is
+    /// renewed. A lost lease, or a deadline already past, stops the handler
+    /// before it sends: too late to send, the intent stays open for the
+    /// successor, who resends, queries or asks a person.
+    fn send_deadline(&self, at: &str) -> Result<u64, Fail> {
+        let engine = &self.shared.engine;
+        if !self.watch.keep(engine) {
+            return Err(Stop::LeaseLost { at: at.to_string() }.into());
+        }
+        let deadline_ms = self.watch.act_deadline_ms();
+        if engine.clock().now_ms() > deadline_ms {
+            return Err(Stop::LeaseLost { at: at.to_string() }.into());
+        }
+        Ok(deadline_ms)
     }
 
     /// Records the outcome of the act `ctx` planned, with the pending
@@ -913,15 +923,7 @@ impl RunCtx<'_> {
                     result
                 }
                 StepPlan::Act(ctx) => {
-                    if !self.watch.keep(engine) {
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
-                    let deadline_ms = self.watch.act_deadline_ms();
-                    if engine.clock().now_ms() > deadline_ms {
-                        // Too late to send: the intent stays open for the
-                        // successor, who resends, queries or asks a person.
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
+                    let deadline_ms = self.send_deadline(&at())?;
                     let sent_key = match &failed_key {
                         Some(failed) if engine.planted(PlantedBug::RetryReusesFailedKey) => {
                             failed.clone()
