@@ -72,6 +72,51 @@ fn drain(rt: &Runtime) -> Vec<(RunId, Driven)> {
     panic!("the runtime did not drain: {passes:?}");
 }
 
+/// Claims `run` (the only claimable run) as [`worker`] and moves it to
+/// running, as a handler's first pass does; returns the lease.
+fn claim_running(engine: &Engine, run: &RunId) -> LeaseGrant {
+    let lease = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
+    assert_eq!(lease.run, *run, "the claimed run");
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: lease.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    lease
+}
+
+/// A worker of a process that died claimed `run`, moved it to running and
+/// wrote the intent of the step `step` through `tool`, as the handler
+/// `agent` calls it, and never recorded an outcome; returns its lease.
+fn intent_left_by_a_dead_worker(
+    engine: &Engine,
+    run: &RunId,
+    agent: &str,
+    step: &str,
+    tool: ToolSpec,
+    args: &[u8],
+) -> LeaseGrant {
+    let dead = claim_running(engine, run);
+    engine
+        .begin_effect(BeginEffect {
+            run: run.clone(),
+            step: StepId::new(step).unwrap(),
+            guard: dead.guard.clone(),
+            tool: tool.name,
+            tool_class: tool.class,
+            args_digest: digest_of(args),
+            args: None,
+            rationale: format!("step {step} of {agent}"),
+            compensation: None,
+        })
+        .unwrap();
+    dead
+}
+
 fn state(engine: &Engine, run: &str) -> RunState {
     engine
         .run(&RunId::new(run).unwrap())
@@ -646,29 +691,11 @@ fn an_act_a_dead_worker_left_without_outcome_pauses_the_run_for_a_person() {
     .unwrap();
     let run = rt.start("wire", "wire-1", b"").unwrap().run;
     // A worker of an earlier process claimed it, wrote the intent, and died.
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
-    engine
-        .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: StepId::new("wire").unwrap(),
-            guard: dead.guard,
-            tool: "bank.wire".into(),
-            tool_class: ToolClass::NotIdempotent,
-            args_digest: digest_of(b"1000"),
-            args: None,
-            rationale: "step wire of wire@1".into(),
-            compensation: None,
-        })
-        .unwrap();
+    let wire = ToolSpec {
+        name: "bank.wire".into(),
+        class: ToolClass::NotIdempotent,
+    };
+    intent_left_by_a_dead_worker(&engine, &run, "wire@1", "wire", wire, b"1000");
     bench.clock.advance_ms(TTL_MS + 1);
     let passes = drain(&rt);
     let [(_, Driven::Paused(reason))] = passes.as_slice() else {
@@ -1095,30 +1122,11 @@ fn register_courier(rt: &Runtime, world: &World, lifetime: Option<u64>, act: Out
 /// A worker of a process that died claimed `run`, moved it to running and
 /// wrote the intent of its step `deliver`; returns its lease's expiry.
 fn courier_intent_left_by_a_dead_worker(engine: &Engine, run: &RunId) -> u64 {
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
-    engine
-        .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: StepId::new("deliver").unwrap(),
-            guard: dead.guard,
-            tool: "courier.book".into(),
-            tool_class: ToolClass::Queryable,
-            args_digest: digest_of(b"parcel"),
-            args: None,
-            rationale: "step deliver of courier@1".into(),
-            compensation: None,
-        })
-        .unwrap();
-    dead.expires_ms
+    let courier = ToolSpec {
+        name: "courier.book".into(),
+        class: ToolClass::Queryable,
+    };
+    intent_left_by_a_dead_worker(engine, run, "courier@1", "deliver", courier, b"parcel").expires_ms
 }
 
 fn lifetime_wait(engine: &Engine, run: &RunId) -> Option<u64> {
@@ -1353,29 +1361,11 @@ fn a_reply_delivered_before_the_wait_opens_ends_it_at_once() {
 /// A worker of a process that died wrote the intent of `run`'s step
 /// `screen` (of `class`), perhaps sent it, and never parked.
 fn screen_intent_left_by_a_dead_worker(engine: &Engine, run: &RunId, class: ToolClass) {
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
-    engine
-        .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: StepId::new("screen").unwrap(),
-            guard: dead.guard,
-            tool: "kyc.screen".into(),
-            tool_class: class,
-            args_digest: digest_of(b"acme"),
-            args: None,
-            rationale: "step screen of screen@1".into(),
-            compensation: None,
-        })
-        .unwrap();
+    let screen = ToolSpec {
+        name: "kyc.screen".into(),
+        class,
+    };
+    intent_left_by_a_dead_worker(engine, run, "screen@1", "screen", screen, b"acme");
 }
 
 #[test]
@@ -1583,16 +1573,7 @@ fn courier_tool(world: &World, lifetime: Option<Option<u64>>) -> Tool {
 /// A dead worker's intent on the courier, compensable by `courier.cancel`,
 /// and an operator's cancel of the run: it is compensating, its act open.
 fn cancelled_mid_courier_step(engine: &Engine, run: &RunId) -> u64 {
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
+    let dead = claim_running(engine, run);
     engine
         .begin_step(&StepRequest {
             guard: &dead.guard,
