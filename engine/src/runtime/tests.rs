@@ -131,6 +131,32 @@ fn confirmed(receipt: &str) -> Outcome {
     }
 }
 
+fn idempotent() -> ToolClass {
+    ToolClass::Idempotent {
+        dedup_window_ms: DAY_MS,
+    }
+}
+
+/// A handler's body whose saga has work: `step` books through `tool`
+/// (answering `receipt`, undone by `undo`), then the hotel is sold out,
+/// which fails the run for good.
+fn booked_then_sold_out(
+    ctx: &mut RunCtx<'_>,
+    step: &str,
+    tool: &Tool,
+    args: &[u8],
+    receipt: &str,
+    undo: Compensation,
+) -> std::result::Result<Vec<u8>, Fail> {
+    ctx.step_with_undo(step, tool, args, undo, |_| confirmed(receipt))?;
+    let hotel = Tool::new("hotel.book", idempotent());
+    ctx.step("hotel", &hotel, b"3 nights", |_| Outcome::Failed {
+        retryable: false,
+        reason: "sold out".into(),
+    })?;
+    Ok(Vec::new())
+}
+
 /// Counts calls of the outside world by name.
 #[derive(Clone, Default)]
 struct World(Arc<Mutex<BTreeMap<String, u64>>>);
@@ -166,12 +192,7 @@ fn register_trip(rt: &Runtime, world: &World) {
             w.hit("book");
             confirmed("PNR-7")
         })?;
-        let card = Tool::new(
-            "card.charge",
-            ToolClass::Idempotent {
-                dedup_window_ms: DAY_MS,
-            },
-        );
+        let card = Tool::new("card.charge", idempotent());
         let charge = ctx.step("charge", &card, b"420 EUR", |call| {
             w.hit("charge");
             confirmed(&format!("ch-{}", call.key.encode()))
@@ -454,28 +475,13 @@ fn a_failed_step_fails_the_run_and_the_saga_undoes_with_the_acts_receipt() {
         confirmed("cancelled")
     });
     rt.register("trip", "1", |ctx| {
-        let idem = ToolClass::Idempotent {
-            dedup_window_ms: DAY_MS,
-        };
         let undo = Compensation {
             tool: "airline.cancel".into(),
             args: b"cancel".to_vec(),
-            class: idem,
+            class: idempotent(),
         };
-        ctx.step_with_undo(
-            "flight",
-            &Tool::new("airline.book", idem),
-            b"TP",
-            undo,
-            |_| confirmed("PNR-9"),
-        )?;
-        ctx.step("hotel", &Tool::new("hotel.book", idem), b"3 nights", |_| {
-            Outcome::Failed {
-                retryable: false,
-                reason: "sold out".into(),
-            }
-        })?;
-        Ok(Vec::new())
+        let flight = Tool::new("airline.book", idempotent());
+        booked_then_sold_out(ctx, "flight", &flight, b"TP", "PNR-9", undo)
     })
     .unwrap();
     let run = rt.start("trip", "trip-2", b"").unwrap().run;
@@ -1269,12 +1275,6 @@ fn kyc(class: ToolClass) -> Tool {
     Tool::new("kyc.screen", class).attempts(3).backoff(0, 0)
 }
 
-fn idempotent() -> ToolClass {
-    ToolClass::Idempotent {
-        dedup_window_ms: DAY_MS,
-    }
-}
-
 /// An agent `screen` whose step `screen` asks an asynchronous screening
 /// service (of `class`), which answers each request with what `answer`
 /// says for its attempt, within `within` of the wait.
@@ -1692,23 +1692,8 @@ fn register_booking_with_slow_undo(rt: &Runtime, world: &World, lifetime: Option
             args: b"cancel".to_vec(),
             class: ToolClass::Queryable,
         };
-        let idem = ToolClass::Idempotent {
-            dedup_window_ms: DAY_MS,
-        };
-        ctx.step_with_undo(
-            "deliver",
-            &Tool::new("courier.book", idem),
-            b"p",
-            undo,
-            |_| confirmed("booked"),
-        )?;
-        ctx.step("hotel", &Tool::new("hotel.book", idem), b"h", |_| {
-            Outcome::Failed {
-                retryable: false,
-                reason: "sold out".into(),
-            }
-        })?;
-        Ok(Vec::new())
+        let courier = Tool::new("courier.book", idempotent());
+        booked_then_sold_out(ctx, "deliver", &courier, b"p", "booked", undo)
     })
     .unwrap();
 }
