@@ -689,39 +689,60 @@ impl RunCtx<'_> {
                         .map_err(|e| self.engine_stop(e, &at()))?
                 }
             };
-            match result {
-                StepResult::Done { receipt, .. } => {
-                    if held {
-                        self.settle(charge, tool.hold, &at())?;
-                    }
-                    return Ok(receipt);
-                }
-                StepResult::Failed {
-                    key,
-                    retryable: true,
-                    ..
-                } if self.attempts_used(&step, key.attempt()) < tool.attempts => {
-                    self.backoff(name, tool, key.attempt())?;
-                }
-                StepResult::Failed { key, reason, .. } => {
-                    return Err(failed_for_good(name, tool, key.attempt(), &reason));
-                }
-                StepResult::Unknown { key, reason } => {
+            let held = held.then_some(charge);
+            match self.step_result(name, tool, &step, result, held)? {
+                Next::Done(receipt) => return Ok(receipt),
+                Next::Retried(_) => {}
+                Next::Unknown { key, reason } => {
                     ambiguous += 1;
                     if ambiguous > tool.attempts {
                         return Err(Stop::OutcomeUnknown { key, reason }.into());
                     }
                 }
-                StepResult::NeedsReconcile { key, .. } => {
-                    let reason = "the tool was not asked".to_string();
-                    return Err(Stop::OutcomeUnknown { key, reason }.into());
-                }
-                StepResult::Compensated { key } => {
-                    return Err(Fail::failed(format!(
-                        "step {name} was undone by its compensation ({key})"
-                    )));
-                }
             }
+        }
+    }
+
+    /// What a step's `result` means for its loop, the same for
+    /// [`RunCtx::step`] and [`RunCtx::step_async`]: its receipt (settling
+    /// the budget `held` for it), a retry after the backoff of a retryable
+    /// failure with attempts left, an ambiguous outcome for the caller to
+    /// weigh, or an error that ends the step.
+    fn step_result(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        step: &StepId,
+        result: StepResult,
+        held: Option<Charge>,
+    ) -> Result<Next, Fail> {
+        let at = || format!("step {name}");
+        match result {
+            StepResult::Done { receipt, .. } => {
+                if let Some(charge) = held {
+                    self.settle(charge, tool.hold, &at())?;
+                }
+                Ok(Next::Done(receipt))
+            }
+            StepResult::Failed {
+                key,
+                retryable: true,
+                ..
+            } if self.attempts_used(step, key.attempt()) < tool.attempts => {
+                self.backoff(name, tool, key.attempt())?;
+                Ok(Next::Retried(key))
+            }
+            StepResult::Failed { key, reason, .. } => {
+                Err(failed_for_good(name, tool, key.attempt(), &reason))
+            }
+            StepResult::Unknown { key, reason } => Ok(Next::Unknown { key, reason }),
+            StepResult::NeedsReconcile { key, .. } => {
+                let reason = "the tool was not asked".to_string();
+                Err(Stop::OutcomeUnknown { key, reason }.into())
+            }
+            StepResult::Compensated { key } => Err(Fail::failed(format!(
+                "step {name} was undone by its compensation ({key})"
+            ))),
         }
     }
 
@@ -948,25 +969,11 @@ impl RunCtx<'_> {
                         .map_err(|e| self.engine_stop(e, &at()))?
                 }
             };
-            match result {
-                StepResult::Done { receipt, .. } => {
-                    if held {
-                        self.settle(charge, tool.hold, &at())?;
-                    }
-                    return Ok(receipt);
-                }
-                StepResult::Failed {
-                    key,
-                    retryable: true,
-                    ..
-                } if self.attempts_used(&step, key.attempt()) < tool.attempts => {
-                    self.backoff(name, tool, key.attempt())?;
-                    failed_key = Some(key);
-                }
-                StepResult::Failed { key, reason, .. } => {
-                    return Err(failed_for_good(name, tool, key.attempt(), &reason));
-                }
-                StepResult::Unknown { key, reason } => {
+            let held = held.then_some(charge);
+            match self.step_result(name, tool, &step, result, held)? {
+                Next::Done(receipt) => return Ok(receipt),
+                Next::Retried(key) => failed_key = Some(key),
+                Next::Unknown { key, reason } => {
                     // An idempotent tool is resent the same key (inside its
                     // window), a queryable one asked: by the next begin.
                     ambiguous += 1;
@@ -974,15 +981,6 @@ impl RunCtx<'_> {
                     if !settles || ambiguous > tool.attempts {
                         return Err(Stop::OutcomeUnknown { key, reason }.into());
                     }
-                }
-                StepResult::NeedsReconcile { key, .. } => {
-                    let reason = "the tool was not asked".to_string();
-                    return Err(Stop::OutcomeUnknown { key, reason }.into());
-                }
-                StepResult::Compensated { key } => {
-                    return Err(Fail::failed(format!(
-                        "step {name} was undone by its compensation ({key})"
-                    )));
                 }
             }
         }
@@ -1681,6 +1679,21 @@ fn lifetime_wait_name(name: &str, attempt: u32) -> String {
 
 fn unexpected_wait(name: &str, status: &WaitStatus) -> Fail {
     Fail::failed(format!("the wait at {name} ended {}", status.name()))
+}
+
+/// Where a step's loop goes after a result ([`RunCtx::step_result`]).
+enum Next {
+    /// The step is done: its receipt.
+    Done(Vec<u8>),
+    /// The attempt `key` failed and is tried again (its backoff waited).
+    Retried(EffectKey),
+    /// The attempt's outcome is not known.
+    Unknown {
+        /// The attempt.
+        key: EffectKey,
+        /// Why it is not known.
+        reason: String,
+    },
 }
 
 /// The failure of a step whose attempts are spent or whose tool refused
