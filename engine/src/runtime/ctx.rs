@@ -595,14 +595,7 @@ impl RunCtx<'_> {
         within: Option<Deadline>,
         mut send: impl FnMut(&Call<'_>) -> Outcome,
     ) -> Result<Vec<u8>, Fail> {
-        let step = self.step_id(name)?;
-        let journaled = self.enter(Journaled::Step(step.clone()))?;
-        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
-            return Err(Fail::failed(format!(
-                "tool {} is queryable but has no query (Tool::with_query)",
-                tool.spec.name
-            )));
-        }
+        let (step, journaled) = self.enter_step(name, tool)?;
         let rationale = format!("step {name} of {}", self.agent);
         let at = || format!("step {name}");
         let mut ambiguous = 0;
@@ -701,6 +694,21 @@ impl RunCtx<'_> {
                 }
             }
         }
+    }
+
+    /// Enters the step `name` through `tool` in the journal: its id, and
+    /// whether the journal holds it (a resumed step). A queryable tool with
+    /// no query is refused, as no ambiguous act of it could be settled.
+    fn enter_step(&mut self, name: &str, tool: &Tool) -> Result<(StepId, bool), Fail> {
+        let step = self.step_id(name)?;
+        let journaled = self.enter(Journaled::Step(step.clone()))?;
+        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
+            return Err(Fail::failed(format!(
+                "tool {} is queryable but has no query (Tool::with_query)",
+                tool.spec.name
+            )));
+        }
+        Ok((step, journaled))
     }
 
     /// What a step's `result` means for its loop, the same for
@@ -884,14 +892,7 @@ impl RunCtx<'_> {
         undo: Option<Compensation>,
         mut act: impl FnMut(&Call<'_>) -> Outcome,
     ) -> Result<Vec<u8>, Fail> {
-        let step = self.step_id(name)?;
-        let journaled = self.enter(Journaled::Step(step.clone()))?;
-        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
-            return Err(Fail::failed(format!(
-                "tool {} is queryable but has no query (Tool::with_query)",
-                tool.spec.name
-            )));
-        }
+        let (step, journaled) = self.enter_step(name, tool)?;
         let rationale = format!("step {name} of {}", self.agent);
         let at = || format!("step {name}");
         let mut ambiguous = 0;
