@@ -632,15 +632,7 @@ impl RunCtx<'_> {
                 compensation: None,
             };
             let engine = &self.shared.engine;
-            let charge = Charge::Effect { step: step.clone() };
-            let held = self.budgeted
-                && matches!(
-                    self.reserve(charge.clone(), tool.hold, &at())?,
-                    Reserved::Granted { .. }
-                );
-            let plan = engine
-                .begin_step(&request)
-                .map_err(|e| self.engine_stop(e, &at()))?;
+            let (held, plan) = self.begin_attempt(&request, tool, &at())?;
             let result = match plan {
                 // Neither resent nor asked: the request, if it left, brings
                 // its reply.
@@ -682,7 +674,6 @@ impl RunCtx<'_> {
                         .map_err(|e| self.engine_stop(e, &at()))?
                 }
             };
-            let held = held.then_some(charge);
             match self.step_result(name, tool, &step, result, held)? {
                 Next::Done(receipt) => return Ok(receipt),
                 Next::Retried(_) => {}
@@ -709,6 +700,32 @@ impl RunCtx<'_> {
             )));
         }
         Ok((step, journaled))
+    }
+
+    /// Begins an attempt of `request`: on a budgeted run, first reserves
+    /// the tool's hold (the charge is held only if granted: a replayed call
+    /// answers `Replayed`, and nothing is held), then asks the engine what
+    /// to do.
+    fn begin_attempt(
+        &self,
+        request: &StepRequest<'_>,
+        tool: &Tool,
+        at: &str,
+    ) -> Result<(Option<Charge>, StepPlan), Fail> {
+        let charge = Charge::Effect {
+            step: request.step.clone(),
+        };
+        let held = self.budgeted
+            && matches!(
+                self.reserve(charge.clone(), tool.hold, at)?,
+                Reserved::Granted { .. }
+            );
+        let plan = self
+            .shared
+            .engine
+            .begin_step(request)
+            .map_err(|e| self.engine_stop(e, at))?;
+        Ok((held.then_some(charge), plan))
     }
 
     /// What a step's `result` means for its loop, the same for
@@ -915,16 +932,7 @@ impl RunCtx<'_> {
                 compensation: undo.clone(),
             };
             let engine = &self.shared.engine;
-            let charge = Charge::Effect { step: step.clone() };
-            // A replayed call answers `Replayed`, and nothing is held.
-            let held = self.budgeted
-                && matches!(
-                    self.reserve(charge.clone(), tool.hold, &at())?,
-                    Reserved::Granted { .. }
-                );
-            let plan = engine
-                .begin_step(&request)
-                .map_err(|e| self.engine_stop(e, &at()))?;
+            let (held, plan) = self.begin_attempt(&request, tool, &at())?;
             let result = match plan {
                 StepPlan::Done(result) => {
                     let resends = engine.planted(PlantedBug::ResendConfirmedStep)
@@ -970,7 +978,6 @@ impl RunCtx<'_> {
                         .map_err(|e| self.engine_stop(e, &at()))?
                 }
             };
-            let held = held.then_some(charge);
             match self.step_result(name, tool, &step, result, held)? {
                 Next::Done(receipt) => return Ok(receipt),
                 Next::Retried(key) => failed_key = Some(key),
