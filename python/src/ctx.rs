@@ -23,7 +23,7 @@ use crate::awaitable::complete;
 use crate::errors::{ActumError, EngineForked, StepFailed, Stopped};
 use crate::fork;
 use crate::replies::{PyChildOutput, model_answer};
-use crate::tool::{PyTool, call_tool, describe, outcome_of};
+use crate::tool::{PyTool, call_tool, describe, outcome_of, reason_of, type_name};
 
 /// A `ctx` call, as the handler's thread sends it.
 enum Request {
@@ -675,20 +675,14 @@ fn python_side(func: &Py<PyAny>, run: String, input: Vec<u8>, tx: Sender<FromHan
             Ok(value) if value.is_none() => Ok(Vec::new()),
             Ok(value) => match value.cast::<PyBytes>() {
                 Ok(b) => Ok(b.as_bytes().to_vec()),
-                Err(_) => {
-                    let kind = value
-                        .get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default();
-                    Err(format!("the agent returned a {kind}, not bytes or None"))
-                }
+                Err(_) => Err(format!(
+                    "the agent returned a {}, not bytes or None",
+                    type_name(&value)
+                )),
             },
-            Err(e) if e.is_instance_of::<StepFailed>(py) => Err(e
-                .value(py)
-                .getattr("reason")
-                .and_then(|r| r.str().map(|s| s.to_string()))
-                .unwrap_or_else(|_| describe(py, &e))),
+            Err(e) if e.is_instance_of::<StepFailed>(py) => {
+                Err(reason_of(e.value(py)).unwrap_or_else(|| describe(py, &e)))
+            }
             Err(e) => Err(describe(py, &e)),
         }
     });

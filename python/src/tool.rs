@@ -345,6 +345,25 @@ pub(crate) fn describe(py: Python<'_>, e: &PyErr) -> String {
     }
 }
 
+/// The name of `value`'s type, for the message about a value of a type
+/// that was not expected.
+pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
+/// The text of an exception's `reason` attribute (`ToolFailed`,
+/// `OutcomeUnknown`, `StepFailed` carry one); `None` if it has none.
+pub(crate) fn reason_of(value: &Bound<'_, PyAny>) -> Option<String> {
+    value
+        .getattr("reason")
+        .and_then(|r| r.str().map(|s| s.to_string()))
+        .ok()
+}
+
 /// The package's own exception class `name` (defined in actum/__init__.py).
 fn package_class<'py>(py: Python<'py>, name: &str) -> Option<Bound<'py, PyAny>> {
     py.import("actum").ok()?.getattr(name).ok()
@@ -390,26 +409,17 @@ pub(crate) fn outcome_of(
                 None,
             ),
             Err(_) => {
-                let kind = value
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default();
                 let reason = format!(
-                    "the tool returned a {kind}, not bytes or None: it ran, and whether it \
-                     acted is not known"
+                    "the tool returned a {}, not bytes or None: it ran, and whether it acted \
+                     is not known",
+                    type_name(&value)
                 );
                 (Outcome::Unknown { reason }, None)
             }
         },
         Err(e) => {
             let value = e.value(py);
-            let reason_attr = || -> String {
-                value
-                    .getattr("reason")
-                    .and_then(|r| r.str().map(|s| s.to_string()))
-                    .unwrap_or_else(|_| value.to_string())
-            };
+            let reason_attr = || reason_of(value).unwrap_or_else(|| value.to_string());
             let is =
                 |name: &str| package_class(py, name).is_some_and(|class| e.is_instance(py, &class));
             let outcome = if is("ToolFailed") {

@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use crate::books::{
     AuditEntry, AuditWhat, Charge, Compensation, Cost, EffectKey, EffectKind, EffectStatus,
-    FencingToken, Join, Outcome, Part, RecordDecision, Reserved, RunId, RunState, SaveCheckpoint,
-    StepId, ToolClass, Usage, WaitBook, WaitFor, WaitStatus, children_run_ids, digest_of,
+    FencingToken, Guard, Join, Outcome, Part, RecordDecision, Reserved, RunId, RunState,
+    SaveCheckpoint, StepId, ToolClass, Usage, WaitBook, WaitFor, WaitStatus, children_run_ids,
+    digest_of,
 };
-use crate::engine::{ChildSpec, StepPlan, StepRequest, StepResult, ToolSpec};
+use crate::engine::{ChildSpec, EffectCtx, StepPlan, StepRequest, StepResult, ToolSpec};
 use crate::error::Error;
 use crate::planted::PlantedBug;
 
@@ -594,14 +595,7 @@ impl RunCtx<'_> {
         within: Option<Deadline>,
         mut send: impl FnMut(&Call<'_>) -> Outcome,
     ) -> Result<Vec<u8>, Fail> {
-        let step = self.step_id(name)?;
-        let journaled = self.enter(Journaled::Step(step.clone()))?;
-        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
-            return Err(Fail::failed(format!(
-                "tool {} is queryable but has no query (Tool::with_query)",
-                tool.spec.name
-            )));
-        }
+        let (step, journaled) = self.enter_step(name, tool)?;
         let rationale = format!("step {name} of {}", self.agent);
         let at = || format!("step {name}");
         let mut ambiguous = 0;
@@ -638,15 +632,7 @@ impl RunCtx<'_> {
                 compensation: None,
             };
             let engine = &self.shared.engine;
-            let charge = Charge::Effect { step: step.clone() };
-            let held = self.budgeted
-                && matches!(
-                    self.reserve(charge.clone(), tool.hold, &at())?,
-                    Reserved::Granted { .. }
-                );
-            let plan = engine
-                .begin_step(&request)
-                .map_err(|e| self.engine_stop(e, &at()))?;
+            let (held, plan) = self.begin_attempt(&request, tool, &at())?;
             let result = match plan {
                 // Neither resent nor asked: the request, if it left, brings
                 // its reply.
@@ -658,13 +644,7 @@ impl RunCtx<'_> {
                 }
                 StepPlan::Done(result) => result,
                 StepPlan::Act(ctx) => {
-                    if !self.watch.keep(engine) {
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
-                    let deadline_ms = self.watch.act_deadline_ms();
-                    if engine.clock().now_ms() > deadline_ms {
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
+                    let deadline_ms = self.send_deadline(&at())?;
                     let call = Call {
                         key: &ctx.key,
                         idempotency_key: ctx.key.tool_key(),
@@ -680,32 +660,10 @@ impl RunCtx<'_> {
                         self.await_reply(name, tool, &ctx.key, within)?;
                         continue;
                     }
-                    let then = self.pending_commands();
-                    let finished = engine
-                        .finish_step_with(&guard, &ctx, outcome, then)
-                        .map_err(|e| self.engine_stop(e, &at()))?;
-                    if finished.then.is_ok() && self.pending.take().is_some() {
-                        self.saved_checkpoints += 1;
-                    }
-                    finished.result
+                    self.finish_act(&guard, &ctx, outcome, &at())?
                 }
                 StepPlan::Query(ctx) => {
-                    let Some(query) = &tool.query else {
-                        unreachable!("a queryable tool without a query was refused above")
-                    };
-                    let sent_by = sent
-                        .as_ref()
-                        .filter(|(key, _)| *key == ctx.key)
-                        .map(|(_, deadline)| *deadline);
-                    self.outlive_request(name, tool, &ctx.key, sent_by)?;
-                    let call = Call {
-                        key: &ctx.key,
-                        idempotency_key: ctx.key.tool_key(),
-                        token: ctx.token,
-                        resend: false,
-                        deadline_ms: self.watch.act_deadline_ms(),
-                    };
-                    let found = query(&call);
+                    let found = self.ask_open(name, tool, &ctx, sent.as_ref())?;
                     if let Outcome::Unknown { .. } = found {
                         // The tool cannot say yet: its reply will.
                         self.await_reply(name, tool, &ctx.key, within)?;
@@ -716,40 +674,167 @@ impl RunCtx<'_> {
                         .map_err(|e| self.engine_stop(e, &at()))?
                 }
             };
-            match result {
-                StepResult::Done { receipt, .. } => {
-                    if held {
-                        self.settle(charge, tool.hold, &at())?;
-                    }
-                    return Ok(receipt);
-                }
-                StepResult::Failed {
-                    key,
-                    retryable: true,
-                    ..
-                } if self.attempts_used(&step, key.attempt()) < tool.attempts => {
-                    self.backoff(name, tool, key.attempt())?;
-                }
-                StepResult::Failed { key, reason, .. } => {
-                    return Err(failed_for_good(name, tool, key.attempt(), &reason));
-                }
-                StepResult::Unknown { key, reason } => {
+            match self.step_result(name, tool, &step, result, held)? {
+                Next::Done(receipt) => return Ok(receipt),
+                Next::Retried(_) => {}
+                Next::Unknown { key, reason } => {
                     ambiguous += 1;
                     if ambiguous > tool.attempts {
                         return Err(Stop::OutcomeUnknown { key, reason }.into());
                     }
                 }
-                StepResult::NeedsReconcile { key, .. } => {
-                    let reason = "the tool was not asked".to_string();
-                    return Err(Stop::OutcomeUnknown { key, reason }.into());
-                }
-                StepResult::Compensated { key } => {
-                    return Err(Fail::failed(format!(
-                        "step {name} was undone by its compensation ({key})"
-                    )));
-                }
             }
         }
+    }
+
+    /// Enters the step `name` through `tool` in the journal: its id, and
+    /// whether the journal holds it (a resumed step). A queryable tool with
+    /// no query is refused, as no ambiguous act of it could be settled.
+    fn enter_step(&mut self, name: &str, tool: &Tool) -> Result<(StepId, bool), Fail> {
+        let step = self.step_id(name)?;
+        let journaled = self.enter(Journaled::Step(step.clone()))?;
+        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
+            return Err(Fail::failed(format!(
+                "tool {} is queryable but has no query (Tool::with_query)",
+                tool.spec.name
+            )));
+        }
+        Ok((step, journaled))
+    }
+
+    /// Begins an attempt of `request`: on a budgeted run, first reserves
+    /// the tool's hold (the charge is held only if granted: a replayed call
+    /// answers `Replayed`, and nothing is held), then asks the engine what
+    /// to do.
+    fn begin_attempt(
+        &self,
+        request: &StepRequest<'_>,
+        tool: &Tool,
+        at: &str,
+    ) -> Result<(Option<Charge>, StepPlan), Fail> {
+        let charge = Charge::Effect {
+            step: request.step.clone(),
+        };
+        let held = self.budgeted
+            && matches!(
+                self.reserve(charge.clone(), tool.hold, at)?,
+                Reserved::Granted { .. }
+            );
+        let plan = self
+            .shared
+            .engine
+            .begin_step(request)
+            .map_err(|e| self.engine_stop(e, at))?;
+        Ok((held.then_some(charge), plan))
+    }
+
+    /// What a step's `result` means for its loop, the same for
+    /// [`RunCtx::step`] and [`RunCtx::step_async`]: its receipt (settling
+    /// the budget `held` for it), a retry after the backoff of a retryable
+    /// failure with attempts left, an ambiguous outcome for the caller to
+    /// weigh, or an error that ends the step.
+    fn step_result(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        step: &StepId,
+        result: StepResult,
+        held: Option<Charge>,
+    ) -> Result<Next, Fail> {
+        let at = || format!("step {name}");
+        match result {
+            StepResult::Done { receipt, .. } => {
+                if let Some(charge) = held {
+                    self.settle(charge, tool.hold, &at())?;
+                }
+                Ok(Next::Done(receipt))
+            }
+            StepResult::Failed {
+                key,
+                retryable: true,
+                ..
+            } if self.attempts_used(step, key.attempt()) < tool.attempts => {
+                self.backoff(name, tool, key.attempt())?;
+                Ok(Next::Retried(key))
+            }
+            StepResult::Failed { key, reason, .. } => {
+                Err(failed_for_good(name, tool, key.attempt(), &reason))
+            }
+            StepResult::Unknown { key, reason } => Ok(Next::Unknown { key, reason }),
+            StepResult::NeedsReconcile { key, .. } => {
+                let reason = "the tool was not asked".to_string();
+                Err(Stop::OutcomeUnknown { key, reason }.into())
+            }
+            StepResult::Compensated { key } => Err(Fail::failed(format!(
+                "step {name} was undone by its compensation ({key})"
+            ))),
+        }
+    }
+
+    /// The deadline a request sent now is sent by: the lease's, once it is
+    /// renewed. A lost lease, or a deadline already past, stops the handler
+    /// before it sends: too late to send, the intent stays open for the
+    /// successor, who resends, queries or asks a person.
+    fn send_deadline(&self, at: &str) -> Result<u64, Fail> {
+        let engine = &self.shared.engine;
+        if !self.watch.keep(engine) {
+            return Err(Stop::LeaseLost { at: at.to_string() }.into());
+        }
+        let deadline_ms = self.watch.act_deadline_ms();
+        if engine.clock().now_ms() > deadline_ms {
+            return Err(Stop::LeaseLost { at: at.to_string() }.into());
+        }
+        Ok(deadline_ms)
+    }
+
+    /// Records the outcome of the act `ctx` planned, with the pending
+    /// checkpoint in the same batch, and answers the step's result. The
+    /// checkpoint counts as saved only if its commands were applied: a
+    /// refused follow-up leaves it pending, and the outcome recorded.
+    fn finish_act(
+        &mut self,
+        guard: &Guard,
+        ctx: &EffectCtx,
+        outcome: Outcome,
+        at: &str,
+    ) -> Result<StepResult, Fail> {
+        let then = self.pending_commands();
+        let finished = self
+            .shared
+            .engine
+            .finish_step_with(guard, ctx, outcome, then)
+            .map_err(|e| self.engine_stop(e, at))?;
+        if finished.then.is_ok() && self.pending.take().is_some() {
+            self.saved_checkpoints += 1;
+        }
+        Ok(finished.result)
+    }
+
+    /// Asks the queryable `tool` what became of the open act `ctx`, once a
+    /// request that may still be on its way can no longer arrive (`sent`:
+    /// the attempt this handler sent, and the deadline it sent it by).
+    fn ask_open(
+        &mut self,
+        name: &str,
+        tool: &Tool,
+        ctx: &EffectCtx,
+        sent: Option<&(EffectKey, u64)>,
+    ) -> Result<Outcome, Fail> {
+        let Some(query) = &tool.query else {
+            unreachable!("a queryable tool without a query was refused above")
+        };
+        let sent_by = sent
+            .filter(|(key, _)| *key == ctx.key)
+            .map(|(_, deadline)| *deadline);
+        self.outlive_request(name, tool, &ctx.key, sent_by)?;
+        let call = Call {
+            key: &ctx.key,
+            idempotency_key: ctx.key.tool_key(),
+            token: ctx.token,
+            resend: false,
+            deadline_ms: self.watch.act_deadline_ms(),
+        };
+        Ok(query(&call))
     }
 
     /// The key whose reply `step` waited for, if it waited for one: the
@@ -824,14 +909,7 @@ impl RunCtx<'_> {
         undo: Option<Compensation>,
         mut act: impl FnMut(&Call<'_>) -> Outcome,
     ) -> Result<Vec<u8>, Fail> {
-        let step = self.step_id(name)?;
-        let journaled = self.enter(Journaled::Step(step.clone()))?;
-        if matches!(tool.spec.class, ToolClass::Queryable) && tool.query.is_none() {
-            return Err(Fail::failed(format!(
-                "tool {} is queryable but has no query (Tool::with_query)",
-                tool.spec.name
-            )));
-        }
+        let (step, journaled) = self.enter_step(name, tool)?;
         let rationale = format!("step {name} of {}", self.agent);
         let at = || format!("step {name}");
         let mut ambiguous = 0;
@@ -854,16 +932,7 @@ impl RunCtx<'_> {
                 compensation: undo.clone(),
             };
             let engine = &self.shared.engine;
-            let charge = Charge::Effect { step: step.clone() };
-            // A replayed call answers `Replayed`, and nothing is held.
-            let held = self.budgeted
-                && matches!(
-                    self.reserve(charge.clone(), tool.hold, &at())?,
-                    Reserved::Granted { .. }
-                );
-            let plan = engine
-                .begin_step(&request)
-                .map_err(|e| self.engine_stop(e, &at()))?;
+            let (held, plan) = self.begin_attempt(&request, tool, &at())?;
             let result = match plan {
                 StepPlan::Done(result) => {
                     let resends = engine.planted(PlantedBug::ResendConfirmedStep)
@@ -884,15 +953,7 @@ impl RunCtx<'_> {
                     result
                 }
                 StepPlan::Act(ctx) => {
-                    if !self.watch.keep(engine) {
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
-                    let deadline_ms = self.watch.act_deadline_ms();
-                    if engine.clock().now_ms() > deadline_ms {
-                        // Too late to send: the intent stays open for the
-                        // successor, who resends, queries or asks a person.
-                        return Err(Stop::LeaseLost { at: at() }.into());
-                    }
+                    let deadline_ms = self.send_deadline(&at())?;
                     let sent_key = match &failed_key {
                         Some(failed) if engine.planted(PlantedBug::RetryReusesFailedKey) => {
                             failed.clone()
@@ -908,56 +969,19 @@ impl RunCtx<'_> {
                     };
                     sent = Some((ctx.key.clone(), deadline_ms));
                     let outcome = act(&call);
-                    let then = self.pending_commands();
-                    let finished = engine
-                        .finish_step_with(&guard, &ctx, outcome, then)
-                        .map_err(|e| self.engine_stop(e, &at()))?;
-                    if finished.then.is_ok() && self.pending.take().is_some() {
-                        self.saved_checkpoints += 1;
-                    }
-                    finished.result
+                    self.finish_act(&guard, &ctx, outcome, &at())?
                 }
                 StepPlan::Query(ctx) => {
-                    let Some(query) = &tool.query else {
-                        unreachable!("a queryable tool without a query was refused above")
-                    };
-                    let sent_by = sent
-                        .as_ref()
-                        .filter(|(key, _)| *key == ctx.key)
-                        .map(|(_, deadline)| *deadline);
-                    self.outlive_request(name, tool, &ctx.key, sent_by)?;
-                    let call = Call {
-                        key: &ctx.key,
-                        idempotency_key: ctx.key.tool_key(),
-                        token: ctx.token,
-                        resend: false,
-                        deadline_ms: self.watch.act_deadline_ms(),
-                    };
-                    let found = query(&call);
+                    let found = self.ask_open(name, tool, &ctx, sent.as_ref())?;
                     engine
                         .resolve_step(&guard, &ctx, found)
                         .map_err(|e| self.engine_stop(e, &at()))?
                 }
             };
-            match result {
-                StepResult::Done { receipt, .. } => {
-                    if held {
-                        self.settle(charge, tool.hold, &at())?;
-                    }
-                    return Ok(receipt);
-                }
-                StepResult::Failed {
-                    key,
-                    retryable: true,
-                    ..
-                } if self.attempts_used(&step, key.attempt()) < tool.attempts => {
-                    self.backoff(name, tool, key.attempt())?;
-                    failed_key = Some(key);
-                }
-                StepResult::Failed { key, reason, .. } => {
-                    return Err(failed_for_good(name, tool, key.attempt(), &reason));
-                }
-                StepResult::Unknown { key, reason } => {
+            match self.step_result(name, tool, &step, result, held)? {
+                Next::Done(receipt) => return Ok(receipt),
+                Next::Retried(key) => failed_key = Some(key),
+                Next::Unknown { key, reason } => {
                     // An idempotent tool is resent the same key (inside its
                     // window), a queryable one asked: by the next begin.
                     ambiguous += 1;
@@ -965,15 +989,6 @@ impl RunCtx<'_> {
                     if !settles || ambiguous > tool.attempts {
                         return Err(Stop::OutcomeUnknown { key, reason }.into());
                     }
-                }
-                StepResult::NeedsReconcile { key, .. } => {
-                    let reason = "the tool was not asked".to_string();
-                    return Err(Stop::OutcomeUnknown { key, reason }.into());
-                }
-                StepResult::Compensated { key } => {
-                    return Err(Fail::failed(format!(
-                        "step {name} was undone by its compensation ({key})"
-                    )));
                 }
             }
         }
@@ -1673,6 +1688,21 @@ fn lifetime_wait_name(name: &str, attempt: u32) -> String {
 
 fn unexpected_wait(name: &str, status: &WaitStatus) -> Fail {
     Fail::failed(format!("the wait at {name} ended {}", status.name()))
+}
+
+/// Where a step's loop goes after a result ([`RunCtx::step_result`]).
+enum Next {
+    /// The step is done: its receipt.
+    Done(Vec<u8>),
+    /// The attempt `key` failed and is tried again (its backoff waited).
+    Retried(EffectKey),
+    /// The attempt's outcome is not known.
+    Unknown {
+        /// The attempt.
+        key: EffectKey,
+        /// Why it is not known.
+        reason: String,
+    },
 }
 
 /// The failure of a step whose attempts are spent or whose tool refused

@@ -209,6 +209,13 @@ impl Shared {
         agents.get(agent).cloned()
     }
 
+    /// The tool registered as `name` ([`Runtime::register_tool`]), for the
+    /// saga's calls.
+    fn registered_tool(&self, name: &str) -> Option<Tool> {
+        let tools = self.tools.read().unwrap_or_else(PoisonError::into_inner);
+        tools.get(name).cloned()
+    }
+
     fn served(&self) -> Vec<String> {
         let agents = self.agents.read().unwrap_or_else(PoisonError::into_inner);
         agents.keys().cloned().collect()
@@ -815,15 +822,7 @@ impl Runtime {
         let Some(entry) = engine.effect(key)? else {
             return Ok(false);
         };
-        let tool = {
-            let tools = self
-                .shared
-                .tools
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            tools.get(&entry.tool).cloned()
-        };
-        let Some(tool) = tool else {
+        let Some(tool) = self.shared.registered_tool(&entry.tool) else {
             return Ok(false);
         };
         let Some(query) = tool.query.clone() else {
@@ -876,14 +875,7 @@ impl Runtime {
         key: &crate::books::EffectKey,
         tool: &str,
     ) -> Option<String> {
-        let fencing = {
-            let tools = self
-                .shared
-                .tools
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            tools.get(tool).map(Tool::fencing)?
-        };
+        let fencing = self.shared.registered_tool(tool)?.fencing();
         let Fencing::Ignores {
             request_lifetime_ms,
         } = fencing

@@ -72,6 +72,51 @@ fn drain(rt: &Runtime) -> Vec<(RunId, Driven)> {
     panic!("the runtime did not drain: {passes:?}");
 }
 
+/// Claims `run` (the only claimable run) as [`worker`] and moves it to
+/// running, as a handler's first pass does; returns the lease.
+fn claim_running(engine: &Engine, run: &RunId) -> LeaseGrant {
+    let lease = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
+    assert_eq!(lease.run, *run, "the claimed run");
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: lease.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    lease
+}
+
+/// A worker of a process that died claimed `run`, moved it to running and
+/// wrote the intent of the step `step` through `tool`, as the handler
+/// `agent` calls it, and never recorded an outcome; returns its lease.
+fn intent_left_by_a_dead_worker(
+    engine: &Engine,
+    run: &RunId,
+    agent: &str,
+    step: &str,
+    tool: ToolSpec,
+    args: &[u8],
+) -> LeaseGrant {
+    let dead = claim_running(engine, run);
+    engine
+        .begin_effect(BeginEffect {
+            run: run.clone(),
+            step: StepId::new(step).unwrap(),
+            guard: dead.guard.clone(),
+            tool: tool.name,
+            tool_class: tool.class,
+            args_digest: digest_of(args),
+            args: None,
+            rationale: format!("step {step} of {agent}"),
+            compensation: None,
+        })
+        .unwrap();
+    dead
+}
+
 fn state(engine: &Engine, run: &str) -> RunState {
     engine
         .run(&RunId::new(run).unwrap())
@@ -84,6 +129,32 @@ fn confirmed(receipt: &str) -> Outcome {
     Outcome::Confirmed {
         receipt: receipt.as_bytes().to_vec(),
     }
+}
+
+fn idempotent() -> ToolClass {
+    ToolClass::Idempotent {
+        dedup_window_ms: DAY_MS,
+    }
+}
+
+/// A handler's body whose saga has work: `step` books through `tool`
+/// (answering `receipt`, undone by `undo`), then the hotel is sold out,
+/// which fails the run for good.
+fn booked_then_sold_out(
+    ctx: &mut RunCtx<'_>,
+    step: &str,
+    tool: &Tool,
+    args: &[u8],
+    receipt: &str,
+    undo: Compensation,
+) -> std::result::Result<Vec<u8>, Fail> {
+    ctx.step_with_undo(step, tool, args, undo, |_| confirmed(receipt))?;
+    let hotel = Tool::new("hotel.book", idempotent());
+    ctx.step("hotel", &hotel, b"3 nights", |_| Outcome::Failed {
+        retryable: false,
+        reason: "sold out".into(),
+    })?;
+    Ok(Vec::new())
 }
 
 /// Counts calls of the outside world by name.
@@ -121,12 +192,7 @@ fn register_trip(rt: &Runtime, world: &World) {
             w.hit("book");
             confirmed("PNR-7")
         })?;
-        let card = Tool::new(
-            "card.charge",
-            ToolClass::Idempotent {
-                dedup_window_ms: DAY_MS,
-            },
-        );
+        let card = Tool::new("card.charge", idempotent());
         let charge = ctx.step("charge", &card, b"420 EUR", |call| {
             w.hit("charge");
             confirmed(&format!("ch-{}", call.key.encode()))
@@ -409,28 +475,13 @@ fn a_failed_step_fails_the_run_and_the_saga_undoes_with_the_acts_receipt() {
         confirmed("cancelled")
     });
     rt.register("trip", "1", |ctx| {
-        let idem = ToolClass::Idempotent {
-            dedup_window_ms: DAY_MS,
-        };
         let undo = Compensation {
             tool: "airline.cancel".into(),
             args: b"cancel".to_vec(),
-            class: idem,
+            class: idempotent(),
         };
-        ctx.step_with_undo(
-            "flight",
-            &Tool::new("airline.book", idem),
-            b"TP",
-            undo,
-            |_| confirmed("PNR-9"),
-        )?;
-        ctx.step("hotel", &Tool::new("hotel.book", idem), b"3 nights", |_| {
-            Outcome::Failed {
-                retryable: false,
-                reason: "sold out".into(),
-            }
-        })?;
-        Ok(Vec::new())
+        let flight = Tool::new("airline.book", idempotent());
+        booked_then_sold_out(ctx, "flight", &flight, b"TP", "PNR-9", undo)
     })
     .unwrap();
     let run = rt.start("trip", "trip-2", b"").unwrap().run;
@@ -646,29 +697,11 @@ fn an_act_a_dead_worker_left_without_outcome_pauses_the_run_for_a_person() {
     .unwrap();
     let run = rt.start("wire", "wire-1", b"").unwrap().run;
     // A worker of an earlier process claimed it, wrote the intent, and died.
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
-    engine
-        .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: StepId::new("wire").unwrap(),
-            guard: dead.guard,
-            tool: "bank.wire".into(),
-            tool_class: ToolClass::NotIdempotent,
-            args_digest: digest_of(b"1000"),
-            args: None,
-            rationale: "step wire of wire@1".into(),
-            compensation: None,
-        })
-        .unwrap();
+    let wire = ToolSpec {
+        name: "bank.wire".into(),
+        class: ToolClass::NotIdempotent,
+    };
+    intent_left_by_a_dead_worker(&engine, &run, "wire@1", "wire", wire, b"1000");
     bench.clock.advance_ms(TTL_MS + 1);
     let passes = drain(&rt);
     let [(_, Driven::Paused(reason))] = passes.as_slice() else {
@@ -1095,30 +1128,11 @@ fn register_courier(rt: &Runtime, world: &World, lifetime: Option<u64>, act: Out
 /// A worker of a process that died claimed `run`, moved it to running and
 /// wrote the intent of its step `deliver`; returns its lease's expiry.
 fn courier_intent_left_by_a_dead_worker(engine: &Engine, run: &RunId) -> u64 {
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
-    engine
-        .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: StepId::new("deliver").unwrap(),
-            guard: dead.guard,
-            tool: "courier.book".into(),
-            tool_class: ToolClass::Queryable,
-            args_digest: digest_of(b"parcel"),
-            args: None,
-            rationale: "step deliver of courier@1".into(),
-            compensation: None,
-        })
-        .unwrap();
-    dead.expires_ms
+    let courier = ToolSpec {
+        name: "courier.book".into(),
+        class: ToolClass::Queryable,
+    };
+    intent_left_by_a_dead_worker(engine, run, "courier@1", "deliver", courier, b"parcel").expires_ms
 }
 
 fn lifetime_wait(engine: &Engine, run: &RunId) -> Option<u64> {
@@ -1261,12 +1275,6 @@ fn kyc(class: ToolClass) -> Tool {
     Tool::new("kyc.screen", class).attempts(3).backoff(0, 0)
 }
 
-fn idempotent() -> ToolClass {
-    ToolClass::Idempotent {
-        dedup_window_ms: DAY_MS,
-    }
-}
-
 /// An agent `screen` whose step `screen` asks an asynchronous screening
 /// service (of `class`), which answers each request with what `answer`
 /// says for its attempt, within `within` of the wait.
@@ -1353,29 +1361,11 @@ fn a_reply_delivered_before_the_wait_opens_ends_it_at_once() {
 /// A worker of a process that died wrote the intent of `run`'s step
 /// `screen` (of `class`), perhaps sent it, and never parked.
 fn screen_intent_left_by_a_dead_worker(engine: &Engine, run: &RunId, class: ToolClass) {
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
-    engine
-        .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: StepId::new("screen").unwrap(),
-            guard: dead.guard,
-            tool: "kyc.screen".into(),
-            tool_class: class,
-            args_digest: digest_of(b"acme"),
-            args: None,
-            rationale: "step screen of screen@1".into(),
-            compensation: None,
-        })
-        .unwrap();
+    let screen = ToolSpec {
+        name: "kyc.screen".into(),
+        class,
+    };
+    intent_left_by_a_dead_worker(engine, run, "screen@1", "screen", screen, b"acme");
 }
 
 #[test]
@@ -1583,16 +1573,7 @@ fn courier_tool(world: &World, lifetime: Option<Option<u64>>) -> Tool {
 /// A dead worker's intent on the courier, compensable by `courier.cancel`,
 /// and an operator's cancel of the run: it is compensating, its act open.
 fn cancelled_mid_courier_step(engine: &Engine, run: &RunId) -> u64 {
-    let dead = engine.claim_next(&worker(), TTL_MS).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: dead.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
+    let dead = claim_running(engine, run);
     engine
         .begin_step(&StepRequest {
             guard: &dead.guard,
@@ -1711,23 +1692,8 @@ fn register_booking_with_slow_undo(rt: &Runtime, world: &World, lifetime: Option
             args: b"cancel".to_vec(),
             class: ToolClass::Queryable,
         };
-        let idem = ToolClass::Idempotent {
-            dedup_window_ms: DAY_MS,
-        };
-        ctx.step_with_undo(
-            "deliver",
-            &Tool::new("courier.book", idem),
-            b"p",
-            undo,
-            |_| confirmed("booked"),
-        )?;
-        ctx.step("hotel", &Tool::new("hotel.book", idem), b"h", |_| {
-            Outcome::Failed {
-                retryable: false,
-                reason: "sold out".into(),
-            }
-        })?;
-        Ok(Vec::new())
+        let courier = Tool::new("courier.book", idempotent());
+        booked_then_sold_out(ctx, "deliver", &courier, b"p", "booked", undo)
     })
     .unwrap();
 }
