@@ -17,3 +17,6 @@ mod pipeline;
 pub(crate) use create::{CREATING_MARKER, MANIFEST_FILES, STATE_FILE, WAL_DIR};
 pub use open::{Db, DbOptions, OpenReport};
 pub use pipeline::{Pipeline, PipelineOptions, RecordAt, Recovering, Recovery};
+
+#[cfg(test)]
+mod open_syncs_tests;

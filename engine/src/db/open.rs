@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
 use crate::manifest::{Manifest, ManifestReport, ManifestStore};
 use crate::storage::{DirLock, Storage};
-use crate::wal::{FIRST_EPOCH, RecoveryReport, Wal, WalOptions};
+use crate::wal::{FIRST_EPOCH, LogRoot, RecoveryReport, Wal, WalOptions};
 
 use super::create::{WAL_DIR, create_database, creation_interrupted, has_no_manifest, sync_dir};
 
@@ -102,8 +102,15 @@ impl Db {
             &dir.join(WAL_DIR),
             manifest.database_id,
             options.wal,
-            manifest.first_live_segment,
-            manifest.applied_lsn,
+            LogRoot {
+                first_segment: manifest.first_live_segment,
+                covered: manifest.applied_lsn,
+                // Only a copy no newer copy could have been lost beside
+                // proves that nothing was appended after the clean close.
+                clean_end: manifest
+                    .clean_shutdown_lsn
+                    .filter(|_| manifest_report.rejected.is_empty()),
+            },
             epoch,
         )?;
         if let Some(clean_lsn) = manifest.clean_shutdown_lsn

@@ -21,7 +21,7 @@ mod io_order_tests;
 #[cfg(test)]
 mod store_tests;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 
 pub use codec::{
     COPY_LEN_MAX, COPY_SLOT_BYTES, DecodeError, FORMAT_VERSION, MAGIC, decode, encode,

@@ -95,7 +95,7 @@ pub(super) fn garbage(len: usize, seed: u64) -> Vec<u8> {
 /// write and sync the engine issues (by file name), and can be told to fail
 /// the next `sync_data`.
 #[derive(Debug, Default)]
-pub(super) struct RecordingStorage {
+pub(crate) struct RecordingStorage {
     inner: FsStorage,
     log: Arc<Mutex<Vec<String>>>,
     fail_next_sync: Arc<AtomicBool>,
@@ -103,7 +103,7 @@ pub(super) struct RecordingStorage {
 
 impl RecordingStorage {
     /// The operations recorded so far, emptying the record.
-    pub(super) fn take_log(&self) -> Vec<String> {
+    pub(crate) fn take_log(&self) -> Vec<String> {
         std::mem::take(&mut *self.log.lock().expect("log"))
     }
 

@@ -23,7 +23,7 @@ use crate::ids::Lsn;
 use crate::manifest::Manifest;
 use crate::storage::Storage;
 use crate::wal::format::{SEGMENT_HEADER_BYTES, segment_path};
-use crate::wal::{FIRST_EPOCH, Wal, WalIter};
+use crate::wal::{FIRST_EPOCH, LogRoot, Wal, WalIter};
 
 /// Checks the log of `dir` as `manifest` describes it, recovering it on
 /// the read-only view `storage` (`raw` is the disk under it); returns the
@@ -43,8 +43,12 @@ pub(super) fn check(
         &wal_dir,
         manifest.database_id,
         EngineOptions::default().db.wal,
-        manifest.first_live_segment,
-        manifest.applied_lsn,
+        LogRoot {
+            first_segment: manifest.first_live_segment,
+            covered: manifest.applied_lsn,
+            // A verify looks at every group boundary, clean or not.
+            clean_end: None,
+        },
         epoch,
     );
     let (wal, recovery) = match opened {

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use super::format::{self, SEGMENT_HEADER_BYTES};
 use super::group::GroupCommit;
 use super::reader::WalIter;
-use super::recovery;
+use super::recovery::{self, LogRoot};
 use super::segment;
 use super::table::{Context, Counters, LiveSegment, SPARES_MAX, SegmentTable};
 use super::writer::{Batch, Writer};
@@ -87,10 +87,11 @@ impl Wal {
     }
 
     /// Opens an existing log and runs recovery (see `docs/DURABILITY.md`).
-    /// `first_segment` is the oldest live segment and `covered` the LSN a
-    /// state checkpoint already covers, both from the manifest; segments
-    /// numbered below `first_segment` are deleted as leftovers of an
-    /// interrupted garbage collection. Records appended from now on carry
+    /// `root` holds what the manifest says: the oldest live segment, the
+    /// LSN a state checkpoint already covers, and the clean-shutdown LSN if
+    /// the manifest is known to be the newest; segments numbered below the
+    /// oldest live one are deleted as leftovers of an interrupted garbage
+    /// collection. Records appended from now on carry
     /// `epoch`, which must be higher than the epoch of every earlier open
     /// (and of [`Wal::create`]): the caller keeps it durable (the database
     /// uses its manifest's sequence number) before the first append.
@@ -99,8 +100,7 @@ impl Wal {
         dir: &Path,
         db: DatabaseId,
         options: WalOptions,
-        first_segment: SegmentId,
-        covered: Lsn,
+        root: LogRoot,
         epoch: u64,
     ) -> Result<(Wal, RecoveryReport)> {
         options.validate()?;
@@ -108,7 +108,7 @@ impl Wal {
             epoch > FIRST_EPOCH,
             "an open's epoch is above the creation's"
         );
-        let found = recovery::recover(&storage, dir, db, &options, first_segment, covered)?;
+        let found = recovery::recover(&storage, dir, db, &options, root)?;
         let last = found.report.last_lsn;
         let writer = Writer::new(found.active, found.offset, epoch);
         let wal = Wal::assemble(

@@ -25,3 +25,4 @@ mod tests;
 pub use log::{FIRST_EPOCH, Wal};
 pub use options::{RecoveryReport, WalOptions, WalStats};
 pub use reader::WalIter;
+pub use recovery::LogRoot;

@@ -35,6 +35,19 @@ use crate::storage::Storage;
 /// How much of a segment recovery reads at a time.
 const READ_CHUNK_BYTES: u64 = 1 << 20;
 
+/// What the manifest says about the log recovery opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogRoot {
+    /// The oldest live segment.
+    pub first_segment: SegmentId,
+    /// The LSN a durable state checkpoint covers.
+    pub covered: Lsn,
+    /// The clean-shutdown LSN of a manifest that is known to be the newest
+    /// one ever made durable (both copies valid, so no newer copy was lost
+    /// to damage); `None` otherwise, or to always look for later writes.
+    pub clean_end: Option<Lsn>,
+}
+
 /// What recovery hands to the log.
 #[derive(Debug)]
 pub struct Recovered {
@@ -407,19 +420,67 @@ fn look_after(segs: &[Seg], stop: &Stop, options: &WalOptions) -> Result<After> 
     Ok(after)
 }
 
+/// True if the chain stopped right after the complete batch ending at the
+/// clean-shutdown LSN `root.clean_end`: the end a clean close left, with no
+/// batch open and nothing the checkpoint covers missing.
+fn clean_end_reached(stop: &Stop, last_complete: Option<Lsn>, root: LogRoot) -> bool {
+    let Some(clean) = root.clean_end else {
+        return false;
+    };
+    assert!(clean >= root.covered, "a clean shutdown covers the checkpoint");
+    last_complete.unwrap_or(root.covered) == clean
+        && stop.damaged_lsn == clean.next()
+        && stop.truncate_at == stop.offset
+        && stop.damaged_lsn > root.covered
+}
+
+/// [`look_after`] for a log known to end at a clean shutdown: no write can
+/// follow the stop, so no evidence is looked for; a later segment is
+/// reported as holding records if its first record slot holds a valid one.
+fn look_at_later_starts(segs: &[Seg], stop: &Stop, options: &WalOptions) -> Result<After> {
+    let verify = !planted(options, PlantedBug::AcceptBadChecksum);
+    let mut after = After::default();
+    for seg in segs.iter().skip(stop.index + 1) {
+        let mut window = Window::new(&seg.file);
+        let first = window.record(SEGMENT_HEADER_BYTES, verify)?;
+        after
+            .later_ends
+            .push(first.map(|h| SEGMENT_HEADER_BYTES + h.total_bytes()));
+    }
+    assert_eq!(after.later_ends.len(), segs.len() - stop.index - 1);
+    Ok(after)
+}
+
 /// Runs recovery over the log in `dir`.
 pub fn recover(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     database: DatabaseId,
     options: &WalOptions,
-    first_segment: SegmentId,
-    covered: Lsn,
+    root: LogRoot,
 ) -> Result<Recovered> {
+    let LogRoot {
+        first_segment,
+        covered,
+        ..
+    } = root;
     let (mut segs, spares) = open_segments(storage, dir, database, first_segment)?;
     let segments_scanned = segs.len() as u64;
     let (stop, last_complete) = scan(&mut segs, covered, options)?;
-    let after = look_after(&segs, &stop, options)?;
+    // After a clean close the log ends at the clean-shutdown LSN, and no
+    // write follows it: an open makes a manifest update clearing the flag
+    // durable before its first append, and that update would be the newest
+    // copy (chosen, or rejected as damaged: then `clean_end` is `None`).
+    // With no later write there is no ack watermark to find, so the pass
+    // over every group boundary after the stop (a read of the rest of
+    // every live segment) can find nothing; only the first record slot of
+    // each later segment is looked at, to keep the removal of a later
+    // segment holding records exactly as it is.
+    let after = if clean_end_reached(&stop, last_complete, root) {
+        look_at_later_starts(&segs, &stop, options)?
+    } else {
+        look_after(&segs, &stop, options)?
+    };
     let evidence = after.evidence;
     let acked_by_later = evidence.is_some_and(|(_, ack)| ack >= stop.damaged_lsn);
     let stop_path = segs[stop.index].file.path.clone();

@@ -41,7 +41,29 @@ fn reopen(
 ) -> crate::error::Result<(Wal, super::RecoveryReport)> {
     static EPOCH: AtomicU64 = AtomicU64::new(super::FIRST_EPOCH);
     let epoch = EPOCH.fetch_add(1, Ordering::Relaxed) + 1;
-    Wal::open(storage, dir, db, options, first_segment, covered, epoch)
+    let root = super::LogRoot {
+        first_segment,
+        covered,
+        clean_end: None,
+    };
+    Wal::open(storage, dir, db, options, root, epoch)
+}
+
+/// [`reopen`] of a log a clean shutdown at `clean_end` left, as the
+/// database opens it when both manifest copies are valid.
+fn reopen_clean(
+    dir: &Path,
+    options: WalOptions,
+    clean_end: Lsn,
+) -> crate::error::Result<(Wal, super::RecoveryReport)> {
+    static EPOCH: AtomicU64 = AtomicU64::new(super::FIRST_EPOCH);
+    let epoch = EPOCH.fetch_add(1, Ordering::Relaxed) + 1;
+    let root = super::LogRoot {
+        first_segment: SegmentId(1),
+        covered: Lsn::ZERO,
+        clean_end: Some(clean_end),
+    };
+    Wal::open(fs(), dir, DB, options, root, epoch)
 }
 
 fn read_all(wal: &Wal) -> Vec<(Lsn, Vec<u8>)> {
@@ -238,6 +260,40 @@ fn damaged_acknowledged_record_is_corrupt_and_repair_drops_it_with_a_report() {
         "{dropped}"
     );
     assert!(read_all(&wal).is_empty());
+}
+
+#[test]
+fn a_log_ending_at_its_clean_shutdown_keeps_its_prepared_segment_and_takes_appends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    three_batches(dir.path());
+    {
+        let (wal, _) = reopen_clean(dir.path(), small(64 * 1024, 1024), Lsn(5)).expect("open");
+        wal.prepare_next_segment().expect("prepare");
+    }
+    let (wal, report) = reopen_clean(dir.path(), small(64 * 1024, 1024), Lsn(5)).expect("open");
+    assert_eq!(report.last_lsn, Lsn(5));
+    assert_eq!((report.truncated_bytes, report.truncated_at), (0, None));
+    assert!(seg_path(dir.path(), 2).exists(), "the empty prepared segment is kept");
+    assert_eq!(wal.append(&[b"after"]).expect("append"), Lsn(6));
+    assert_eq!(read_all(&wal).len(), 6);
+}
+
+#[test]
+fn a_clean_shutdown_the_log_does_not_reach_still_looks_for_later_acks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    three_batches(dir.path());
+    let path = seg_path(dir.path(), 1);
+    let mut bytes = read_file(&path);
+    // Inside the payload of LSN 1: the chain stops at LSN 0, short of the
+    // clean end, so the later writes' ack watermarks are looked for.
+    bytes[SEGMENT_HEADER_BYTES as usize + RECORD_HEADER_BYTES + 2] ^= 0x01;
+    write_file(&path, &bytes);
+    match reopen_clean(dir.path(), small(64 * 1024, 1024), Lsn(5)) {
+        Err(Error::Corrupt { file, offset, .. }) => {
+            assert_eq!((file, offset), (path, SEGMENT_HEADER_BYTES));
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
 }
 
 #[test]
