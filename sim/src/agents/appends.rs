@@ -50,7 +50,7 @@ fn drawn(run: &RunId, state: &AgentState) -> bool {
     let mut key = run.as_str().as_bytes().to_vec();
     key.extend_from_slice(&state.cursor.to_le_bytes());
     key.extend_from_slice(&state.notes);
-    digest_of(&key).0[0] % 4 != 0
+    !digest_of(&key).0[0].is_multiple_of(4)
 }
 
 /// `parts` with the notes part in append form on `base`, if there is a
