@@ -3,7 +3,9 @@
 //! seeds (docs/SIMULATION.md lists the measured seeds-to-catch), by the
 //! invariant that names what the bug breaks.
 
-use actum_sim::agents::{AgentConfig, MIGRATION_KEEPS_STATE, PlantedBug, run_agent_seed};
+use actum_sim::agents::{
+    AgentConfig, CHECKPOINT_LOADS_AS_SAVED, MIGRATION_KEEPS_STATE, PlantedBug, run_agent_seed,
+};
 
 /// The most seeds any planted engine bug may survive before it is caught.
 const SEEDS_TO_CATCH_MAX: u64 = 40;
@@ -339,4 +341,23 @@ fn a_migration_that_keeps_the_cursor_little_endian_is_caught_by_the_migration_ch
     // the one its checkpoint held.
     let (_, invariant) = caught(PlantedBug::MigrationKeepsByteOrder);
     assert_eq!(invariant, MIGRATION_KEEPS_STATE);
+}
+
+#[test]
+fn an_append_that_drops_its_base_is_caught_by_the_load_or_the_model() {
+    // Schema 1's notes are saved in append form at three saves in four
+    // before the redeploy: the engine that stores only the new bytes loads
+    // shorter notes than the acknowledged saves made (the worker's load
+    // holds them to the model's checkpoint of that version), or a recovery
+    // finds the checkpoint's metadata unlike the model's (seeds 2, 1002,
+    // 2000, 3021, 4000, 5000, 6000, 7004, 8002, 9000 of blocks of 100).
+    let (_, invariant) = caught(PlantedBug::AppendDropsBase);
+    assert!(
+        [
+            CHECKPOINT_LOADS_AS_SAVED,
+            "after every recovery the books equal the model"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
 }

@@ -14,6 +14,7 @@
 //!
 //! **Invariant:** one seed (or one schedule) determines the whole run.
 
+mod appends;
 mod config;
 mod exhaustive;
 mod failure;
@@ -27,6 +28,7 @@ mod sim;
 mod worker;
 mod workflow;
 
+pub use appends::CHECKPOINT_LOADS_AS_SAVED;
 pub use config::{AgentConfig, PlantedBug};
 pub use exhaustive::exhaustive_schedules;
 pub use failure::{AgentFailure, Origin};

@@ -117,6 +117,8 @@ pub struct AgentReport {
     /// Checkpoints of schema 1 a worker of schema 2 read through the
     /// migration (a run's latest, or a child's result).
     pub migrations: u64,
+    /// Checkpoint parts acknowledged in append form (schema 1's notes).
+    pub appended_parts: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -179,6 +181,7 @@ impl AgentReport {
         self.mixed_guards_refused += other.mixed_guards_refused;
         self.redeploys += other.redeploys;
         self.migrations += other.migrations;
+        self.appended_parts += other.appended_parts;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -198,7 +201,7 @@ impl AgentReport {
              exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
              ({} undos begun, {} left stuck, {} settled by a person), {} customer holds ({} \
              tries found it held), {} compare-and-set races lost, {} runs pruned ({} kept), {} mixed-up guards refused, {} redeploys to checkpoint \
-             schema 2 ({} checkpoints migrated)",
+             schema 2 ({} checkpoints migrated), {} checkpoint parts saved in append form",
             self.runs,
             self.completed,
             self.failed,
@@ -245,7 +248,8 @@ impl AgentReport {
             self.runs_kept,
             self.mixed_guards_refused,
             self.redeploys,
-            self.migrations
+            self.migrations,
+            self.appended_parts
         )
     }
 }

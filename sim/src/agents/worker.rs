@@ -31,6 +31,7 @@ use actum::engine::{
     start_child_command,
 };
 
+use super::appends::{self, CHECKPOINT_LOADS_AS_SAVED, NotesBase};
 use super::failure::AgentFailure;
 use super::migration::{self, MIGRATION_KEEPS_STATE, SCHEMA_1, SCHEMA_2};
 use super::sim::{Called, Sim};
@@ -115,6 +116,10 @@ pub struct Job {
     /// What the worker read of a shared registry (its value and version),
     /// to write back at its next step: another worker may write between.
     read: Option<(Vec<u8>, u64)>,
+    /// A checkpoint of the run whose notes the worker knows (the one it
+    /// loaded or last saved and had acknowledged), on which its saves may
+    /// append the notes (`appends.rs`).
+    notes_base: Option<NotesBase>,
 }
 
 /// A reserve the worker made for the current action's call.
@@ -251,7 +256,12 @@ impl Job {
             run: self.run.clone(),
             guard: self.guard.clone(),
             schema_version: self.schema,
-            parts: migration::encode(self.schema, &self.state, self.workflow),
+            parts: appends::in_append_form(
+                migration::encode(self.schema, &self.state, self.workflow),
+                &self.run,
+                &self.state,
+                self.notes_base.as_ref(),
+            ),
         }
     }
 
@@ -464,6 +474,7 @@ impl Sim<'_> {
             saga: false,
             hold: None,
             read: None,
+            notes_base: None,
         }))
     }
 
@@ -499,6 +510,15 @@ impl Sim<'_> {
             Called::Refused(e) => return Err(self.fail("reads succeed", e.to_string())),
         };
         let record = record.ok_or_else(|| self.fail("reads succeed", "a claimed run is gone"))?;
+        if let Some(c) = &checkpoint {
+            // What the engine loaded, before any migration, is what the
+            // acknowledged saves of that version made.
+            let loaded = found.as_ref().map_or(&c.parts, |(_, parts)| parts);
+            self.report.checked(CHECKPOINT_LOADS_AS_SAVED);
+            appends::loads_as_saved(&self.model, &run, c.meta.version, loaded)
+                .map_err(|e| self.fail(CHECKPOINT_LOADS_AS_SAVED, e))?;
+            job.notes_base = NotesBase::of(c.meta.version, &c.parts);
+        }
         job.state = match checkpoint {
             None => AgentState::default(),
             Some(c) => match found {
@@ -1398,6 +1418,12 @@ impl Sim<'_> {
             Called::Ok(saved) => {
                 let who = self.who(w);
                 self.note(|| format!("{who} saves {} v{}", job.run, saved.version));
+                if job.schema == SCHEMA_1 {
+                    job.notes_base = Some(NotesBase {
+                        version: saved.version,
+                        notes: job.state.notes.clone(),
+                    });
+                }
                 job.phase = Phase::Ready;
                 Ok(Some(job))
             }

@@ -429,6 +429,35 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         operator: "ops".to_string(),
         reason: "a second try".to_string(),
     };
+    // A checkpoint whose messages part was saved in append form: the new
+    // chunk's blob, then the metadata naming both chunks (payload version
+    // 10, metadata layout 2).
+    let (first, second) = (b"hello; ".to_vec(), b"how are you?".to_vec());
+    let chunk = |bytes: &[u8]| actum::books::ChunkRef {
+        digest: digest_of(bytes),
+        size_bytes: bytes.len() as u64,
+    };
+    let chunked = encode_ops(&[
+        Op::BlobPut {
+            digest: digest_of(&second),
+            bytes: second.clone(),
+        },
+        Op::CheckpointSaved {
+            meta: actum::books::CheckpointMeta {
+                run: RunId::new("run-1").expect("a valid run name"),
+                version: 2,
+                schema_version: 1,
+                parts: vec![actum::books::PartRef {
+                    name: "messages".to_string(),
+                    digest: digest_of(&[first.clone(), second.clone()].concat()),
+                    size_bytes: (first.len() + second.len()) as u64,
+                    chunks: vec![chunk(&first), chunk(&second)],
+                }],
+                saved_ms: 1_700_000_015_000,
+                token: FencingToken(3),
+            },
+        },
+    ]);
     let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
@@ -455,6 +484,7 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("run-pruned", pruned.encode()),
         ("run-retried", retried.encode()),
         ("run-forked", forked.encode()),
+        ("checkpoint-chunked-list", chunked),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

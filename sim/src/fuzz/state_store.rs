@@ -39,8 +39,8 @@ use std::sync::{Arc, OnceLock};
 
 use actum::books::{
     BeginEffect, BudgetLimits, Charge, Compensation, Cost, CreateRun, Guard, OperatorAction,
-    Outcome, Part, RecordDecision, ResourceId, RunId, RunState, SaveCheckpoint, SharedKeyId,
-    SharedSetter, StepId, ToolClass, Transition, Usage, WaitFor, WorkerId, digest_of,
+    Outcome, Part, PartBase, RecordDecision, ResourceId, RunId, RunState, SaveCheckpoint,
+    SharedKeyId, SharedSetter, StepId, ToolClass, Transition, Usage, WaitFor, WorkerId, digest_of,
 };
 use actum::engine::{Engine, EngineOptions, StepRequest, ToolSpec};
 use actum::{DbOptions, OpenMode, Storage, WalOptions};
@@ -508,18 +508,21 @@ fn journal(engine: &Engine, run: &RunId, guard: &Guard, k: usize) {
         },
     };
     engine.record_decision(decision).expect("a decision");
-    for version in 0..2u8 {
+    // The second checkpoint saves its messages in append form on the
+    // first's: the same bytes, stored as two chunks.
+    let mut base = None;
+    for _ in 0..2 {
+        let messages = match base {
+            None => Part::whole("messages", vec![b'm'; 200 + k]),
+            Some(first) => Part::append(
+                "messages",
+                PartBase::new(first, "messages"),
+                vec![b'm'; 100],
+            ),
+        };
         let parts = vec![
-            Part {
-                name: "policy".into(),
-                bytes: b"shared by every run".to_vec(),
-                extends: None,
-            },
-            Part {
-                name: "messages".into(),
-                bytes: vec![b'm'; 200 + 100 * usize::from(version) + k],
-                extends: None,
-            },
+            Part::whole("policy", b"shared by every run".to_vec()),
+            messages,
         ];
         let save = SaveCheckpoint {
             run: run.clone(),
@@ -527,7 +530,8 @@ fn journal(engine: &Engine, run: &RunId, guard: &Guard, k: usize) {
             schema_version: 1,
             parts,
         };
-        engine.save_checkpoint(save).expect("a checkpoint");
+        let saved = engine.save_checkpoint(save).expect("a checkpoint");
+        base = Some(saved.version);
     }
 }
 

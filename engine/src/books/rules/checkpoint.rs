@@ -212,6 +212,17 @@ fn append_ref(
             ..base_ref
         });
     }
+    if base_ref.size_bytes == 0 {
+        // An empty base adds no bytes: the part is its new bytes, whole,
+        // with no empty chunk in front.
+        let blob = plan.store(state, &part.bytes);
+        return Ok(PartRef {
+            name: part.name.clone(),
+            digest: blob.digest,
+            size_bytes: blob.size_bytes,
+            chunks: Vec::new(),
+        });
+    }
     // The whole digest is of the whole value, so the base is read (and its
     // digests checked); only the new bytes are written.
     let mut whole = read_part(state, run, base.version, &base_ref)?;
@@ -736,5 +747,17 @@ mod tests {
             problems[0].contains("checkpoint 2 of run r stores part messages in blob"),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn an_append_on_an_empty_base_is_stored_whole() {
+        let (mut b, g) = books_with_leased_run("r");
+        b.ok(save("r", &g, 1, vec![Part::whole("notes", Vec::new())]));
+        let part = Part::append("notes", PartBase::new(1, "notes"), b"first".to_vec());
+        let d = b.ok(save("r", &g, 1, vec![part]));
+        assert_eq!(saved_bytes(&d), 5);
+        let stored = messages_or(&b, 2, "notes");
+        assert!(stored.chunks.is_empty(), "{stored:?}");
+        assert_eq!(stored.digest, digest_of(b"first"));
     }
 }
