@@ -143,6 +143,14 @@ impl PyApproval {
 impl PyCtx {
     /// Sends a call to the worker and waits for its answer with the GIL
     /// released.
+    /// A call whose answer is bytes.
+    fn call_bytes<'py>(&self, py: Python<'py>, request: Request) -> PyResult<Bound<'py, PyBytes>> {
+        match self.call(py, request)? {
+            Reply::Bytes(b) => Ok(bytes(py, &b)),
+            _ => Err(unexpected()),
+        }
+    }
+
     fn call(&self, py: Python<'_>, request: Request) -> PyResult<Reply> {
         if fork::forked(self.pid) {
             return Err(EngineForked::new_err(format!(
@@ -388,10 +396,7 @@ impl PyCtx {
         input: &[u8],
     ) -> PyResult<Bound<'py, PyBytes>> {
         let input = input.to_vec();
-        match self.call(py, Request::Child { name, kind, input })? {
-            Reply::Bytes(b) => Ok(bytes(py, &b)),
-            _ => Err(unexpected()),
-        }
+        self.call_bytes(py, Request::Child { name, kind, input })
     }
 
     /// A fan-out: starts one child run per `(kind, input)` in `calls`, in
@@ -450,10 +455,7 @@ impl PyCtx {
             model,
             with_usage,
         };
-        match self.call(py, request)? {
-            Reply::Bytes(b) => Ok(bytes(py, &b)),
-            _ => Err(unexpected()),
-        }
+        self.call_bytes(py, request)
     }
 
     fn step_inner<'py>(
@@ -473,10 +475,7 @@ impl PyCtx {
             act,
             undo,
         };
-        match self.call(py, request)? {
-            Reply::Bytes(b) => Ok(bytes(py, &b)),
-            _ => Err(unexpected()),
-        }
+        self.call_bytes(py, request)
     }
 }
 
