@@ -43,6 +43,16 @@ class Engine:
         note: str = "",
     ) -> bool:
         """Decides the approval the run waits for at `step`; True if it woke."""
+    def deliver_reply(
+        self,
+        key: str,
+        receipt: Optional[bytes] = None,
+        *,
+        failed: Optional[str] = None,
+        sender: str = "python",
+    ) -> Optional[str]:
+        """The reply to a `ctx.step_async` request: `receipt` confirms it, `failed`
+        fails it; returns the waiting step's name, or None if none waited yet."""
     def set_budget(
         self,
         run_id: str,
@@ -202,6 +212,16 @@ class Ctx:
         self, name: str, tool: Tool, args: bytes, act: _Act, *, undo: tuple[Tool, bytes]
     ) -> bytes:
         """`step`, undone by `undo=(undo_tool, undo_args)` if the run fails or is cancelled later."""
+    def step_async(
+        self,
+        name: str,
+        tool: Tool,
+        args: bytes,
+        send: Callable[[Call], Optional[bytes]],
+        within_ms: Optional[int] = None,
+    ) -> bytes:
+        """A call answered later: `send` returns None (accepted) and the run parks
+        until `Engine.deliver_reply(call.key, ...)`; returns the reply's receipt."""
     def checkpoint(self, state: bytes) -> None:
         """Saves the state with the next step's outcome (or wait, model call, end)."""
     def last_checkpoint(self) -> Optional[bytes]: ...

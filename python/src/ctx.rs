@@ -13,7 +13,7 @@
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use actum::books::{Compensation, Join};
+use actum::books::{Compensation, Join, Outcome};
 use actum::runtime::{Approval, ChildOutput, Deadline, Fail, RunCtx};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -40,6 +40,13 @@ enum Request {
         args: Vec<u8>,
         act: Py<PyAny>,
         undo: Option<Compensation>,
+    },
+    StepAsync {
+        name: String,
+        tool: Py<PyTool>,
+        args: Vec<u8>,
+        send: Py<PyAny>,
+        within_ms: Option<u64>,
     },
     Checkpoint(Vec<u8>),
     LastCheckpoint,
@@ -399,6 +406,35 @@ impl PyCtx {
         self.call_bytes(py, Request::Child { name, kind, input })
     }
 
+    /// A tool call whose answer comes later, through
+    /// `engine.deliver_reply(call.key, ...)` (a webhook): `send(call)` sends
+    /// the request once its intent is durable and returns None (accepted:
+    /// the run parks, holding no worker, until the reply), or bytes (the
+    /// tool answered at once), or raises as an act does. Returns the
+    /// reply's receipt. Once the step waited, the request is never sent
+    /// again; if `within_ms` passes with no reply, the outcome is unknown
+    /// and the run is paused for a person.
+    #[pyo3(signature = (name, tool, args, send, within_ms=None))]
+    fn step_async<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        tool: Py<PyTool>,
+        args: &[u8],
+        send: Py<PyAny>,
+        within_ms: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        callable(py, &send, "send")?;
+        let request = Request::StepAsync {
+            name,
+            tool,
+            args: args.to_vec(),
+            send,
+            within_ms,
+        };
+        self.call_bytes(py, request)
+    }
+
     /// A fan-out: starts one child run per `(kind, input)` in `calls`, in
     /// one commit, and waits for them (the run parks, holding no worker):
     /// for all of them (`join="all"`), or for the first to end
@@ -606,6 +642,35 @@ fn serve(ctx: &mut RunCtx<'_>, request: Request, stopped: &mut Option<Fail>) -> 
                 None => ctx.step(&name, &engine_tool, &args, act),
             };
             match result {
+                Ok(receipt) => Ok(Reply::Bytes(receipt)),
+                Err(fail) => Err(refuse(fail, raised, stopped)),
+            }
+        }
+        Request::StepAsync {
+            name,
+            tool,
+            args,
+            send,
+            within_ms,
+        } => {
+            let engine_tool = tool.get().build();
+            let mut raised: Option<PyErr> = None;
+            let send = |call: &actum::runtime::Call<'_>| {
+                Python::attach(|py| {
+                    let result = call_tool(py, &send, call);
+                    if matches!(&result, Ok(value) if value.is_none()) {
+                        // Accepted: the reply comes later.
+                        return Outcome::Unknown {
+                            reason: "sent; the reply comes later".into(),
+                        };
+                    }
+                    let (outcome, err) = outcome_of(py, result, false);
+                    raised = err;
+                    outcome
+                })
+            };
+            let within = within_ms.map(Deadline::In);
+            match ctx.step_async(&name, &engine_tool, &args, within, send) {
                 Ok(receipt) => Ok(Reply::Bytes(receipt)),
                 Err(fail) => Err(refuse(fail, raised, stopped)),
             }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use actum::books::{BudgetLimits, Cost, OperatorAction, RunId, StepId, digest_of};
+use actum::books::{
+    BudgetLimits, Cost, EffectKey, OperatorAction, Outcome, RunId, StepId, digest_of,
+};
 use actum::{Engine, EngineOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -224,6 +226,39 @@ impl PyEngine {
         let run = run_id_of(py, run_id)?;
         py.detach(|| engine.signal(&run, name, payload, sender))
             .map(|_| ())
+            .map_err(|e| error_to_py(py, &e))
+    }
+
+    /// Delivers the reply to the request a `ctx.step_async` sent under
+    /// `key` (the `call.key` its `send` got): `receipt` (bytes) confirms
+    /// it; `failed` (a reason) fails it. The waiting run wakes. Returns the
+    /// step's name if a run was waiting for it, None if the reply came
+    /// before the wait (it is kept, and answers the step when it waits).
+    #[pyo3(signature = (key, receipt=None, *, failed=None, sender="python"))]
+    fn deliver_reply(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        receipt: Option<Vec<u8>>,
+        failed: Option<String>,
+        sender: &str,
+    ) -> PyResult<Option<String>> {
+        let engine = self.engine()?;
+        let key = EffectKey::parse(key).map_err(|e| error_to_py(py, &e))?;
+        let outcome = match (receipt, failed) {
+            (Some(receipt), None) => Outcome::Confirmed { receipt },
+            (None, Some(reason)) => Outcome::Failed {
+                retryable: false,
+                reason,
+            },
+            _ => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "deliver_reply takes a receipt or failed=reason, one of them",
+                ));
+            }
+        };
+        py.detach(|| engine.deliver_reply(&key, outcome, sender))
+            .map(|step| step.map(|s| s.as_str().to_string()))
             .map_err(|e| error_to_py(py, &e))
     }
 
