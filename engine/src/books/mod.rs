@@ -27,7 +27,7 @@ pub(crate) mod test_support;
 mod views;
 mod vocabulary;
 
-pub use base::digest::{DIGEST_LEN_BYTES, Digest, digest_of};
+pub use base::digest::{DIGEST_LEN_BYTES, Digest, digest_of, digest_of_chunks};
 pub use base::ids::{
     EffectKey, EffectKind, FencingToken, ResourceId, RunId, SharedKeyId, StepId,
     TOOL_KEY_BYTES_MAX, WorkerId, child_run_id, children_run_ids,

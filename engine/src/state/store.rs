@@ -54,15 +54,17 @@ const SCHEMA_VERSION_KEY: &str = "schema_version";
 /// chunks (a part saved in append form; each chunk a row of the blobs table,
 /// counted like a whole part). A layout-1 row begins with its run id and a
 /// layout-2 row with an empty marker, so rows of both layouts are read side
-/// by side and an older store needs no rewrite.
-pub const STATE_SCHEMA_VERSION: u64 = 10;
+/// by side and an older store needs no rewrite. Version 11 writes them in
+/// layout 3, where a chunked part's digest names its chunk list; layout-2
+/// rows are still read.
+pub const STATE_SCHEMA_VERSION: u64 = 11;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited, had a budget or compensated), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 10] =
-    [1, 2, 3, 4, 5, 6, 7, 8, 9, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 11] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -579,17 +581,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(11));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 11");
+        set_schema_version(&storage, &path, Some(12));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 12");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 11, supported: 10 } if file == &path
+                Error::UnsupportedFormat { file, found: 12, supported: 11 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 10"),
+            err.to_string().contains("this build reads version 11"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));
@@ -600,7 +602,7 @@ mod tests {
         // tables), and so is version 2 (it lacks the budget books table).
         set_schema_version(&storage, &path, None);
         StateStore::open(&storage, &path, true).expect("no version recorded");
-        for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, STATE_SCHEMA_VERSION] {
+        for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, STATE_SCHEMA_VERSION] {
             set_schema_version(&storage, &path, Some(version));
             StateStore::open(&storage, &path, true).expect("an older version opens");
         }

@@ -430,8 +430,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         reason: "a second try".to_string(),
     };
     // A checkpoint whose messages part was saved in append form: the new
-    // chunk's blob, then the metadata naming both chunks (payload version
-    // 10, metadata layout 2).
+    // chunk's blob, then the metadata naming both chunks and the digest of
+    // their list (payload version 11, metadata layout 3).
     let (first, second) = (b"hello; ".to_vec(), b"how are you?".to_vec());
     let chunk = |bytes: &[u8]| actum::books::ChunkRef {
         digest: digest_of(bytes),
@@ -449,7 +449,9 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
                 schema_version: 1,
                 parts: vec![actum::books::PartRef {
                     name: "messages".to_string(),
-                    digest: digest_of(&[first.clone(), second.clone()].concat()),
+                    digest: actum::books::digest_of_chunks(
+                        [&first, &second].map(|b| (digest_of(b), b.len() as u64)),
+                    ),
                     size_bytes: (first.len() + second.len()) as u64,
                     chunks: vec![chunk(&first), chunk(&second)],
                 }],

@@ -49,10 +49,47 @@ pub fn digest_of(bytes: &[u8]) -> Digest {
     digest
 }
 
+/// The key-derivation context of [`digest_of_chunks`]: it sets those
+/// digests apart from every [`digest_of`], so a chunk list and a byte string
+/// never share a name.
+const CHUNK_LIST_CONTEXT: &str = "actum 2026-11-27 checkpoint part chunk list";
+
+/// The digest of a chunked checkpoint part (metadata layout 3): BLAKE3 in
+/// key-derivation mode over each chunk's digest (32 bytes) and size (u64,
+/// little-endian), in order. Each chunk's own digest covers its bytes, so
+/// this names the whole value without reading it: an append computes it
+/// from the base's chunk list and its new chunk.
+pub fn digest_of_chunks(chunks: impl IntoIterator<Item = (Digest, u64)>) -> Digest {
+    let mut hasher = blake3::Hasher::new_derive_key(CHUNK_LIST_CONTEXT);
+    for (digest, size_bytes) in chunks {
+        hasher.update(&digest.0);
+        hasher.update(&size_bytes.to_le_bytes());
+    }
+    Digest(*hasher.finalize().as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn a_chunk_list_digest_names_the_list_and_no_byte_string() {
+        let (a, b) = (digest_of(b"ab"), digest_of(b"c"));
+        let list = digest_of_chunks([(a, 2), (b, 1)]);
+        assert_eq!(list, digest_of_chunks([(a, 2), (b, 1)]));
+        assert_ne!(list, digest_of_chunks([(b, 1), (a, 2)]), "order counts");
+        assert_ne!(list, digest_of_chunks([(a, 2), (b, 2)]), "sizes count");
+        assert_ne!(list, digest_of_chunks([(a, 2)]));
+        // Not the plain hash of the same input bytes: the context sets it apart.
+        let mut plain = Vec::new();
+        for (d, size) in [(a, 2u64), (b, 1)] {
+            plain.extend_from_slice(&d.0);
+            plain.extend_from_slice(&size.to_le_bytes());
+        }
+        assert_ne!(list, digest_of(&plain));
+        assert_ne!(list, digest_of(b"abc"));
+    }
 
     #[test]
     fn equal_bytes_equal_digest_and_padding_does_not_collide() {

@@ -4,8 +4,9 @@
 //!
 //! A part is stored whole, as one blob named by its digest, or, when it was
 //! saved in append form, as a list of chunks (each a blob) whose
-//! concatenation is the part; the metadata names the chunks and the digest
-//! of the whole, which a load checks again.
+//! concatenation is the part; the metadata names the chunks and a digest of
+//! the chunk list (layout 3; layout 2 named the whole bytes), which a load
+//! checks again.
 //!
 //! **Invariant:** a chunked part's chunk sizes add up to its size, and it has
 //! from 2 to `CHECKPOINT_PART_CHUNKS_MAX` chunks; the metadata decodes from
@@ -184,13 +185,19 @@ pub struct CheckpointMeta {
 }
 
 /// The layout this build writes. Layout 1 (payload versions 1 to 9, state
-/// schemas 1 to 9) began with the run id; layout 2 begins with an empty
-/// string, which no run id is, then this number, so a decoder tells them
-/// apart by their first field.
-pub const META_LAYOUT: u8 = 2;
+/// schemas 1 to 9) began with the run id; layouts 2 and 3 begin with an
+/// empty string, which no run id is, then this number, so a decoder tells
+/// them apart by their first field. Layouts 2 and 3 encode alike; a chunked
+/// part's digest names its whole bytes in layout 2 and its chunk list in
+/// layout 3 (`digest_of_chunks`), so an append need not read its base.
+pub const META_LAYOUT: u8 = 3;
 
-/// Fields a layout-2 metadata encodes: the empty marker, the layout, and the
-/// six fields of the struct.
+/// The layout whose chunked parts carry the digest of their whole bytes; it
+/// still decodes.
+const META_LAYOUT_WHOLE_DIGEST: u8 = 2;
+
+/// Fields a layout-2 or layout-3 metadata encodes: the empty marker, the
+/// layout, and the six fields of the struct.
 const META_FIELDS_V2: usize = 8;
 
 impl Serialize for CheckpointMeta {
@@ -228,23 +235,25 @@ impl<'de> Visitor<'de> for MetaVisitor {
     type Value = CheckpointMeta;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("checkpoint metadata, layout 1 or 2")
+        f.write_str("checkpoint metadata, layout 1, 2 or 3")
     }
 
     fn visit_seq<A: SeqAccess<'de>>(
         self,
         mut seq: A,
     ) -> std::result::Result<CheckpointMeta, A::Error> {
-        // Layout 1 begins with the run id, layout 2 with an empty marker.
+        // Layout 1 begins with the run id, layouts 2 and 3 with an empty
+        // marker.
         let first: String = field(&mut seq, 0)?;
         let layout_1 = !first.is_empty();
         let run = if layout_1 {
             RunId::new(first).map_err(de::Error::custom)?
         } else {
             let layout: u8 = field(&mut seq, 1)?;
-            if layout != META_LAYOUT {
+            if layout != META_LAYOUT && layout != META_LAYOUT_WHOLE_DIGEST {
                 return Err(de::Error::custom(format!(
-                    "checkpoint metadata layout {layout}; this build reads layouts 1 and {META_LAYOUT}"
+                    "checkpoint metadata layout {layout}; this build reads layouts 1, \
+                     {META_LAYOUT_WHOLE_DIGEST} and {META_LAYOUT}"
                 )));
             }
             field(&mut seq, 2)?
@@ -303,7 +312,7 @@ pub fn check_schema(meta: &CheckpointMeta, expected_schema: u32) -> Result<()> {
 )]
 mod tests {
     use super::*;
-    use crate::books::base::digest::digest_of;
+    use crate::books::base::digest::{digest_of, digest_of_chunks};
 
     /// Layout 1 as payload versions 1 to 9 and state schemas 1 to 9 wrote it.
     #[derive(Serialize)]
@@ -327,7 +336,10 @@ mod tests {
             schema_version: 1,
             parts: vec![PartRef {
                 name: "messages".into(),
-                digest: digest_of(b"hello"),
+                digest: digest_of_chunks([b"he".as_slice(), b"llo"].map(|b| {
+                    let c = chunk(b);
+                    (c.digest, c.size_bytes)
+                })),
                 size_bytes: 5,
                 chunks: vec![chunk(b"he"), chunk(b"llo")],
             }],
@@ -360,7 +372,7 @@ mod tests {
                 chunks: Vec::new(),
             }]
         );
-        // What this build writes is layout 2, which round-trips.
+        // What this build writes is layout 3, which round-trips.
         let now = postcard::to_stdvec(&meta).unwrap();
         assert_eq!(now[..2], [0, META_LAYOUT]);
         assert_eq!(postcard::from_bytes::<CheckpointMeta>(&now).unwrap(), meta);
@@ -388,7 +400,15 @@ mod tests {
         }
         let mut other_layout = bytes.clone();
         other_layout[1] = META_LAYOUT + 1;
-        assert!(postcard::from_bytes::<CheckpointMeta>(&other_layout).is_err());
+        let err = postcard::from_bytes::<CheckpointMeta>(&other_layout).unwrap_err();
+        assert!(!err.to_string().is_empty());
+        // Layout 2 encodes alike and still decodes.
+        let mut layout_2 = bytes.clone();
+        layout_2[1] = META_LAYOUT_WHOLE_DIGEST;
+        assert_eq!(
+            postcard::from_bytes::<CheckpointMeta>(&layout_2).unwrap(),
+            meta
+        );
         for cut in 0..bytes.len() {
             assert!(postcard::from_bytes::<CheckpointMeta>(&bytes[..cut]).is_err());
         }

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::books::base::digest::{Digest, digest_of};
+use crate::books::base::digest::{Digest, digest_of, digest_of_chunks};
 use crate::books::base::ids::{RunId, validate_name};
 use crate::books::base::limits::{
     CHECKPOINT_PART_BYTES_MAX, CHECKPOINT_PART_CHUNKS_MAX, CHECKPOINT_PARTS_MAX,
@@ -223,30 +223,37 @@ fn append_ref(
             chunks: Vec::new(),
         });
     }
-    // The whole digest is of the whole value, so the base is read (and its
-    // digests checked); only the new bytes are written.
-    let mut whole = read_part(state, run, base.version, &base_ref)?;
-    whole.extend_from_slice(&part.bytes);
-    let digest = digest_of(&whole);
     if base_ref.chunk_count() + 1 > CHECKPOINT_PART_CHUNKS_MAX {
+        // Past the chunk limit the value is stored whole: the one append in
+        // `CHECKPOINT_PART_CHUNKS_MAX` that reads its base (its digests
+        // checked on the way).
+        let mut whole = read_part(state, run, base.version, &base_ref)?;
+        whole.extend_from_slice(&part.bytes);
         let blob = plan.store(state, &whole);
-        assert_eq!((blob.digest, blob.size_bytes), (digest, size_bytes));
+        assert_eq!(blob.size_bytes, size_bytes);
         return Ok(PartRef {
             name: part.name.clone(),
-            digest,
+            digest: blob.digest,
             size_bytes,
             chunks: Vec::new(),
         });
     }
+    // The digest names the chunk list (layout 3), so the base is not read:
+    // an append costs its new bytes, whatever the value's size.
     let mut chunks: Vec<ChunkRef> = base_ref.blobs().collect();
     chunks.push(plan.store(state, &part.bytes));
     assert!(chunks.len() >= 2);
     Ok(PartRef {
         name: part.name.clone(),
-        digest,
+        digest: chunk_list_digest(&chunks),
         size_bytes,
         chunks,
     })
+}
+
+/// The digest a chunked part carries (metadata layout 3).
+fn chunk_list_digest(chunks: &[ChunkRef]) -> Digest {
+    digest_of_chunks(chunks.iter().map(|c| (c.digest, c.size_bytes)))
 }
 
 /// Loads the newest checkpoint of `run` (`None` if it has none), checking
@@ -317,8 +324,13 @@ fn read_part(
         }
         bytes.extend_from_slice(&blob);
     }
+    // A chunked part's digest names its chunk list (layout 3) or, in
+    // metadata of layout 2, its whole bytes: either covers every chunk, and
+    // each chunk was checked against its own digest above.
     let chunked = !part.chunks.is_empty();
-    if chunked && (bytes.len() as u64 != part.size_bytes || digest_of(&bytes) != part.digest) {
+    let names_the_value =
+        || part.digest == chunk_list_digest(&part.chunks) || part.digest == digest_of(&bytes);
+    if chunked && (bytes.len() as u64 != part.size_bytes || !names_the_value()) {
         return Err(inconsistent(format!(
             "(whole {}): its {count} chunks do not make its digest or size",
             part.digest.short()
@@ -605,7 +617,8 @@ mod tests {
             ]
         );
         let steps = &loaded.meta.parts[0];
-        assert_eq!(steps.digest, digest_of(b"pq"));
+        let chunk = |bytes: &[u8]| (digest_of(bytes), bytes.len() as u64);
+        assert_eq!(steps.digest, digest_of_chunks([chunk(b"p"), chunk(b"q")]));
         assert_eq!(steps.chunks.len(), 2);
         // Nothing new: the part is its base, and no blob is written.
         let same = Part::append("log", PartBase::new(3, "log"), Vec::new());
@@ -681,12 +694,43 @@ mod tests {
             text.contains("checkpoint 2 of run r") && text.contains("part messages chunk 2 of 2"),
             "{text}"
         );
-        // An append on the damaged part is refused alike, not saved.
+        // An append does not read its base, so it saves; its load meets the
+        // same damaged chunk and says so.
         let part = Part::append("messages", PartBase::new(2, "messages"), message(2));
-        assert!(matches!(
-            b.run(save("r", &g, 1, vec![part])),
-            Err(Error::Inconsistent { .. })
-        ));
+        b.ok(save("r", &g, 1, vec![part]));
+        let err = load_latest(&b.mem, &rid("r"), 1).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("checkpoint 3 of run r") && text.contains("part messages chunk 2 of 3"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_chunked_part_whose_digest_names_neither_its_list_nor_its_bytes_is_refused() {
+        let (mut b, g) = books_with_leased_run("r");
+        b.ok(save("r", &g, 1, vec![Part::whole("messages", message(0))]));
+        let part = Part::append("messages", PartBase::new(1, "messages"), message(1));
+        b.ok(save("r", &g, 1, vec![part]));
+        let mut meta = b.mem.checkpoint_at(&rid("r"), 2).unwrap();
+        let whole = [message(0), message(1)].concat();
+        assert_eq!(
+            meta.parts[0].digest,
+            chunk_list_digest(&meta.parts[0].chunks)
+        );
+        // Layout 2 named the whole bytes: still read.
+        meta.parts[0].digest = digest_of(&whole);
+        assert_eq!(
+            load_parts(&b.mem, meta.clone()).unwrap().parts[0].bytes,
+            whole
+        );
+        // Anything else is refused, naming the whole digest.
+        meta.parts[0].digest = digest_of(&message(1));
+        let err = load_parts(&b.mem, meta).unwrap_err();
+        assert!(
+            err.to_string().contains("chunks do not make its digest"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! Postcard encodes an enum by its variant's index, so variants are only
 //! ever appended, never reordered or removed, and no field changes within a
 //! payload version; the one layout change so far (checkpoint metadata,
-//! version 10) is told apart by its first field.
+//! version 10, and its digest rule in version 11) is told apart by its
+//! first field and its layout byte.
 
 use serde::{Deserialize, Serialize};
 
@@ -435,17 +436,20 @@ impl Op {
 /// bytes in the same record) and an operator's retry and fork of a run
 /// (`RunRetried`, `RunForked`), and version 10 checkpoint metadata in
 /// layout 2, whose parts may be stored as chunks (`PartRef::chunks`: a part
-/// saved in append form), so that an older build refuses a log holding
-/// them by name instead of as damage.
-pub const PAYLOAD_VERSION: u8 = 10;
+/// saved in append form), and version 11 checkpoint metadata in layout 3,
+/// where a chunked part's digest names its chunk list instead of its whole
+/// bytes (so an append need not read its base), so that an older build
+/// refuses a log holding them by name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 11;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, except the checkpoint
-/// metadata of version 10, whose first field tells its layout from the
-/// older one (`records/checkpoint.rs`), so one decoder reads them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 10] = [1, 2, 3, 4, 5, 6, 7, 8, 9, PAYLOAD_VERSION];
+/// metadata of versions 10 and 11, whose first field tells its layout from
+/// the older one and whose layout byte tells 2 from 3
+/// (`records/checkpoint.rs`), so one decoder reads them all.
+pub const PAYLOAD_VERSIONS_READ: [u8; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 

@@ -587,7 +587,7 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
     assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
     assert_eq!(decode_ops(&payload).unwrap(), ops);
     assert_eq!(unsupported_payload_version(&payload), None);
-    for old in [1u8, 2, 3, 4, 5, 6, 7, 8, 9] {
+    for old in [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
         let mut before = payload.clone();
         before[0] = old;
         assert_eq!(
@@ -596,13 +596,13 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
             "version {old} is still read"
         );
     }
-    for version in [0u8, 11, 12, 255] {
+    for version in [0u8, 12, 13, 255] {
         let mut other = payload.clone();
         other[0] = version;
         assert_eq!(unsupported_payload_version(&other), Some(version));
         let err = decode_ops(&other).unwrap_err();
         let expected = format!(
-            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
+            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"
         );
         assert!(err.to_string().contains(&expected), "{err}");
     }
