@@ -174,6 +174,12 @@ class Tool:
         name: str, *, attempts: int = 1, backoff_ms: Optional[tuple[int, int]] = None
     ) -> "Tool":
         """Neither deduplicates nor can be asked: an ambiguous request pauses the run."""
+    def hold(
+        self, *, cost_micros: int = 0, tokens_in: int = 0, tokens_out: int = 0, tool_calls: int = 1
+    ) -> "Tool":
+        """The same tool, each call holding this much of its run's budget until confirmed."""
+    @property
+    def held(self) -> dict[str, int]: ...
     @property
     def name(self) -> str: ...
     @property

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use actum::books::{Compensation, Outcome, ToolClass};
+use actum::books::{Compensation, Cost, Outcome, ToolClass};
 use actum::runtime::{Call, Tool, UndoCall};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -66,6 +66,7 @@ impl PyCall {
 /// sent twice, which decides what the runtime does when it does not know
 /// whether a request took effect.
 #[pyclass(module = "actum", name = "Tool", frozen)]
+#[derive(Clone)]
 pub struct PyTool {
     name: String,
     class: ToolClass,
@@ -74,6 +75,8 @@ pub struct PyTool {
     backoff: Option<(u64, u64)>,
     ignores_tokens: bool,
     request_lifetime_ms: Option<u64>,
+    /// What one call holds of a run's budget (`Tool.hold`).
+    hold: Cost,
 }
 
 impl PyTool {
@@ -94,6 +97,7 @@ impl PyTool {
             backoff: backoff_ms,
             ignores_tokens,
             request_lifetime_ms,
+            hold: Cost::tool_call(0),
         }
     }
 
@@ -108,7 +112,9 @@ impl PyTool {
 
     /// The engine's tool, its query calling the Python function.
     pub(crate) fn build(&self) -> Tool {
-        let mut tool = Tool::new(self.name.clone(), self.class).attempts(self.attempts);
+        let mut tool = Tool::new(self.name.clone(), self.class)
+            .attempts(self.attempts)
+            .hold(self.hold);
         if let Some((first, max)) = self.backoff {
             tool = tool.backoff(first, max);
         }
@@ -203,6 +209,40 @@ impl PyTool {
             false,
             None,
         )
+    }
+
+    /// The same tool, each call of which holds `cost_micros`, `tokens_in`,
+    /// `tokens_out` and `tool_calls` of its run's budget before it is made,
+    /// and is charged that once confirmed (default: one tool call, no
+    /// money). Only runs with a budget (or an ancestor with one) reserve.
+    ///
+    /// >>> import actum
+    /// >>> pay = actum.Tool.idempotent("pay", window_ms=60_000).hold(cost_micros=2_500)
+    /// >>> pay.held["cost_micros"], pay.held["tool_calls"]
+    /// (2500, 1)
+    #[pyo3(signature = (*, cost_micros=0, tokens_in=0, tokens_out=0, tool_calls=1))]
+    fn hold(&self, cost_micros: u64, tokens_in: u64, tokens_out: u64, tool_calls: u64) -> PyTool {
+        PyTool {
+            hold: Cost {
+                tokens_in,
+                tokens_out,
+                cost_micros,
+                tool_calls,
+            },
+            ..self.clone()
+        }
+    }
+
+    /// What one call holds of a run's budget: a dict of `tokens_in`,
+    /// `tokens_out`, `cost_micros` and `tool_calls`.
+    #[getter]
+    fn held(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        std::collections::BTreeMap::from([
+            ("tokens_in", self.hold.tokens_in),
+            ("tokens_out", self.hold.tokens_out),
+            ("cost_micros", self.hold.cost_micros),
+            ("tool_calls", self.hold.tool_calls),
+        ])
     }
 
     /// The tool's name.

@@ -125,3 +125,39 @@ def test_tool_calls_count_against_the_budget(tmp_path):
         assert worked.outcome == "paused"
         assert sent == ["s1/search-0/1", "s1/search-1/1"]
         assert engine.budget("s1")["spent"]["tool_calls"] == 2
+
+
+def test_a_tool_that_holds_money_is_not_called_past_the_budget(tmp_path):
+    sent = []
+    pay = actum.Tool.idempotent("pay", window_ms=60_000).hold(cost_micros=400)
+    assert pay.held == {"tokens_in": 0, "tokens_out": 0, "cost_micros": 400, "tool_calls": 1}
+    # The builder returns a new tool; the first keeps its default hold.
+    plain = actum.Tool.idempotent("pay", window_ms=60_000)
+    assert plain.held["cost_micros"] == 0
+    with pytest.raises(TypeError):
+        plain.hold(400)  # keyword-only
+    with actum.Engine.open(tmp_path) as engine:
+        runtime = actum.Runtime(engine)
+
+        @runtime.agent("p")
+        def p(ctx):
+            for i in range(3):
+                ctx.step("pay-%d" % i, pay, b"10", lambda call: sent.append(call.key) or b"ok")
+
+        runtime.start("p", "p1", b"")
+        engine.set_budget("p1", cost_micros=1_000)
+        [worked] = runtime.drain()
+        # Two calls of 400 fit in 1,000; the third would hold 1,200.
+        assert worked.outcome == "paused", worked
+        assert sent == ["p1/pay-0/1", "p1/pay-1/1"]
+        book = engine.budget("p1")
+        assert book["spent"]["cost_micros"] == 800
+        assert book["spent"]["tool_calls"] == 2
+
+        # Without the hold the same budget would let all three through.
+        engine.set_budget("p1", cost_micros=5_000, by="ops", reason="raised")
+        assert engine.operate("p1", "resume", "ops", "raised") == "running"
+        [worked] = runtime.drain()
+        assert worked.outcome == "completed"
+        assert sent == ["p1/pay-0/1", "p1/pay-1/1", "p1/pay-2/1"]
+        assert engine.budget("p1")["spent"]["cost_micros"] == 1_200
