@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use actum::books::RunState;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::text::parse_duration_ms;
@@ -34,6 +35,12 @@ pub enum Command {
     /// Lists the runs waiting, or holding an unknown effect, for longer
     /// than a time (read-only).
     Stuck(StuckArgs),
+    /// Lists runs in id order, a page at a time, by state, agent kind and
+    /// version, and age (read-only).
+    Runs(RunsArgs),
+    /// One run's story for a person: its states over time, its steps, model
+    /// calls, waits, budget, saga and journal (read-only).
+    Show(ShowArgs),
     /// Pauses a run: no worker moves it and no effect begins until it is
     /// resumed (writes).
     Pause(OperateArgs),
@@ -115,6 +122,62 @@ pub struct StuckArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `runs`' arguments.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// Only runs in this state (`pending`, `running`, `waiting_tool`,
+    /// `waiting_human`, `paused`, `completed`, `failed`, `cancelled`,
+    /// `compensating`).
+    #[arg(long, value_parser = parse_state)]
+    pub state: Option<RunState>,
+    /// Only runs of this agent kind (the part of `kind@version` before `@`).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only runs of this agent version (the part after `@`).
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Only runs created within this long: `90s`, `15m`, `2h`, `7d`.
+    #[arg(long = "since", value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub since_ms: Option<u64>,
+    /// At most this many runs (1 to 10,000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub limit: u16,
+    /// Start after this run id (what the previous page printed last).
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `show`'s arguments.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The run.
+    pub run: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses a run state by its name, as `actum inspect` prints it.
+fn parse_state(text: &str) -> Result<RunState, String> {
+    RunState::ALL
+        .into_iter()
+        .find(|s| s.name() == text)
+        .ok_or_else(|| {
+            let names: Vec<&str> = RunState::ALL.iter().map(|s| s.name()).collect();
+            format!(
+                "no run state is called {text:?}; the states are {}",
+                names.join(", ")
+            )
+        })
 }
 
 /// An operator's move on a run: who, on which run, and why.

@@ -25,6 +25,8 @@ mod migrate;
 mod operate;
 mod progress;
 mod retry;
+mod runs;
+mod show;
 mod stuck;
 mod text;
 mod verify;
@@ -90,6 +92,8 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Verify(a) => verify::run(&a.dir, a.json),
         Command::Export(a) => export::run(&a.dir, a.which.run.as_deref()),
         Command::Stuck(a) => stuck::run(&a.dir, a.older_than_ms, a.json),
+        Command::Runs(a) => runs::run(&a),
+        Command::Show(a) => show::run(&a),
         Command::Pause(a) => operate::run(&a, actum::books::OperatorAction::Pause),
         Command::Resume(a) => operate::run(&a, actum::books::OperatorAction::Resume),
         Command::Cancel(a) => operate::run(&a, actum::books::OperatorAction::Cancel),

@@ -1,5 +1,6 @@
 //! Text for people: durations parsed and printed (`90s`, `1h 5m`), times
-//! as UTC dates, byte sizes, and aligned tables.
+//! as UTC dates or in the machine's time zone, byte sizes, and aligned
+//! tables.
 //!
 //! **Invariant:** formatting never fails and never panics on any `u64`;
 //! parsing refuses what it cannot read with a message saying what it takes.
@@ -74,6 +75,26 @@ pub fn fmt_time(ms: u64) -> String {
         of_day % 3600 / 60,
         of_day % 60
     )
+}
+
+/// `ms` since the Unix epoch in `zone`, `2026-05-14 11:30:12.250 +02:00`
+/// (jiff reads the time zone database: not code to write here). A time
+/// outside what jiff represents prints as [`fmt_time`] does.
+pub fn fmt_in(ms: u64, zone: &jiff::tz::TimeZone) -> String {
+    let zoned = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map(|t| t.to_zoned(zone.clone()));
+    match zoned {
+        Some(z) => z.strftime("%Y-%m-%d %H:%M:%S%.3f %:z").to_string(),
+        None => fmt_time(ms),
+    }
+}
+
+/// `ms` since the Unix epoch in the machine's time zone (`TZ`, else
+/// `/etc/localtime`, else UTC), as [`fmt_in`].
+pub fn fmt_local(ms: u64) -> String {
+    fmt_in(ms, &jiff::tz::TimeZone::system())
 }
 
 /// The (year, month, day) of `days` since 1970-01-01 (H. Hinnant's
@@ -185,6 +206,18 @@ mod tests {
         assert_eq!(fmt_bytes(512), "512 B");
         assert_eq!(fmt_bytes(16 << 20), "16.0 MiB");
         let _ = fmt_time(u64::MAX);
+        let paris = jiff::tz::TimeZone::get("Europe/Paris").unwrap_or(jiff::tz::TimeZone::UTC);
+        let at = 1_709_251_199_250;
+        let text = fmt_in(at, &paris);
+        assert!(
+            text == "2024-03-01 00:59:59.250 +01:00" || text == "2024-02-29 23:59:59.250 +00:00",
+            "{text}"
+        );
+        assert_eq!(
+            fmt_in(at, &jiff::tz::TimeZone::UTC),
+            "2024-02-29 23:59:59.250 +00:00"
+        );
+        assert_eq!(fmt_in(u64::MAX, &paris), fmt_time(u64::MAX));
     }
 
     #[test]

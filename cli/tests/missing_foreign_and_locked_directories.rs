@@ -13,8 +13,10 @@ use actum::engine::{Engine, EngineOptions};
 use support::*;
 
 /// One of each command, reads and writes, with `{}` for the directory.
-const COMMANDS: [&[&str]; 8] = [
+const COMMANDS: [&[&str]; 10] = [
     &["inspect", "{}"],
+    &["runs", "{}"],
+    &["show", "{}", "r"],
     &["verify", "{}"],
     &["export", "{}", "--all"],
     &["stuck", "{}", "--older-than", "1h"],
