@@ -46,6 +46,17 @@ pub enum Command {
     Pause(OperateArgs),
     /// Resumes a paused run (writes).
     Resume(OperateArgs),
+    /// Approves the approval a run waits for, bound to the arguments'
+    /// digest `show` printed (writes).
+    Approve(ApproveArgs),
+    /// Rejects the approval a run waits for, bound to the arguments'
+    /// digest `show` printed (writes).
+    Reject(ApproveArgs),
+    /// Sends a run a signal: it ends a wait for that name, or waits in the
+    /// run's inbox (writes).
+    Signal(SignalArgs),
+    /// Sets a run's budget limits; a limit left out is no limit (writes).
+    Budget(BudgetArgs),
     /// Cancels a run; effects already made stand (writes).
     Cancel(OperateArgs),
     /// Settles an intended or unknown effect to confirmed or failed, from
@@ -191,6 +202,86 @@ pub struct OperateArgs {
     /// Who does it (journaled).
     #[arg(long)]
     pub operator: String,
+    /// Why (journaled).
+    #[arg(long)]
+    pub reason: String,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `approve`'s and `reject`'s arguments.
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The run that waits.
+    #[arg(long)]
+    pub run: String,
+    /// The first hex digits (8 or more) of the digest of the arguments
+    /// being approved, as `actum show` prints them: the answer is refused
+    /// if the run waits for an approval of other arguments.
+    #[arg(long)]
+    pub digest: String,
+    /// Who decides (journaled).
+    #[arg(long)]
+    pub approver: String,
+    /// What they note (journaled).
+    #[arg(long, default_value = "")]
+    pub note: String,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `signal`'s arguments.
+#[derive(Debug, Args)]
+pub struct SignalArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The run.
+    #[arg(long)]
+    pub run: String,
+    /// The signal's name (what the run's step waits for).
+    #[arg(long)]
+    pub name: String,
+    /// What it carries, as text (default: nothing).
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// Who sends it (journaled).
+    #[arg(long)]
+    pub sender: String,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `budget`'s arguments: the limits (a limit left out is no limit).
+#[derive(Debug, Args)]
+pub struct BudgetArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The run.
+    #[arg(long)]
+    pub run: String,
+    /// Prompt tokens.
+    #[arg(long)]
+    pub tokens_in: Option<u64>,
+    /// Completion tokens.
+    #[arg(long)]
+    pub tokens_out: Option<u64>,
+    /// Money, in integer micro-units of the caller's currency.
+    #[arg(long)]
+    pub cost_micros: Option<u64>,
+    /// Tool calls.
+    #[arg(long)]
+    pub tool_calls: Option<u64>,
+    /// Time running, as `90s`, `15m`, `2h`.
+    #[arg(long = "wall", value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub wall_ms: Option<u64>,
+    /// Who sets it (journaled).
+    #[arg(long)]
+    pub by: String,
     /// Why (journaled).
     #[arg(long)]
     pub reason: String,

@@ -16,6 +16,7 @@
 //! **Invariant:** a command that was not asked to write never opens the
 //! directory for writing.
 
+mod answer;
 mod args;
 mod demo;
 mod export;
@@ -96,6 +97,10 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Show(a) => show::run(&a),
         Command::Pause(a) => operate::run(&a, actum::books::OperatorAction::Pause),
         Command::Resume(a) => operate::run(&a, actum::books::OperatorAction::Resume),
+        Command::Approve(a) => answer::approve(&a, true),
+        Command::Reject(a) => answer::approve(&a, false),
+        Command::Signal(a) => answer::signal(&a),
+        Command::Budget(a) => answer::budget(&a),
         Command::Cancel(a) => operate::run(&a, actum::books::OperatorAction::Cancel),
         Command::Reconcile(a) => operate::reconcile(&a),
         Command::Migrate(a) => migrate::run(&a),
