@@ -59,6 +59,10 @@ pub enum Command {
     Budget(BudgetArgs),
     /// Cancels a run; effects already made stand (writes).
     Cancel(OperateArgs),
+    /// Gives up the saga of a compensating run: it ends now, at the end its
+    /// saga was headed for, and the compensations not yet done are not done
+    /// (the journal names them) (writes).
+    Abandon(OperateArgs),
     /// Settles an intended or unknown effect to confirmed or failed, from
     /// what the operator found out (writes).
     Reconcile(ReconcileArgs),

@@ -24,6 +24,7 @@ mod failure;
 mod inspect;
 mod migrate;
 mod operate;
+mod paused;
 mod progress;
 mod retry;
 mod runs;
@@ -102,6 +103,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Signal(a) => answer::signal(&a),
         Command::Budget(a) => answer::budget(&a),
         Command::Cancel(a) => operate::run(&a, actum::books::OperatorAction::Cancel),
+        Command::Abandon(a) => operate::run(&a, actum::books::OperatorAction::Abandon),
         Command::Reconcile(a) => operate::reconcile(&a),
         Command::Migrate(a) => migrate::run(&a),
         Command::Retry(a) => retry::retry(&a),

@@ -33,9 +33,27 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
     let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
     say_leases_released(&engine, dir);
     let done = operate(&engine, &run, action, args);
+    // A resumed run whose budget is full pauses again at its next call.
+    let full = match (&done, action) {
+        (Ok(_), OperatorAction::Resume) => engine
+            .budget(&run)
+            .map(|book| crate::paused::budget_full(&book, engine.clock().now_ms()))
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     let closed = engine.close();
     let (before, after) = done.map_err(fail)?;
     closed.map_err(fail)?;
+    if !full.is_empty() {
+        // A failed write to stderr is no reason to fail the command.
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: run {run}'s budget has reached {}: it will pause again at its next call \
+             unless the budget is raised (`actum budget {} --run {run} ...`)",
+            full.join(", "),
+            dir.display()
+        );
+    }
     let changed = before != after.state;
     let said = if args.json {
         let value = json!({

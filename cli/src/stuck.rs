@@ -1,8 +1,11 @@
 //! `actum stuck DIR --older-than 1h`: the runs whose wait has been open,
 //! or whose effect's outcome has been unknown, for at least that long
-//! (`Engine::stuck`), by the system clock, read through a read-only open.
+//! (`Engine::stuck`), and the runs paused that long (by an operator, or by
+//! their budget), with why, by the system clock, read through a read-only
+//! open.
 //!
-//! **Invariant:** the list is the engine's sweep, in its order (run id).
+//! **Invariant:** the list is the engine's sweep and the paused runs,
+//! merged in run id order.
 
 use std::io::Write;
 use std::path::Path;
@@ -12,13 +15,14 @@ use actum::engine::{Engine, EngineOptions, Stuck, StuckReason};
 use serde::Serialize;
 
 use crate::failure::CliError;
+use crate::paused;
 use crate::text::{Table, fmt_duration, fmt_time};
 
 /// One stuck run, flat, for `--json`.
 #[derive(Debug, Serialize)]
 struct Row {
     run: String,
-    /// `waiting` or `unknown`.
+    /// `waiting`, `unknown`, `compensation failed` or `paused`.
     kind: &'static str,
     /// The waiting step, or the unknown effect's key.
     at: String,
@@ -34,8 +38,27 @@ pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliEr
     let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
     let now_ms = engine.clock().now_ms();
     let stuck = engine.stuck(older_than_ms).map_err(fail)?;
+    let cutoff_ms = now_ms.saturating_sub(older_than_ms);
+    let paused = paused::paused(&engine, cutoff_ms, now_ms).map_err(fail)?;
     drop(engine);
-    let rows: Vec<Row> = stuck.into_iter().map(|s| row(s, now_ms)).collect();
+    let mut rows: Vec<Row> = stuck.into_iter().map(|s| row(s, now_ms)).collect();
+    rows.extend(paused.iter().map(|p| {
+        Row {
+            run: p.run.to_string(),
+            kind: "paused",
+            at: if p.budget_full.is_empty() {
+                "-"
+            } else {
+                "budget"
+            }
+            .to_string(),
+            what: paused::describe(p),
+            since_ms: p.since_ms,
+            for_ms: now_ms.saturating_sub(p.since_ms),
+        }
+    }));
+    // Stable: a run's own reasons keep the sweep's order.
+    rows.sort_by(|a, b| a.run.cmp(&b.run));
     let mut out = std::io::stdout().lock();
     let written = if json {
         serde_json::to_writer_pretty(&mut out, &rows)

@@ -232,3 +232,136 @@ fn signal_ends_the_wait_for_its_name_and_budget_sets_the_limits() {
             .any(|e| e.what.to_string().starts_with("budget set by ops-anna"))
     );
 }
+
+#[test]
+fn a_run_its_budget_paused_is_stuck_with_the_limit_and_resume_warns_it_pauses_again() {
+    use actum::books::{BudgetLimits, Charge, Cost, Reserved};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = build_known(dir.path());
+    let run = RunId::new("b1").unwrap();
+    engine
+        .create_run(actum::books::CreateRun {
+            run: run.clone(),
+            input_digest: digest_of(b"b1"),
+            agent_version: "pay@1".into(),
+            trace_id: "t".into(),
+            parent: None,
+            input: None,
+        })
+        .unwrap();
+    let grant = engine
+        .acquire_lease(&run, &WorkerId::new("w").unwrap(), LEASE_MS)
+        .unwrap();
+    engine
+        .transition(actum::books::Transition {
+            run: run.clone(),
+            guard: grant.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "test".into(),
+        })
+        .unwrap();
+    let limits = BudgetLimits {
+        cost_micros: Some(100),
+        ..BudgetLimits::default()
+    };
+    engine.set_budget(&run, limits, "ops", "pilot").unwrap();
+    let charge = Charge::Effect {
+        step: StepId::new("pay").unwrap(),
+    };
+    let spent = engine
+        .reserve(&run, &grant.guard, charge, Cost::tool_call(100))
+        .unwrap();
+    assert!(matches!(spent, Reserved::Granted { .. }), "{spent:?}");
+    // Held, not yet spent: it counts against the limit all the same.
+    let refused = engine
+        .reserve(
+            &run,
+            &grant.guard,
+            Charge::Effect {
+                step: StepId::new("pay-again").unwrap(),
+            },
+            Cost::tool_call(1),
+        )
+        .unwrap();
+    assert!(matches!(refused, Reserved::Exhausted { .. }), "{refused:?}");
+    engine.close().unwrap();
+
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&actum_on(
+        dir.path(),
+        &["stuck", "{}", "--older-than", "0s", "--json"],
+    )))
+    .unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run"] == "b1")
+        .unwrap();
+    assert_eq!(
+        (&row["kind"], &row["at"]),
+        (&"paused".into(), &"budget".into())
+    );
+    let what = row["what"].as_str().unwrap();
+    assert!(
+        what.starts_with("budget exhausted") && what.contains("cost_micros 100 of 100"),
+        "{what}"
+    );
+
+    let out = actum_on(
+        dir.path(),
+        &[
+            "resume",
+            "{}",
+            "--run",
+            "b1",
+            "--operator",
+            "ops",
+            "--reason",
+            "try",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("will pause again at its next call unless the budget is raised"),
+        "{}",
+        stderr(&out)
+    );
+    // A resume of a run with room says nothing of the kind.
+    let out = actum_on(
+        dir.path(),
+        &[
+            "resume",
+            "{}",
+            "--run",
+            runs::PAUSED,
+            "--operator",
+            "ops",
+            "--reason",
+            "ok",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("pause again"), "{}", stderr(&out));
+    // abandon reaches the engine's saga abandonment, which only a
+    // compensating run takes.
+    let out = actum_on(
+        dir.path(),
+        &[
+            "abandon",
+            "{}",
+            "--run",
+            "b1",
+            "--operator",
+            "ops",
+            "--reason",
+            "x",
+        ],
+    );
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("only a compensating run's saga can be abandoned"),
+        "{}",
+        stderr(&out)
+    );
+}

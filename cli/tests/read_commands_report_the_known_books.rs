@@ -1,8 +1,8 @@
 //! The read-only commands against a database whose contents the test
 //! built through the engine: `inspect --json` counts exactly those runs,
 //! leases, effects and waits; `export --run` is the engine's audit, line
-//! for line; `stuck` finds the old wait and the unknown effect and nothing
-//! else; `verify` passes; and none of them changes a byte of the directory,
+//! for line; `stuck` finds the old wait, the unknown effect and the paused
+//! run (with the operator's reason) and nothing else; `verify` passes; and none of them changes a byte of the directory,
 //! even where an open would cut a torn tail.
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
@@ -145,7 +145,7 @@ fn stuck_at(rows: &Value) -> Vec<(&str, &str, &str)> {
 }
 
 #[test]
-fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
+fn stuck_lists_the_old_wait_the_unknown_effect_and_the_paused_run_and_nothing_younger() {
     let db = known_db();
     let rows = json(&actum_on(
         db.path(),
@@ -156,9 +156,16 @@ fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
     assert_eq!(
         found,
         [
+            (runs::PAUSED, "paused", "-"),
             (runs::UNKNOWN, "unknown", UNKNOWN_KEY),
             (runs::WAITING, "waiting", "hook"),
         ]
+    );
+    // Why it is paused: the journal's words, and what lets it go on.
+    let what = rows[0]["what"].as_str().unwrap();
+    assert!(
+        what.starts_with("operator ops-anna (pause): test") && what.contains("actum resume"),
+        "{what}"
     );
     assert!(
         rows.iter()
@@ -174,7 +181,7 @@ fn stuck_lists_the_old_wait_and_the_unknown_effect_and_nothing_younger() {
     let default = json(&actum_on(db.path(), &["stuck", "{}", "--json"]));
     assert_eq!(stuck_at(&default), found);
     let table = actum_on(db.path(), &["stuck", "{}", "--older-than", "90m"]);
-    assert!(stdout(&table).starts_with("2 run(s) stuck for 1h 30m or longer"));
+    assert!(stdout(&table).starts_with("3 run(s) stuck for 1h 30m or longer"));
     let bad = actum_on(db.path(), &["stuck", "{}", "--older-than", "soon"]);
     assert_eq!(code(&bad), 2);
     assert!(stderr(&bad).contains("not a duration"), "{}", stderr(&bad));
