@@ -57,6 +57,9 @@ pub enum Command {
     Signal(SignalArgs),
     /// Sets a run's budget limits; a limit left out is no limit (writes).
     Budget(BudgetArgs),
+    /// Removes the runs over for at least a time whose dedup windows have
+    /// all passed, with their journals, ledgers and checkpoints (writes).
+    Prune(PruneArgs),
     /// Cancels a run; effects already made stand (writes).
     Cancel(OperateArgs),
     /// Gives up the saga of a compensating run: it ends now, at the end its
@@ -233,6 +236,19 @@ pub struct ApproveArgs {
     /// What they note (journaled).
     #[arg(long, default_value = "")]
     pub note: String,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `prune`'s arguments.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// How long a run must have been over: `90s`, `15m`, `2h`, `30d`.
+    #[arg(long = "older-than", value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub older_than_ms: u64,
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
     pub json: bool,

@@ -26,6 +26,7 @@ mod migrate;
 mod operate;
 mod paused;
 mod progress;
+mod prune;
 mod retry;
 mod runs;
 mod show;
@@ -102,6 +103,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Reject(a) => answer::approve(&a, false),
         Command::Signal(a) => answer::signal(&a),
         Command::Budget(a) => answer::budget(&a),
+        Command::Prune(a) => prune::run(&a),
         Command::Cancel(a) => operate::run(&a, actum::books::OperatorAction::Cancel),
         Command::Abandon(a) => operate::run(&a, actum::books::OperatorAction::Abandon),
         Command::Reconcile(a) => operate::reconcile(&a),

@@ -108,6 +108,62 @@ impl Engine {
         self.prune_passing_over(older_than_ms, max_runs, &BTreeSet::new())
     }
 
+    /// Prunes every run over for at least `older_than_ms`, batch after
+    /// batch of the longest over, passing over the runs a batch kept (a run
+    /// whose dedup window is still open does not hold up the runs behind
+    /// it), until a batch comes back short; `on_batch` sees each batch's
+    /// result as it lands (for progress). Runs ended since the last
+    /// checkpoint are not in the index it reads: checkpoint first to
+    /// include them. Returns every run pruned and every run kept, with why.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use actum::books::{CreateRun, OperatorAction, RunId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    /// use actum::{FsStorage, ManualClock};
+    ///
+    /// const HOUR: u64 = 3_600_000;
+    /// let dir = tempfile::tempdir()?;
+    /// let clock = Arc::new(ManualClock::new(1_000));
+    /// let engine = Engine::open_with(Arc::new(FsStorage::new()), clock.clone(), dir.path(),
+    ///     EngineOptions::default())?;
+    /// for n in 0..3u8 {
+    ///     let run = RunId::new(format!("report-{n}"))?;
+    ///     engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(&[n]),
+    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
+    ///     engine.operate(&run, OperatorAction::Cancel, "ops", "not needed")?;
+    /// }
+    /// engine.checkpoint()?;
+    /// clock.advance_ms(HOUR);
+    /// let mut batches = 0;
+    /// let done = engine.prune_all(HOUR, &mut |_batch| batches += 1)?;
+    /// assert_eq!(done.pruned.len(), 3);
+    /// assert_eq!(batches, 1);
+    /// assert!(engine.run(&RunId::new("report-1")?)?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn prune_all(
+        &self,
+        older_than_ms: u64,
+        on_batch: &mut dyn FnMut(&Pruned),
+    ) -> Result<Pruned> {
+        let mut all = Pruned::default();
+        let mut considered = BTreeSet::new();
+        // Bounded: every batch either prunes runs (which leave the index)
+        // or adds its kept runs to `considered`, and a short batch ends it.
+        loop {
+            let done = self.prune_passing_over(older_than_ms, PRUNE_RUNS_MAX, &considered)?;
+            on_batch(&done);
+            let seen = done.pruned.len() + done.kept.len();
+            considered.extend(done.kept.iter().map(|(run, _)| run.clone()));
+            all.pruned.extend(done.pruned);
+            all.kept.extend(done.kept);
+            if seen < PRUNE_RUNS_MAX {
+                return Ok(all);
+            }
+        }
+    }
+
     /// [`Engine::prune`], passing over the runs in `considered` (kept by an
     /// earlier batch, so a run whose dedup window is still open does not
     /// hold up the runs behind it).
