@@ -57,6 +57,11 @@ pub enum Command {
     Signal(SignalArgs),
     /// Sets a run's budget limits; a limit left out is no limit (writes).
     Budget(BudgetArgs),
+    /// After `verify` finds the log damaged: cuts it back to the last good
+    /// record so the database opens, keeping a copy of the log as it was
+    /// beside it, and says which acknowledged records were lost (offline;
+    /// writes).
+    Repair(RepairArgs),
     /// Removes the runs over for at least a time whose dedup windows have
     /// all passed, with their journals, ledgers and checkpoints (writes).
     Prune(PruneArgs),
@@ -237,6 +242,16 @@ pub struct ApproveArgs {
     #[arg(long, default_value = "")]
     pub note: String,
     /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `repair`'s arguments.
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
 }

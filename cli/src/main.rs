@@ -27,6 +27,7 @@ mod operate;
 mod paused;
 mod progress;
 mod prune;
+mod repair;
 mod retry;
 mod runs;
 mod show;
@@ -104,6 +105,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Signal(a) => answer::signal(&a),
         Command::Budget(a) => answer::budget(&a),
         Command::Prune(a) => prune::run(&a),
+        Command::Repair(a) => repair::run(&a),
         Command::Cancel(a) => operate::run(&a, actum::books::OperatorAction::Cancel),
         Command::Abandon(a) => operate::run(&a, actum::books::OperatorAction::Abandon),
         Command::Reconcile(a) => operate::reconcile(&a),

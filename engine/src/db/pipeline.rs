@@ -86,6 +86,10 @@ pub struct Recovery {
     /// process the directory lock proves gone (0 for a read-only open, and
     /// from the pipeline alone).
     pub leases_released: u64,
+    /// With `WalOptions::repair`: the acknowledged records recovery cut
+    /// from the log to get past damage (file, byte offset, LSN range), if
+    /// it cut any.
+    pub repair_dropped: Option<String>,
 }
 
 /// Where a replayed record lies, to name it in an error about its contents.
@@ -356,6 +360,10 @@ impl Recovering {
             replayed_records: replayed,
             durable_lsn: durable,
             leases_released: 0,
+            repair_dropped: report
+                .recovery
+                .as_ref()
+                .and_then(|r| r.repair_dropped.clone()),
         };
         Ok((Pipeline { db, state, options }, recovery))
     }

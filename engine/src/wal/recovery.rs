@@ -531,16 +531,17 @@ pub fn recover(
         truncated_at: None,
         repair_dropped: None,
     };
+    let drops_acknowledged = stop.damaged_lsn <= covered || acked_by_later;
     cut_tail(
         storage,
         dir,
         &mut segs,
         &stop,
         &after,
-        last_lsn,
+        (last_lsn, drops_acknowledged),
         &mut report,
     )?;
-    if stop.damaged_lsn <= covered || acked_by_later {
+    if drops_acknowledged {
         let highest = evidence.map_or(stop.damaged_lsn, |(lsn, _)| lsn.max(stop.damaged_lsn));
         report.repair_dropped = Some(format!(
             "{} from byte offset {} on, and every later segment: {} ..= lsn {}",
@@ -583,13 +584,23 @@ fn cut_tail(
     segs: &mut Vec<Seg>,
     stop: &Stop,
     after: &After,
-    last_lsn: Lsn,
+    (last_lsn, drops_acknowledged): (Lsn, bool),
     report: &mut RecoveryReport,
 ) -> Result<()> {
     let seg = &segs[stop.index];
-    let boundary = format::align_up(stop.truncate_at).min(seg.file.size_bytes);
+    // A torn tail ends at the next group boundary. A repair that drops
+    // acknowledged records zeroes every valid record it saw after the
+    // stop too: left in place, they would carry the ack watermark that
+    // makes the next recovery call the same damage corruption again, so
+    // the cut would last only until something was written over it.
+    let seen_end = if drops_acknowledged {
+        after.stop_segment_end.unwrap_or(0)
+    } else {
+        0
+    };
+    let boundary = format::align_up(stop.truncate_at.max(seen_end)).min(seg.file.size_bytes);
     if stop.truncate_at < boundary {
-        let len = usize::try_from(boundary - stop.truncate_at).expect("under one boundary");
+        let len = usize::try_from(boundary - stop.truncate_at).expect("within one segment");
         let mut gap = vec![0u8; len];
         seg.file
             .file

@@ -260,6 +260,21 @@ fn damaged_acknowledged_record_is_corrupt_and_repair_drops_it_with_a_report() {
         "{dropped}"
     );
     assert!(read_all(&wal).is_empty());
+    drop(wal);
+    // The cut lasts: with nothing written since, an ordinary open finds a
+    // log that ends before the damage, not the damage again.
+    let (wal, report) = reopen(
+        fs(),
+        dir.path(),
+        DB,
+        small(64 * 1024, 1024),
+        SegmentId(1),
+        Lsn::ZERO,
+    )
+    .expect("an ordinary open after the repair");
+    assert_eq!(report.last_lsn, Lsn::ZERO);
+    assert!(report.repair_dropped.is_none());
+    assert!(read_all(&wal).is_empty());
 }
 
 #[test]
