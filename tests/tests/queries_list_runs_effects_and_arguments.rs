@@ -190,3 +190,50 @@ fn a_runs_effects_come_in_intent_order_and_its_arguments_survive_a_restart() {
         Err(Error::NotFound { .. })
     ));
 }
+
+#[test]
+fn the_log_reads_back_as_commits_and_a_range_let_go_is_named() {
+    use actum::books::{CreateRun, Op, RunId, digest_of};
+    use actum::engine::{Engine, EngineOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = EngineOptions::default();
+    options.db.wal.segment_size_bytes = 64 * 1024;
+    options.db.wal.max_record_bytes = 16 * 1024;
+    let engine = Engine::open(dir.path(), options).unwrap();
+    let start = engine.durable_lsn();
+    let create = |n: u32| {
+        engine
+            .create_run(CreateRun {
+                run: RunId::new(format!("r{n}")).unwrap(),
+                input_digest: digest_of(&n.to_le_bytes()),
+                agent_version: "1".into(),
+                trace_id: "t".repeat(200),
+                parent: None,
+                input: None,
+            })
+            .unwrap();
+    };
+    for n in 0..5 {
+        create(n);
+    }
+    let commits = engine.read_log(start, 3).unwrap();
+    let lsns: Vec<u64> = commits.iter().map(|c| c.lsn.0).collect();
+    assert_eq!(
+        lsns,
+        [start.0 + 1, start.0 + 2, start.0 + 3],
+        "in order, at most max"
+    );
+    let rest = engine.read_log(commits[2].lsn, 100).unwrap();
+    assert_eq!(rest.len(), 2);
+    assert!(matches!(&rest[1].ops[0], Op::RunCreated { run } if run.id.as_str() == "r4"));
+    // Enough records to fill segments, then checkpoints let them go.
+    for n in 5..2_000 {
+        create(n);
+    }
+    engine.checkpoint().unwrap();
+    engine.checkpoint().unwrap();
+    match engine.read_log(start, 10) {
+        Err(actum::Error::LsnOutOfRange { first, .. }) => assert!(first.0 > start.0 + 1),
+        other => panic!("expected LsnOutOfRange, got {other:?}"),
+    }
+}

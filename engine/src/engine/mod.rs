@@ -20,6 +20,7 @@ mod coordination;
 mod core;
 mod existing;
 mod leases_at_open;
+mod log_reads;
 mod operations;
 mod options;
 mod reads;
@@ -40,6 +41,7 @@ pub use compensate::CompensationRequest;
 pub use coordination::ResourceGrant;
 pub use core::Engine;
 pub(crate) use existing::require_database;
+pub use log_reads::LoggedCommit;
 pub use operations::{Metrics, Stuck, StuckReason, WAIT_SAMPLES_MAX};
 pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
