@@ -25,7 +25,7 @@ pub struct WalOptions {
     pub segment_size_bytes: u64,
     /// Size a new segment file is created with, header included (clamped
     /// to `segment_size_bytes`; default
-    /// [`SEGMENT_FIRST_STEP_BYTES_DEFAULT`], 128 KiB). Ahead of need the
+    /// `SEGMENT_FIRST_STEP_BYTES_DEFAULT`, 128 KiB). Ahead of need the
     /// log doubles a segment's file, zero-filled and synced, up to
     /// `segment_size_bytes` (docs/DURABILITY.md, "Growing a segment").
     pub segment_first_step_bytes: u64,
@@ -134,7 +134,7 @@ pub struct WalStats {
     /// header, instead of zero-filling a new one.
     pub recycled: u64,
     /// Grows of the segment being written made ahead of need, off the
-    /// commit path ([`Wal::grow_ahead`](super::Wal::grow_ahead)).
+    /// commit path (`Wal::grow_ahead`).
     pub grows: u64,
     /// Grows made on the commit path because a write found the prepared
     /// space of its segment too short (a record larger than the space
