@@ -84,8 +84,10 @@ pub struct ActiveSpace {
     /// A handle of the grows' own on the file. On Linux a writeback error
     /// is reported to every open file description, so an error a grow's
     /// sync meets on pages the writer wrote is still reported to the
-    /// writer's next `fdatasync` (which then poisons the log).
-    file: Box<dyn StorageFile>,
+    /// writer's next `fdatasync` (which then poisons the log). `None` for
+    /// a segment already at its limit, which never grows: such a log
+    /// makes exactly the I/O calls it made before segments grew.
+    file: Option<Box<dyn StorageFile>>,
     /// Bytes of the file the writer may use (see the invariant).
     capacity: AtomicU64,
     /// The most the writer ever uses of this segment: the segment size, or
@@ -96,21 +98,28 @@ pub struct ActiveSpace {
 }
 
 impl ActiveSpace {
-    /// The space of `segment`, through a handle of its own on the file.
+    /// The space of `segment`, through a handle of its own on the file if
+    /// it may grow.
     pub fn open(
         storage: &Arc<dyn Storage>,
         segment: &SegmentFile,
         options: &WalOptions,
     ) -> Result<Arc<ActiveSpace>> {
-        let file = storage
-            .open(&segment.path, OpenMode::Existing)
-            .map_err(|e| Error::io("open segment to grow it", &segment.path, e))?;
+        let limit = segment.size_bytes.max(options.segment_size_bytes);
+        let file = if segment.size_bytes < limit {
+            let file = storage
+                .open(&segment.path, OpenMode::Existing)
+                .map_err(|e| Error::io("open segment to grow it", &segment.path, e))?;
+            Some(file)
+        } else {
+            None
+        };
         Ok(Arc::new(ActiveSpace {
             id: segment.id,
             path: segment.path.clone(),
             file,
             capacity: AtomicU64::new(segment.size_bytes),
-            limit: segment.size_bytes.max(options.segment_size_bytes),
+            limit,
             opened_bytes: segment.size_bytes,
         }))
     }
@@ -260,7 +269,11 @@ impl Context {
         } else {
             capacity
         };
-        segment::grow(space.file.as_ref(), &space.path, from, target)?;
+        let file = space
+            .file
+            .as_deref()
+            .expect("a segment below its limit has a handle to grow it");
+        segment::grow(file, &space.path, from, target)?;
         space.capacity.store(target, Ordering::Release);
         Ok(())
     }
