@@ -39,8 +39,9 @@ pub struct SegmentTable {
     /// The next segment, already created and synced, if prepared, with the
     /// space its grows will share with the writer.
     pub prepared: Option<(SegmentFile, Arc<ActiveSpace>)>,
-    /// Paths of old segment files no longer needed, of the configured
-    /// size, to be renamed into the next segments (at most `SPARES_MAX`).
+    /// Paths of old segment files no longer needed, at whatever length
+    /// they grew to, to be renamed into the next segments (at most
+    /// `SPARES_MAX`; one longer than the configured size is removed then).
     pub spares: Vec<PathBuf>,
 }
 
