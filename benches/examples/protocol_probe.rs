@@ -1,6 +1,7 @@
 //! Runs the effect protocol (durable intent, durable outcome) on `THREADS`
 //! threads for `PROTOCOLS` protocols and prints what the WAL did: commits,
-//! fsyncs and commits per fsync, and the wall time. Under
+//! fsyncs and commits per fsync, the wall time, and how its segments grew
+//! (ahead of need, or on the commit path). Under
 //! `valgrind --tool=callgrind` with `THREADS=1` it counts the instructions
 //! one commit costs (docs/PERFORMANCE.md, "Why, measured").
 //!
@@ -49,5 +50,11 @@ fn main() {
         elapsed.as_secs_f64(),
         protocols as f64 / elapsed.as_secs_f64(),
         commits as f64 / fsyncs.max(1) as f64
+    );
+    println!(
+        "segments: {} grown ahead of need, {} grown on the commit path, {} made on the commit path",
+        after.grows - before.grows,
+        after.inline_grows - before.inline_grows,
+        after.inline_prepares - before.inline_prepares
     );
 }

@@ -143,16 +143,21 @@ pub enum PlantedBug {
     /// The engine saves a checkpoint part given in append form as its new
     /// bytes alone, dropping the base it extends.
     AppendDropsBase,
+    /// A grow of the segment being written zero-fills from the length the
+    /// file had when it was made or opened, not from the end of its last
+    /// grow, so a second grow zeroes records acknowledged since the first.
+    GrowFromStaleSize,
 }
 
 impl PlantedBug {
     /// The bugs of the storage core, which the storage campaign catches.
-    pub const STORAGE: [PlantedBug; 5] = [
+    pub const STORAGE: [PlantedBug; 6] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
         PlantedBug::CorruptionAsTornTail,
         PlantedBug::RecycleKeepsOldHeader,
+        PlantedBug::GrowFromStaleSize,
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
@@ -203,7 +208,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 42] = [
+    pub const ALL: [PlantedBug; 43] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -246,6 +251,7 @@ impl PlantedBug {
         PlantedBug::MigrationKeepsByteOrder,
         PlantedBug::ResendAwaitedRequest,
         PlantedBug::AppendDropsBase,
+        PlantedBug::GrowFromStaleSize,
     ];
 
     /// The bug's command-line name.
@@ -293,6 +299,7 @@ impl PlantedBug {
             PlantedBug::MigrationKeepsByteOrder => "migration-keeps-byte-order",
             PlantedBug::ResendAwaitedRequest => "resend-awaited-request",
             PlantedBug::AppendDropsBase => "append-drops-base",
+            PlantedBug::GrowFromStaleSize => "grow-fills-from-stale-size",
         }
     }
 

@@ -336,6 +336,7 @@ fn storage_campaign(args: &Args) -> bool {
                 total.recoveries += report.recoveries;
                 total.acked_batches += report.acked_batches;
                 total.checkpoints += report.checkpoints;
+                total.grows += report.grows;
                 total.io_errors += report.io_errors;
                 total.rot_detected |= report.rot_detected;
             }
@@ -348,12 +349,13 @@ fn storage_campaign(args: &Args) -> bool {
         if progress_due(done, args.seed_count) {
             println!(
                 "  {done}/{} seeds passed: {} crashes, {} checked recoveries, {} acknowledged \
-                 appends, {} checkpoints, {} injected I/O errors",
+                 appends, {} checkpoints, {} segment grows, {} injected I/O errors",
                 args.seed_count,
                 total.crashes,
                 total.recoveries,
                 total.acked_batches,
                 total.checkpoints,
+                total.grows,
                 total.io_errors
             );
         }

@@ -53,6 +53,9 @@ fn options() -> EngineOptions {
         db: DbOptions {
             wal: WalOptions {
                 segment_size_bytes: 96 * 1024,
+                // Small, so the workload's segment grows (8, 16, 32 KiB)
+                // after acknowledged commits, and power cuts land in grows.
+                segment_first_step_bytes: 8 * 1024,
                 max_record_bytes: 40 * 1024,
                 ..WalOptions::default()
             },

@@ -78,3 +78,11 @@ fn recycling_a_segment_file_without_its_new_header_is_caught() {
         "recovery succeeds without faults",
     );
 }
+
+#[test]
+fn growing_a_segment_from_a_stale_size_is_caught() {
+    assert_caught(
+        PlantedBug::GrowFromStaleSize,
+        "recovery succeeds without faults",
+    );
+}

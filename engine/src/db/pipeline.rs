@@ -236,6 +236,19 @@ impl Pipeline {
         Ok(lsn)
     }
 
+    /// Grows the WAL's active segment one step ahead of need if its writer
+    /// asked for it ([`crate::wal::Wal::grow_ahead`]); one atomic load when
+    /// it did not. Call it after a commit is acknowledged, never before:
+    /// it zero-fills and syncs up to half a segment. Returns whether it
+    /// grew.
+    pub fn grow_wal_ahead(&self) -> Result<bool> {
+        let wal = self.db.wal();
+        if !wal.grow_wanted() {
+            return Ok(false);
+        }
+        wal.grow_ahead()
+    }
+
     /// True if `records` of `bytes` since the last checkpoint call for one.
     pub fn checkpoint_due(&self, records: u64, bytes: u64) -> bool {
         self.options.checkpoint_due(records, bytes)

@@ -121,7 +121,23 @@ impl Engine {
         if committed.is_ok() && self.checkpoint_wanted.load(Ordering::Relaxed) {
             self.maybe_checkpoint();
         }
+        if committed.is_ok() {
+            self.maybe_grow_wal();
+        }
         committed
+    }
+
+    /// Grows the WAL's active segment one step if its writer asked for it,
+    /// after the caller's command is durable, so no commit waits for it
+    /// (the writer goes on below the old length meanwhile). A failure
+    /// changes nothing the log relies on: the segment keeps its space,
+    /// and a write that needs more grows it itself, where an error
+    /// poisons the log as any failed write does. So it is not the
+    /// caller's, and is dropped here.
+    fn maybe_grow_wal(&self) {
+        if let Err(error) = self.pipeline.grow_wal_ahead() {
+            drop(error);
+        }
     }
 
     /// Decides and logs a batch of commands under one hold of the engine

@@ -16,7 +16,7 @@ use super::group::GroupCommit;
 use super::reader::WalIter;
 use super::recovery::{self, LogRoot};
 use super::segment;
-use super::table::{Context, Counters, LiveSegment, SPARES_MAX, SegmentTable};
+use super::table::{ActiveSpace, Context, Counters, LiveSegment, SPARES_MAX, SegmentTable};
 use super::writer::{Batch, Writer};
 use super::{RecoveryReport, WalOptions, WalStats};
 use crate::error::{Error, Result};
@@ -70,7 +70,8 @@ impl Wal {
             id: SegmentId(1),
             first_lsn: Lsn(1),
         }];
-        let writer = Writer::new(first, SEGMENT_HEADER_BYTES, FIRST_EPOCH);
+        let space = ActiveSpace::open(&storage, &first, &options)?;
+        let writer = Writer::new(first, Arc::clone(&space), SEGMENT_HEADER_BYTES, FIRST_EPOCH);
         Ok(Wal::assemble(
             storage,
             dir,
@@ -81,7 +82,7 @@ impl Wal {
                 prepared: None,
                 spares: Vec::new(),
             },
-            writer,
+            (writer, space),
             Lsn::ZERO,
         ))
     }
@@ -110,7 +111,15 @@ impl Wal {
         );
         let found = recovery::recover(&storage, dir, db, &options, root)?;
         let last = found.report.last_lsn;
-        let writer = Writer::new(found.active, found.offset, epoch);
+        let space = ActiveSpace::open(&storage, &found.active, &options)?;
+        let prepared = match found.prepared {
+            Some(file) => {
+                let space = ActiveSpace::open(&storage, &file, &options)?;
+                Some((file, space))
+            }
+            None => None,
+        };
+        let writer = Writer::new(found.active, Arc::clone(&space), found.offset, epoch);
         let wal = Wal::assemble(
             storage,
             dir,
@@ -118,10 +127,10 @@ impl Wal {
             options,
             SegmentTable {
                 live: found.live,
-                prepared: found.prepared,
+                prepared,
                 spares: found.spares,
             },
-            writer,
+            (writer, space),
             last,
         );
         Ok((wal, found.report))
@@ -133,12 +142,16 @@ impl Wal {
         database: DatabaseId,
         options: WalOptions,
         table: SegmentTable,
-        writer: Writer,
+        (writer, space): (Writer, Arc<ActiveSpace>),
         durable: Lsn,
     ) -> Wal {
         assert!(!table.live.is_empty(), "a log always has an active segment");
         assert_eq!(table.live.last().map(|s| s.id), Some(writer.active.id));
+        assert_eq!(space.id, writer.active.id);
         assert!(table.spares.len() <= SPARES_MAX);
+        // An open whose log already fills more than half of its active
+        // segment's space grows it at the first chance.
+        let grow_wanted = space.wants_growth(writer.offset);
         let ctx = Context {
             storage,
             dir: dir.to_path_buf(),
@@ -146,6 +159,8 @@ impl Wal {
             options,
             table: Mutex::new(table),
             prepare_lock: Mutex::new(()),
+            active: Mutex::new(space),
+            grow_wanted: grow_wanted.into(),
             counters: Counters::default(),
         };
         Wal {
@@ -330,6 +345,23 @@ impl Wal {
         self.ctx.prepare_ahead(self.durable_lsn().next())
     }
 
+    /// Whether the segment being written wants a grow: its writer's last
+    /// write left less than half of its space (one atomic load, cheap
+    /// enough to ask after every commit).
+    pub fn grow_wanted(&self) -> bool {
+        self.ctx.grow_wanted.load(Ordering::Relaxed)
+    }
+
+    /// Grows the segment being written one step ahead of need if
+    /// [`Wal::grow_wanted`]: doubles its file (zero-filled, then synced)
+    /// up to `segment_size_bytes`, while appends go on below the old
+    /// length. Returns whether it grew; a no-op if another preparation or
+    /// grow is under way. On an error the segment keeps its old space and
+    /// the log stays usable: a write that needs the space grows it itself.
+    pub fn grow_ahead(&self) -> Result<bool> {
+        self.ctx.grow_ahead()
+    }
+
     /// Counters since the log was opened.
     pub fn stats(&self) -> WalStats {
         let c = &self.ctx.counters;
@@ -341,6 +373,8 @@ impl Wal {
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             inline_prepares: c.inline_prepares.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
+            grows: c.grows.load(Ordering::Relaxed),
+            inline_grows: c.inline_grows.load(Ordering::Relaxed),
         }
     }
 }

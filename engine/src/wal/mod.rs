@@ -23,6 +23,6 @@ mod writer;
 mod tests;
 
 pub use log::{FIRST_EPOCH, Wal};
-pub use options::{RecoveryReport, WalOptions, WalStats};
+pub use options::{RecoveryReport, SEGMENT_FIRST_STEP_BYTES_DEFAULT, WalOptions, WalStats};
 pub use reader::WalIter;
 pub use recovery::LogRoot;

@@ -5,12 +5,17 @@
 
 use std::path::PathBuf;
 
-use super::format::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use super::format::{GROUP_ALIGN_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 
-/// How the write-ahead log is configured (segment size, record limit,
-/// repair mode, and the test-only planted bug).
+/// Default size a new segment file is created with
+/// ([`WalOptions::segment_first_step_bytes`]): small, so an empty database is
+/// small; a segment grows from it in doubling, synced steps.
+pub const SEGMENT_FIRST_STEP_BYTES_DEFAULT: u64 = 128 << 10;
+
+/// How the write-ahead log is configured (segment size, first step, record
+/// limit, repair mode, and the test-only planted bug).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalOptions {
     /// Size of every new segment file, header included. The engine's
@@ -18,6 +23,12 @@ pub struct WalOptions {
     /// ([`SEGMENT_SIZE_BYTES_DEFAULT`](crate::engine::SEGMENT_SIZE_BYTES_DEFAULT));
     /// a bare log's `WalOptions::default()` is 64 MiB.
     pub segment_size_bytes: u64,
+    /// Size a new segment file is created with, header included (clamped
+    /// to `segment_size_bytes`; default
+    /// `SEGMENT_FIRST_STEP_BYTES_DEFAULT`, 128 KiB). Ahead of need the
+    /// log doubles a segment's file, zero-filled and synced, up to
+    /// `segment_size_bytes` (docs/DURABILITY.md, "Growing a segment").
+    pub segment_first_step_bytes: u64,
     /// Largest accepted record payload; with its header it must fit an
     /// empty segment. The engine's default is 4 MiB
     /// ([`MAX_RECORD_BYTES_DEFAULT`](crate::engine::MAX_RECORD_BYTES_DEFAULT));
@@ -35,6 +46,7 @@ impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
             segment_size_bytes: 64 << 20,
+            segment_first_step_bytes: SEGMENT_FIRST_STEP_BYTES_DEFAULT,
             max_record_bytes: 1 << 20,
             repair: false,
             #[cfg(feature = "planted-bugs")]
@@ -47,6 +59,14 @@ impl WalOptions {
     /// Bytes available for records in one segment.
     pub fn segment_capacity_bytes(&self) -> u64 {
         self.segment_size_bytes.saturating_sub(SEGMENT_HEADER_BYTES)
+    }
+
+    /// The size a new segment file is created with: the first step, at
+    /// least a header and one group boundary, at most the segment size.
+    pub fn first_step_bytes(&self) -> u64 {
+        self.segment_first_step_bytes
+            .max(SEGMENT_HEADER_BYTES + GROUP_ALIGN_BYTES)
+            .min(self.segment_size_bytes)
     }
 
     /// Checks that the options are consistent.
@@ -113,4 +133,11 @@ pub struct WalStats {
     /// Segments made by renaming an old segment file and rewriting its
     /// header, instead of zero-filling a new one.
     pub recycled: u64,
+    /// Grows of the segment being written made ahead of need, off the
+    /// commit path (`Wal::grow_ahead`).
+    pub grows: u64,
+    /// Grows made on the commit path because a write found the prepared
+    /// space of its segment too short (a record larger than the space
+    /// left, or writes faster than the grows ahead of them).
+    pub inline_grows: u64,
 }

@@ -553,12 +553,14 @@ pub fn recover(
     }
     let mut found = finish(segs, &stop, last_lsn, report)?;
     found.spares = spares;
-    // The writer fills a new segment up to the configured size: an empty
-    // next segment of another size (cut short, or made under other
-    // options) is removed rather than handed to it.
+    // The writer fills a new segment up to the configured size, growing
+    // its file as it goes: an empty next segment longer than that (made
+    // under other options) is removed rather than handed to it. A shorter
+    // one is a first step, or a grow a crash cut short: its length, synced
+    // above, is all the writer takes as its space.
     if let Some(prepared) = found
         .prepared
-        .take_if(|p| p.size_bytes != options.segment_size_bytes)
+        .take_if(|p| p.size_bytes > options.segment_size_bytes)
     {
         let path = prepared.path.clone();
         drop(prepared);

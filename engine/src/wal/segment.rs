@@ -3,11 +3,13 @@
 //! its header.
 //!
 //! **Invariant:** a file under a final segment name always holds a durable,
-//! valid header and its full preallocated size: it is built under a
-//! temporary name, zero-filled (or recycled from a file of the same size),
-//! `fdatasync`ed, and only then renamed (and the directory synced), so the
-//! commit path never changes a file's size. A recycled file's old records
-//! never validate: their checksums are seeded with the old segment number.
+//! valid header and a durable, preallocated length of at least its first
+//! step: it is built under a temporary name, zero-filled to the first step
+//! (or recycled from an old segment file, whatever length it grew to),
+//! `fdatasync`ed, and only then renamed (and the directory synced). It
+//! grows later only in zero-filled, synced steps past the space the writer
+//! may use ([`grow`]). A recycled file's old records never validate: their
+//! checksums are seeded with the old segment number.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,14 +33,16 @@ pub struct SegmentFile {
     pub path: PathBuf,
     /// The open file.
     pub file: Box<dyn StorageFile>,
-    /// The file's size in bytes (fixed once prepared).
+    /// The file's length in bytes when it was opened or made: durable
+    /// (synced when made, grown or recovered) and zero-filled or written.
     pub size_bytes: u64,
     /// The record checksum seed of this segment.
     pub seed: u32,
 }
 
-/// Creates segment `id` in `dir`: temp name, header, zero fill to
-/// `size_bytes`, `fdatasync`, rename, directory sync.
+/// Creates segment `id` in `dir`: temp name, header, zero fill to the
+/// first step (`options.first_step_bytes()`), `fdatasync`, rename,
+/// directory sync.
 pub fn prepare(
     storage: &Arc<dyn Storage>,
     dir: &Path,
@@ -47,7 +51,7 @@ pub fn prepare(
     first_lsn: Lsn,
     options: &WalOptions,
 ) -> Result<SegmentFile> {
-    let size_bytes = options.segment_size_bytes;
+    let size_bytes = options.first_step_bytes();
     assert!(
         size_bytes > SEGMENT_HEADER_BYTES,
         "segment smaller than its header"
@@ -71,17 +75,37 @@ pub fn prepare(
     };
     file.write_at(0, &header.encode())
         .map_err(|e| Error::io("write segment header", &temp, e))?;
+    zero_fill(file.as_ref(), SEGMENT_HEADER_BYTES, size_bytes)
+        .map_err(|e| Error::io("preallocate segment", &temp, e))?;
+    install(storage, dir, (&temp, file, size_bytes), database, id, options)
+}
+
+/// Writes zeros over `from..to` of `file`, in bounded chunks.
+fn zero_fill(file: &dyn StorageFile, from: u64, to: u64) -> std::io::Result<()> {
     let zeros = vec![0u8; FILL_CHUNK_BYTES];
-    let mut offset = SEGMENT_HEADER_BYTES;
-    while offset < size_bytes {
-        let chunk = usize::try_from((size_bytes - offset).min(FILL_CHUNK_BYTES as u64))
+    let mut offset = from;
+    // Bounded by (to - from) / FILL_CHUNK_BYTES chunks.
+    while offset < to {
+        let chunk = usize::try_from((to - offset).min(FILL_CHUNK_BYTES as u64))
             .expect("chunk fits usize");
-        file.write_at(offset, &zeros[..chunk])
-            .map_err(|e| Error::io("preallocate segment", &temp, e))?;
+        file.write_at(offset, &zeros[..chunk])?;
         offset += chunk as u64;
     }
-    assert_eq!(offset, size_bytes);
-    install(storage, dir, (&temp, file), database, id, options)
+    assert_eq!(offset, to.max(from));
+    Ok(())
+}
+
+/// Grows a segment's file from `from` to `to` bytes: zeros over `from..to`,
+/// then `fdatasync`, which makes the zeros and the new length durable.
+/// Only then may the caller let the writer use the new space: a crash
+/// before that leaves a longer file whose bytes past `from` hold zeros,
+/// old bytes or garbage, none of it a record the log ever acknowledged,
+/// and recovery syncs each segment before it takes its length.
+pub fn grow(file: &dyn StorageFile, path: &Path, from: u64, to: u64) -> Result<()> {
+    assert!(from >= SEGMENT_HEADER_BYTES, "a grow never touches the header");
+    zero_fill(file, from, to).map_err(|e| Error::io("grow segment", path, e))?;
+    file.sync_data()
+        .map_err(|e| Error::io("sync grown segment", path, e))
 }
 
 /// The common end of `prepare` and `recycle`: `fdatasync` the file built
@@ -89,7 +113,7 @@ pub fn prepare(
 fn install(
     storage: &Arc<dyn Storage>,
     dir: &Path,
-    (temp, file): (&Path, Box<dyn StorageFile>),
+    (temp, file, size_bytes): (&Path, Box<dyn StorageFile>, u64),
     database: DatabaseId,
     id: SegmentId,
     options: &WalOptions,
@@ -109,7 +133,7 @@ fn install(
         id,
         path,
         file,
-        size_bytes: options.segment_size_bytes,
+        size_bytes,
         seed: format::record_seed(database, id),
     })
 }
@@ -117,9 +141,10 @@ fn install(
 /// Turns the old segment file at `old` (no longer needed by the log) into
 /// segment `id`: rename to a temporary name, new header, `fdatasync`,
 /// rename, directory sync. Only the header block is written; the rest keeps
-/// the old bytes, whose checksums are seeded with the old segment number.
-/// `None` (the file removed) if it is not `options.segment_size_bytes` long,
-/// e.g. left by an open with other options.
+/// the old bytes, whose checksums are seeded with the old segment number,
+/// and the file keeps the length it grew to. `None` (the file removed) if
+/// it is longer than `options.segment_size_bytes` (left by an open with
+/// other options) or holds no more than a header.
 pub fn recycle(
     storage: &Arc<dyn Storage>,
     dir: &Path,
@@ -139,7 +164,7 @@ pub fn recycle(
     let size_bytes = file
         .len()
         .map_err(|e| Error::io("stat recycled segment", &temp, e))?;
-    if size_bytes != options.segment_size_bytes {
+    if size_bytes > options.segment_size_bytes || size_bytes <= SEGMENT_HEADER_BYTES {
         drop(file);
         storage
             .remove_file(&temp)
@@ -155,7 +180,7 @@ pub fn recycle(
         file.write_at(0, &header.encode())
             .map_err(|e| Error::io("write recycled segment header", &temp, e))?;
     }
-    install(storage, dir, (&temp, file), database, id, options).map(Some)
+    install(storage, dir, (&temp, file, size_bytes), database, id, options).map(Some)
 }
 
 /// Opens segment `id` and validates its header against `database` and `id`.
@@ -225,7 +250,7 @@ mod tests {
     use crate::storage::FsStorage;
 
     #[test]
-    fn prepared_segment_is_full_size_and_reopens_with_its_header() {
+    fn prepared_segment_is_its_first_step_and_reopens_with_its_header() {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
         let made = prepare(
@@ -236,10 +261,14 @@ mod tests {
             Lsn(5),
             &WalOptions {
                 segment_size_bytes: 16384,
+                segment_first_step_bytes: 8192,
                 ..WalOptions::default()
             },
         )
         .expect("prepare");
+        assert_eq!(made.file.len().expect("len"), 8192);
+        assert_eq!(made.size_bytes, 8192);
+        grow(made.file.as_ref(), &made.path, 8192, 16384).expect("grow");
         assert_eq!(made.file.len().expect("len"), 16384);
         let (opened, header) =
             open(&storage, dir.path(), DatabaseId(9), SegmentId(3)).expect("open");

@@ -7,14 +7,16 @@
 //! segment `i` holds exactly `live[i].first_lsn .. live[i + 1].first_lsn`.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use super::WalOptions;
+use super::format::SEGMENT_HEADER_BYTES;
 use super::segment::{self, SegmentFile};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
-use crate::storage::Storage;
+use crate::planted::{PlantedBug, planted};
+use crate::storage::{OpenMode, Storage, StorageFile};
 
 /// One live segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,10 +36,12 @@ pub const SPARES_MAX: usize = 2;
 pub struct SegmentTable {
     /// Live segments, oldest first; the last one is being written.
     pub live: Vec<LiveSegment>,
-    /// The next segment, already created and synced, if prepared.
-    pub prepared: Option<SegmentFile>,
-    /// Paths of old segment files no longer needed, of the configured
-    /// size, to be renamed into the next segments (at most `SPARES_MAX`).
+    /// The next segment, already created and synced, if prepared, with the
+    /// space its grows will share with the writer.
+    pub prepared: Option<(SegmentFile, Arc<ActiveSpace>)>,
+    /// Paths of old segment files no longer needed, at whatever length
+    /// they grew to, to be renamed into the next segments (at most
+    /// `SPARES_MAX`; one longer than the configured size is removed then).
     pub spares: Vec<PathBuf>,
 }
 
@@ -58,6 +62,81 @@ pub struct Counters {
     pub inline_prepares: AtomicU64,
     /// Segments made from an old segment file rather than zero-filled.
     pub recycled: AtomicU64,
+    /// Grows of the active segment made ahead of need.
+    pub grows: AtomicU64,
+    /// Grows made on the commit path, the prepared space being too short.
+    pub inline_grows: AtomicU64,
+}
+
+/// The usable space of a segment the writer appends to (or will), shared
+/// by the writer and the grows.
+///
+/// **Invariant:** `capacity` is a durable, zero-filled (or written) length
+/// of the file; the writer writes only below it, and a grow writes only at
+/// or past it and raises it only after its zeros and the new length are
+/// synced. So a grow never touches a byte the writer wrote, and a crash in
+/// the middle of one loses nothing the log acknowledged.
+#[derive(Debug)]
+pub struct ActiveSpace {
+    /// The segment's number.
+    pub id: SegmentId,
+    /// Its path.
+    pub path: PathBuf,
+    /// A handle of the grows' own on the file. On Linux a writeback error
+    /// is reported to every open file description, so an error a grow's
+    /// sync meets on pages the writer wrote is still reported to the
+    /// writer's next `fdatasync` (which then poisons the log). `None` for
+    /// a segment already at its limit, which never grows: such a log
+    /// makes exactly the I/O calls it made before segments grew.
+    file: Option<Box<dyn StorageFile>>,
+    /// Bytes of the file the writer may use (see the invariant).
+    capacity: AtomicU64,
+    /// The most the writer ever uses of this segment: the segment size, or
+    /// the length of a longer file made under other options.
+    pub limit: u64,
+    /// The file's length when it was made or opened.
+    opened_bytes: u64,
+}
+
+impl ActiveSpace {
+    /// The space of `segment`, through a handle of its own on the file if
+    /// it may grow.
+    pub fn open(
+        storage: &Arc<dyn Storage>,
+        segment: &SegmentFile,
+        options: &WalOptions,
+    ) -> Result<Arc<ActiveSpace>> {
+        let limit = segment.size_bytes.max(options.segment_size_bytes);
+        let file = if segment.size_bytes < limit {
+            let file = storage
+                .open(&segment.path, OpenMode::Existing)
+                .map_err(|e| Error::io("open segment to grow it", &segment.path, e))?;
+            Some(file)
+        } else {
+            None
+        };
+        Ok(Arc::new(ActiveSpace {
+            id: segment.id,
+            path: segment.path.clone(),
+            file,
+            capacity: AtomicU64::new(segment.size_bytes),
+            limit,
+            opened_bytes: segment.size_bytes,
+        }))
+    }
+
+    /// Bytes of the file the writer may use now.
+    pub fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// Whether a grow ahead is due once the writer's writes reach
+    /// `written`: less than half of the space is left, and the segment
+    /// has not reached its size.
+    pub fn wants_growth(&self, written: u64) -> bool {
+        let capacity = self.capacity();
+        capacity < self.limit && written > capacity / 2
+    }
 }
 
 impl Counters {
@@ -80,9 +159,15 @@ pub struct Context {
     pub options: WalOptions,
     /// The segment table.
     pub table: Mutex<SegmentTable>,
-    /// Held while a segment is being prepared or installed, so a
-    /// maintenance preparation and an inline one never race on a name.
+    /// Held while a segment is being prepared, installed or grown, so a
+    /// maintenance preparation and an inline one never race on a name, and
+    /// two grows never race on a file.
     pub prepare_lock: Mutex<()>,
+    /// The space of the segment being written.
+    pub active: Mutex<Arc<ActiveSpace>>,
+    /// Set by the writer when its last write left less than half of the
+    /// active segment's space: a grow ahead is due.
+    pub grow_wanted: AtomicBool,
     /// Metrics.
     pub counters: Counters,
 }
@@ -93,25 +178,105 @@ impl Context {
         self.table.lock().expect("wal segment table lock")
     }
 
+    /// The space of the segment being written.
+    pub fn active_space(&self) -> Arc<ActiveSpace> {
+        Arc::clone(&self.active.lock().expect("wal active space lock"))
+    }
+
     /// Makes segment `id` (starting at `first_lsn`) the newest live
-    /// segment: takes the prepared one or makes it now.
-    pub fn install_next(&self, id: SegmentId, first_lsn: Lsn) -> Result<SegmentFile> {
+    /// segment and the one being written: takes the prepared one or makes
+    /// it now.
+    pub fn install_next(
+        &self,
+        id: SegmentId,
+        first_lsn: Lsn,
+    ) -> Result<(SegmentFile, Arc<ActiveSpace>)> {
         let _preparing = self.prepare_lock.lock().expect("wal prepare lock");
         let prepared = self.table().prepared.take();
-        let file = match prepared {
-            Some(file) => file,
+        let (file, space) = match prepared {
+            Some(prepared) => prepared,
             None => {
                 Counters::bump(&self.counters.inline_prepares);
-                self.make(id, first_lsn)?
+                let file = self.make(id, first_lsn)?;
+                let space = ActiveSpace::open(&self.storage, &file, &self.options)?;
+                (file, space)
             }
         };
+        *self.active.lock().expect("wal active space lock") = Arc::clone(&space);
+        self.grow_wanted.store(false, Ordering::Relaxed);
         assert_eq!(file.id, id, "the prepared segment follows the active one");
         let mut table = self.table();
         let newest = table.live.last().expect("live segments are never empty");
         assert_eq!(newest.id.next(), id);
         assert!(newest.first_lsn <= first_lsn);
         table.live.push(LiveSegment { id, first_lsn });
-        Ok(file)
+        Ok((file, space))
+    }
+
+    /// Grows the segment being written one step (doubling, up to its
+    /// limit) if its writer asked for it; a no-op if another preparation
+    /// or grow is under way (it will be asked again). Off the commit
+    /// path: the writer goes on writing below the old capacity meanwhile.
+    pub fn grow_ahead(&self) -> Result<bool> {
+        let _preparing = match self.prepare_lock.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::WouldBlock) => return Ok(false),
+            Err(TryLockError::Poisoned(e)) => panic!("wal prepare lock: {e}"),
+        };
+        if !self.grow_wanted.swap(false, Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let space = self.active_space();
+        let capacity = space.capacity();
+        if capacity >= space.limit {
+            return Ok(false);
+        }
+        let target = capacity.saturating_mul(2).min(space.limit);
+        self.grow_locked(&space, target)?;
+        Counters::bump(&self.counters.grows);
+        Ok(true)
+    }
+
+    /// Grows `space` so the writer may write up to `needed`: the writer
+    /// found its prepared space too short, on the commit path. Doubles
+    /// until `needed` fits (the caller checked it fits the limit).
+    pub fn grow_inline(&self, space: &ActiveSpace, needed: u64) -> Result<()> {
+        assert!(needed <= space.limit, "a write never passes its segment");
+        let _preparing = self.prepare_lock.lock().expect("wal prepare lock");
+        let capacity = space.capacity();
+        if capacity >= needed {
+            return Ok(()); // A grow ahead finished while we waited.
+        }
+        let mut target = capacity.max(SEGMENT_HEADER_BYTES);
+        // Bounded by log2(limit / capacity) doublings.
+        while target < needed {
+            target = target.saturating_mul(2);
+        }
+        self.grow_locked(space, target.min(space.limit))?;
+        Counters::bump(&self.counters.inline_grows);
+        Ok(())
+    }
+
+    /// Zero-fills `space` from its capacity to `target`, syncs, and only
+    /// then lets the writer use it. The caller holds `prepare_lock`.
+    fn grow_locked(&self, space: &ActiveSpace, target: u64) -> Result<()> {
+        let capacity = space.capacity();
+        assert!(target > capacity && target <= space.limit);
+        // Planted: fill from the length the segment had when it was made
+        // or opened, as if it had never grown since, so a second grow
+        // zeroes what the writer wrote after the first.
+        let from = if planted(&self.options, PlantedBug::GrowFromStaleSize) {
+            space.opened_bytes
+        } else {
+            capacity
+        };
+        let file = space
+            .file
+            .as_deref()
+            .expect("a segment below its limit has a handle to grow it");
+        segment::grow(file, &space.path, from, target)?;
+        space.capacity.store(target, Ordering::Release);
+        Ok(())
     }
 
     /// Prepares the segment after the newest live one, if not done yet.
@@ -131,10 +296,11 @@ impl Context {
                 .next()
         };
         let file = self.make(id, lsn_floor)?;
+        let space = ActiveSpace::open(&self.storage, &file, &self.options)?;
         let mut table = self.table();
         assert!(table.prepared.is_none(), "only one preparation at a time");
         assert_eq!(table.live.last().map(|s| s.id.next()), Some(id));
-        table.prepared = Some(file);
+        table.prepared = Some((file, space));
         Ok(())
     }
 

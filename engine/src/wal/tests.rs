@@ -21,9 +21,13 @@ fn fs() -> Arc<dyn Storage> {
     Arc::new(FsStorage::new())
 }
 
+/// Small segments, created at a first step of a header and 2 KiB, so most
+/// tests' writes grow their segments (inline: these tests do not call
+/// `grow_ahead` unless they say so).
 fn small(segment_size_bytes: u64, max_record_bytes: u64) -> WalOptions {
     WalOptions {
         segment_size_bytes,
+        segment_first_step_bytes: SEGMENT_HEADER_BYTES + 2048,
         max_record_bytes,
         ..WalOptions::default()
     }
@@ -916,11 +920,12 @@ fn a_segment_cut_short_between_boundaries_reopens_and_takes_appends() {
     );
 }
 
-/// An empty prepared segment cut short: recovery removes it instead of
-/// handing the writer a file smaller than a segment, and rotation makes a
-/// full-size one. Found by the `recover_image` fuzz target.
+/// An empty prepared segment cut short: recovery hands the writer its
+/// (synced) length as its space, and the writer grows it before writing
+/// past it, never past its end. Found by the `recover_image` fuzz target
+/// (when such a file was removed instead).
 #[test]
-fn a_prepared_segment_cut_short_is_replaced_not_written_past_its_end() {
+fn a_prepared_segment_cut_short_grows_before_it_is_written_past_its_end() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = small(8 * 1024, 1024);
     let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
@@ -949,4 +954,60 @@ fn a_prepared_segment_cut_short_is_replaced_not_written_past_its_end() {
         reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("reopen");
     assert_eq!(report.last_lsn, Lsn(8));
     assert_eq!(lsns_and_bytes(&wal, Lsn(1)).len(), 8);
+}
+
+/// A segment starts at its first step and doubles ahead of need, each step
+/// zero-filled and synced off the commit path, up to the segment size; a
+/// write that finds the space too short grows it on the commit path
+/// (counted apart); a recycled file keeps the size it grew to; every
+/// record reads back after a reopen.
+#[test]
+fn a_segment_grows_ahead_in_doubling_steps_up_to_its_size() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = WalOptions {
+        segment_size_bytes: 64 * 1024,
+        segment_first_step_bytes: 8 * 1024,
+        max_record_bytes: 8 * 1024,
+        ..WalOptions::default()
+    };
+    let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+    let len = |id| read_file(&seg_path(dir.path(), id)).len() as u64;
+    assert_eq!(len(1), 8 * 1024, "a new segment is its first step");
+    assert!(!wal.grow_wanted());
+    assert!(!wal.grow_ahead().expect("grow"), "nothing to grow yet");
+    let payload = [7u8; 1000];
+    let mut sizes = vec![len(1)];
+    let mut appended = 0u64;
+    // 64 KiB of records fill segment 1: every step is taken ahead of need.
+    while wal.stats().grows < 3 {
+        wal.append(&[&payload]).expect("append");
+        appended += 1;
+        if wal.grow_wanted() {
+            assert!(wal.grow_ahead().expect("grow"));
+            sizes.push(len(1));
+        }
+        assert!(appended < 64, "grows stopped");
+    }
+    assert_eq!(sizes, vec![8 * 1024, 16 * 1024, 32 * 1024, 64 * 1024]);
+    assert_eq!(wal.stats().inline_grows, 0, "{:?}", wal.stats());
+    // The next segment, prepared at its first step, is too short for a
+    // batch of 6 KiB: the writer grows it itself.
+    wal.prepare_next_segment().expect("prepare");
+    assert_eq!(len(2), 8 * 1024);
+    let big = [9u8; 6 * 1024];
+    // Bounded: segment 1 holds at most 64 KiB of them.
+    while len(2) == 8 * 1024 {
+        wal.append(&[&big]).expect("append a big record");
+        appended += 1;
+        assert!(appended < 100, "never rotated");
+    }
+    let stats = wal.stats();
+    assert_eq!(stats.inline_prepares, 0, "{stats:?}");
+    assert!(stats.inline_grows >= 1, "{stats:?}");
+    assert!(len(2) <= 64 * 1024);
+    drop(wal);
+    let (wal, report) =
+        reopen(fs(), dir.path(), DB, options, SegmentId(1), Lsn::ZERO).expect("reopen");
+    assert_eq!(report.last_lsn, Lsn(appended));
+    assert_eq!(read_all(&wal).len() as u64, appended);
 }

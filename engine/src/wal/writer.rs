@@ -5,19 +5,22 @@
 //! a group boundary (rotating to the next segment when a batch does not fit
 //! the rest of it), marks the last record written to each segment as the
 //! end of the write, and `fdatasync`s every segment it touched once. It
-//! never changes a file's size.
+//! writes only below the active segment's capacity, which grows ahead of
+//! it off the commit path; only a write that finds that space too short
+//! grows the segment itself first (counted in `WalStats::inline_grows`).
 //!
 //! **Invariant:** a batch never spans segments (a batch is at most one
 //! segment's capacity, checked before it is queued), so the "more records
 //! follow" flag of a batch is always resolved within one segment; every
 //! write starts at a multiple of `GROUP_ALIGN_BYTES`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::format::{self, RECORD_HEADER_BYTES, RecordMeta, SEGMENT_HEADER_BYTES};
 use super::group::Entry;
 use super::segment::SegmentFile;
-use super::table::{Context, Counters};
+use super::table::{ActiveSpace, Context, Counters};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
@@ -70,6 +73,8 @@ impl Batch {
 pub struct Writer {
     /// The segment being written.
     pub active: SegmentFile,
+    /// Its space, shared with the grows.
+    space: Arc<ActiveSpace>,
     /// Offset just past the last record written to `active` (the next
     /// write starts at the group boundary at or after it).
     pub offset: u64,
@@ -80,12 +85,15 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// A writer appending to `active` after `offset`, in `epoch`.
-    pub fn new(active: SegmentFile, offset: u64, epoch: u64) -> Writer {
+    /// A writer appending to `active` (whose space is `space`) after
+    /// `offset`, in `epoch`.
+    pub fn new(active: SegmentFile, space: Arc<ActiveSpace>, offset: u64, epoch: u64) -> Writer {
         assert!(offset >= SEGMENT_HEADER_BYTES && offset <= active.size_bytes);
+        assert_eq!(space.id, active.id, "the space is the active segment's");
         assert!(epoch >= 1, "epochs start at 1");
         Writer {
             active,
+            space,
             offset,
             epoch,
             buf: Vec::new(),
@@ -102,14 +110,15 @@ impl Writer {
             "records are written after their ack watermark"
         );
         self.buf.clear();
-        self.offset = format::align_up(self.offset).min(self.active.size_bytes);
+        self.offset = format::align_up(self.offset).min(self.space.limit);
         let rotations = self.plan_rotations(ctx, group);
         for (index, entry) in group.iter().enumerate() {
             if rotations[index] {
                 self.write_buf(ctx)?;
                 self.sync_active(ctx)?;
-                let next = ctx.install_next(self.active.id.next(), entry.first)?;
+                let (next, space) = ctx.install_next(self.active.id.next(), entry.first)?;
                 self.active = next;
+                self.space = space;
                 self.offset = SEGMENT_HEADER_BYTES;
             }
             // The last record of a write to a segment ends the write.
@@ -141,7 +150,7 @@ impl Writer {
     /// because it does not fit the rest of the current one.
     fn plan_rotations(&self, ctx: &Context, group: &[Entry<Batch>]) -> Vec<bool> {
         let mut end = self.offset;
-        let mut size = self.active.size_bytes;
+        let mut size = self.space.limit;
         group
             .iter()
             .map(|entry| {
@@ -167,10 +176,12 @@ impl Writer {
             return Ok(());
         }
         let end = self.offset + self.buf.len() as u64;
-        assert!(
-            end <= self.active.size_bytes,
-            "the commit path never grows a file"
-        );
+        assert!(end <= self.space.limit, "a write never passes its segment");
+        if end > self.space.capacity() {
+            // The grows ahead did not keep up: grow now, on the commit path.
+            ctx.grow_inline(&self.space, end)?;
+        }
+        assert!(end <= self.space.capacity(), "the writer writes in grown space");
         self.active
             .file
             .write_at(self.offset, &self.buf)
@@ -181,6 +192,9 @@ impl Writer {
         self.offset = end;
         self.buf.clear();
         self.dirty = true;
+        if self.space.wants_growth(end) {
+            ctx.grow_wanted.store(true, Ordering::Relaxed);
+        }
         Ok(())
     }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use actum::db::{DbOptions, Pipeline, PipelineOptions};
 use actum::wal::WalOptions;
+use actum::wal::format::SEGMENT_HEADER_BYTES;
 use actum::{Clock, DatabaseId, Lsn, Result, Storage};
 
 use super::config::CampaignConfig;
@@ -53,6 +54,9 @@ impl Node {
             db: DbOptions {
                 wal: WalOptions {
                     segment_size_bytes: config.segment_size_bytes,
+                    // Small, so a segment grows twice or more (a header
+                    // and 1 KiB, then doubling) and grows meet crashes.
+                    segment_first_step_bytes: SEGMENT_HEADER_BYTES + 1024,
                     max_record_bytes: config.segment_size_bytes / 4,
                     planted_bug: config.planted,
                     ..WalOptions::default()
@@ -91,6 +95,13 @@ impl Node {
             records.iter().try_for_each(|record| kv::apply(txn, record))
         })?;
         Ok(last)
+    }
+
+    /// Grows the WAL's active segment ahead of need if its writer asked,
+    /// as the engine does after each acknowledged commit; returns whether
+    /// it grew.
+    pub fn grow_ahead(&mut self) -> Result<bool> {
+        self.pipeline.grow_wal_ahead()
     }
 
     /// Makes the state durable, records it in the manifest and lets the WAL

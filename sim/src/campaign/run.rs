@@ -62,6 +62,8 @@ pub struct SeedReport {
     pub acked_batches: u64,
     /// Checkpoints acknowledged.
     pub checkpoints: u64,
+    /// Grows of the WAL's active segment made ahead of need.
+    pub grows: u64,
     /// Errors from injected I/O faults that the engine reported.
     pub io_errors: u64,
     /// Whether bit rot was injected and a reopen refused the damage.
@@ -181,6 +183,11 @@ impl World {
         let last = node.append(&batch).map_err(Some)?;
         self.model.acknowledge(last);
         self.report.acked_batches += 1;
+        // As the engine does after an acknowledged commit: grow the
+        // segment ahead of need, so crashes and faults land in grows too.
+        if node.grow_ahead().map_err(Some)? {
+            self.report.grows += 1;
+        }
         Ok(())
     }
 
