@@ -128,6 +128,12 @@ fn the_audit_export_is_the_journal_line_for_line() {
     for (line, entry) in text.lines().zip(&journal) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(v["run"], "a");
+        let trace = engine.run(&rid("a")).unwrap().unwrap().trace_id;
+        assert_eq!(
+            v["trace_id"],
+            trace.as_str(),
+            "every line carries the run's trace"
+        );
         assert_eq!(v["seq"], entry.seq);
         assert_eq!(v["at_ms"], entry.at_ms);
         assert_eq!(v["what"], entry.what.to_string());

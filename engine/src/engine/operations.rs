@@ -203,6 +203,8 @@ pub struct Stuck {
 #[derive(Serialize)]
 struct AuditLine<'a> {
     run: &'a str,
+    /// The run's trace id, so a line joins the traces it belongs to.
+    trace_id: &'a str,
     seq: u64,
     at_ms: u64,
     what: String,
@@ -421,11 +423,13 @@ impl Engine {
     ///     text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
     /// assert_eq!(parsed.len() as u64, lines);
     /// assert_eq!((parsed[0]["run"].as_str(), parsed[0]["seq"].as_u64()), (Some("claim-5"), Some(1)));
+    /// assert_eq!(parsed[0]["trace_id"].as_str(), Some("t"));
     /// assert_eq!(parsed[1]["worker"].as_str(), Some("w1"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn export_audit(&self, run: &RunId, out: &mut dyn Write) -> Result<u64> {
         let entries = self.audit(run)?;
+        let trace_id = self.run(run)?.map(|r| r.trace_id).unwrap_or_default();
         // The worker behind each token: every lease grant is journaled
         // with the worker it went to, and tokens only grow.
         let mut holders: BTreeMap<u64, &WorkerId> = BTreeMap::new();
@@ -445,6 +449,7 @@ impl Engine {
             };
             let line = AuditLine {
                 run: run.as_str(),
+                trace_id: &trace_id,
                 seq: entry.seq,
                 at_ms: entry.at_ms,
                 what: entry.what.to_string(),
