@@ -147,17 +147,23 @@ pub enum PlantedBug {
     /// file had when it was made or opened, not from the end of its last
     /// grow, so a second grow zeroes records acknowledged since the first.
     GrowFromStaleSize,
+    /// A repair that drops acknowledged records zeroes the stop segment
+    /// only up to the next group boundary, as for a torn tail, so the valid
+    /// records behind the damage keep their ack watermark and the next
+    /// ordinary open calls the same damage corruption again.
+    RepairCutDoesNotLast,
 }
 
 impl PlantedBug {
     /// The bugs of the storage core, which the storage campaign catches.
-    pub const STORAGE: [PlantedBug; 6] = [
+    pub const STORAGE: [PlantedBug; 7] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
         PlantedBug::CorruptionAsTornTail,
         PlantedBug::RecycleKeepsOldHeader,
         PlantedBug::GrowFromStaleSize,
+        PlantedBug::RepairCutDoesNotLast,
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
@@ -208,7 +214,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 43] = [
+    pub const ALL: [PlantedBug; 44] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -252,6 +258,7 @@ impl PlantedBug {
         PlantedBug::ResendAwaitedRequest,
         PlantedBug::AppendDropsBase,
         PlantedBug::GrowFromStaleSize,
+        PlantedBug::RepairCutDoesNotLast,
     ];
 
     /// The bug's command-line name.
@@ -300,6 +307,7 @@ impl PlantedBug {
             PlantedBug::ResendAwaitedRequest => "resend-awaited-request",
             PlantedBug::AppendDropsBase => "append-drops-base",
             PlantedBug::GrowFromStaleSize => "grow-fills-from-stale-size",
+            PlantedBug::RepairCutDoesNotLast => "repair-cut-does-not-last",
         }
     }
 

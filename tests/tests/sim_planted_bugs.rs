@@ -80,6 +80,14 @@ fn recycling_a_segment_file_without_its_new_header_is_caught() {
 }
 
 #[test]
+fn a_repair_whose_cut_does_not_last_is_caught() {
+    assert_caught(
+        PlantedBug::RepairCutDoesNotLast,
+        "a repaired log opens again as repaired",
+    );
+}
+
+#[test]
 fn growing_a_segment_from_a_stale_size_is_caught() {
     assert_caught(
         PlantedBug::GrowFromStaleSize,

@@ -532,13 +532,15 @@ pub fn recover(
         repair_dropped: None,
     };
     let drops_acknowledged = stop.damaged_lsn <= covered || acked_by_later;
+    let zero_what_was_seen =
+        drops_acknowledged && !planted(options, PlantedBug::RepairCutDoesNotLast);
     cut_tail(
         storage,
         dir,
         &mut segs,
         &stop,
         &after,
-        (last_lsn, drops_acknowledged),
+        (last_lsn, zero_what_was_seen),
         &mut report,
     )?;
     if drops_acknowledged {
@@ -586,7 +588,7 @@ fn cut_tail(
     segs: &mut Vec<Seg>,
     stop: &Stop,
     after: &After,
-    (last_lsn, drops_acknowledged): (Lsn, bool),
+    (last_lsn, zero_what_was_seen): (Lsn, bool),
     report: &mut RecoveryReport,
 ) -> Result<()> {
     let seg = &segs[stop.index];
@@ -595,7 +597,7 @@ fn cut_tail(
     // stop too: left in place, they would carry the ack watermark that
     // makes the next recovery call the same damage corruption again, so
     // the cut would last only until something was written over it.
-    let seen_end = if drops_acknowledged {
+    let seen_end = if zero_what_was_seen {
         after.stop_segment_end.unwrap_or(0)
     } else {
         0

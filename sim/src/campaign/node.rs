@@ -43,12 +43,14 @@ pub struct Node {
 
 impl Node {
     /// Opens (creating or recovering) the database on `storage` and replays
-    /// the WAL into the state store.
+    /// the WAL into the state store; with `repair`, cutting the log past
+    /// damage to acknowledged records (`WalOptions::repair`).
     pub fn open(
         storage: Arc<dyn Storage>,
         clock: &dyn Clock,
         config: &CampaignConfig,
         database_id: DatabaseId,
+        repair: bool,
     ) -> Result<(Node, Observed)> {
         let options = PipelineOptions {
             db: DbOptions {
@@ -59,7 +61,7 @@ impl Node {
                     segment_first_step_bytes: SEGMENT_HEADER_BYTES + 1024,
                     max_record_bytes: config.segment_size_bytes / 4,
                     planted_bug: config.planted,
-                    ..WalOptions::default()
+                    repair,
                 },
                 database_id: Some(database_id),
             },

@@ -68,6 +68,9 @@ pub struct SeedReport {
     pub io_errors: u64,
     /// Whether bit rot was injected and a reopen refused the damage.
     pub rot_detected: bool,
+    /// Whether a repair then cut the log past the damage (and an ordinary
+    /// reopen found the cut in place).
+    pub repaired: bool,
     /// Hash of every disk operation, for the determinism check.
     pub trace_hash: u64,
 }
@@ -211,11 +214,17 @@ impl World {
     }
 
     fn open(&self) -> Result<(Node, Observed), actum::Error> {
+        self.open_with(false)
+    }
+
+    /// Opens, in repair mode if `repair`.
+    fn open_with(&self, repair: bool) -> Result<(Node, Observed), actum::Error> {
         Node::open(
             Arc::clone(&self.storage),
             &self.clock,
             &self.config,
             self.database_id(),
+            repair,
         )
     }
 
@@ -333,7 +342,59 @@ impl World {
         check::corruption_is_detected(&self.model, &reopened, &what, clean)
             .map_err(|e| self.fail("damage gives an error, never wrong data", e))?;
         self.report.rot_detected = reopened.is_err();
+        if reopened.is_err() && target.ends_with(".wal") {
+            self.repair(&what)?;
+        }
         Ok(())
+    }
+
+    /// After damage in the log an open refused: a repair either refuses too,
+    /// or keeps a prefix of what was acknowledged (the records before the
+    /// damage, exactly); and what it cut stays cut, so an ordinary reopen
+    /// finds the same log and the same state.
+    fn repair(&mut self, what: &str) -> Result<(), Failure> {
+        let Ok((node, repaired)) = self.open_with(true) else {
+            // Damage a repair cannot cut past (a segment's header, a log
+            // that would end before the checkpoint) stays an error.
+            return Ok(());
+        };
+        let kept = repaired.durable_lsn;
+        if kept > self.model.last_lsn() || repaired.state != self.model.state_at(kept) {
+            return Err(self.fail(
+                "a repair keeps exactly a prefix of the acknowledged log",
+                format!(
+                    "after bit rot at {what} the repair kept the log up to {kept} with {} keys; \
+                     acknowledged up to {} (the state at {kept} has {} keys)",
+                    repaired.state.len(),
+                    self.model.last_lsn(),
+                    self.model.state_at(kept).len()
+                ),
+            ));
+        }
+        node.close()
+            .map_err(|e| self.fail("clean close succeeds without faults", e.to_string()))?;
+        let again = self.open().map(|(_, observed)| observed);
+        match again {
+            Ok(observed) if observed.durable_lsn == kept && observed.state == repaired.state => {
+                self.report.repaired = true;
+                Ok(())
+            }
+            other => Err(self.fail(
+                "a repaired log opens again as repaired",
+                format!(
+                    "after bit rot at {what} and a repair that kept the log up to {kept}, an \
+                     ordinary reopen gave {}",
+                    match other {
+                        Ok(o) => format!(
+                            "the log up to {} with {} keys",
+                            o.durable_lsn,
+                            o.state.len()
+                        ),
+                        Err(e) => format!("an error: {e}"),
+                    }
+                ),
+            )),
+        }
     }
 
     /// A clean close, or a power cut (recovered by the caller).
