@@ -158,3 +158,63 @@ fn the_audit_export_is_the_journal_line_for_line() {
         Err(actum::Error::NotFound { .. })
     ));
 }
+
+#[test]
+fn metrics_survive_a_clean_restart_and_a_crash_keeps_what_a_checkpoint_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open_fs(dir.path(), &clock);
+    let a = create_and_lease(&engine, "a", "w1");
+    let (run_a, pay) = (rid("a"), sid("pay"));
+    let req = request(&a.guard, &run_a, &pay, "psp", idempotent(), b"9");
+    let paid = |_: &actum::engine::EffectCtx| ToolOutcome::Confirmed {
+        receipt: b"ch_1".to_vec(),
+    };
+    engine.step(&req, paid).unwrap();
+    engine.step(&req, paid).unwrap();
+    let before = engine.metrics(HOUR_MS).unwrap();
+    assert_eq!(before.receipts_served, 1);
+    engine.close().unwrap();
+
+    // A clean restart: every counter goes on from where it was.
+    let engine = open_fs(dir.path(), &clock);
+    let after = engine.metrics(HOUR_MS).unwrap();
+    assert_eq!(
+        (after.receipts_served, after.acts_prevented),
+        (before.receipts_served, before.acts_prevented)
+    );
+    assert!(after.commits >= before.commits && after.fsyncs >= before.fsyncs);
+    // Served again (the lease of the closed engine was released at open: take it back).
+    let a = create_and_lease_again(&engine, "a");
+    let req = request(&a.guard, &run_a, &pay, "psp", idempotent(), b"9");
+    // The lease's record checkpointed: after it, the served receipt logs
+    // nothing, and the close, with no record to write, stores the counters
+    // all the same.
+    engine.checkpoint().unwrap();
+    let durable = engine.durable_lsn();
+    engine.step(&req, paid).unwrap();
+    assert_eq!(
+        engine.durable_lsn(),
+        durable,
+        "a served receipt logs nothing"
+    );
+    engine.close().unwrap();
+    let engine = open_fs(dir.path(), &clock);
+    assert_eq!(engine.metrics(HOUR_MS).unwrap().receipts_served, 2);
+
+    // A crash keeps what the last checkpoint stored, never more than was counted.
+    let a = create_and_lease_again(&engine, "a");
+    let req = request(&a.guard, &run_a, &pay, "psp", idempotent(), b"9");
+    engine.step(&req, paid).unwrap();
+    engine.checkpoint().unwrap();
+    engine.step(&req, paid).unwrap();
+    drop(engine);
+    let engine = open_fs(dir.path(), &clock);
+    let served = engine.metrics(HOUR_MS).unwrap().receipts_served;
+    assert!((3..=4).contains(&served), "{served}");
+}
+
+/// The lease of `run` again, after an open released the one it had.
+fn create_and_lease_again(engine: &actum::engine::Engine, run: &str) -> actum::engine::LeaseGrant {
+    engine.acquire_lease(&rid(run), &wid("w1"), 60_000).unwrap()
+}

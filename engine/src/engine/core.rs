@@ -200,13 +200,14 @@ impl Engine {
         let cold = ColdReader::new(recovering.state());
         let hot = HotState::load(&cold);
         cold.check()?;
+        let counters = super::operations::Counters::stored(&recovering.state().read_metrics()?);
         let mut inner = Inner {
             hot,
             unmaterialized: VecDeque::new(),
             unmaterialized_bytes: 0,
             last_applied: recovering.state().applied_lsn(),
             halted: None,
-            counters: super::operations::Counters::default(),
+            counters,
         };
         // (The planted `ReleaseStoredLeasesOnly`: the leases the state
         // store held, taken before the log is replayed.)
@@ -411,13 +412,15 @@ impl Engine {
         let (first, last) = (first.lsn, last.lsn);
         let path = self.pipeline.state().path().to_path_buf();
         let shared_blobs_go = self.planted(PlantedBug::PruneSharedBlobs);
+        let metrics = self.counter_totals();
         let written = self.pipeline.materialize_durably((first, last), |txn| {
             apply_ops(
                 txn,
                 &path,
                 batch.iter().flat_map(|u| &u.ops),
                 shared_blobs_go,
-            )
+            )?;
+            crate::state::write_metrics(txn, &path, &metrics)
         });
         let mut inner = self.lock();
         match written {
@@ -463,6 +466,7 @@ impl Engine {
             self.pipeline.wait_durable(last)?;
         }
         self.checkpoint()?;
+        self.store_counters()?;
         let Engine {
             pipeline, inner, ..
         } = self;

@@ -2,9 +2,13 @@
 //! of runs stuck past an SLA ([`Engine::stuck`]) and a run's audit journal
 //! as JSON lines ([`Engine::export_audit`], schema in docs/AUDIT.md).
 //!
-//! The counters count what the engine decided since it was opened (they
-//! are not persisted); the sweep and the export read the books. Times come
-//! from the engine's clock, never the wall clock.
+//! The counters count what the engine decided since the database was
+//! created: each checkpoint stores their totals in the state store's meta
+//! table (`metric.NAME`), and an open starts from what the last one stored,
+//! so a clean restart keeps them exactly and a crash loses at most what
+//! was counted since the last checkpoint. The wait-time samples are kept
+//! in memory only. The sweep and the export read the books. Times come from
+//! the engine's clock, never the wall clock.
 //!
 //! **Invariant:** counting reads the decided answer and ops only; it never
 //! changes a decision.
@@ -28,9 +32,14 @@ use crate::hot::{ColdReader, HotState, HotView};
 /// latest ones).
 pub const WAIT_SAMPLES_MAX: usize = 4_096;
 
-/// Counters of what the engine decided since it was opened.
+/// Counters of what the engine decided since the database was created (as
+/// of the last checkpoint before this open, plus since).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Counters {
+    /// Log records and fsyncs counted before this open (the log's own
+    /// counters start at zero at every open).
+    commits_before: u64,
+    fsyncs_before: u64,
     resumes: u64,
     receipts_served: u64,
     acts_prevented: u64,
@@ -43,6 +52,40 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// The counters a checkpoint stored, as an open finds them (`metric.`
+    /// keys; a counter a store lacks starts at zero).
+    pub(crate) fn stored(found: &BTreeMap<String, u64>) -> Counters {
+        let get = |name: &str| found.get(name).copied().unwrap_or(0);
+        Counters {
+            commits_before: get("commits"),
+            fsyncs_before: get("fsyncs"),
+            resumes: get("resumes"),
+            receipts_served: get("receipts_served"),
+            acts_prevented: get("acts_prevented"),
+            resends: get("resends"),
+            queries: get("queries"),
+            unknowns: get("unknowns"),
+            decisions_replayed: get("decisions_replayed"),
+            wait_ms: VecDeque::new(),
+        }
+    }
+
+    /// Every counter's total by name, as a checkpoint stores them, given
+    /// the log's counts since this open.
+    pub(crate) fn totals(&self, commits: u64, fsyncs: u64) -> [(&'static str, u64); 9] {
+        [
+            ("commits", self.commits_before + commits),
+            ("fsyncs", self.fsyncs_before + fsyncs),
+            ("resumes", self.resumes),
+            ("receipts_served", self.receipts_served),
+            ("acts_prevented", self.acts_prevented),
+            ("resends", self.resends),
+            ("queries", self.queries),
+            ("unknowns", self.unknowns),
+            ("decisions_replayed", self.decisions_replayed),
+        ]
+    }
+
     /// Counts one decided command: its answer, and its ops read against
     /// `books`, the books before them.
     pub(crate) fn count(
@@ -112,8 +155,9 @@ impl Counters {
     }
 }
 
-/// A snapshot of what the engine did since it was opened, and of what is
-/// stuck now.
+/// A snapshot of what the engine did since the database was created (as of
+/// the last checkpoint before this open, plus since; see the module docs),
+/// and of what is stuck now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Metrics {
     /// Records logged (each a commit of one or more commands).
@@ -321,8 +365,8 @@ impl Engine {
         let mut waits: Vec<u64> = counters.wait_ms.iter().copied().collect();
         waits.sort_unstable();
         Ok(Metrics {
-            commits: wal.appends,
-            fsyncs: wal.fsyncs,
+            commits: counters.commits_before + wal.appends,
+            fsyncs: counters.fsyncs_before + wal.fsyncs,
             resumes: counters.resumes,
             receipts_served: counters.receipts_served,
             acts_prevented: counters.acts_prevented,
@@ -335,6 +379,33 @@ impl Engine {
             wait_p95_ms: percentile(&waits, 95),
             stuck: self.stuck(stuck_after_ms)?.len(),
         })
+    }
+
+    /// Every counter's total by name, as a checkpoint stores them.
+    pub(crate) fn counter_totals(&self) -> [(&'static str, u64); 9] {
+        let wal = self.wal_stats();
+        self.lock().counters.totals(wal.appends, wal.fsyncs)
+    }
+
+    /// Stores the counters' totals if they changed since the state store
+    /// last stored them (a close whose checkpoint had no record to write,
+    /// after commands that logged nothing, such as receipts served).
+    pub(crate) fn store_counters(&self) -> Result<()> {
+        let totals = self.counter_totals();
+        let stored = self.pipeline.state().read_metrics()?;
+        if totals
+            .iter()
+            .all(|(name, value)| stored.get(*name) == Some(value))
+        {
+            return Ok(());
+        }
+        let path = self.pipeline.state().path().to_path_buf();
+        let applied = self.pipeline.state().applied_lsn();
+        self.pipeline
+            .materialize_durably((applied.next(), applied), |txn| {
+                crate::state::write_metrics(txn, &path, &totals)
+            })
+            .map(|_| ())
     }
 
     /// The runs not over that are stuck: a wait open for at least

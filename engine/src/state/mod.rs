@@ -24,4 +24,4 @@ pub use books_snapshot::read_books;
 pub use books_tables::RedbBooks;
 pub use guard::RedbPanicked;
 pub(crate) use guard::{drop_guarded, guarded};
-pub use store::{META_TABLE, STATE_SCHEMA_VERSION, StateStore};
+pub use store::{META_TABLE, METRIC_KEY_PREFIX, STATE_SCHEMA_VERSION, StateStore, write_metrics};

@@ -11,11 +11,12 @@
 //! `applied_lsn` a commit records is the LSN of the last record whose
 //! effects it holds.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redb::{Durability, ReadableDatabase, TableDefinition, WriteTransaction};
+use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::guard::{RedbPanicked, drop_guarded, guard, guarded};
 use crate::error::{Error, Result};
@@ -28,6 +29,9 @@ pub const META_TABLE: TableDefinition<&str, u64> = TableDefinition::new("actum_m
 const APPLIED_LSN_KEY: &str = "applied_lsn";
 /// The key under which the schema version is stored in [`META_TABLE`].
 const SCHEMA_VERSION_KEY: &str = "schema_version";
+/// The prefix of the keys under which the engine's counters are stored in
+/// [`META_TABLE`] (`metric.resumes`, ...), written by each checkpoint.
+pub const METRIC_KEY_PREFIX: &str = "metric.";
 /// The layout of the state store's tables and rows this build writes and
 /// reads (docs/FORMAT.md, "State store tables"): recorded by every commit,
 /// checked whenever a store is opened. Version 2 added the wait books table
@@ -435,6 +439,42 @@ fn check_schema_version(db: &redb::Database, path: &Path) -> Result<()> {
             format!("the state store's schema version {found} is not one any build writes"),
         )),
     }
+}
+
+impl StateStore {
+    /// The counters the last checkpoint stored (`metric.NAME` keys of the
+    /// meta table), by name without the prefix; empty for a store no
+    /// checkpoint wrote them to.
+    pub fn read_metrics(&self) -> Result<BTreeMap<String, u64>> {
+        guarded(&self.path, "read metrics", || {
+            let txn = self.db().begin_read()?;
+            let meta = match txn.open_table(META_TABLE) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+                Err(e) => return Err(redb::Error::from(e)),
+            };
+            let mut found = BTreeMap::new();
+            for row in meta.range(METRIC_KEY_PREFIX..)? {
+                let (key, value) = row?;
+                let Some(name) = key.value().strip_prefix(METRIC_KEY_PREFIX) else {
+                    break;
+                };
+                found.insert(name.to_string(), value.value());
+            }
+            Ok::<_, redb::Error>(found)
+        })
+    }
+}
+
+/// Stores `metrics` (name, total) under `metric.NAME` in `txn`'s meta table.
+pub fn write_metrics(txn: &WriteTransaction, path: &Path, metrics: &[(&str, u64)]) -> Result<()> {
+    guarded(path, "write metrics", || {
+        let mut meta = txn.open_table(META_TABLE)?;
+        for (name, value) in metrics {
+            meta.insert(format!("{METRIC_KEY_PREFIX}{name}").as_str(), *value)?;
+        }
+        Ok::<(), redb::Error>(())
+    })
 }
 
 fn read_applied_lsn(db: &redb::Database, path: &Path) -> Result<Lsn> {
