@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{Durability, ReadableDatabase, TableDefinition, WriteTransaction};
 
 use super::guard::{RedbPanicked, drop_guarded, guard, guarded};
 use crate::error::{Error, Result};
