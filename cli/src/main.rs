@@ -2,7 +2,9 @@
 //!
 //! Read-only commands (`inspect`, `verify`, `export`, `stuck`) open the
 //! directory on the engine's read-only view, so they write, create and
-//! remove nothing, even where an open would recover a torn tail; the
+//! remove nothing, even where an open would recover a torn tail; on a
+//! directory another process's engine holds they read a snapshot of the
+//! live database and say which LSN it is as of (`live.rs`); the
 //! writes an operator needs (`pause`, `resume`, `cancel`, `reconcile`,
 //! `migrate`)
 //! open it normally, say what changed and close it cleanly. `demo` runs an
@@ -21,6 +23,7 @@ mod demo;
 mod export;
 mod failure;
 mod inspect;
+mod live;
 mod migrate;
 mod operate;
 mod progress;

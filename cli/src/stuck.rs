@@ -1,6 +1,7 @@
 //! `actum stuck DIR --older-than 1h`: the runs whose wait has been open,
 //! or whose effect's outcome has been unknown, for at least that long
-//! (`Engine::stuck`), by the system clock, read through a read-only open.
+//! (`Engine::stuck`), by the system clock, read through a read-only open
+//! (or a snapshot of a live database, `live.rs`).
 //!
 //! **Invariant:** the list is the engine's sweep, in its order (run id).
 
@@ -8,10 +9,11 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use actum::engine::{Engine, EngineOptions, Stuck, StuckReason};
+use actum::engine::{Stuck, StuckReason};
 use serde::Serialize;
 
 use crate::failure::CliError;
+use crate::live::open_to_read;
 use crate::text::{Table, fmt_duration, fmt_time};
 
 /// One stuck run, flat, for `--json`.
@@ -31,18 +33,24 @@ struct Row {
 /// Runs `stuck`.
 pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
-    let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
-    let now_ms = engine.clock().now_ms();
-    let stuck = engine.stuck(older_than_ms).map_err(fail)?;
-    drop(engine);
+    let reading = open_to_read(dir).map_err(fail)?;
+    let now_ms = reading.engine.clock().now_ms();
+    let stuck = reading.engine.stuck(older_than_ms).map_err(fail)?;
+    let as_of = reading.as_of();
+    let live = reading.live_lsn.is_some();
+    drop(reading);
     let rows: Vec<Row> = stuck.into_iter().map(|s| row(s, now_ms)).collect();
     let mut out = std::io::stdout().lock();
     let written = if json {
+        if live {
+            // stdout holds the rows only.
+            eprintln!("actum stuck {}: {as_of}", dir.display());
+        }
         serde_json::to_writer_pretty(&mut out, &rows)
             .map_err(std::io::Error::from)
             .and_then(|()| writeln!(out))
     } else {
-        write_table(&rows, older_than_ms, &mut out)
+        writeln!(out, "{as_of}").and_then(|()| write_table(&rows, older_than_ms, &mut out))
     };
     written.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
