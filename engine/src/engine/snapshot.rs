@@ -343,10 +343,7 @@ fn header(storage: &dyn Storage, path: &Path) -> Result<std::result::Result<Vec<
 
 /// `path`'s bytes, read chunk by chunk from the end backwards, and the
 /// handle they were read through.
-fn copy_file(
-    storage: &dyn Storage,
-    path: &Path,
-) -> Result<std::result::Result<Copied, Changed>> {
+fn copy_file(storage: &dyn Storage, path: &Path) -> Result<std::result::Result<Copied, Changed>> {
     let read = || -> io::Result<Copied> {
         let handle = storage.open(path, OpenMode::Existing)?;
         let mut file = FrozenFile::zeros(handle.len()?);
@@ -396,5 +393,120 @@ mod tests {
         engine.checkpoint().unwrap();
         let after = header(&storage, &state).unwrap().unwrap();
         assert_ne!(before, after, "a commit rewrites the header compared");
+    }
+
+    /// A storage whose `MANIFEST-0` reads differently at the end of each
+    /// of the first `unstable` copies than at their start, as if a
+    /// checkpoint updated it meanwhile.
+    #[derive(Debug)]
+    struct Shifting {
+        inner: FsStorage,
+        reads: std::sync::atomic::AtomicU32,
+        unstable: u32,
+    }
+
+    #[derive(Debug)]
+    struct Flipped(Box<dyn StorageFile>);
+
+    impl StorageFile for Flipped {
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+            self.0.read_at(offset, buf)?;
+            if offset == 0 && !buf.is_empty() {
+                buf[0] ^= 0xff;
+            }
+            Ok(())
+        }
+        fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+            self.0.write_at(offset, data)
+        }
+        fn len(&self) -> io::Result<u64> {
+            self.0.len()
+        }
+        fn set_len(&self, len_bytes: u64) -> io::Result<()> {
+            self.0.set_len(len_bytes)
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            self.0.sync_data()
+        }
+    }
+
+    impl Storage for Shifting {
+        fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+            let file = self.inner.open(path, mode)?;
+            if !path.ends_with(MANIFEST_FILES[0]) {
+                return Ok(file);
+            }
+            let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Reads 2a and 2a + 1 start and end copy a + 1.
+            Ok(if n % 2 == 1 && n < 2 * self.unstable {
+                Box::new(Flipped(file))
+            } else {
+                file
+            })
+        }
+        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+            self.inner.create_dir_all(dir)
+        }
+        fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+            self.inner.list_dir(dir)
+        }
+        fn exists(&self, path: &Path) -> io::Result<bool> {
+            self.inner.exists(path)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            self.inner.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            self.inner.remove_file(path)
+        }
+        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+            self.inner.sync_dir(dir)
+        }
+        fn lock_dir(&self, dir: &Path) -> io::Result<Box<dyn crate::storage::DirLock>> {
+            self.inner.lock_dir(dir)
+        }
+    }
+
+    #[test]
+    fn a_copy_the_files_changed_under_is_taken_again_and_then_refused_naming_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), EngineOptions::default()).unwrap();
+        let open = |unstable| {
+            let storage = Arc::new(Shifting {
+                inner: FsStorage::new(),
+                reads: std::sync::atomic::AtomicU32::new(0),
+                unstable,
+            });
+            let clock = Arc::new(crate::clock::ManualClock::new(0));
+            let opened = Engine::open_snapshot_with(
+                storage.clone(),
+                clock,
+                dir.path(),
+                EngineOptions::default(),
+            );
+            (
+                opened,
+                storage.reads.load(std::sync::atomic::Ordering::SeqCst),
+            )
+        };
+        let (opened, reads) = open(3);
+        assert_eq!(
+            opened.unwrap().snapshot_lsn(),
+            Some(engine.durable_lsn()),
+            "the fourth copy is stable"
+        );
+        assert!(reads >= 8, "four copies, each reading the manifest twice");
+        let (refused, _) = open(SNAPSHOT_ATTEMPTS);
+        let Err(Error::SnapshotUnstable {
+            dir: named,
+            attempts,
+            changed,
+        }) = refused
+        else {
+            panic!("every copy changed: {refused:?}")
+        };
+        assert_eq!(named, dir.path());
+        assert_eq!(attempts, u64::from(SNAPSHOT_ATTEMPTS));
+        assert!(changed.contains("manifest"), "{changed}");
     }
 }
