@@ -14,12 +14,25 @@ use actum::books::{CreateRun, RunId, digest_of};
 use actum::{Engine, EngineOptions};
 use support::*;
 
+/// Sets its flag when dropped, so the writer stops even when an assertion
+/// of the reader fails (the scope would otherwise wait for it forever).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// The LSN in "as of LSN N (live database", if `text` holds it.
 fn as_of(text: &str) -> Option<u64> {
     let rest = &text[text.find("as of LSN ")? + "as of LSN ".len()..];
     let (n, tail) = rest.split_once(' ')?;
     tail.starts_with("(live database").then(|| n.parse().ok())?
 }
+
+/// Runs the writer creates at most.
+const RUNS_MAX: u64 = 20_000;
 
 #[test]
 fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
@@ -33,8 +46,8 @@ fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let mut n = 0u64;
-            // Bounded by the reader, which stops it.
-            while !stop.load(Ordering::SeqCst) {
+            // Bounded by the reader, which stops it, and by RUNS_MAX.
+            while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
                 let run = RunId::new(format!("live-{n:05}")).unwrap();
                 engine
                     .create_run(CreateRun {
@@ -47,9 +60,13 @@ fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
                     })
                     .unwrap();
                 n += 1;
+                // A steady load, not a flood: a checkpoint every few
+                // milliseconds, and a store that stays small.
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
             n
         });
+        let _stop = StopOnDrop(&stop);
         for _ in 0..3 {
             let acknowledged = engine.durable_lsn().0;
             let inspected = actum_on(dir.path(), &["inspect", "{}", "--json"]);
@@ -86,7 +103,7 @@ fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
                 stdout(&verified)
             );
         }
-        stop.store(true, Ordering::SeqCst);
+        drop(_stop);
         assert!(writer.join().unwrap() > 0);
     });
     engine.close().unwrap();

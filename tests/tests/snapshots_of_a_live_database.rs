@@ -100,6 +100,15 @@ impl Storage for Slow {
     }
 }
 
+/// Sets its flag when dropped, even by a panic's unwinding.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// One acknowledged command on a run: its LSN lies in `(before, after]`
 /// (the writer's durable LSN read just before the call and just after its
 /// acknowledgment), and it left the run in `state` at `version`.
@@ -269,10 +278,12 @@ fn snapshots_beside_a_busy_writer_hold_exactly_the_books_at_their_lsn() {
             }
             seen
         });
+        // The reader stops even if a writer panics.
+        let stop = StopOnDrop(&done);
         for handle in writers {
             model.extend(handle.join().unwrap());
         }
-        done.store(true, Ordering::SeqCst);
+        drop(stop);
         seen = reader.join().unwrap();
     });
     let end = writer.durable_lsn().0;

@@ -16,15 +16,18 @@
 //!    was written before the earlier part was read, so the copy is a
 //!    prefix of the log as a crash could have left it, never a log with a
 //!    hole the writer had already filled.
-//! 4. `fsync` each segment read (through a handle of this reader; no byte
+//!    The oldest segment listed must be the manifest's oldest live one.
+//! 4. Read each segment's header again through the handle it was copied
+//!    through: a segment recycled meanwhile has a new header, written
+//!    before any record of its new life; one removed is still read whole
+//!    through its open handle.
+//! 5. `fsync` each segment read (through a handle of this reader; no byte
 //!    changes): everything copied is now durable, so the LSN recovery of
 //!    the copy ends at is one no crash can take back.
-//! 5. Read both manifest copies again: unchanged bytes prove no checkpoint
-//!    moved the oldest live segment, so no segment copied was removed or
-//!    recycled while it was read.
 //! 6. Recover the copy, in memory, as `open_read_only` does.
 //!
-//! Anything that changed (a header, a manifest, a file gone or shorter),
+//! Anything that changed (redb's header, a segment's header, a file gone
+//! or shorter, the manifest's oldest segment gone),
 //! or a recovery of the copy that fails, throws the copy away and takes it
 //! again, at most [`SNAPSHOT_ATTEMPTS`] times; then `SnapshotUnstable`
 //! naming the directory (or the failed recovery's own error).
@@ -43,7 +46,7 @@ use crate::ids::{Lsn, SegmentId};
 use crate::manifest;
 use crate::storage::frozen::{FrozenFile, FrozenStorage};
 use crate::storage::{FsStorage, OpenMode, ReadOnlyStorage, Storage, StorageFile};
-use crate::wal::format::parse_segment_file_name;
+use crate::wal::format::{SEGMENT_HEADER_BYTES, parse_segment_file_name};
 
 use super::core::{Access, Engine};
 use super::existing::{read_only_options, require_database};
@@ -245,32 +248,49 @@ fn take(storage: &dyn Storage, dir: &Path) -> Result<std::result::Result<FrozenS
     };
     copy.add_dir(&wal);
     segments.sort();
+    if current.is_some() && segments.first().is_some_and(|(id, _)| *id != first_live) {
+        return Ok(Err(format!(
+            "segment {} of {} was removed after the manifest naming it was read",
+            first_live.0,
+            wal.display()
+        )));
+    }
     let mut read = Vec::new();
     // Newest first (see the module docs); bounded by the listing.
     for (_, name) in segments.iter().rev() {
         let path = wal.join(name);
         match copy_file(storage, &path)? {
             Ok((file, handle)) => {
+                let header = file.prefix(SEGMENT_HEADER_BYTES as usize);
                 copy.add_file(&path, file);
-                read.push((path, handle));
+                read.push((path, handle, header));
             }
             Err(why) => return Ok(Err(why)),
         }
     }
+    // A segment recycled while it was copied has a new header (written
+    // before any record of its new life); one removed is still read whole
+    // through the handle it was copied through.
+    for (path, handle, header) in &read {
+        let mut now = vec![0u8; header.len()];
+        if let Err(e) = handle.read_at(0, &mut now) {
+            return changed_or("read WAL segment header for a snapshot", path, e).map(Err);
+        }
+        if &now != header {
+            return Ok(Err(format!(
+                "{} was recycled while it was copied",
+                path.display()
+            )));
+        }
+    }
     // What was read is durable once this returns: a record the writer has
     // written but not yet synced is synced here (it changes no byte).
-    for (path, handle) in &read {
+    for (path, handle, _) in &read {
         handle
             .sync_data()
             .map_err(|e| Error::io("sync WAL segment read by a snapshot", path, e))?;
     }
 
-    if read_manifests(storage, dir)? != manifests {
-        return Ok(Err(format!(
-            "a checkpoint updated the manifest in {} while the files were copied",
-            dir.display()
-        )));
-    }
     for (name, bytes) in MANIFEST_FILES.iter().zip(manifests) {
         if let Some(bytes) = bytes {
             let mut file = FrozenFile::zeros(bytes.len() as u64);
@@ -395,9 +415,9 @@ mod tests {
         assert_ne!(before, after, "a commit rewrites the header compared");
     }
 
-    /// A storage whose `MANIFEST-0` reads differently at the end of each
-    /// of the first `unstable` copies than at their start, as if a
-    /// checkpoint updated it meanwhile.
+    /// A storage whose state store header reads differently at the end of
+    /// each of the first `unstable` copies than at their start, as if a
+    /// checkpoint committed meanwhile.
     #[derive(Debug)]
     struct Shifting {
         inner: FsStorage,
@@ -433,12 +453,13 @@ mod tests {
     impl Storage for Shifting {
         fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
             let file = self.inner.open(path, mode)?;
-            if !path.ends_with(MANIFEST_FILES[0]) {
+            if !path.ends_with(STATE_FILE) {
                 return Ok(file);
             }
             let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            // Reads 2a and 2a + 1 start and end copy a + 1.
-            Ok(if n % 2 == 1 && n < 2 * self.unstable {
+            // Opens 3a, 3a + 1 and 3a + 2 read the header, copy the file
+            // and read the header again in copy a + 1.
+            Ok(if n % 3 == 2 && n < 3 * self.unstable {
                 Box::new(Flipped(file))
             } else {
                 file
@@ -495,7 +516,10 @@ mod tests {
             Some(engine.durable_lsn()),
             "the fourth copy is stable"
         );
-        assert!(reads >= 8, "four copies, each reading the manifest twice");
+        assert_eq!(
+            reads, 12,
+            "four copies, each opening the state store thrice"
+        );
         let (refused, _) = open(SNAPSHOT_ATTEMPTS);
         let Err(Error::SnapshotUnstable {
             dir: named,
@@ -507,6 +531,6 @@ mod tests {
         };
         assert_eq!(named, dir.path());
         assert_eq!(attempts, u64::from(SNAPSHOT_ATTEMPTS));
-        assert!(changed.contains("manifest"), "{changed}");
+        assert!(changed.contains("state store"), "{changed}");
     }
 }
