@@ -50,7 +50,13 @@ pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliEr
             .map_err(std::io::Error::from)
             .and_then(|()| writeln!(out))
     } else {
-        writeln!(out, "{as_of}").and_then(|()| write_table(&rows, older_than_ms, &mut out))
+        // Only a live database's table says its LSN: the rest is as before.
+        let said = if live {
+            writeln!(out, "{as_of}")
+        } else {
+            Ok(())
+        };
+        said.and_then(|()| write_table(&rows, older_than_ms, &mut out))
     };
     written.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)

@@ -255,7 +255,10 @@ fn take(storage: &dyn Storage, dir: &Path) -> Result<std::result::Result<FrozenS
             wal.display()
         )));
     }
-    if segments.windows(2).any(|pair| pair[0].0.next() != pair[1].0) {
+    if segments
+        .windows(2)
+        .any(|pair| pair[0].0.next() != pair[1].0)
+    {
         return Ok(Err(format!(
             "a segment of {} was removed or recycled while it was listed",
             wal.display()
