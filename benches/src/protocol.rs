@@ -88,6 +88,11 @@ impl ProtocolEngine {
         ProtocolEngine::with_storage(runs, Arc::new(FsStorage::new()), EngineOptions::default())
     }
 
+    /// The engine's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     /// Like [`ProtocolEngine::new`], on `storage` with `options`.
     pub fn with_storage(
         runs: usize,

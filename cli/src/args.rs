@@ -38,6 +38,9 @@ pub enum Command {
     /// Lists runs in id order, a page at a time, by state, agent kind and
     /// version, and age (read-only).
     Runs(RunsArgs),
+    /// Follows the journal as it grows: each op committed since the last
+    /// look, one line each, in the audit journal's words (read-only).
+    Tail(TailArgs),
     /// One run's story for a person: its states over time, its steps, model
     /// calls, waits, budget, saga and journal (read-only).
     Show(ShowArgs),
@@ -175,6 +178,25 @@ pub struct RunsArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `tail`'s arguments.
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// Only the lines of this run.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Start at the oldest record the log still holds, not at its end.
+    #[arg(long)]
+    pub from_start: bool,
+    /// How long to wait between two looks: `200ms`, `1s`, `5s`.
+    #[arg(long = "interval", value_name = "DURATION", value_parser = parse_duration_ms, default_value = "1s")]
+    pub interval_ms: u64,
+    /// Stop after this many looks (default: follow until stopped).
+    #[arg(long)]
+    pub reads: Option<u64>,
 }
 
 /// `show`'s arguments.

@@ -1,6 +1,7 @@
 //! `actum export DIR --run ID | --all`: the audit journal as JSON lines on
 //! stdout (`Engine::export_audit`, schema in docs/AUDIT.md), one run or
-//! every run in id order, read through a read-only open.
+//! every run in id order, read through a read-only open, or a snapshot of
+//! a live database (its LSN said on stderr).
 //!
 //! **Invariant:** the lines are the engine's export, byte for byte; this
 //! command adds nothing to stdout but them.
@@ -10,22 +11,28 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use actum::books::{RUNS_PAGE_MAX, RunId};
-use actum::engine::{Engine, EngineOptions};
+use actum::engine::Engine;
 
 use crate::failure::CliError;
+use crate::live::open_to_read;
 use crate::progress;
 
 /// Runs `export`: one run if `run` is given, else every run.
 pub fn run(dir: &Path, run: Option<&str>) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
     let one = run.map(RunId::new).transpose().map_err(fail)?;
-    let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
+    let reading = open_to_read(dir).map_err(fail)?;
+    if reading.live_lsn.is_some() {
+        // stdout holds the engine's lines only.
+        eprintln!("actum export {}: {}", dir.display(), reading.as_of());
+    }
+    let engine = &reading.engine;
     let mut out = BufWriter::new(std::io::stdout().lock());
     match one {
         Some(run) => {
             engine.export_audit(&run, &mut out).map_err(fail)?;
         }
-        None => export_all(&engine, &mut out).map_err(fail)?,
+        None => export_all(engine, &mut out).map_err(fail)?,
     }
     out.flush().map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)

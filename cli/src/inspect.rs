@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use actum::books::{EffectEntry, EffectStatus, RUNS_PAGE_MAX, Run, RunId, RunState};
-use actum::engine::{Engine, EngineOptions};
+use actum::engine::Engine;
 use actum::storage::FsStorage;
 use actum::verify::{DiskUsage, disk_usage};
 use serde::Serialize;
 
 use crate::failure::CliError;
+use crate::live::open_to_read;
 use crate::progress;
 use crate::text::{Table, fmt_bytes, fmt_duration, fmt_time};
 
@@ -65,6 +66,9 @@ struct Inspection {
     dir: PathBuf,
     now_ms: u64,
     durable_lsn: u64,
+    /// Set when another process's engine holds the directory: the LSN of
+    /// the snapshot read (equal to `durable_lsn`).
+    live_lsn: Option<u64>,
     runs: u64,
     runs_by_state: BTreeMap<&'static str, u64>,
     /// Per `agent_version` (a runtime's `kind@version`): what a version
@@ -80,9 +84,10 @@ struct Inspection {
 /// Runs `inspect`.
 pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
-    let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
-    let mut found = gather(&engine, dir).map_err(fail)?;
-    drop(engine);
+    let reading = open_to_read(dir).map_err(fail)?;
+    let mut found = gather(&reading.engine, dir).map_err(fail)?;
+    found.live_lsn = reading.live_lsn;
+    drop(reading);
     found.sizes = disk_usage(&FsStorage::new(), dir, None).map_err(fail)?;
     let mut out = std::io::stdout().lock();
     if json {
@@ -101,6 +106,7 @@ fn gather(engine: &Engine, dir: &Path) -> actum::Result<Inspection> {
         dir: dir.to_path_buf(),
         now_ms,
         durable_lsn: engine.durable_lsn().0,
+        live_lsn: None,
         runs: 0,
         runs_by_state: RunState::ALL.iter().map(|s| (s.name(), 0)).collect(),
         runs_by_agent: BTreeMap::new(),
@@ -179,6 +185,13 @@ fn note_effect(entry: EffectEntry, found: &mut Inspection) {
 
 fn write_tables(found: &Inspection, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "database {}", found.dir.display())?;
+    if let Some(lsn) = found.live_lsn {
+        writeln!(
+            out,
+            "  as of LSN {lsn} (live database: another process has it open; this is a \
+             consistent snapshot)"
+        )?;
+    }
     writeln!(
         out,
         "  {} runs, log durable to lsn {}, read at {}",

@@ -2,7 +2,9 @@
 //!
 //! Read-only commands (`inspect`, `verify`, `export`, `stuck`) open the
 //! directory on the engine's read-only view, so they write, create and
-//! remove nothing, even where an open would recover a torn tail; the
+//! remove nothing, even where an open would recover a torn tail; on a
+//! directory another process's engine holds they read a snapshot of the
+//! live database and say which LSN it is as of (`live.rs`); the
 //! writes an operator needs (`pause`, `resume`, `cancel`, `reconcile`,
 //! `migrate`)
 //! open it normally, say what changed and close it cleanly. `demo` runs an
@@ -22,6 +24,7 @@ mod demo;
 mod export;
 mod failure;
 mod inspect;
+mod live;
 mod migrate;
 mod operate;
 mod paused;
@@ -32,6 +35,7 @@ mod retry;
 mod runs;
 mod show;
 mod stuck;
+mod tail;
 mod text;
 mod verify;
 
@@ -98,6 +102,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Stuck(a) => stuck::run(&a.dir, a.older_than_ms, a.json),
         Command::Runs(a) => runs::run(&a),
         Command::Show(a) => show::run(&a),
+        Command::Tail(a) => tail::run(&a),
         Command::Pause(a) => operate::run(&a, actum::books::OperatorAction::Pause),
         Command::Resume(a) => operate::run(&a, actum::books::OperatorAction::Resume),
         Command::Approve(a) => answer::approve(&a, true),

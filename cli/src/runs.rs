@@ -10,11 +10,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use actum::books::{RUNS_PAGE_MAX, Run, RunId, RunState};
-use actum::engine::{Engine, EngineOptions};
+use actum::engine::Engine;
 use serde::Serialize;
 
 use crate::args::RunsArgs;
 use crate::failure::CliError;
+use crate::live::open_to_read;
 use crate::text::{Table, fmt_duration, fmt_local};
 
 /// One listed run.
@@ -51,9 +52,14 @@ pub fn run(args: &RunsArgs) -> Result<ExitCode, CliError> {
         .map(RunId::new)
         .transpose()
         .map_err(|e| CliError::unusable(format!("--after: {e}")))?;
-    let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
-    let listing = list(&engine, args, after).map_err(fail)?;
-    drop(engine);
+    let reading = open_to_read(dir).map_err(fail)?;
+    let engine = &reading.engine;
+    let listing = list(engine, args, after).map_err(fail)?;
+    if reading.live_lsn.is_some() {
+        // stdout holds the listing only.
+        eprintln!("actum runs {}: {}", dir.display(), reading.as_of());
+    }
+    drop(reading);
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &listing).map_err(|e| CliError::output(e.into()))?;

@@ -16,11 +16,12 @@ use actum::books::{
     AuditWhat, BudgetBook, DecisionRecord, EffectEntry, EffectStatus, Receipt, Run, RunId,
     SagaBook, ToolClass, WaitRecord, WaitStatus,
 };
-use actum::engine::{Engine, EngineOptions};
+use actum::engine::Engine;
 use serde::Serialize;
 
 use crate::args::ShowArgs;
 use crate::failure::CliError;
+use crate::live::open_to_read;
 use crate::text::{Table, fmt_bytes, fmt_duration, fmt_local};
 
 /// The run's record.
@@ -120,7 +121,10 @@ struct Line {
 #[derive(Debug, Serialize)]
 struct Story {
     now_ms: u64,
+    /// The LSN the books were read at.
     durable_lsn: u64,
+    /// True if another process had the database open (a snapshot).
+    live: bool,
     head: Head,
     states: Vec<StateChange>,
     steps: Vec<Step>,
@@ -155,9 +159,10 @@ pub fn run(args: &ShowArgs) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
     let id = RunId::new(args.run.as_str())
         .map_err(|e| CliError::unusable(format!("{}: {e}", args.run)))?;
-    let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
-    let story = gather(&engine, &id).map_err(fail)?;
-    drop(engine);
+    let reading = open_to_read(dir).map_err(fail)?;
+    let engine = &reading.engine;
+    let story = gather(engine, &id).map_err(fail)?;
+    drop(reading);
     let Some(story) = story else {
         return Err(CliError::unusable(format!(
             "{}: no run {id} (`actum runs {}` lists them)",
@@ -224,6 +229,7 @@ fn gather(engine: &Engine, id: &RunId) -> actum::Result<Option<Story>> {
     Ok(Some(Story {
         now_ms,
         durable_lsn: engine.durable_lsn().0,
+        live: engine.snapshot_lsn().is_some(),
         head: head(&run, now_ms),
         states,
         steps: effects.into_iter().map(step).collect(),
@@ -370,7 +376,7 @@ fn saga_now(saga: SagaBook) -> SagaNow {
 /// A journal line's words for a person: the engine's, with the instants
 /// they name (a lease's or a resource's expiry, a wait's deadline) in the
 /// machine's time zone instead of milliseconds since the epoch.
-fn what_for_people(what: &AuditWhat) -> String {
+pub fn what_for_people(what: &AuditWhat) -> String {
     match what {
         AuditWhat::LeaseAcquired { worker, expires_ms } => {
             format!(
@@ -440,7 +446,16 @@ fn write_story(s: &Story, out: &mut dyn Write) -> std::io::Result<()> {
         )?,
         None => writeln!(out, "no lease held")?,
     }
-    writeln!(out, "as of log position {}", s.durable_lsn)?;
+    writeln!(
+        out,
+        "as of LSN {}{}",
+        s.durable_lsn,
+        if s.live {
+            " (live database: another process has it open; this is a consistent snapshot)"
+        } else {
+            ""
+        }
+    )?;
 
     writeln!(out, "\nstates")?;
     let mut table = Table::new(&["WHEN", "FROM", "TO", "WHY"]);

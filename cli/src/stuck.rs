@@ -2,7 +2,7 @@
 //! or whose effect's outcome has been unknown, for at least that long
 //! (`Engine::stuck`), and the runs paused that long (by an operator, or by
 //! their budget), with why, by the system clock, read through a read-only
-//! open.
+//! open (or a snapshot of a live database, `live.rs`).
 //!
 //! **Invariant:** the list is the engine's sweep and the paused runs,
 //! merged in run id order.
@@ -11,10 +11,11 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use actum::engine::{Engine, EngineOptions, Stuck, StuckReason};
+use actum::engine::{Stuck, StuckReason};
 use serde::Serialize;
 
 use crate::failure::CliError;
+use crate::live::open_to_read;
 use crate::paused;
 use crate::text::{Table, fmt_duration, fmt_time};
 
@@ -35,12 +36,15 @@ struct Row {
 /// Runs `stuck`.
 pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
-    let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
+    let reading = open_to_read(dir).map_err(fail)?;
+    let engine = &reading.engine;
     let now_ms = engine.clock().now_ms();
     let stuck = engine.stuck(older_than_ms).map_err(fail)?;
     let cutoff_ms = now_ms.saturating_sub(older_than_ms);
-    let paused = paused::paused(&engine, cutoff_ms, now_ms).map_err(fail)?;
-    drop(engine);
+    let paused = paused::paused(engine, cutoff_ms, now_ms).map_err(fail)?;
+    let as_of = reading.as_of();
+    let live = reading.live_lsn.is_some();
+    drop(reading);
     let mut rows: Vec<Row> = stuck.into_iter().map(|s| row(s, now_ms)).collect();
     rows.extend(paused.iter().map(|p| {
         Row {
@@ -61,11 +65,21 @@ pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliEr
     rows.sort_by(|a, b| a.run.cmp(&b.run));
     let mut out = std::io::stdout().lock();
     let written = if json {
+        if live {
+            // stdout holds the rows only.
+            eprintln!("actum stuck {}: {as_of}", dir.display());
+        }
         serde_json::to_writer_pretty(&mut out, &rows)
             .map_err(std::io::Error::from)
             .and_then(|()| writeln!(out))
     } else {
-        write_table(&rows, older_than_ms, &mut out)
+        // Only a live database's table says its LSN: the rest is as before.
+        let said = if live {
+            writeln!(out, "{as_of}")
+        } else {
+            Ok(())
+        };
+        said.and_then(|()| write_table(&rows, older_than_ms, &mut out))
     };
     written.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)

@@ -1,5 +1,7 @@
 //! `actum verify DIR`: every checksum of the manifest copies, the WAL and
-//! the state store, checked without writing (`actum::verify::verify_dir`);
+//! the state store, checked without writing (`actum::verify::verify_dir`,
+//! or `verify_snapshot` on a copy when another process's engine holds the
+//! directory);
 //! each finding printed with its file and offset; exit 1 if anything is
 //! damaged.
 //!
@@ -11,8 +13,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use actum::Error;
 use actum::storage::FsStorage;
-use actum::verify::{VerifyReport, verify_dir};
+use actum::verify::{VerifyReport, verify_dir, verify_snapshot};
 
 use crate::failure::CliError;
 use crate::progress;
@@ -24,7 +27,11 @@ const EXIT_DAMAGED: u8 = 1;
 pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let bar = progress::counter("checking");
     bar.set_message(dir.display().to_string());
-    let report = verify_dir(Arc::new(FsStorage::new()), dir);
+    let report = match verify_dir(Arc::new(FsStorage::new()), dir) {
+        // Another process's engine holds it: check a consistent copy.
+        Err(Error::Locked { .. }) => verify_snapshot(Arc::new(FsStorage::new()), dir),
+        other => other,
+    };
     bar.finish_and_clear();
     let report = report.map_err(|e| CliError::engine(dir, e))?;
     let mut out = std::io::stdout().lock();
@@ -45,6 +52,15 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
 }
 
 fn write_findings(report: &VerifyReport, out: &mut dyn Write) -> std::io::Result<()> {
+    if let Some(lsn) = report.snapshot_lsn {
+        writeln!(
+            out,
+            "as of LSN {lsn} (live database: another process has it open; a consistent copy \
+             of the manifest, the state store and the live WAL segments was checked; spare \
+             segments and files being prepared were not)\n",
+            lsn = lsn.0
+        )?;
+    }
     for f in &report.findings {
         let at = match f.offset {
             Some(offset) => format!("{} at byte {offset}", f.file.display()),

@@ -1,7 +1,8 @@
 //! Every command on a directory that holds no database (missing, empty,
 //! full of unrelated files, a foreign manifest) fails with a message
 //! naming the directory and creates nothing; on a directory an engine has
-//! open it says the directory is in use.
+//! open the read commands answer from a snapshot, naming its LSN, and the
+//! writes say the directory is in use.
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
@@ -144,13 +145,26 @@ fn a_foreign_manifest_is_named_never_read_as_ours() {
 }
 
 #[test]
-fn a_directory_an_engine_has_open_is_reported_in_use() {
+fn a_directory_an_engine_has_open_is_read_as_a_snapshot_and_refused_for_writes() {
     let db = known_db();
     let engine = open_retrying(|| Engine::open(db.path(), EngineOptions::default()));
+    let lsn = engine.durable_lsn().0;
+    let as_of = format!("as of LSN {lsn} (live database");
     for args in [
         &["inspect", "{}"][..],
         &["verify", "{}"],
-        &["export", "{}", "--run", runs::DONE],
+        &["stuck", "{}", "--older-than", "1h"],
+    ] {
+        let out = actum_on(db.path(), args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert!(stdout(&out).contains(&as_of), "{args:?}: {}", stdout(&out));
+    }
+    let exported = actum_on(db.path(), &["export", "{}", "--run", runs::DONE]);
+    assert_eq!(code(&exported), 0, "{}", stderr(&exported));
+    assert!(stderr(&exported).contains(&as_of), "{}", stderr(&exported));
+    assert!(stdout(&exported).lines().count() > 1);
+    let out = actum_on(
+        db.path(),
         &[
             "pause",
             "{}",
@@ -161,13 +175,13 @@ fn a_directory_an_engine_has_open_is_reported_in_use() {
             "--reason",
             "x",
         ],
-    ] {
-        let out = actum_on(db.path(), args);
-        assert_eq!(code(&out), 2, "{args:?}");
-        let said = stderr(&out);
-        assert!(said.contains("is in use by another process"), "{said}");
-        assert!(said.contains(&db.path().display().to_string()), "{said}");
-    }
+    );
+    assert_eq!(code(&out), 2);
+    let said = stderr(&out);
+    assert!(said.contains("is in use by another process"), "{said}");
+    assert!(said.contains(&db.path().display().to_string()), "{said}");
     engine.close().unwrap();
-    assert_eq!(code(&actum_on(db.path(), &["inspect", "{}"])), 0);
+    let out = actum_on(db.path(), &["inspect", "{}"]);
+    assert_eq!(code(&out), 0);
+    assert!(!stdout(&out).contains("live database"), "{}", stdout(&out));
 }

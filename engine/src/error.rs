@@ -42,6 +42,17 @@ pub enum Error {
         /// The database directory.
         dir: PathBuf,
     },
+    /// A snapshot of a live database (`Engine::open_snapshot`) found the
+    /// files changed under every copy it took (a checkpoint each time):
+    /// nothing wrong was read, and trying again later may succeed.
+    SnapshotUnstable {
+        /// The database directory.
+        dir: PathBuf,
+        /// How many copies were taken.
+        attempts: u64,
+        /// What changed under the last one.
+        changed: String,
+    },
     /// An open that needs a database (`Engine::open_read_only`,
     /// `Engine::open_existing`) or a verify found none in the directory,
     /// and created none.
@@ -496,6 +507,16 @@ impl fmt::Display for Error {
                 f,
                 "database directory {} is already open (its LOCK is held by another process or \
                  handle); close that one first",
+                dir.display()
+            ),
+            Error::SnapshotUnstable {
+                dir,
+                attempts,
+                changed,
+            } => write!(
+                f,
+                "no consistent snapshot of {} in {attempts} attempts: the engine writing it \
+                 changed the files under each copy (the last time: {changed}); try again",
                 dir.display()
             ),
             Error::NoDatabase { dir, found } => write!(

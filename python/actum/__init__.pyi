@@ -343,6 +343,12 @@ class NoDatabase(ActumError):
     dir: str
     found: str
 
+class SnapshotUnstable(ActumError):
+    """The engine's `Error::SnapshotUnstable`."""
+    dir: str
+    attempts: int
+    changed: str
+
 class Poisoned(ActumError):
     """The engine's `Error::Poisoned`."""
     cause: ActumError

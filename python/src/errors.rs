@@ -227,6 +227,7 @@ engine_errors! {
     Corrupt { file, offset, reason },
     Locked { dir },
     NoDatabase { dir, found },
+    SnapshotUnstable { dir, attempts, changed },
     Poisoned { cause },
     RecordTooLarge { size_bytes, max_bytes },
     ForeignFile { file, expected, found },

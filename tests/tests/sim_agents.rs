@@ -45,6 +45,13 @@ fn a_block_of_seeds_keeps_every_invariant() {
         "{total:?}"
     );
     assert!(total.completed > 0, "{total:?}");
+    // An operator read the live database beside the process, and the
+    // snapshot held the live books.
+    let live_reads = total
+        .checks
+        .get("a snapshot of the live database holds its books at its LSN")
+        .copied();
+    assert!(live_reads.is_some_and(|n| n > 0), "{total:?}");
 }
 
 #[test]

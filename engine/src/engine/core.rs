@@ -103,6 +103,8 @@ pub struct Engine {
     /// Set when the last batch left enough unmaterialized records that a
     /// checkpoint is due; read without the engine lock.
     pub(crate) checkpoint_wanted: AtomicBool,
+    /// The LSN a snapshot is as of (`open_snapshot`); `None` otherwise.
+    pub(crate) snapshot_lsn: Option<Lsn>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -231,6 +233,7 @@ impl Engine {
             checkpointing: Mutex::new(()),
             combiner: Combiner::default(),
             checkpoint_wanted: AtomicBool::new(false),
+            snapshot_lsn: None,
         };
         if access == Access::ReadWrite {
             engine.recovery.leases_released =

@@ -92,12 +92,7 @@ impl Engine {
     ) -> Result<Engine> {
         let dir = dir.as_ref();
         require_database(storage.as_ref(), dir)?;
-        let options = EngineOptions {
-            checkpoint_every_records: 0,
-            checkpoint_every_bytes: 0,
-            retention: super::Retention::default(),
-            ..options
-        };
+        let options = read_only_options(options);
         let view: Arc<dyn Storage> = Arc::new(ReadOnlyStorage::new(storage));
         Engine::open_for(view, clock, dir, options, Access::ReadOnly)
     }
@@ -123,6 +118,17 @@ impl Engine {
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
         require_database(storage.as_ref(), dir.as_ref())?;
         Engine::open_with(storage, Arc::new(SystemClock), dir, options)
+    }
+}
+
+/// `options` for an engine that must write nothing: automatic checkpoints
+/// and retention off.
+pub(crate) fn read_only_options(options: EngineOptions) -> EngineOptions {
+    EngineOptions {
+        checkpoint_every_records: 0,
+        checkpoint_every_bytes: 0,
+        retention: super::Retention::default(),
+        ..options
     }
 }
 

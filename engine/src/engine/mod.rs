@@ -27,6 +27,7 @@ mod reads;
 mod retention;
 mod retries;
 mod sagas;
+mod snapshot;
 mod step;
 mod versions;
 mod waits;
@@ -50,6 +51,8 @@ pub use options::{
 pub use retention::{Pruned, Retention};
 pub use retries::{Forked, Retried};
 pub use sagas::SagaProgress;
+pub use snapshot::SNAPSHOT_ATTEMPTS;
+pub(crate) use snapshot::with_copy;
 pub use step::{EffectCtx, FinishedStep, StepPlan, StepRequest, StepResult, ToolOutcome, ToolSpec};
 pub use versions::VersionMoved;
 pub use waits::{Signalled, Waited};

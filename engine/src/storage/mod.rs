@@ -10,6 +10,7 @@
 //!
 //! **Invariant:** no module outside `storage/` names `std::fs`.
 
+pub(crate) mod frozen;
 mod fs;
 mod read_only;
 mod redb_backend;

@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use crate::engine::require_database;
 use crate::error::{Error, Result};
+use crate::ids::Lsn;
 use crate::storage::{ReadOnlyStorage, Storage};
 
 pub use report::{Area, Finding, Status, VerifyReport};
@@ -56,6 +57,50 @@ pub use usage::{DiskUsage, disk_usage};
 /// ```
 pub fn verify_dir(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport> {
     require_database(storage.as_ref(), dir)?;
+    check_dir(storage, dir).map(|(report, _)| report)
+}
+
+/// [`verify_dir`] for a database another engine has open and keeps
+/// writing: the checks run on a consistent copy, taken as
+/// [`crate::engine::Engine::open_snapshot`] takes it (no lock, no byte
+/// changed, taken again if a checkpoint changed the files under it), and
+/// the report's `snapshot_lsn` says which LSN the copy of the log ended at.
+/// What the copy leaves out is not checked: spare segments below the
+/// oldest live one and files being prepared (a `.tmp`), which hold no
+/// record the database needs. Damage found is checked again on a fresh
+/// copy before it is reported, since a copy read mid-write can look torn.
+///
+/// ```
+/// use std::sync::Arc;
+/// use actum::books::{CreateRun, RunId, digest_of};
+/// use actum::engine::{Engine, EngineOptions};
+/// use actum::storage::FsStorage;
+///
+/// let dir = tempfile::tempdir()?;
+/// let writer = Engine::open(dir.path(), EngineOptions::default())?;
+/// writer.create_run(CreateRun { run: RunId::new("r")?, input_digest: digest_of(b"r"),
+///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
+/// let report = actum::verify::verify_snapshot(Arc::new(FsStorage::new()), dir.path())?;
+/// assert!(!report.damaged(), "{:?}", report.findings);
+/// assert_eq!(report.snapshot_lsn, Some(writer.durable_lsn()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn verify_snapshot(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport> {
+    crate::engine::with_copy(storage.as_ref(), dir, |copy, last| {
+        let (mut report, durable) = check_dir(Arc::new(copy), dir)?;
+        if report.damaged() && !last {
+            let first = report.damage().next().map(|f| f.what.clone());
+            return Err(Error::Inconsistent {
+                what: format!("damage in a copy of a live database: {first:?}"),
+            });
+        }
+        report.snapshot_lsn = durable;
+        Ok(report)
+    })
+}
+
+/// The checks of [`verify_dir`], and the LSN the log was recovered to.
+fn check_dir(storage: Arc<dyn Storage>, dir: &Path) -> Result<(VerifyReport, Option<Lsn>)> {
     let view: Arc<dyn Storage> = Arc::new(ReadOnlyStorage::new(Arc::clone(&storage)));
     let _lock = view.lock_dir(dir).map_err(|e| match e.kind() {
         io::ErrorKind::WouldBlock => Error::Locked {
@@ -83,5 +128,5 @@ pub fn verify_dir(storage: Arc<dyn Storage>, dir: &Path) -> Result<VerifyReport>
         !report.findings.is_empty(),
         "a verify reports what it checked"
     );
-    Ok(report)
+    Ok((report, durable))
 }

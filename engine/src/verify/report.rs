@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::ids::Lsn;
+
 /// The part of the database a finding is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -83,6 +85,9 @@ pub struct VerifyReport {
     pub wal_records_checked: u64,
     /// State store rows decoded and checksummed.
     pub state_rows_checked: u64,
+    /// Set by [`super::verify_snapshot`]: the LSN the copy of the live
+    /// database's log ended at, the state every check saw.
+    pub snapshot_lsn: Option<Lsn>,
 }
 
 impl VerifyReport {

@@ -605,6 +605,9 @@ impl Sim<'_> {
         // drawn once per seed, so some runs see their approval expire.
         let mut approver = Rng::new(self.schedule.seed).fork("calm approver");
         let lets_expire = approver.below(4) == 0;
+        // When an operator reads the live database: its own stream, so the
+        // other draws of the seed stay as they were.
+        let mut reader = Rng::new(self.schedule.seed).fork("live reader");
         for _ in 0..CALM_ROUNDS_MAX {
             let idle = self.workers.iter().all(|w| w.job.is_none());
             if idle && self.all_runs_over() {
@@ -612,6 +615,9 @@ impl Sim<'_> {
             }
             self.answer_open_waits(lets_expire)?;
             self.resume_paused()?;
+            if reader.below(8) == 0 {
+                self.check_live_snapshot()?;
+            }
             self.clock.advance_ms(CALM_TICK_MS);
             let mut acted = false;
             for w in 0..self.workers.len() {

@@ -580,6 +580,53 @@ impl<'s> Sim<'s> {
         Ok(())
     }
 
+    /// An operator reads the live database beside the process: a snapshot
+    /// (`Engine::open_snapshot`) on the same disk must be as of the
+    /// process's durable LSN (every call has returned, so everything is
+    /// acknowledged) and hold exactly the books the process holds, which
+    /// every recovery holds to the model. Called only once the faults have
+    /// stopped: its reads and syncs would shift the disk's fault draws and
+    /// I/O counts under the seeds of the fault phase.
+    pub(crate) fn check_live_snapshot(&mut self) -> Result<(), AgentFailure> {
+        const INVARIANT: &str = "a snapshot of the live database holds its books at its LSN";
+        self.report.checked(INVARIANT);
+        let storage = Arc::clone(&self.storage);
+        let clock = Arc::new(self.clock.clone());
+        let snapshot =
+            Engine::open_snapshot_with(storage, clock, Path::new(DB_DIR), self.options())
+                .map_err(|e| self.fail(INVARIANT, format!("the snapshot failed: {e}")))?;
+        let engine = self.engine.as_ref().expect("a process is up");
+        let (lsn, durable) = (snapshot.snapshot_lsn(), engine.durable_lsn());
+        if lsn != Some(durable) {
+            return Err(self.fail(
+                INVARIANT,
+                format!("a snapshot as of {lsn:?} beside a process durable to {durable}"),
+            ));
+        }
+        let seen = snapshot.snapshot();
+        let live = engine.snapshot();
+        match (seen, live) {
+            (Ok(seen), Ok(live)) if seen == live => {}
+            (Ok(seen), Ok(live)) => {
+                let differ: Vec<String> = live
+                    .runs()
+                    .filter(|run| seen.run(&run.id).as_ref() != Some(*run))
+                    .map(|run| format!("{} ({} live)", run.id, run.state))
+                    .take(5)
+                    .collect();
+                return Err(self.fail(
+                    INVARIANT,
+                    format!("the snapshot at {durable} differs from the live books: {differ:?}"),
+                ));
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(self.fail(INVARIANT, format!("reading the books failed: {e}")));
+            }
+        }
+        self.note(|| format!("   an operator's snapshot at LSN {durable} holds the live books"));
+        Ok(())
+    }
+
     /// True if every run (children included) is terminal in the model's
     /// books.
     pub fn all_runs_over(&self) -> bool {

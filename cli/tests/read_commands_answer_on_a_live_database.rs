@@ -1,0 +1,110 @@
+//! `actum inspect`, `export`, `stuck` and `verify` on a directory an engine
+//! in this process holds and keeps committing to (runs created and
+//! completed, checkpoints every few records): each answers from a
+//! consistent snapshot, says the LSN it is as of, and sees at least what
+//! was acknowledged before it started.
+
+#![expect(clippy::unwrap_used, reason = "a test fails loudly")]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actum::books::{CreateRun, RunId, digest_of};
+use actum::{Engine, EngineOptions};
+use support::*;
+
+/// Sets its flag when dropped, so the writer stops even when an assertion
+/// of the reader fails (the scope would otherwise wait for it forever).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The LSN in "as of LSN N (live database", if `text` holds it.
+fn as_of(text: &str) -> Option<u64> {
+    let rest = &text[text.find("as of LSN ")? + "as of LSN ".len()..];
+    let (n, tail) = rest.split_once(' ')?;
+    tail.starts_with("(live database").then(|| n.parse().ok())?
+}
+
+/// Runs the writer creates at most.
+const RUNS_MAX: u64 = 20_000;
+
+#[test]
+fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = EngineOptions {
+        checkpoint_every_records: 8,
+        ..EngineOptions::default()
+    };
+    let engine = open_retrying(|| Engine::open(dir.path(), options.clone()));
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut n = 0u64;
+            // Bounded by the reader, which stops it, and by RUNS_MAX.
+            while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
+                let run = RunId::new(format!("live-{n:05}")).unwrap();
+                engine
+                    .create_run(CreateRun {
+                        run,
+                        input_digest: digest_of(&n.to_le_bytes()),
+                        agent_version: "1".into(),
+                        trace_id: "t".into(),
+                        parent: None,
+                        input: None,
+                    })
+                    .unwrap();
+                n += 1;
+                // A steady load, not a flood: a checkpoint every few
+                // milliseconds, and a store that stays small.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            n
+        });
+        let _stop = StopOnDrop(&stop);
+        for _ in 0..3 {
+            let acknowledged = engine.durable_lsn().0;
+            let inspected = actum_on(dir.path(), &["inspect", "{}", "--json"]);
+            assert_eq!(code(&inspected), 0, "{}", stderr(&inspected));
+            let json: serde_json::Value = serde_json::from_str(&stdout(&inspected)).unwrap();
+            let live = json["live_lsn"].as_u64().expect("read as a live snapshot");
+            assert!(live >= acknowledged, "{live} < {acknowledged}");
+            assert_eq!(json["durable_lsn"].as_u64(), Some(live));
+            // Each record created one run.
+            assert_eq!(json["runs"].as_u64(), Some(live));
+
+            let acknowledged = engine.durable_lsn().0;
+            let exported = actum_on(dir.path(), &["export", "{}", "--all"]);
+            assert_eq!(code(&exported), 0, "{}", stderr(&exported));
+            let lsn = as_of(&stderr(&exported)).expect("export names its LSN on stderr");
+            assert!(lsn >= acknowledged);
+            let lines = stdout(&exported);
+            assert_eq!(
+                lines.lines().count() as u64,
+                lsn,
+                "one journal line per run"
+            );
+
+            let stuck = actum_on(dir.path(), &["stuck", "{}", "--older-than", "1h"]);
+            assert_eq!(code(&stuck), 0, "{}", stderr(&stuck));
+            assert!(as_of(&stdout(&stuck)).is_some(), "{}", stdout(&stuck));
+
+            let verified = actum_on(dir.path(), &["verify", "{}"]);
+            assert_eq!(code(&verified), 0, "{}", stdout(&verified));
+            assert!(as_of(&stdout(&verified)).is_some(), "{}", stdout(&verified));
+            assert!(
+                stdout(&verified).contains("intact"),
+                "{}",
+                stdout(&verified)
+            );
+        }
+        drop(_stop);
+        assert!(writer.join().unwrap() > 0);
+    });
+    engine.close().unwrap();
+}
