@@ -16,35 +16,41 @@ use support::*;
 
 const ARGS: &[u8] = b"refund 120 EUR to order-17";
 
+/// Creates run `name` of `agent`, leases it to worker `w` and starts it.
+fn running_run(engine: &Engine, name: &str, agent: &str) -> (RunId, actum::engine::LeaseGrant) {
+    let run = RunId::new(name).unwrap();
+    engine
+        .create_run(actum::books::CreateRun {
+            run: run.clone(),
+            input_digest: digest_of(name.as_bytes()),
+            agent_version: agent.into(),
+            trace_id: "t".into(),
+            parent: None,
+            input: None,
+        })
+        .unwrap();
+    let grant = engine
+        .acquire_lease(&run, &WorkerId::new("w").unwrap(), LEASE_MS)
+        .unwrap();
+    engine
+        .transition(actum::books::Transition {
+            run: run.clone(),
+            guard: grant.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "test".into(),
+        })
+        .unwrap();
+    (run, grant)
+}
+
 /// A database with runs `a1` and `a2` waiting for an approval of `ARGS` by
 /// role `finance`; and the known runs (`r-waiting` waits for signal `paid`).
 fn db_with_approvals() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let engine = build_known(dir.path());
     for run in ["a1", "a2"] {
-        let run = RunId::new(run).unwrap();
-        engine
-            .create_run(actum::books::CreateRun {
-                run: run.clone(),
-                input_digest: digest_of(run.as_str().as_bytes()),
-                agent_version: "refund@1".into(),
-                trace_id: "t".into(),
-                parent: None,
-                input: None,
-            })
-            .unwrap();
-        let grant = engine
-            .acquire_lease(&run, &WorkerId::new("w").unwrap(), LEASE_MS)
-            .unwrap();
-        engine
-            .transition(actum::books::Transition {
-                run: run.clone(),
-                guard: grant.guard.clone(),
-                to: RunState::Running,
-                expected_version: None,
-                reason: "test".into(),
-            })
-            .unwrap();
+        let (run, grant) = running_run(&engine, run, "refund@1");
         engine
             .open_wait(
                 &run,
@@ -238,29 +244,7 @@ fn a_run_its_budget_paused_is_stuck_with_the_limit_and_resume_warns_it_pauses_ag
     use actum::books::{BudgetLimits, Charge, Cost, Reserved};
     let dir = tempfile::tempdir().unwrap();
     let engine = build_known(dir.path());
-    let run = RunId::new("b1").unwrap();
-    engine
-        .create_run(actum::books::CreateRun {
-            run: run.clone(),
-            input_digest: digest_of(b"b1"),
-            agent_version: "pay@1".into(),
-            trace_id: "t".into(),
-            parent: None,
-            input: None,
-        })
-        .unwrap();
-    let grant = engine
-        .acquire_lease(&run, &WorkerId::new("w").unwrap(), LEASE_MS)
-        .unwrap();
-    engine
-        .transition(actum::books::Transition {
-            run: run.clone(),
-            guard: grant.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "test".into(),
-        })
-        .unwrap();
+    let (run, grant) = running_run(&engine, "b1", "pay@1");
     let limits = BudgetLimits {
         cost_micros: Some(100),
         ..BudgetLimits::default()
