@@ -593,12 +593,14 @@ fn cut_tail(
 ) -> Result<()> {
     let seg = &segs[stop.index];
     // A torn tail ends at the next group boundary. A repair that drops
-    // acknowledged records zeroes every valid record it saw after the
-    // stop too: left in place, they would carry the ack watermark that
-    // makes the next recovery call the same damage corruption again, so
-    // the cut would last only until something was written over it.
+    // acknowledged records zeroes the rest of the stop segment instead
+    // (later segments are removed below): left in place, the damaged
+    // record and the records behind it (which recovery cannot always see:
+    // a damaged header hides where its group goes on) would make the next
+    // ordinary recovery call the same damage corruption again, so the cut
+    // would last only until something was written over it.
     let seen_end = if zero_what_was_seen {
-        after.stop_segment_end.unwrap_or(0)
+        seg.file.size_bytes
     } else {
         0
     };
