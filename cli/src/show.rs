@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use actum::books::{
     AuditWhat, BudgetBook, DecisionRecord, EffectEntry, EffectStatus, Receipt, Run, RunId,
-    SagaBook, ToolClass, WaitRecord, WaitStatus,
+    SagaBook, WaitRecord, WaitStatus,
 };
 use actum::engine::Engine;
 use serde::Serialize;
@@ -260,14 +260,6 @@ fn head(run: &Run, now_ms: u64) -> Head {
     }
 }
 
-fn class_name(class: &ToolClass) -> &'static str {
-    match class {
-        ToolClass::Idempotent { .. } | ToolClass::IdempotentWithMargin { .. } => "idempotent",
-        ToolClass::Queryable => "queryable",
-        ToolClass::NotIdempotent => "not_idempotent",
-    }
-}
-
 fn receipt_len(receipt: &Receipt) -> u64 {
     match receipt {
         Receipt::Inline(bytes) => bytes.len() as u64,
@@ -296,7 +288,7 @@ fn step(entry: EffectEntry) -> Step {
     Step {
         key: entry.key.encode(),
         step: entry.key.step().as_str().to_string(),
-        class: class_name(&entry.tool_class),
+        class: entry.tool_class.name(),
         attempt: entry.key.attempt(),
         resends: entry.resends,
         outcome: entry.status.name(),

@@ -254,11 +254,7 @@ impl PyTool {
     /// The tool's class: `"idempotent"`, `"queryable"` or `"not_idempotent"`.
     #[getter]
     fn class_name(&self) -> &'static str {
-        match self.class {
-            ToolClass::Idempotent { .. } | ToolClass::IdempotentWithMargin { .. } => "idempotent",
-            ToolClass::Queryable => "queryable",
-            ToolClass::NotIdempotent => "not_idempotent",
-        }
+        self.class.name()
     }
 
     fn __repr__(&self) -> String {

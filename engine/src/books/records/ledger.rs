@@ -65,6 +65,16 @@ pub enum ToolClass {
 pub const RESEND_MARGIN_DEFAULT_MAX_MS: u64 = 300_000;
 
 impl ToolClass {
+    /// The class's name as docs and people write it: `idempotent` (with or
+    /// without a declared margin), `queryable` or `not_idempotent`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            ToolClass::Idempotent { .. } | ToolClass::IdempotentWithMargin { .. } => "idempotent",
+            ToolClass::Queryable => "queryable",
+            ToolClass::NotIdempotent => "not_idempotent",
+        }
+    }
+
     /// The margin an idempotent tool of window `dedup_window_ms` gets when
     /// it declares none: a tenth of the window, at most
     /// [`RESEND_MARGIN_DEFAULT_MAX_MS`] (five minutes of a 24 h window; 6 s
