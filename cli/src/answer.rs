@@ -1,88 +1,27 @@
 //! The operator's answers to a run: `approve` or `reject` its open approval
 //! (bound to the arguments' digest `show` printed, so the operator answers
-//! for what they saw), `signal` it, and set its `budget`. Each opens the
-//! directory for writing, as `pause` does, journals who and why through the
-//! engine's own command, says what changed and closes the engine.
+//! for what they saw), `signal` it, and set its `budget`. Each is an
+//! operator's request, as `pause` is (`operator.rs`): through the live
+//! engine's operator channel, or on the directory opened for writing. The
+//! engine journals who and why through its own command; this says what
+//! changed.
 //!
 //! **Invariant:** an approval is decided only for the digest the operator
 //! gave: a prefix of fewer than 8 hex digits, or one the open approval's
-//! digest does not start with, is refused before anything is written; the
-//! engine is closed whether the write succeeded or was refused.
+//! digest does not start with, is refused before anything is written (the
+//! engine checks it again under its lock, where it holds).
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use actum::books::{BudgetLimits, Digest, RunId, StepId, WaitFor};
-use actum::engine::{Engine, EngineOptions};
+use actum::books::{BudgetLimits, RunId};
+use actum::operator::{Act, DIGEST_PREFIX_MIN, Done, Request, the_approval};
 use serde_json::json;
 
 use crate::args::{ApproveArgs, BudgetArgs, SignalArgs};
 use crate::failure::CliError;
-use crate::operate::say_leases_released;
-
-/// Hex digits of a digest an operator must give at least (what `show`
-/// prints).
-const DIGEST_PREFIX_MIN: usize = 8;
-
-/// Opens `dir` for writing, runs `write`, closes the engine whatever
-/// happened, and returns what `write` answered.
-fn with_engine<T>(
-    dir: &std::path::Path,
-    write: impl FnOnce(&Engine) -> Result<T, CliError>,
-) -> Result<T, CliError> {
-    let fail = |e| CliError::engine(dir, e);
-    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
-    say_leases_released(&engine, dir);
-    let done = write(&engine);
-    let closed = engine.close();
-    let answer = done?;
-    closed.map_err(fail)?;
-    Ok(answer)
-}
-
-/// The open approval of `run`: its step, digest and role.
-fn open_approval(engine: &Engine, run: &RunId) -> actum::Result<Option<(StepId, Digest, String)>> {
-    let book = engine.waits(run)?;
-    Ok(book
-        .waits
-        .into_iter()
-        .filter(|w| w.is_open())
-        .find_map(|w| match w.wait_for {
-            WaitFor::Approval { args_digest, role } => Some((w.step, args_digest, role)),
-            _ => None,
-        }))
-}
-
-/// The open approval of `run` whose arguments' digest starts with `given`
-/// (lowercase hex), or why there is none.
-fn the_approval(
-    engine: &Engine,
-    dir: &std::path::Path,
-    run: &RunId,
-    given: &str,
-    as_given: &str,
-) -> Result<(StepId, Digest, String), CliError> {
-    let fail = |e| CliError::engine(dir, e);
-    engine
-        .run(run)
-        .map_err(fail)?
-        .ok_or_else(|| CliError::unusable(format!("{}: no run {run}", dir.display())))?;
-    let Some((step, digest, role)) = open_approval(engine, run).map_err(fail)? else {
-        return Err(CliError::unusable(format!(
-            "{}: run {run} waits for no approval; nothing was changed",
-            dir.display()
-        )));
-    };
-    if !digest.to_string().starts_with(given) {
-        return Err(CliError::unusable(format!(
-            "{}: the approval run {run} waits for (step {step}) is for arguments {}, not \
-             {as_given}; nothing was changed: read them again with `actum show`",
-            dir.display(),
-            digest.short(),
-        )));
-    }
-    Ok((step, digest, role))
-}
+use crate::operate::say_other;
+use crate::operator::{carry, made_up_id};
 
 /// Runs `approve` (`approve` true) or `reject`.
 pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> {
@@ -98,44 +37,54 @@ pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> 
             dir.display()
         )));
     }
-    let verb = if approve { "approved" } else { "rejected" };
-    // Checked first on a read-only open, so a refused answer writes nothing
-    // (an open for writing does); then again under the lock, where it holds.
+    // Checked first on a read (a snapshot if the database is live), so a
+    // refused answer opens nothing for writing.
     {
-        let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
-        the_approval(&engine, dir, &run, &given, &args.digest)?;
+        let reading = crate::live::open_to_read(dir).map_err(fail)?;
+        reading
+            .engine
+            .read(|books| the_approval(books, &run, &given))
+            .map_err(|e| {
+                CliError::unusable(format!("{}: {e}; nothing was changed", dir.display()))
+            })?;
     }
-    let (step, role, woke) = with_engine(dir, |engine| {
-        let (step, digest, role) = the_approval(engine, dir, &run, &given, &args.digest)?;
-        let woke = engine
-            .decide_approval(
-                &run,
-                &step,
-                digest,
-                &args.approver,
-                &role,
-                approve,
-                &args.note,
-            )
-            .map_err(fail)?;
-        Ok((step, role, woke))
-    })?;
-    let said = if args.json {
-        let value = json!({
-            "run": run.as_str(),
-            "step": step.as_str(),
-            "decision": verb,
-            "role": role,
-            "woke": woke,
-        });
-        writeln!(std::io::stdout(), "{value}")
-    } else {
-        writeln!(
-            std::io::stdout(),
-            "run {run}: step {step} {verb} by {} as {role}{}",
-            args.approver,
-            if woke { "; the run can go on" } else { "" }
-        )
+    let request = Request {
+        id: made_up_id(args.request_id.as_deref()),
+        operator: args.approver.clone(),
+        reason: args.note.clone(),
+        act: Act::Approval {
+            run: run.clone(),
+            digest_prefix: given,
+            approve,
+        },
+    };
+    let (done, via) = carry(dir, &request)?;
+    let verb = if approve { "approved" } else { "rejected" };
+    let said = match done {
+        Done::Approval {
+            step, role, woke, ..
+        } => {
+            if args.json {
+                let value = json!({
+                    "run": run.as_str(),
+                    "step": step.as_str(),
+                    "decision": verb,
+                    "role": role,
+                    "woke": woke,
+                    "request": request.id,
+                    "via": via.name(),
+                });
+                writeln!(std::io::stdout(), "{value}")
+            } else {
+                writeln!(
+                    std::io::stdout(),
+                    "run {run}: step {step} {verb} by {} as {role}{}",
+                    args.approver,
+                    if woke { "; the run can go on" } else { "" }
+                )
+            }
+        }
+        other => say_other(&request, &other, args.json),
     };
     said.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
@@ -146,35 +95,45 @@ pub fn signal(args: &SignalArgs) -> Result<ExitCode, CliError> {
     let dir = &args.dir;
     let fail = |e| CliError::engine(dir, e);
     let run = RunId::new(args.run.as_str()).map_err(fail)?;
-    let payload = args.payload.clone().unwrap_or_default().into_bytes();
-    let sent = with_engine(dir, |engine| {
-        engine
-            .signal(&run, &args.name, &payload, &args.sender)
-            .map_err(fail)
-    })?;
-    let said = if args.json {
-        let value = json!({
-            "run": run.as_str(),
-            "name": args.name,
-            "seq": sent.seq,
-            "taken_by": sent.taken_by.as_ref().map(|s| s.as_str().to_string()),
-        });
-        writeln!(std::io::stdout(), "{value}")
-    } else {
-        match &sent.taken_by {
-            Some(step) => writeln!(
-                std::io::stdout(),
-                "run {run}: signal {} ({}) ended the wait of step {step}",
-                sent.seq,
-                args.name
-            ),
-            None => writeln!(
-                std::io::stdout(),
-                "run {run}: signal {} ({}) kept in its inbox until a step waits for it",
-                sent.seq,
-                args.name
-            ),
+    let request = Request {
+        id: made_up_id(args.request_id.as_deref()),
+        operator: args.sender.clone(),
+        reason: format!("signal {}", args.name),
+        act: Act::Signal {
+            run: run.clone(),
+            name: args.name.clone(),
+            payload: args.payload.clone().unwrap_or_default().into_bytes(),
+        },
+    };
+    let (done, via) = carry(dir, &request)?;
+    let said = match done {
+        Done::Signalled { seq, taken_by, .. } => {
+            if args.json {
+                let value = json!({
+                    "run": run.as_str(),
+                    "name": args.name,
+                    "seq": seq,
+                    "taken_by": taken_by.as_ref().map(|s| s.as_str().to_string()),
+                    "request": request.id,
+                    "via": via.name(),
+                });
+                writeln!(std::io::stdout(), "{value}")
+            } else {
+                match &taken_by {
+                    Some(step) => writeln!(
+                        std::io::stdout(),
+                        "run {run}: signal {seq} ({}) ended the wait of step {step}",
+                        args.name
+                    ),
+                    None => writeln!(
+                        std::io::stdout(),
+                        "run {run}: signal {seq} ({}) kept in its inbox until a step waits for it",
+                        args.name
+                    ),
+                }
+            }
         }
+        other => say_other(&request, &other, args.json),
     };
     said.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
@@ -192,18 +151,33 @@ pub fn budget(args: &BudgetArgs) -> Result<ExitCode, CliError> {
         tool_calls: args.tool_calls,
         wall_ms: args.wall_ms,
     };
-    let book = with_engine(dir, |engine| {
-        engine
-            .set_budget(&run, limits, &args.by, &args.reason)
-            .map_err(fail)?;
-        engine.budget(&run).map_err(fail)
-    })?;
+    let request = Request {
+        id: made_up_id(args.request_id.as_deref()),
+        operator: args.by.clone(),
+        reason: args.reason.clone(),
+        act: Act::Budget {
+            run: run.clone(),
+            limits,
+        },
+    };
+    let (done, via) = carry(dir, &request)?;
+    if !matches!(done, Done::Budgeted { .. }) {
+        say_other(&request, &done, args.json).map_err(CliError::output)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // What the run has spent and holds, read after the write (a snapshot
+    // if the database is live).
+    let book = crate::live::open_to_read(dir)
+        .and_then(|reading| reading.engine.budget(&run))
+        .map_err(fail)?;
     let said = if args.json {
         let value = json!({
             "run": run.as_str(),
             "limits": book.limits.as_ref().map(ToString::to_string),
             "spent": book.spent.to_string(),
             "held": book.reserved.to_string(),
+            "request": request.id,
+            "via": via.name(),
         });
         writeln!(std::io::stdout(), "{value}")
     } else {

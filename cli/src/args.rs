@@ -230,6 +230,11 @@ fn parse_state(text: &str) -> Result<RunState, String> {
 pub struct OperateArgs {
     /// The database directory.
     pub dir: PathBuf,
+    /// The request's id, the same for every retry of one request: a
+    /// request the engine carried out already under it is not carried out
+    /// again. One is made up if none is given.
+    #[arg(long = "request-id", value_name = "ID")]
+    pub request_id: Option<String>,
     /// The run.
     #[arg(long)]
     pub run: String,
@@ -249,6 +254,11 @@ pub struct OperateArgs {
 pub struct ApproveArgs {
     /// The database directory.
     pub dir: PathBuf,
+    /// The request's id, the same for every retry of one request: a
+    /// request the engine carried out already under it is not carried out
+    /// again. One is made up if none is given.
+    #[arg(long = "request-id", value_name = "ID")]
+    pub request_id: Option<String>,
     /// The run that waits.
     #[arg(long)]
     pub run: String,
@@ -296,6 +306,11 @@ pub struct PruneArgs {
 pub struct SignalArgs {
     /// The database directory.
     pub dir: PathBuf,
+    /// The request's id, the same for every retry of one request: a
+    /// request the engine carried out already under it is not carried out
+    /// again. One is made up if none is given.
+    #[arg(long = "request-id", value_name = "ID")]
+    pub request_id: Option<String>,
     /// The run.
     #[arg(long)]
     pub run: String,
@@ -318,6 +333,11 @@ pub struct SignalArgs {
 pub struct BudgetArgs {
     /// The database directory.
     pub dir: PathBuf,
+    /// The request's id, the same for every retry of one request: a
+    /// request the engine carried out already under it is not carried out
+    /// again. One is made up if none is given.
+    #[arg(long = "request-id", value_name = "ID")]
+    pub request_id: Option<String>,
     /// The run.
     #[arg(long)]
     pub run: String,
@@ -361,6 +381,11 @@ pub enum Found {
 pub struct ReconcileArgs {
     /// The database directory.
     pub dir: PathBuf,
+    /// The request's id, the same for every retry of one request: a
+    /// request the engine carried out already under it is not carried out
+    /// again. One is made up if none is given.
+    #[arg(long = "request-id", value_name = "ID")]
+    pub request_id: Option<String>,
     /// The effect's key, `run/step/attempt` (or `run/step/undo/attempt`).
     #[arg(long)]
     pub key: String,

@@ -27,6 +27,7 @@ mod inspect;
 mod live;
 mod migrate;
 mod operate;
+mod operator;
 mod paused;
 mod progress;
 mod prune;

@@ -1,9 +1,11 @@
-//! The writes an operator needs: `pause`, `resume` and `cancel` a run
-//! (`Engine::operate`, no lease), and `reconcile` an effect whose outcome
-//! is pending or unknown from what the operator found out. Each opens the
-//! directory for writing (only if it holds a database), which releases the
-//! leases a process that died left (said on stderr), says what changed and
-//! closes the engine cleanly.
+//! The writes an operator needs: `pause`, `resume`, `cancel` and `abandon`
+//! a run (`Engine::operate`, no lease), and `reconcile` an effect whose
+//! outcome is pending or unknown from what the operator found out. Each
+//! is an operator's request (`operator.rs`): sent to the engine that has
+//! the directory open through its operator channel, or carried out on the
+//! directory opened for writing (only if it holds a database), which
+//! releases the leases a process that died left (said on stderr) and
+//! closes the engine cleanly. Each says what changed.
 //!
 //! `reconcile` goes through the engine's lease-free settle path, the one an
 //! asynchronous tool's webhook uses (`Engine::deliver_reply`): it settles
@@ -12,38 +14,91 @@
 //! operator NAME: REASON`), so the two together must fit one name (128
 //! bytes). `Engine::reconcile` itself needs the lease holder's guard.
 //!
-//! **Invariant:** the engine is closed (a checkpoint and a clean shutdown)
-//! whether the write succeeded or was refused.
+//! **Invariant:** a request is carried out once, however often it is sent
+//! under its id; an engine this command opened is closed (a checkpoint and
+//! a clean shutdown) whether the write succeeded or was refused.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use actum::books::{EffectKey, EffectStatus, NAME_LEN_BYTES_MAX, OperatorAction, Outcome, RunId};
-use actum::engine::{Engine, EngineOptions};
+use actum::books::{EffectKey, NAME_LEN_BYTES_MAX, OperatorAction, Outcome, RunId, StepId};
+use actum::engine::Engine;
+use actum::operator::{Act, Done, Request};
 use serde_json::json;
 
 use crate::args::{Found, OperateArgs, ReconcileArgs};
 use crate::failure::CliError;
+use crate::operator::{carry, made_up_id, say_repeated};
 
-/// Runs `pause`, `resume` or `cancel`.
+/// Runs `pause`, `resume`, `cancel` or `abandon`.
 pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliError> {
     let dir = &args.dir;
     let fail = |e| CliError::engine(dir, e);
     let run = RunId::new(args.run.as_str()).map_err(fail)?;
-    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
-    say_leases_released(&engine, dir);
-    let done = operate(&engine, &run, action, args);
-    // A resumed run whose budget is full pauses again at its next call.
-    let full = match (&done, action) {
-        (Ok(_), OperatorAction::Resume) => engine
-            .budget(&run)
-            .map(|book| crate::paused::budget_full(&book, engine.clock().now_ms()))
-            .unwrap_or_default(),
-        _ => Vec::new(),
+    let request = Request {
+        id: made_up_id(args.request_id.as_deref()),
+        operator: args.operator.clone(),
+        reason: args.reason.clone(),
+        act: Act::Operate {
+            run: run.clone(),
+            action,
+        },
     };
-    let closed = engine.close();
-    let (before, after) = done.map_err(fail)?;
-    closed.map_err(fail)?;
+    let (done, via) = carry(dir, &request)?;
+    let said = match done {
+        Done::Operated {
+            before,
+            after,
+            version,
+            ..
+        } => {
+            if action == OperatorAction::Resume && before != after {
+                say_budget_full(dir, &run);
+            }
+            let changed = before != after;
+            if args.json {
+                let value = json!({
+                    "run": run.as_str(),
+                    "before": before.name(),
+                    "after": after.name(),
+                    "changed": changed,
+                    "version": version,
+                    "request": request.id,
+                    "via": via.name(),
+                });
+                writeln!(std::io::stdout(), "{value}")
+            } else if changed {
+                writeln!(
+                    std::io::stdout(),
+                    "run {run}: {before} -> {after} (version {version}), by {}: {}",
+                    args.operator,
+                    args.reason
+                )
+            } else {
+                writeln!(
+                    std::io::stdout(),
+                    "run {run} is {before} already; nothing changed"
+                )
+            }
+        }
+        other => say_other(&request, &other, args.json),
+    };
+    said.map_err(CliError::output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr that a resumed run's budget is full: it pauses again at
+/// its next call.
+fn say_budget_full(dir: &std::path::Path, run: &RunId) {
+    let full = crate::live::open_to_read(dir)
+        .and_then(|reading| {
+            let book = reading.engine.budget(run)?;
+            Ok(crate::paused::budget_full(
+                &book,
+                reading.engine.clock().now_ms(),
+            ))
+        })
+        .unwrap_or_default();
     if !full.is_empty() {
         // A failed write to stderr is no reason to fail the command.
         let _ = writeln!(
@@ -54,33 +109,25 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
             dir.display()
         );
     }
-    let changed = before != after.state;
-    let said = if args.json {
-        let value = json!({
-            "run": run.as_str(),
-            "before": before.name(),
-            "after": after.state.name(),
-            "changed": changed,
-            "version": after.version,
-        });
-        writeln!(std::io::stdout(), "{value}")
-    } else if changed {
-        writeln!(
-            std::io::stdout(),
-            "run {run}: {before} -> {} (version {}), by {}: {}",
-            after.state,
-            after.version,
-            args.operator,
-            args.reason
-        )
-    } else {
-        writeln!(
-            std::io::stdout(),
-            "run {run} is {before} already; nothing changed"
-        )
-    };
-    said.map_err(CliError::output)?;
-    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a request's answer that is not the command's own: a request
+/// carried out before (nothing changed), or an answer of another shape
+/// (a bug, said as such).
+pub fn say_other(request: &Request, done: &Done, json: bool) -> std::io::Result<()> {
+    match done {
+        Done::Repeated { id, at_ms, by } if json => {
+            let value = json!({ "request": id, "repeated": true, "at_ms": at_ms, "by": by });
+            writeln!(std::io::stdout(), "{value}")
+        }
+        Done::Repeated { id, at_ms, by } => {
+            writeln!(std::io::stdout(), "{}", say_repeated(id, *at_ms, by))
+        }
+        other => Err(std::io::Error::other(format!(
+            "internal error: request {} answered {other:?}",
+            request.id
+        ))),
+    }
 }
 
 /// Says on stderr (stdout stays the command's answer) that the open
@@ -97,23 +144,6 @@ pub fn say_leases_released(engine: &Engine, dir: &std::path::Path) {
             dir.display()
         );
     }
-}
-
-/// The run's state before, and the operator's result.
-fn operate(
-    engine: &Engine,
-    run: &RunId,
-    action: OperatorAction,
-    args: &OperateArgs,
-) -> actum::Result<(actum::books::RunState, actum::engine::Operated)> {
-    let before = engine
-        .run(run)?
-        .ok_or_else(|| actum::Error::NotFound {
-            what: format!("run {run}"),
-        })?
-        .state;
-    let after = engine.operate(run, action, &args.operator, &args.reason)?;
-    Ok((before, after))
 }
 
 /// Runs `reconcile`.
@@ -138,46 +168,47 @@ pub fn reconcile(args: &ReconcileArgs) -> Result<ExitCode, CliError> {
             reason: args.error.clone().unwrap_or_default(),
         },
     };
-    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
-    say_leases_released(&engine, dir);
-    let done = settle(&engine, &key, outcome, &sender);
-    let closed = engine.close();
-    let (before, after, woke) = done.map_err(fail)?;
-    closed.map_err(fail)?;
-    let said = if args.json {
-        let value = json!({
-            "key": key.to_string(),
-            "before": before,
-            "after": after,
-            "changed": before != after,
-            "wait_ended_at_step": woke,
-        });
-        writeln!(std::io::stdout(), "{value}")
-    } else {
-        say_settled(&key, (before, after), woke.as_deref(), &sender)
+    let request = Request {
+        id: made_up_id(args.request_id.as_deref()),
+        operator: args.operator.clone(),
+        reason: args.reason.clone(),
+        act: Act::Reconcile {
+            key: key.clone(),
+            outcome,
+        },
+    };
+    let (done, via) = carry(dir, &request)?;
+    let said = match done {
+        Done::Reconciled {
+            before,
+            after,
+            wait_ended,
+            ..
+        } => {
+            if args.json {
+                let value = json!({
+                    "key": key.to_string(),
+                    "before": before,
+                    "after": after,
+                    "changed": before != after,
+                    "wait_ended_at_step": wait_ended.as_ref().map(|s| s.as_str().to_string()),
+                    "request": request.id,
+                    "via": via.name(),
+                });
+                writeln!(std::io::stdout(), "{value}")
+            } else {
+                say_settled(
+                    &key,
+                    (&before, &after),
+                    wait_ended.as_ref().map(StepId::as_str),
+                    &sender,
+                )
+            }
+        }
+        other => say_other(&request, &other, args.json),
     };
     said.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The entry's status before and after, and the step whose wait ended.
-fn settle(
-    engine: &Engine,
-    key: &EffectKey,
-    outcome: Outcome,
-    sender: &str,
-) -> actum::Result<(&'static str, &'static str, Option<String>)> {
-    let entry = engine.effect(key)?.ok_or_else(|| actum::Error::NotFound {
-        what: format!("effect {key}"),
-    })?;
-    let before = entry.status.name();
-    let woke = engine.deliver_reply(key, outcome, sender)?;
-    let after = engine.effect(key)?.map_or("missing", |e| e.status.name());
-    assert!(
-        !matches!(entry.status, EffectStatus::Confirmed { .. }) || before == after,
-        "a confirmed entry is never settled again"
-    );
-    Ok((before, after, woke.map(|step| step.to_string())))
 }
 
 fn say_settled(

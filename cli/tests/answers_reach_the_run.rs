@@ -157,7 +157,7 @@ fn approve_and_reject_are_bound_to_the_digest_show_printed() {
     let nobody = decide(db.path(), "approve", "r-nobody", shown);
     assert_eq!(code(&nobody), 2);
     assert!(
-        stderr(&nobody).contains("no run r-nobody"),
+        stderr(&nobody).contains("run r-nobody does not exist"),
         "{}",
         stderr(&nobody)
     );

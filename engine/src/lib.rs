@@ -72,6 +72,7 @@ pub mod engine;
 pub mod error;
 mod hot;
 pub mod ids;
+pub mod operator;
 pub mod planted;
 pub mod runtime;
 pub mod storage;

@@ -152,6 +152,10 @@ pub enum PlantedBug {
     /// records behind the damage keep their ack watermark and the next
     /// ordinary open calls the same damage corruption again.
     RepairCutDoesNotLast,
+    /// An operator's request sent again under the same id is carried out
+    /// again: the engine reads the request's mark but does not take it for
+    /// "done", so a retried signal lands twice.
+    RepeatOperatorRequest,
 }
 
 impl PlantedBug {
@@ -167,7 +171,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 27] = [
+    pub const ENGINE: [PlantedBug; 28] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -195,6 +199,7 @@ impl PlantedBug {
         PlantedBug::ReleaseStoredLeasesOnly,
         PlantedBug::MigrationKeepsByteOrder,
         PlantedBug::AppendDropsBase,
+        PlantedBug::RepeatOperatorRequest,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -214,7 +219,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 44] = [
+    pub const ALL: [PlantedBug; 45] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -259,6 +264,7 @@ impl PlantedBug {
         PlantedBug::AppendDropsBase,
         PlantedBug::GrowFromStaleSize,
         PlantedBug::RepairCutDoesNotLast,
+        PlantedBug::RepeatOperatorRequest,
     ];
 
     /// The bug's command-line name.
@@ -308,6 +314,7 @@ impl PlantedBug {
             PlantedBug::AppendDropsBase => "append-drops-base",
             PlantedBug::GrowFromStaleSize => "grow-fills-from-stale-size",
             PlantedBug::RepairCutDoesNotLast => "repair-cut-does-not-last",
+            PlantedBug::RepeatOperatorRequest => "repeat-operator-request",
         }
     }
 

@@ -16,8 +16,12 @@ class Engine:
     """
 
     @classmethod
-    def open(cls, path: _Path) -> "Engine":
-        """Opens (or creates) the database in `path`; raises `Locked` if it is open already."""
+    def open(cls, path: _Path, *, operator_channel: bool = False) -> "Engine":
+        """Opens (or creates) the database in `path`; raises `Locked` if it is open already.
+
+        With `operator_channel=True` it serves the operator channel until closed (a Unix
+        socket in `path/operator/`), so `actum pause`, `approve` and the other writes of
+        the `actum` command reach it while it runs."""
     def close(self) -> None:
         """Shuts the runtimes over it down and closes it cleanly; a second close does nothing."""
     @property

@@ -100,18 +100,37 @@ fn run_id(py: Python<'_>, run: &str) -> PyResult<RunId> {
 #[pymethods]
 impl PyEngine {
     /// Opens (or creates) the database in the directory `path`, recovering
-    /// whatever a crash left. Raises `Locked` if it is open already.
+    /// whatever a crash left. Raises `Locked` if it is open already. With
+    /// `operator_channel=True` it serves the operator channel until closed
+    /// (a Unix socket in `path/operator/`, owner-only), so the `actum`
+    /// command's writes (`pause`, `approve`, ...) reach it while it runs.
     #[classmethod]
-    fn open(_cls: &Bound<'_, PyType>, py: Python<'_>, path: PathBuf) -> PyResult<PyEngine> {
+    #[pyo3(signature = (path, *, operator_channel=false))]
+    fn open(
+        _cls: &Bound<'_, PyType>,
+        py: Python<'_>,
+        path: PathBuf,
+        operator_channel: bool,
+    ) -> PyResult<PyEngine> {
         let shown = path.display().to_string();
+        let options = EngineOptions {
+            operator_channel,
+            ..EngineOptions::default()
+        };
         let engine = py
-            .detach(|| Engine::open(&path, EngineOptions::default()))
+            .detach(|| {
+                let engine = Arc::new(Engine::open(&path, options)?);
+                if operator_channel {
+                    engine.serve_operators()?;
+                }
+                Ok::<_, actum::Error>(engine)
+            })
             .map_err(|e| error_to_py(py, &e))?;
         Ok(PyEngine {
             path: shown,
             pid: fork::this_process(),
             state: Mutex::new(EngineState {
-                engine: Some(Arc::new(engine)),
+                engine: Some(engine),
                 runtimes: Vec::new(),
             }),
         })

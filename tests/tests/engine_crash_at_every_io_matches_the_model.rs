@@ -65,6 +65,7 @@ fn options() -> EngineOptions {
         checkpoint_every_records: 5,
         checkpoint_every_bytes: 0,
         retention: actum::engine::Retention::default(),
+        operator_channel: false,
     }
 }
 

@@ -105,6 +105,8 @@ pub struct Engine {
     pub(crate) checkpoint_wanted: AtomicBool,
     /// The LSN a snapshot is as of (`open_snapshot`); `None` otherwise.
     pub(crate) snapshot_lsn: Option<Lsn>,
+    /// The operator channel, while served (`serve_operators`).
+    pub(crate) operator_channel: Mutex<Option<crate::operator::channel::Serving>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -234,6 +236,7 @@ impl Engine {
             combiner: Combiner::default(),
             checkpoint_wanted: AtomicBool::new(false),
             snapshot_lsn: None,
+            operator_channel: Mutex::new(None),
         };
         if access == Access::ReadWrite {
             engine.recovery.leases_released =
@@ -462,6 +465,8 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn close(self) -> Result<()> {
+        // No operator's request is taken from here on.
+        self.stop_serving_operators();
         // Every command returned before `close` could take `self`; a record
         // still in flight is durable once its group commits.
         let last = self.lock().last_applied;

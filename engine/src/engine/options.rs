@@ -52,6 +52,12 @@ pub struct EngineOptions {
     /// When runs that are over leave the books by themselves (never, by
     /// default).
     pub retention: super::retention::Retention,
+    /// Serve the operator channel (`crate::operator::channel`: a Unix
+    /// socket in the database directory, owner-only) so the `actum`
+    /// command's writes reach this engine while it runs: a `Runtime`
+    /// serves it from `run`; a program sharing an `Arc<Engine>` calls
+    /// `Engine::serve_operators`. Off by default.
+    pub operator_channel: bool,
 }
 
 impl Default for EngineOptions {
@@ -69,6 +75,7 @@ impl Default for EngineOptions {
             checkpoint_every_records: CHECKPOINT_EVERY_RECORDS_DEFAULT,
             checkpoint_every_bytes: CHECKPOINT_EVERY_BYTES_DEFAULT,
             retention: super::retention::Retention::default(),
+            operator_channel: false,
         }
     }
 }

@@ -451,6 +451,9 @@ impl Runtime {
     /// the first error that stopped a worker (the engine halted), after
     /// stopping the others.
     pub fn run(&self, threads: usize) -> Result<()> {
+        if self.shared.engine.options.operator_channel {
+            self.shared.engine.serve_operators()?;
+        }
         let threads = threads.max(1);
         let idle = Duration::from_millis(self.shared.options.idle_ms.max(1));
         std::thread::scope(|scope| {

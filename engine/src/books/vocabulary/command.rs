@@ -203,7 +203,7 @@ pub struct SaveCheckpoint {
 }
 
 /// What an operator does to a run, without holding its lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OperatorAction {
     /// Stop the run where it stands: a pending, running or waiting run
     /// becomes `paused`. Its lease holder keeps the lease, but no effect
