@@ -62,6 +62,11 @@ pub struct AgentReport {
     pub follow_ups_refused: u64,
     /// Operator pauses, resumes and cancels that changed a run.
     pub operator_actions: u64,
+    /// Operators' requests answered as carried out before (sent again
+    /// after a lost answer or a crash): nothing changed.
+    pub operator_repeats: u64,
+    /// Operators' answers lost on their way back (the request sent again).
+    pub operator_answers_lost: u64,
     /// Worker calls refused because an operator had paused the run.
     pub not_running_refused: u64,
     /// Waits a worker opened that parked its run (released the lease).
@@ -156,6 +161,8 @@ impl AgentReport {
         self.one_record_steps += other.one_record_steps;
         self.follow_ups_refused += other.follow_ups_refused;
         self.operator_actions += other.operator_actions;
+        self.operator_repeats += other.operator_repeats;
+        self.operator_answers_lost += other.operator_answers_lost;
         self.not_running_refused += other.not_running_refused;
         self.waits_parked += other.waits_parked;
         self.approvals += other.approvals;
@@ -196,7 +203,7 @@ impl AgentReport {
              ({} within a margin of a window's end, {} left unknown inside it after {} jumps to \
              it), {} queries, {} unknowns, {} compensations ({} receipts by digest), {} model calls ({} replayed from the \
              journal), {} acts in the world, {} steps in one record ({} follow-ups refused), {} \
-             operator actions ({} worker calls refused on a paused run), {} waits parked, {} \
+             operator actions ({} operator requests answered as done before, {} answers lost; {} worker calls refused on a paused run), {} waits parked, {} \
              approvals decided ({} refused), {} signals, {} webhook replies, {} budget holds ({} settled, {} \
              exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
              ({} undos begun, {} left stuck, {} settled by a person), {} customer holds ({} \
@@ -225,6 +232,8 @@ impl AgentReport {
             self.one_record_steps,
             self.follow_ups_refused,
             self.operator_actions,
+            self.operator_repeats,
+            self.operator_answers_lost,
             self.not_running_refused,
             self.waits_parked,
             self.approvals,

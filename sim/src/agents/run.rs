@@ -9,8 +9,8 @@
 use actum::Clock;
 use actum::books::{
     Answer, BooksRead, BudgetLimits, Command, DecideApproval, DeliverReply, EffectKey,
-    EffectStatus, Guard, Lease, Operate, OperatorAction, Outcome, Prune, RenewLease, RunId,
-    RunState, SendSignal, StepId, WaitFor, digest_of,
+    EffectStatus, Guard, Lease, OperatorAction, Outcome, Prune, RenewLease, RunId, RunState,
+    StepId, WaitFor, digest_of,
 };
 
 use super::config::AgentConfig;
@@ -22,6 +22,8 @@ use super::worker::LEASE_TTL_MS;
 use super::workflow::{
     FINANCE, HOUR_MS, VERIFIED, Workflow, contacted_key, customer, vendor_payment,
 };
+use actum::operator::{Act, Done, Plan, Request, plan};
+
 use crate::check;
 use crate::rng::Rng;
 
@@ -29,6 +31,19 @@ use crate::rng::Rng;
 const CALM_ROUNDS_MAX: u32 = 4_000;
 /// Virtual time each calm round lets pass, in ms.
 const CALM_TICK_MS: u64 = 5_000;
+
+/// The invariant of operators' requests.
+pub const REQUEST_ONCE: &str =
+    "an operator's request is carried out once, however often it is sent";
+
+/// A request's answer, for the history.
+fn said(called: &Called<Done>) -> String {
+    match called {
+        Called::Ok(done) => format!("{done:?}"),
+        Called::Refused(e) => format!("refused: {e}"),
+        Called::Died => "the process died".to_string(),
+    }
+}
 
 /// How long a run must have been over before the operator's retention
 /// pass after a checkpoint prunes it.
@@ -126,6 +141,10 @@ impl Sim<'_> {
     /// crash and a checked recovery; records where a worker acted.
     fn fault_phase(&mut self) -> Result<(), AgentFailure> {
         let events = self.schedule.events.clone();
+        // When an operator reads the live database between events: its own
+        // stream, and the disk does not count the reads (`SimDisk::quietly`),
+        // so the seed's other draws and its armed cuts stay as they were.
+        let mut reader = Rng::new(self.schedule.seed).fork("live reader, faults");
         for (index, event) in events.into_iter().enumerate() {
             self.deliver()?;
             if self.event(event)? {
@@ -133,6 +152,9 @@ impl Sim<'_> {
             }
             if self.dead || self.disk.is_powered_off() {
                 self.crash("during the step above")?;
+            } else if reader.below(16) == 0 {
+                let disk = self.disk.clone();
+                disk.quietly(|| self.check_live_snapshot())?;
             }
         }
         Ok(())
@@ -195,6 +217,7 @@ impl Sim<'_> {
                 if action == OperatorAction::Resume {
                     self.raise_spent_budget(&run, "an operator's event")?;
                 }
+                self.resend_unanswered()?;
                 if !self.dead {
                     self.operate(&run, action, "an operator's event")?;
                 }
@@ -205,6 +228,10 @@ impl Sim<'_> {
             }
             Event::Signal(code, n) => {
                 let run = self.runs[usize::from(n) % self.runs.len()].0.clone();
+                self.resend_unanswered()?;
+                if self.dead {
+                    return Ok(false);
+                }
                 match SignalMove::of(code) {
                     SignalMove::Verified => self.signal(&run, VERIFIED)?,
                     SignalMove::VerifiedTwice => {
@@ -344,38 +371,127 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// An operator's `action` on `run`, with no lease, held to the model
-    /// like every call; a refusal (the run is over, or not paused) is
-    /// part of the game.
+    /// An operator's `action` on `run`, with no lease, sent as an
+    /// operator's request ([`Sim::send_request`]) and held to the model
+    /// like every call; a refusal (the run is over, or not paused) is part
+    /// of the game.
     fn operate(
         &mut self,
         run: &RunId,
         action: OperatorAction,
         why: &'static str,
     ) -> Result<(), AgentFailure> {
-        let operate = Operate {
+        let act = Act::Operate {
             run: run.clone(),
             action,
-            operator: "ops".into(),
-            reason: why.into(),
         };
-        let cmd = Command::Operate(operate.clone());
-        let called = self.call(Some(&cmd), |e| {
-            e.operate(&operate.run, action, &operate.operator, &operate.reason)
-        })?;
+        let called = self.request(act, "ops", why)?;
         let outcome = match called {
-            Called::Ok(done) => {
-                self.report.operator_actions += u64::from(done.changed);
+            Called::Ok(Done::Operated { before, after, .. }) => {
+                self.report.operator_actions += u64::from(before != after);
                 format!(
-                    "{} ({})",
-                    done.state,
-                    if done.changed { "changed" } else { "already" }
+                    "{after} ({})",
+                    if before == after {
+                        "already"
+                    } else {
+                        "changed"
+                    }
                 )
             }
+            Called::Ok(other) => format!("{other:?}"),
             Called::Refused(e) => format!("refused: {e}"),
             Called::Died => "the process died".to_string(),
         };
         self.note(|| format!("an operator asks to {} {run}: {outcome}", action.name()));
+        Ok(())
+    }
+
+    /// Sends a new operator's request: the next id, `act`, who and why.
+    fn request(
+        &mut self,
+        act: Act,
+        operator: &str,
+        why: &str,
+    ) -> Result<Called<Done>, AgentFailure> {
+        self.requests_sent += 1;
+        let request = Request {
+            id: format!("op-{}", self.requests_sent),
+            operator: operator.to_string(),
+            reason: why.to_string(),
+            act,
+        };
+        self.send_request(&request)
+    }
+
+    /// Sends `request` (again, if it was sent before) and holds the
+    /// engine's answer to the model: a request the model carried out
+    /// already must be answered `Repeated` and change nothing; any other
+    /// is decided as the model decides it. An answer lost on its way back
+    /// (the seed decides which) is asked for again at once, under the same
+    /// id; a request the process died under is sent again once it is up
+    /// ([`Sim::resend_unanswered`]).
+    fn send_request(&mut self, request: &Request) -> Result<Called<Done>, AgentFailure> {
+        let planned = plan(request, &self.model);
+        let called = match &planned {
+            Ok(Plan::Commit { command, .. }) => {
+                self.call(Some(command), |e| e.carry_out(request))?
+            }
+            // Carried out already, or refused by the model: nothing for
+            // the model to apply.
+            Ok(Plan::Repeated(_)) | Err(_) => self.call(None, |e| e.carry_out(request))?,
+        };
+        self.report.checked(REQUEST_ONCE);
+        let wrong = match (&planned, &called) {
+            (Ok(Plan::Repeated(_)), Called::Ok(done)) if !matches!(done, Done::Repeated { .. }) => {
+                Some((
+                    REQUEST_ONCE,
+                    format!("carried out before, and again: {done:?}"),
+                ))
+            }
+            (Ok(Plan::Repeated(_)), Called::Refused(e)) => Some((
+                REQUEST_ONCE,
+                format!("carried out before, and now refused: {e}"),
+            )),
+            (Ok(Plan::Commit { .. }), Called::Ok(Done::Repeated { .. })) => Some((
+                REQUEST_ONCE,
+                "never carried out, and answered as carried out before".to_string(),
+            )),
+            (Err(e), Called::Ok(done)) => Some((
+                "the engine decides as the reference model does",
+                format!("the engine carried out what the model refuses ({e}): {done:?}"),
+            )),
+            _ => None,
+        };
+        if let Some((invariant, detail)) = wrong {
+            return Err(self.fail(
+                invariant,
+                format!("operator request {}: {detail}", request.id),
+            ));
+        }
+        match &called {
+            Called::Died => self.unanswered.push(request.clone()),
+            Called::Ok(Done::Repeated { .. }) => self.report.operator_repeats += 1,
+            Called::Ok(_) if self.answer_rng.below(4) == 0 => {
+                // The answer is lost on its way back: the sender asks again.
+                self.report.operator_answers_lost += 1;
+                self.note(|| format!("   the answer to {} is lost; sent again", request.id));
+                return self.send_request(request);
+            }
+            Called::Ok(_) | Called::Refused(_) => {}
+        }
+        Ok(called)
+    }
+
+    /// Sends again, under their ids, the requests the process died under.
+    fn resend_unanswered(&mut self) -> Result<(), AgentFailure> {
+        for request in std::mem::take(&mut self.unanswered) {
+            if self.dead {
+                self.unanswered.push(request);
+                continue;
+            }
+            let called = self.send_request(&request)?;
+            self.note(|| format!("an operator sends {} again: {}", request.id, said(&called)));
+        }
         Ok(())
     }
 
@@ -477,28 +593,24 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// A webhook sends the signal `name` to `run`, with no lease.
+    /// A webhook sends the signal `name` to `run`, with no lease, as a
+    /// request ([`Sim::send_request`]): a resent signal must land once.
     fn signal(&mut self, run: &RunId, name: &str) -> Result<(), AgentFailure> {
-        let send = SendSignal {
+        let act = Act::Signal {
             run: run.clone(),
             name: name.to_string(),
             payload: format!("{name} for {run}").into_bytes(),
-            sender: "bank-webhook".into(),
         };
-        let cmd = Command::SendSignal(send.clone());
-        let called = self.call(Some(&cmd), |e| {
-            e.signal(&send.run, &send.name, &send.payload, &send.sender)
-        })?;
+        let called = self.request(act, "bank-webhook", "a payment notice")?;
         let outcome = match called {
-            Called::Ok(sent) => {
+            Called::Ok(Done::Signalled { seq, taken_by, .. }) => {
                 self.report.signals += 1;
-                match sent.taken_by {
-                    Some(step) => format!("signal {} ends the wait at {step}", sent.seq),
-                    None => format!("signal {} waits in the inbox", sent.seq),
+                match taken_by {
+                    Some(step) => format!("signal {seq} ends the wait at {step}"),
+                    None => format!("signal {seq} waits in the inbox"),
                 }
             }
-            Called::Refused(e) => format!("refused: {e}"),
-            Called::Died => "the process died".to_string(),
+            other => said(&other),
         };
         self.note(|| format!("a webhook signals {name} to {run}: {outcome}"));
         Ok(())
@@ -600,6 +712,8 @@ impl Sim<'_> {
             worker.paused = false;
         }
         self.redeploy_if_due()?;
+        // The requests the process died under reach it now.
+        self.resend_unanswered()?;
         self.resume_paused()?;
         // How the calm phase's approver treats the approvals still open:
         // drawn once per seed, so some runs see their approval expire.

@@ -97,6 +97,13 @@ pub struct Sim<'s> {
     pub(crate) acted_at: Vec<usize>,
     pub(crate) report: AgentReport,
     pub(crate) history: History,
+    /// Operators' requests sent so far (names the next request's id).
+    pub(crate) requests_sent: u64,
+    /// Requests whose answer never came (the process died under them):
+    /// their senders send them again, under the same ids, once it is up.
+    pub(crate) unanswered: Vec<actum::operator::Request>,
+    /// Decides which operator's answers are lost on their way back.
+    pub(crate) answer_rng: Rng,
 }
 
 impl<'s> Sim<'s> {
@@ -136,6 +143,9 @@ impl<'s> Sim<'s> {
             acted_at: Vec::new(),
             report: AgentReport::default(),
             history: History::new(config.history, START_MS),
+            requests_sent: 0,
+            unanswered: Vec::new(),
+            answer_rng: root.fork("operators' answers"),
         }
     }
 
@@ -175,6 +185,9 @@ impl<'s> Sim<'s> {
             checkpoint_every_records: self.schedule.checkpoint_every_records,
             checkpoint_every_bytes: 0,
             retention: actum::engine::Retention::default(),
+            // The operators send their requests to `Engine::carry_out`, the
+            // handler the channel calls; a socket is no simulated file.
+            operator_channel: false,
         }
     }
 

@@ -72,6 +72,38 @@ impl SimDisk {
         lock_state(&self.state)
     }
 
+    /// Runs `read` as a reader from another process whose I/O this disk
+    /// does not hold against the schedule: its calls inject no fault, arm
+    /// no power cut, and are neither counted nor traced, and the fault
+    /// stream is left where it was, so what the seed does next is what it
+    /// would have done without it. What the calls do stays done (a sync
+    /// makes durable what it syncs). For an operator who reads the live
+    /// database in the fault phase.
+    pub fn quietly<T>(&self, read: impl FnOnce() -> T) -> T {
+        let kept = {
+            let mut state = self.lock();
+            let kept = (
+                state.faults.clone(),
+                state.rng.clone(),
+                state.ops_count,
+                state.power_loss_at_op.take(),
+                state.trace,
+            );
+            state.faults = FaultConfig::none();
+            kept
+        };
+        let value = read();
+        let mut state = self.lock();
+        (
+            state.faults,
+            state.rng,
+            state.ops_count,
+            state.power_loss_at_op,
+            state.trace,
+        ) = kept;
+        value
+    }
+
     /// The faults in force.
     pub fn faults(&self) -> FaultConfig {
         self.lock().faults.clone()

@@ -643,3 +643,41 @@ fn redb_refuses_to_open_after_garbage_in_its_header_sector() {
     let error = try_open_redb(&disk).expect_err("a garbage header must not open");
     assert!(error.to_string().contains("magic number"), "{error}");
 }
+
+#[test]
+fn a_quiet_reader_meets_no_fault_and_leaves_the_schedule_as_it_was() {
+    let disk = disk_with_db(FaultConfig::none());
+    durable_file(&disk, "/db/a", b"acknowledged");
+    disk.set_faults(FaultConfig {
+        sync_eio_ppm: PPM_ONE,
+        ..FaultConfig::none()
+    });
+    disk.set_crash_after_ops(5);
+    let (ops, trace) = (disk.ops_count(), disk.trace_hash());
+    let read = disk.quietly(|| {
+        let file = disk.open(Path::new("/db/a"), OpenMode::Existing)?;
+        let mut bytes = vec![0; 12];
+        file.read_at(0, &mut bytes)?;
+        file.sync_data()?;
+        file.sync_data()?;
+        file.sync_data()?;
+        Ok::<_, io::Error>(bytes)
+    });
+    assert_eq!(read.expect("no fault, no cut"), b"acknowledged");
+    assert_eq!((disk.ops_count(), disk.trace_hash()), (ops, trace));
+    // The schedule's own calls meet its faults and its cut as before: the
+    // fifth call from the arming cuts the power.
+    let file = disk
+        .open(Path::new("/db/a"), OpenMode::Existing)
+        .expect("open");
+    file.write_at(12, b"!").expect("write");
+    assert!(file.sync_data().is_err(), "every sync of dirty data fails");
+    assert!(!disk.is_powered_off());
+    let _ = file.sync_data();
+    assert!(!disk.is_powered_off());
+    let _ = file.sync_data();
+    assert!(
+        disk.is_powered_off(),
+        "the cut armed before is where it was"
+    );
+}

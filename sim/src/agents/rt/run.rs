@@ -206,6 +206,9 @@ impl RtSim {
             checkpoint_every_records: self.checkpoint_every_records,
             checkpoint_every_bytes: 0,
             retention: actum::engine::Retention::default(),
+            // The operators send their requests to `Engine::carry_out`, the
+            // handler the channel calls; a socket is no simulated file.
+            operator_channel: false,
         }
     }
 
