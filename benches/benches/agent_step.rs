@@ -6,6 +6,13 @@
 //!   with exactly one part changed: three durable commits.
 //! - `agent_step/step_batched/T`: the same, with the outcome and the checkpoint committed
 //!   together (`begin_step`, act, `finish_step_with(.., [save])`): two durable commits.
+//! - `agent_step/{raw_ceiling,raw_floor,redb,sqlite_shared}/T`: the peers doing the durable
+//!   work of `agent_step/step` (`actum_benches::peer_step`): per step the intent (256 bytes),
+//!   the outcome (256 bytes), then the changed 1 KiB part with 640 bytes of checkpoint metadata
+//!   in one transaction: three durable commits, 2,176 bytes. The raw ceiling group-commits them
+//!   into a preallocated file, the raw floor gives each its own `pwrite` and `fdatasync`, redb
+//!   uses `Durability::Immediate` transactions, SQLite one connection behind a mutex (WAL,
+//!   `synchronous=FULL`).
 //! - `checkpoint_save/1MiB_one_part_changed`: one iteration saves a 1 MiB state (256 parts of
 //!   4 KiB) with one part changed; the summary gives bytes written per save.
 //! - `point_read/{effect,load_latest}/{hot,checkpointed}`: `Engine::effect` of a settled
@@ -31,8 +38,9 @@ use actum_benches::WRITER_COUNTS;
 use actum_benches::agent::{
     CheckpointRun, SCHEMA_VERSION, STEP_PART_BYTES, STEP_STATE_PARTS, StepEngine, initial_state,
 };
+use actum_benches::peer_step::AgentStep;
 use actum_benches::protocol::ProtocolEngine;
-use actum_benches::runner::bench_system;
+use actum_benches::runner::{bench_peers, bench_system};
 use actum_benches::runtime::{AgentRuns, RUN_STEPS};
 use actum_benches::settle_scratch;
 use criterion::{Criterion, SamplingMode, Throughput};
@@ -52,6 +60,7 @@ fn agent_steps(c: &mut Criterion) {
         bench_system(&mut group, "step_batched", threads, || {
             StepEngine::new(threads, true)
         });
+        bench_peers(&mut group, threads, AgentStep);
     }
     group.finish();
 }

@@ -1,7 +1,8 @@
 //! The effect protocol per second at 1, 4, 16 and 64 writer threads: actum's `begin_effect`
 //! (the durable intent) then `finish_effect` (the durable outcome), beside the same two durable
 //! writes on every other system: the raw group-commit file (the ceiling: two group-committed
-//! records; at one thread, two fsyncs, the floor), redb (two `Durability::Immediate`
+//! records; at one thread, two fsyncs), the raw floor (each record its own `pwrite` and
+//! `fdatasync`, nothing shared: at one thread, two fsyncs in sequence), redb (two `Durability::Immediate`
 //! transactions), and SQLite (WAL, `synchronous=FULL`, two transactions) both with one
 //! connection behind a mutex and with a connection per thread.
 //!
@@ -14,11 +15,10 @@
 
 use std::time::Duration;
 
-use actum_benches::WRITER_COUNTS;
-use actum_benches::group_commit::GroupCommitFile;
-use actum_benches::peers::{Redb, Sqlite, SqliteShared};
+use actum_benches::peers::Sqlite;
 use actum_benches::protocol::{ProtocolEngine, TwoCommits};
-use actum_benches::runner::bench_system;
+use actum_benches::runner::{bench_peers, bench_system};
+use actum_benches::{OnPeer, WRITER_COUNTS};
 use criterion::{Criterion, SamplingMode, Throughput};
 
 fn effect_protocol(c: &mut Criterion) {
@@ -34,15 +34,9 @@ fn effect_protocol(c: &mut Criterion) {
         bench_system(&mut group, "actum", threads, || {
             ProtocolEngine::new(threads)
         });
-        bench_system(&mut group, "raw_ceiling", threads, || {
-            TwoCommits(GroupCommitFile::new())
-        });
-        bench_system(&mut group, "redb", threads, || TwoCommits(Redb::new()));
-        bench_system(&mut group, "sqlite_shared", threads, || {
-            TwoCommits(SqliteShared::new())
-        });
+        bench_peers(&mut group, threads, TwoCommits);
         bench_system(&mut group, "sqlite_per_thread", threads, || {
-            TwoCommits(Sqlite::new())
+            OnPeer::new(TwoCommits, Sqlite::new())
         });
     }
     group.finish();

@@ -1,6 +1,7 @@
 //! The group-commit ceiling: one `fdatasync` shared by every record queued while the last one ran.
 //!
-//! Writers append their record to a shared queue under a mutex. If no flush is running, the
+//! Writers append their record (one 256-byte record, or the rows of one [`DurableRows`]
+//! transaction back to back) to a shared queue under a mutex. If no flush is running, the
 //! writer becomes the leader: it takes the whole queue, writes it with one positional write into
 //! a preallocated, pre-synced file, issues one `fdatasync`, publishes the new durable sequence
 //! number and wakes everyone. Otherwise it waits on a condition variable until its record is
@@ -14,15 +15,17 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::raw::{PREALLOCATED_BYTES, create_preallocated};
-use crate::{DurableLog, RECORD_BYTES, record};
+use crate::{DurableLog, DurableRows, RECORD_BYTES, record};
 
-/// Records a queue may hold before writers wait for the running flush (a named bound; with at
-/// most 64 writers it is never reached).
-pub const QUEUE_RECORDS_MAX: usize = 4096;
+/// Bytes a queue may hold before writers wait for the running flush: 4,096 records of 256 bytes
+/// (a named bound; with at most 64 writers it is never reached).
+pub const QUEUE_BYTES_MAX: usize = 4096 * RECORD_BYTES;
+
+const _: () = assert!((QUEUE_BYTES_MAX as u64) < PREALLOCATED_BYTES);
 
 #[derive(Default)]
 struct Queue {
-    /// Bytes of the records not yet handed to a leader.
+    /// Bytes of the records not yet handed to a leader (at most [`QUEUE_BYTES_MAX`]).
     pending: Vec<u8>,
     /// A cleared buffer handed back by the last leader, reused to avoid allocating per batch.
     spare: Vec<u8>,
@@ -52,8 +55,8 @@ impl GroupCommitFile {
         let dir = crate::scratch_dir();
         let file = create_preallocated(&dir.path().join("group.log"), PREALLOCATED_BYTES);
         let queue = Queue {
-            pending: Vec::with_capacity(QUEUE_RECORDS_MAX * RECORD_BYTES),
-            spare: Vec::with_capacity(QUEUE_RECORDS_MAX * RECORD_BYTES),
+            pending: Vec::with_capacity(QUEUE_BYTES_MAX),
+            spare: Vec::with_capacity(QUEUE_BYTES_MAX),
             ..Queue::default()
         };
         GroupCommitFile {
@@ -108,16 +111,29 @@ impl DurableLog for GroupCommitFile {
         ))
     }
 
-    fn commit(&self, _: &mut (), ticket: u64) {
-        let bytes = record(ticket);
+    fn commit(&self, writer: &mut (), ticket: u64) {
+        self.commit_rows(writer, ticket, &[&record(ticket)]);
+    }
+}
+
+impl DurableRows for GroupCommitFile {
+    /// The rows go to the queue back to back as one record, so they reach the disk in one batch.
+    fn commit_rows(&self, _: &mut (), _first_key: u64, rows: &[&[u8]]) {
+        let bytes: usize = rows.iter().map(|row| row.len()).sum();
+        assert!(
+            bytes > 0 && bytes <= QUEUE_BYTES_MAX,
+            "a record fits in the queue"
+        );
         let mut queue = self.lock();
-        while queue.pending.len() >= QUEUE_RECORDS_MAX * RECORD_BYTES {
+        while queue.pending.len() + bytes > QUEUE_BYTES_MAX {
             queue = self
                 .wake
                 .wait(queue)
                 .expect("a group-commit writer panicked");
         }
-        queue.pending.extend_from_slice(&bytes);
+        for row in rows {
+            queue.pending.extend_from_slice(row);
+        }
         queue.enqueued += 1;
         let mine = queue.enqueued;
         while queue.durable < mine {

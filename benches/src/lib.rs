@@ -5,7 +5,8 @@
 //! [`group_commit`]), actum's WAL ([`actum_wal`]), and the peers ([`peers`]). `effect_protocol`
 //! runs the engine's two-commit effect protocol against the same systems doing two commits
 //! ([`protocol`]); `agent_step` runs whole agent steps and checkpoint saves ([`agent`]), with
-//! bytes written counted under the engine ([`counting`]), and whole agent runs through the
+//! bytes written counted under the engine ([`counting`]), beside the peers doing a step's
+//! durable work ([`peer_step`]), and whole agent runs through the
 //! runtime against the same runs by hand ([`runtime`]). The bench files under `benches/` stay
 //! thin: they pick a system and a writer count and hand both to [`runner`], which times them
 //! with [`harness`]. The `memory_after_runs` example reports resident memory ([`memory`]); `open_time` times an open
@@ -21,6 +22,7 @@ pub mod group_commit;
 pub mod harness;
 pub mod memory;
 pub mod open;
+pub mod peer_step;
 pub mod peers;
 pub mod protocol;
 pub mod raw;
@@ -87,6 +89,70 @@ pub trait DurableLog: Sync {
 
     /// Commits record number `ticket` durably; returns once it would survive a crash.
     fn commit(&self, writer: &mut Self::Writer<'_>, ticket: u64);
+}
+
+/// A [`DurableLog`] that also commits rows of any length, several in one transaction: what the
+/// peers of a whole agent step write ([`peer_step`]). A system's [`DurableLog::commit`] is this
+/// with one [`record`] as its one row, so both paths are one piece of code.
+pub trait DurableRows: DurableLog {
+    /// Commits `rows` durably as one transaction, row `i` under key `first_key + i`; returns
+    /// once all of them would survive a crash, and none is durable without the others.
+    fn commit_rows(&self, writer: &mut Self::Writer<'_>, first_key: u64, rows: &[&[u8]]);
+}
+
+/// What one iteration of a bench is on a peer, as durable commits of rows: the effect protocol
+/// ([`protocol::TwoCommits`]) or an agent step ([`peer_step::AgentStep`]).
+///
+/// A work is a description, holding no borrows (`'static`), so a peer's writer outlives it.
+pub trait PeerWork: Sync + 'static {
+    /// Does iteration number `ticket` on `peer`; returns once all of it is durable.
+    fn commit<L: DurableRows>(&self, peer: &L, writer: &mut L::Writer<'_>, ticket: u64);
+
+    /// What the work wrote per iteration, added to the peer's summary; `None` to add nothing.
+    fn summary(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A peer doing `work` per iteration: the [`DurableLog`] a bench times beside actum.
+pub struct OnPeer<W, L> {
+    /// The work of one iteration.
+    pub work: W,
+    /// The system doing it.
+    pub peer: L,
+}
+
+impl<W, L> OnPeer<W, L> {
+    /// `peer` doing `work` per iteration.
+    pub fn new(work: W, peer: L) -> OnPeer<W, L> {
+        OnPeer { work, peer }
+    }
+}
+
+impl<W: PeerWork, L: DurableRows> DurableLog for OnPeer<W, L> {
+    type Writer<'a>
+        = L::Writer<'a>
+    where
+        Self: 'a;
+
+    fn before_sample(&self) {
+        self.peer.before_sample();
+    }
+
+    fn writer(&self) -> Self::Writer<'_> {
+        self.peer.writer()
+    }
+
+    fn summary(&self) -> Option<String> {
+        match (self.peer.summary(), self.work.summary()) {
+            (Some(peer), Some(work)) => Some(format!("{peer}; {work}")),
+            (peer, work) => peer.or(work),
+        }
+    }
+
+    fn commit(&self, writer: &mut Self::Writer<'_>, ticket: u64) {
+        self.work.commit(&self.peer, writer, ticket);
+    }
 }
 
 /// Runs `each(n, worker)` for every `n` in `from..to`, spread over `threads` threads that take

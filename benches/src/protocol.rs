@@ -19,9 +19,9 @@ use actum::engine::{Begun, Engine, EngineOptions};
 use actum::wal::WalStats;
 use actum::{FsStorage, Storage, SystemClock};
 
-use crate::DurableLog;
 use crate::group_commit::per;
 use crate::harness::run_writers;
+use crate::{DurableLog, DurableRows, PeerWork};
 
 /// The dedup window the protocol's tool declares (one day).
 pub const DEDUP_WINDOW_MS: u64 = 86_400_000;
@@ -182,32 +182,16 @@ impl DurableLog for ProtocolEngine {
     }
 }
 
-/// The protocol on a peer: two durable commits of one record each (intent, outcome), the second
-/// with its own ticket so no record overwrites another.
-pub struct TwoCommits<L>(pub L);
+/// The protocol on a peer ([`crate::OnPeer`]): two durable commits of one record each (intent,
+/// outcome), the second with its own ticket so no record overwrites another.
+#[derive(Clone, Copy, Debug)]
+pub struct TwoCommits;
 
-impl<L: DurableLog> DurableLog for TwoCommits<L> {
-    type Writer<'a>
-        = L::Writer<'a>
-    where
-        L: 'a;
-
-    fn before_sample(&self) {
-        self.0.before_sample();
-    }
-
-    fn writer(&self) -> Self::Writer<'_> {
-        self.0.writer()
-    }
-
-    fn summary(&self) -> Option<String> {
-        self.0.summary()
-    }
-
-    fn commit(&self, writer: &mut Self::Writer<'_>, ticket: u64) {
+impl PeerWork for TwoCommits {
+    fn commit<L: DurableRows>(&self, peer: &L, writer: &mut L::Writer<'_>, ticket: u64) {
         let first = ticket.checked_mul(2).expect("tickets stay far below 2^63");
-        self.0.commit(writer, first);
-        self.0.commit(writer, first + 1);
+        peer.commit(writer, first);
+        peer.commit(writer, first + 1);
     }
 }
 
@@ -220,6 +204,7 @@ pub fn run_protocols(setup: &ProtocolEngine, threads: usize, protocols: u64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::OnPeer;
     use crate::group_commit::GroupCommitFile;
 
     #[test]
@@ -234,8 +219,8 @@ mod tests {
 
     #[test]
     fn a_peer_protocol_is_two_records() {
-        let peer = TwoCommits(GroupCommitFile::new());
+        let peer = OnPeer::new(TwoCommits, GroupCommitFile::new());
         run_writers(&peer, 4, 0, 25);
-        assert_eq!(peer.0.counts().0, 50);
+        assert_eq!(peer.peer.counts().0, 50);
     }
 }

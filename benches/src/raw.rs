@@ -3,14 +3,15 @@
 //! [`AppendFile`] grows its file with every record, so each `fdatasync` also commits the new
 //! file size (a journal commit on ext4). [`PreallocatedFile`] writes into space that was
 //! zero-filled and synced before timing, so `fdatasync` only flushes data: the best a log that
-//! prepares its segments ahead can hope for with one sync per commit.
+//! prepares its segments ahead can hope for with one sync per commit. Two of its commits in a
+//! row are the effect protocol's floor, three the agent step's.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{DurableLog, RECORD_BYTES, record};
+use crate::{DurableLog, DurableRows, RECORD_BYTES, record};
 
 /// Size of a preallocated file. Offsets wrap around inside it, which rewrites already-allocated
 /// blocks: the same cost as fresh preallocated ones, without needing to know the record count.
@@ -101,10 +102,11 @@ impl DurableLog for AppendFile {
     }
 }
 
-/// A preallocated, pre-synced file; records go to atomically reserved slots, wrapping around.
+/// A preallocated, pre-synced file; records go to atomically reserved offsets, wrapping around.
 pub struct PreallocatedFile {
     file: File,
-    next_slot: AtomicU64,
+    /// Bytes reserved so far; a record's offset is this modulo the file's size.
+    next_byte: AtomicU64,
     _dir: tempfile::TempDir,
 }
 
@@ -115,9 +117,16 @@ impl PreallocatedFile {
         let file = create_preallocated(&dir.path().join("preallocated.log"), PREALLOCATED_BYTES);
         PreallocatedFile {
             file,
-            next_slot: AtomicU64::new(0),
+            next_byte: AtomicU64::new(0),
             _dir: dir,
         }
+    }
+}
+
+impl PreallocatedFile {
+    /// Bytes written so far (wrapped writes included).
+    pub fn written_bytes(&self) -> u64 {
+        self.next_byte.load(Ordering::Relaxed)
     }
 }
 
@@ -132,16 +141,29 @@ impl DurableLog for PreallocatedFile {
 
     fn writer(&self) {}
 
-    fn commit(&self, _: &mut (), ticket: u64) {
-        let slots = PREALLOCATED_BYTES / RECORD_BYTES as u64;
-        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) % slots;
-        let offset = slot * RECORD_BYTES as u64;
+    fn commit(&self, writer: &mut (), ticket: u64) {
+        self.commit_rows(writer, ticket, &[&record(ticket)]);
+    }
+}
+
+impl DurableRows for PreallocatedFile {
+    /// The rows are written back to back with one `pwrite` and made durable by one `fdatasync`.
+    fn commit_rows(&self, _: &mut (), _first_key: u64, rows: &[&[u8]]) {
+        let bytes = rows.concat();
+        let len = bytes.len() as u64;
         assert!(
-            offset + RECORD_BYTES as u64 <= PREALLOCATED_BYTES,
-            "never grows the file"
+            len > 0 && len <= PREALLOCATED_BYTES,
+            "a record fits the file"
         );
+        // 256-byte records divide the file, so they never take the wrap-to-zero branch; longer
+        // ones that would cross the end start over at the beginning.
+        let mut offset = self.next_byte.fetch_add(len, Ordering::Relaxed) % PREALLOCATED_BYTES;
+        if offset + len > PREALLOCATED_BYTES {
+            offset = 0;
+        }
+        assert!(offset + len <= PREALLOCATED_BYTES, "never grows the file");
         self.file
-            .write_all_at(&record(ticket), offset)
+            .write_all_at(&bytes, offset)
             .expect("writing a record");
         self.file
             .sync_data()

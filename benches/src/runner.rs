@@ -1,5 +1,6 @@
 //! The criterion side of the benches: bench one [`DurableLog`] at one writer count in a
-//! criterion group, then print its summary and settle its scratch directory.
+//! criterion group, then print its summary and settle its scratch directory; or the standard
+//! set of peers doing one [`PeerWork`] ([`bench_peers`]).
 //!
 //! **Invariant:** a system is built at most once per bench, lazily (one filtered out on the
 //! command line costs nothing), outside any timed region; tickets stay unique across the
@@ -8,8 +9,11 @@
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId};
 
+use crate::group_commit::GroupCommitFile;
 use crate::harness::run_writers;
-use crate::{DurableLog, settle_scratch};
+use crate::peers::{Redb, SqliteShared};
+use crate::raw::PreallocatedFile;
+use crate::{DurableLog, OnPeer, PeerWork, settle_scratch};
 
 /// Benches `make()`'s system as `name/threads` in `group`: each sample's iterations are spread
 /// over `threads` writer threads by [`run_writers`]. After the bench its summary goes to stderr.
@@ -38,4 +42,25 @@ pub fn bench_system<L: DurableLog>(
     }
     drop(system);
     settle_scratch();
+}
+
+/// Benches the peers every engine bench compares actum with, each doing `work` per iteration at
+/// `threads` writers: `raw_ceiling` (group commit into a preallocated file), `raw_floor` (each
+/// commit its own `pwrite` and `fdatasync`), `redb` (`Durability::Immediate`) and
+/// `sqlite_shared` (one connection behind a mutex, WAL, `synchronous=FULL`).
+pub fn bench_peers<W: PeerWork + Copy>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    threads: usize,
+    work: W,
+) {
+    bench_system(group, "raw_ceiling", threads, || {
+        OnPeer::new(work, GroupCommitFile::new())
+    });
+    bench_system(group, "raw_floor", threads, || {
+        OnPeer::new(work, PreallocatedFile::new())
+    });
+    bench_system(group, "redb", threads, || OnPeer::new(work, Redb::new()));
+    bench_system(group, "sqlite_shared", threads, || {
+        OnPeer::new(work, SqliteShared::new())
+    });
 }
