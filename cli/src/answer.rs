@@ -10,9 +10,10 @@
 //! engine is closed whether the write succeeded or was refused.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
-use actum::books::{BudgetLimits, Digest, RunId, StepId, WaitFor};
+use actum::books::{BudgetLimits, Digest, RunId, RunState, StepId, WaitFor};
 use actum::engine::{Engine, EngineOptions};
 use serde_json::json;
 
@@ -26,8 +27,8 @@ const DIGEST_PREFIX_MIN: usize = 8;
 
 /// Opens `dir` for writing, runs `write`, closes the engine whatever
 /// happened, and returns what `write` answered.
-fn with_engine<T>(
-    dir: &std::path::Path,
+pub(crate) fn with_engine<T>(
+    dir: &Path,
     write: impl FnOnce(&Engine) -> Result<T, CliError>,
 ) -> Result<T, CliError> {
     let fail = |e| CliError::engine(dir, e);
@@ -41,7 +42,10 @@ fn with_engine<T>(
 }
 
 /// The open approval of `run`: its step, digest and role.
-fn open_approval(engine: &Engine, run: &RunId) -> actum::Result<Option<(StepId, Digest, String)>> {
+pub(crate) fn open_approval(
+    engine: &Engine,
+    run: &RunId,
+) -> actum::Result<Option<(StepId, Digest, String)>> {
     let book = engine.waits(run)?;
     Ok(book
         .waits
@@ -57,7 +61,7 @@ fn open_approval(engine: &Engine, run: &RunId) -> actum::Result<Option<(StepId, 
 /// (lowercase hex), or why there is none.
 fn the_approval(
     engine: &Engine,
-    dir: &std::path::Path,
+    dir: &Path,
     run: &RunId,
     given: &str,
     as_given: &str,
@@ -84,61 +88,120 @@ fn the_approval(
     Ok((step, digest, role))
 }
 
-/// Runs `approve` (`approve` true) or `reject`.
-pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> {
-    let dir = &args.dir;
+/// An approval decided: its step, the role it was asked of, and whether
+/// deciding it ended the run's wait.
+pub(crate) struct Decided {
+    pub step: StepId,
+    pub role: String,
+    pub woke: bool,
+}
+
+impl Decided {
+    /// What `approve` says of it, for a person.
+    pub(crate) fn sentence(&self, run: &RunId, approve: bool, approver: &str) -> String {
+        format!(
+            "run {run}: step {} {} by {approver} as {}{}",
+            self.step,
+            if approve { "approved" } else { "rejected" },
+            self.role,
+            if self.woke { "; the run can go on" } else { "" }
+        )
+    }
+}
+
+/// Decides the open approval of `run` in `dir` whose arguments' digest
+/// starts with `digest` (8 hex digits or more): approves it (`approve`
+/// true) or rejects it, journaled with `approver` and `note`. Refused,
+/// with nothing written, for a shorter or other digest.
+pub(crate) fn decide(
+    dir: &Path,
+    run: &RunId,
+    digest: &str,
+    approve: bool,
+    approver: &str,
+    note: &str,
+) -> Result<Decided, CliError> {
     let fail = |e| CliError::engine(dir, e);
-    let run = RunId::new(args.run.as_str()).map_err(fail)?;
-    let given = args.digest.to_ascii_lowercase();
+    let given = digest.to_ascii_lowercase();
     if given.len() < DIGEST_PREFIX_MIN || !given.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(CliError::unusable(format!(
-            "--digest {:?}: give at least {DIGEST_PREFIX_MIN} hex digits of the arguments' digest \
-             (`actum show {} {run}` prints them under waits)",
-            args.digest,
+            "--digest {digest:?}: give at least {DIGEST_PREFIX_MIN} hex digits of the arguments' \
+             digest (`actum show {} {run}` prints them under waits)",
             dir.display()
         )));
     }
-    let verb = if approve { "approved" } else { "rejected" };
     // Checked first on a read-only open, so a refused answer writes nothing
     // (an open for writing does); then again under the lock, where it holds.
     {
         let engine = Engine::open_read_only(dir, EngineOptions::default()).map_err(fail)?;
-        the_approval(&engine, dir, &run, &given, &args.digest)?;
+        the_approval(&engine, dir, run, &given, digest)?;
     }
-    let (step, role, woke) = with_engine(dir, |engine| {
-        let (step, digest, role) = the_approval(engine, dir, &run, &given, &args.digest)?;
+    with_engine(dir, |engine| {
+        let (step, args_digest, role) = the_approval(engine, dir, run, &given, digest)?;
         let woke = engine
-            .decide_approval(
-                &run,
-                &step,
-                digest,
-                &args.approver,
-                &role,
-                approve,
-                &args.note,
-            )
+            .decide_approval(run, &step, args_digest, approver, &role, approve, note)
             .map_err(fail)?;
-        Ok((step, role, woke))
-    })?;
+        Ok(Decided { step, role, woke })
+    })
+}
+
+/// Runs `approve` (`approve` true) or `reject`.
+pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> {
+    let dir = &args.dir;
+    let run = RunId::new(args.run.as_str()).map_err(|e| CliError::engine(dir, e))?;
+    let verb = if approve { "approved" } else { "rejected" };
+    let decided = decide(dir, &run, &args.digest, approve, &args.approver, &args.note)?;
     let said = if args.json {
         let value = json!({
             "run": run.as_str(),
-            "step": step.as_str(),
+            "step": decided.step.as_str(),
             "decision": verb,
-            "role": role,
-            "woke": woke,
+            "role": decided.role,
+            "woke": decided.woke,
         });
         writeln!(std::io::stdout(), "{value}")
     } else {
         writeln!(
             std::io::stdout(),
-            "run {run}: step {step} {verb} by {} as {role}{}",
-            args.approver,
-            if woke { "; the run can go on" } else { "" }
+            "{}",
+            decided.sentence(&run, approve, &args.approver)
         )
     };
     said.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// An approval a run waits for.
+pub(crate) struct Pending {
+    pub run: RunId,
+    pub step: StepId,
+    /// The arguments' digest, in full (lowercase hex).
+    pub digest: String,
+    pub role: String,
+    pub opened_ms: u64,
+    pub deadline_ms: Option<u64>,
+}
+
+/// The open approvals of the runs waiting for a person, in run id order.
+pub(crate) fn pending_approvals(engine: &Engine) -> actum::Result<Vec<Pending>> {
+    let mut found = Vec::new();
+    crate::runs::each_run(engine, Some(RunState::WaitingHuman), |run| {
+        let book = engine.waits(&run.id)?;
+        let open = book.waits.into_iter().filter(|w| w.is_open());
+        found.extend(open.filter_map(|w| match w.wait_for {
+            WaitFor::Approval { args_digest, role } => Some(Pending {
+                run: run.id.clone(),
+                step: w.step,
+                digest: args_digest.to_string(),
+                role,
+                opened_ms: w.opened_ms,
+                deadline_ms: w.deadline_ms,
+            }),
+            _ => None,
+        }));
+        Ok(())
+    })?;
+    Ok(found)
 }
 
 /// Runs `signal`.

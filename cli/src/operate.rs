@@ -16,27 +16,69 @@
 //! whether the write succeeded or was refused.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
-use actum::books::{EffectKey, EffectStatus, NAME_LEN_BYTES_MAX, OperatorAction, Outcome, RunId};
-use actum::engine::{Engine, EngineOptions};
+use actum::books::{
+    EffectKey, EffectStatus, NAME_LEN_BYTES_MAX, OperatorAction, Outcome, RunId, RunState,
+};
+use actum::engine::{Engine, EngineOptions, Operated};
 use serde_json::json;
 
 use crate::args::{Found, OperateArgs, ReconcileArgs};
 use crate::failure::CliError;
 
-/// Runs `pause`, `resume` or `cancel`.
-pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliError> {
-    let dir = &args.dir;
+/// An operator's move done: the run's state before, the engine's answer,
+/// and, for a resume, the limits its budget has reached (it pauses again at
+/// its next call unless they are raised).
+pub(crate) struct Moved {
+    pub before: RunState,
+    pub after: Operated,
+    pub budget_full: Vec<String>,
+}
+
+impl Moved {
+    /// What `pause`, `resume` or `cancel` says of it, for a person.
+    pub(crate) fn sentence(&self, run: &RunId, operator: &str, reason: &str) -> String {
+        if self.before == self.after.state {
+            return format!("run {run} is {} already; nothing changed", self.before);
+        }
+        format!(
+            "run {run}: {} -> {} (version {}), by {operator}: {reason}",
+            self.before, self.after.state, self.after.version
+        )
+    }
+
+    /// The warning a resume of a run whose budget is full earns, if it does.
+    pub(crate) fn budget_note(&self, dir: &Path, run: &RunId) -> Option<String> {
+        (!self.budget_full.is_empty()).then(|| {
+            format!(
+                "run {run}'s budget has reached {}: it will pause again at its next call \
+                 unless the budget is raised (`actum budget {} --run {run} ...`)",
+                self.budget_full.join(", "),
+                dir.display()
+            )
+        })
+    }
+}
+
+/// Opens `dir` for writing and makes the operator's move `action` on
+/// `run`, journaled with `operator` and `reason`; closes the engine.
+pub(crate) fn operate_on(
+    dir: &Path,
+    run: &RunId,
+    action: OperatorAction,
+    operator: &str,
+    reason: &str,
+) -> Result<Moved, CliError> {
     let fail = |e| CliError::engine(dir, e);
-    let run = RunId::new(args.run.as_str()).map_err(fail)?;
     let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
     say_leases_released(&engine, dir);
-    let done = operate(&engine, &run, action, args);
+    let done = operate(&engine, run, action, operator, reason);
     // A resumed run whose budget is full pauses again at its next call.
-    let full = match (&done, action) {
+    let budget_full = match (&done, action) {
         (Ok(_), OperatorAction::Resume) => engine
-            .budget(&run)
+            .budget(run)
             .map(|book| crate::paused::budget_full(&book, engine.clock().now_ms()))
             .unwrap_or_default(),
         _ => Vec::new(),
@@ -44,39 +86,36 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
     let closed = engine.close();
     let (before, after) = done.map_err(fail)?;
     closed.map_err(fail)?;
-    if !full.is_empty() {
+    Ok(Moved {
+        before,
+        after,
+        budget_full,
+    })
+}
+
+/// Runs `pause`, `resume` or `cancel`.
+pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliError> {
+    let dir = &args.dir;
+    let run = RunId::new(args.run.as_str()).map_err(|e| CliError::engine(dir, e))?;
+    let moved = operate_on(dir, &run, action, &args.operator, &args.reason)?;
+    if let Some(note) = moved.budget_note(dir, &run) {
         // A failed write to stderr is no reason to fail the command.
-        let _ = writeln!(
-            std::io::stderr(),
-            "note: run {run}'s budget has reached {}: it will pause again at its next call \
-             unless the budget is raised (`actum budget {} --run {run} ...`)",
-            full.join(", "),
-            dir.display()
-        );
+        let _ = writeln!(std::io::stderr(), "note: {note}");
     }
-    let changed = before != after.state;
     let said = if args.json {
         let value = json!({
             "run": run.as_str(),
-            "before": before.name(),
-            "after": after.state.name(),
-            "changed": changed,
-            "version": after.version,
+            "before": moved.before.name(),
+            "after": moved.after.state.name(),
+            "changed": moved.before != moved.after.state,
+            "version": moved.after.version,
         });
         writeln!(std::io::stdout(), "{value}")
-    } else if changed {
-        writeln!(
-            std::io::stdout(),
-            "run {run}: {before} -> {} (version {}), by {}: {}",
-            after.state,
-            after.version,
-            args.operator,
-            args.reason
-        )
     } else {
         writeln!(
             std::io::stdout(),
-            "run {run} is {before} already; nothing changed"
+            "{}",
+            moved.sentence(&run, &args.operator, &args.reason)
         )
     };
     said.map_err(CliError::output)?;
@@ -86,7 +125,7 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
 /// Says on stderr (stdout stays the command's answer) that the open
 /// released the leases of the process that had `dir` before, if it did:
 /// that changed the books too.
-pub fn say_leases_released(engine: &Engine, dir: &std::path::Path) {
+pub fn say_leases_released(engine: &Engine, dir: &Path) {
     let released = engine.recovery().leases_released;
     if released > 0 {
         // A failed write to stderr is no reason to fail the command.
@@ -104,31 +143,88 @@ fn operate(
     engine: &Engine,
     run: &RunId,
     action: OperatorAction,
-    args: &OperateArgs,
-) -> actum::Result<(actum::books::RunState, actum::engine::Operated)> {
+    operator: &str,
+    reason: &str,
+) -> actum::Result<(RunState, Operated)> {
     let before = engine
         .run(run)?
         .ok_or_else(|| actum::Error::NotFound {
             what: format!("run {run}"),
         })?
         .state;
-    let after = engine.operate(run, action, &args.operator, &args.reason)?;
+    let after = engine.operate(run, action, operator, reason)?;
     Ok((before, after))
+}
+
+/// An effect settled by an operator: its status before and after, the step
+/// whose wait it ended, and the sender it was journaled as.
+pub(crate) struct Settled {
+    pub before: &'static str,
+    pub after: &'static str,
+    pub woke: Option<String>,
+    pub sender: String,
+}
+
+impl Settled {
+    /// What `reconcile` says of it, for a person, one line each.
+    pub(crate) fn lines(&self, key: &EffectKey) -> Vec<String> {
+        if self.before == self.after {
+            return vec![format!(
+                "effect {key} is {} already; nothing changed",
+                self.after
+            )];
+        }
+        let mut lines = vec![format!(
+            "effect {key}: {} -> {} (journaled as from {:?})",
+            self.before, self.after, self.sender
+        )];
+        if let Some(step) = &self.woke {
+            lines.push(format!(
+                "run {}: its wait at step {step} ended; a worker can claim the run again",
+                key.run()
+            ));
+        }
+        lines
+    }
+}
+
+/// Opens `dir` for writing and settles the effect `key` to `outcome`, as
+/// found out by `operator` (`reason` says how); closes the engine. Refused,
+/// with nothing written, if the two do not fit one name.
+pub(crate) fn settle_in(
+    dir: &Path,
+    key: &EffectKey,
+    outcome: Outcome,
+    operator: &str,
+    reason: &str,
+) -> Result<Settled, CliError> {
+    let fail = |e| CliError::engine(dir, e);
+    let sender = format!("operator {operator}: {reason}");
+    if sender.len() > NAME_LEN_BYTES_MAX {
+        return Err(CliError::unusable(format!(
+            "the operator and the reason are journaled together as {sender:?}, {} bytes; they \
+             must fit {NAME_LEN_BYTES_MAX}: shorten the reason",
+            sender.len()
+        )));
+    }
+    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
+    say_leases_released(&engine, dir);
+    let done = settle(&engine, key, outcome, &sender);
+    let closed = engine.close();
+    let (before, after, woke) = done.map_err(fail)?;
+    closed.map_err(fail)?;
+    Ok(Settled {
+        before,
+        after,
+        woke,
+        sender,
+    })
 }
 
 /// Runs `reconcile`.
 pub fn reconcile(args: &ReconcileArgs) -> Result<ExitCode, CliError> {
     let dir = &args.dir;
-    let fail = |e| CliError::engine(dir, e);
-    let key = EffectKey::parse(&args.key).map_err(fail)?;
-    let sender = format!("operator {}: {}", args.operator, args.reason);
-    if sender.len() > NAME_LEN_BYTES_MAX {
-        return Err(CliError::unusable(format!(
-            "--operator and --reason are journaled together as {sender:?}, {} bytes; they must \
-             fit {NAME_LEN_BYTES_MAX}: shorten the reason",
-            sender.len()
-        )));
-    }
+    let key = EffectKey::parse(&args.key).map_err(|e| CliError::engine(dir, e))?;
     let outcome = match args.outcome {
         Found::Confirmed => Outcome::Confirmed {
             receipt: args.receipt.clone().unwrap_or_default().into_bytes(),
@@ -138,23 +234,22 @@ pub fn reconcile(args: &ReconcileArgs) -> Result<ExitCode, CliError> {
             reason: args.error.clone().unwrap_or_default(),
         },
     };
-    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
-    say_leases_released(&engine, dir);
-    let done = settle(&engine, &key, outcome, &sender);
-    let closed = engine.close();
-    let (before, after, woke) = done.map_err(fail)?;
-    closed.map_err(fail)?;
+    let settled = settle_in(dir, &key, outcome, &args.operator, &args.reason)?;
     let said = if args.json {
         let value = json!({
             "key": key.to_string(),
-            "before": before,
-            "after": after,
-            "changed": before != after,
-            "wait_ended_at_step": woke,
+            "before": settled.before,
+            "after": settled.after,
+            "changed": settled.before != settled.after,
+            "wait_ended_at_step": settled.woke,
         });
         writeln!(std::io::stdout(), "{value}")
     } else {
-        say_settled(&key, (before, after), woke.as_deref(), &sender)
+        let mut out = std::io::stdout().lock();
+        settled
+            .lines(&key)
+            .iter()
+            .try_for_each(|line| writeln!(out, "{line}"))
     };
     said.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
@@ -178,28 +273,4 @@ fn settle(
         "a confirmed entry is never settled again"
     );
     Ok((before, after, woke.map(|step| step.to_string())))
-}
-
-fn say_settled(
-    key: &EffectKey,
-    (before, after): (&str, &str),
-    woke: Option<&str>,
-    sender: &str,
-) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    if before == after {
-        return writeln!(out, "effect {key} is {after} already; nothing changed");
-    }
-    writeln!(
-        out,
-        "effect {key}: {before} -> {after} (journaled as from {sender:?})"
-    )?;
-    if let Some(step) = woke {
-        writeln!(
-            out,
-            "run {}: its wait at step {step} ended; a worker can claim the run again",
-            key.run()
-        )?;
-    }
-    Ok(())
 }

@@ -10,39 +10,11 @@ mod support;
 
 use std::path::Path;
 
-use actum::books::{RunId, RunState, StepId, WaitFor, WaitStatus, WorkerId, digest_of};
+use actum::books::{RunId, StepId, WaitFor, WaitStatus, digest_of};
 use actum::engine::{Engine, EngineOptions};
 use support::*;
 
 const ARGS: &[u8] = b"refund 120 EUR to order-17";
-
-/// Creates run `name` of `agent`, leases it to worker `w` and starts it.
-fn running_run(engine: &Engine, name: &str, agent: &str) -> (RunId, actum::engine::LeaseGrant) {
-    let run = RunId::new(name).unwrap();
-    engine
-        .create_run(actum::books::CreateRun {
-            run: run.clone(),
-            input_digest: digest_of(name.as_bytes()),
-            agent_version: agent.into(),
-            trace_id: "t".into(),
-            parent: None,
-            input: None,
-        })
-        .unwrap();
-    let grant = engine
-        .acquire_lease(&run, &WorkerId::new("w").unwrap(), LEASE_MS)
-        .unwrap();
-    engine
-        .transition(actum::books::Transition {
-            run: run.clone(),
-            guard: grant.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "test".into(),
-        })
-        .unwrap();
-    (run, grant)
-}
 
 /// A database with runs `a1` and `a2` waiting for an approval of `ARGS` by
 /// role `finance`; and the known runs (`r-waiting` waits for signal `paid`).
