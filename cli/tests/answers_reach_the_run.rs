@@ -10,7 +10,7 @@ mod support;
 
 use std::path::Path;
 
-use actum::books::{RunId, StepId, WaitFor, WaitStatus, digest_of};
+use actum::books::{RunId, StepId, WaitStatus, digest_of};
 use actum::engine::{Engine, EngineOptions};
 use support::*;
 
@@ -22,21 +22,7 @@ fn db_with_approvals() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let engine = build_known(dir.path());
     for run in ["a1", "a2"] {
-        let (run, grant) = running_run(&engine, run, "refund@1");
-        engine
-            .open_wait(
-                &run,
-                &grant.guard,
-                &StepId::new("refund").unwrap(),
-                WaitFor::Approval {
-                    args_digest: digest_of(ARGS),
-                    role: "finance".into(),
-                },
-                // Open for two days: still open when the command runs.
-                Some(engine.clock().now_ms() + 2 * LEASE_MS),
-                "a refund over 100 EUR",
-            )
-            .unwrap();
+        wait_for_approval(&engine, run, ARGS, "a refund over 100 EUR");
     }
     engine.close().unwrap();
     dir

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use actum::books::{RunId, RunState, StepId, WaitFor, WaitStatus, digest_of};
+use actum::books::{RunId, RunState, WaitStatus, digest_of};
 use actum::engine::{Engine, EngineOptions};
 use support::*;
 
@@ -26,20 +26,7 @@ const EVIL: &str = "<script>alert('boo')</script>";
 fn db_with_an_approval() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let engine = build_known(dir.path());
-    let (run, grant) = running_run(&engine, "a1", "refund@1");
-    engine
-        .open_wait(
-            &run,
-            &grant.guard,
-            &StepId::new("refund").unwrap(),
-            WaitFor::Approval {
-                args_digest: digest_of(ARGS),
-                role: "finance".into(),
-            },
-            Some(engine.clock().now_ms() + 2 * LEASE_MS),
-            EVIL,
-        )
-        .unwrap();
+    wait_for_approval(&engine, "a1", ARGS, EVIL);
     engine.close().unwrap();
     dir
 }
@@ -108,6 +95,17 @@ impl Drop for Ui {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The form that pauses the pending run, with `token`.
+fn pause_pending(token: &str) -> [(&str, &str); 5] {
+    [
+        ("token", token),
+        ("run", runs::PENDING),
+        ("action", "pause"),
+        ("operator", "ann"),
+        ("reason", "looks wrong"),
+    ]
 }
 
 fn read_engine(db: &Path) -> Engine {
@@ -258,14 +256,7 @@ fn writes_with_the_token_are_journaled_with_the_operator_and_reason() {
         said.contains("step refund approved by ann as finance"),
         "{said}"
     );
-    let pause = [
-        ("token", ui.token.as_str()),
-        ("run", runs::PENDING),
-        ("action", "pause"),
-        ("operator", "ann"),
-        ("reason", "looks wrong"),
-    ];
-    let (status, said) = ui.post("/operate", &pause);
+    let (status, said) = ui.post("/operate", &pause_pending(&ui.token));
     assert_eq!(status, 200, "{said}");
     let settle = [
         ("token", ui.token.as_str()),
@@ -336,14 +327,7 @@ fn a_write_to_a_live_database_says_why_it_cannot_be_made() {
     let (status, runs) = ui.get("/runs");
     assert_eq!(status, 200);
     assert!(runs.contains("live database"), "{runs}");
-    let pause = [
-        ("token", ui.token.as_str()),
-        ("run", runs::PENDING),
-        ("action", "pause"),
-        ("operator", "ann"),
-        ("reason", "looks wrong"),
-    ];
-    let (status, said) = ui.post("/operate", &pause);
+    let (status, said) = ui.post("/operate", &pause_pending(&ui.token));
     assert_eq!(status, 409, "{said}");
     assert!(said.contains("open in another process"), "{said}");
     let pending = RunId::new(runs::PENDING).unwrap();

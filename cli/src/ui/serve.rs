@@ -90,8 +90,18 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// A page, or why there is none: its status and message.
-type Shown = Result<String, (StatusCode, String)>;
+/// Why a page cannot be shown: a request the page cannot read (its status
+/// and why), or the engine's error (500, the message naming the directory).
+enum Unshown {
+    Bad(StatusCode, String),
+    Engine(actum::Error),
+}
+
+impl From<actum::Error> for Unshown {
+    fn from(error: actum::Error) -> Unshown {
+        Unshown::Engine(error)
+    }
+}
 
 /// Renders a page from a read of the database, off the async threads;
 /// sets the token's cookie when the query brought it.
@@ -99,7 +109,9 @@ async fn read_page(
     app: Arc<App>,
     query: pages::Query,
     headers: HeaderMap,
-    render: impl FnOnce(&Reading, &pages::Query, Option<&str>) -> Shown + Send + 'static,
+    render: impl FnOnce(&Reading, &pages::Query, Option<&str>) -> Result<String, Unshown>
+    + Send
+    + 'static,
 ) -> Response {
     let (token, set_cookie) = app.known(&query, &headers);
     let cookie = format!(
@@ -108,7 +120,10 @@ async fn read_page(
     );
     let shown = tokio::task::spawn_blocking(move || {
         let reading = open_to_read(&app.dir).map_err(|e| engine_failed(&app, e))?;
-        render(&reading, &query, token.as_deref())
+        render(&reading, &query, token.as_deref()).map_err(|unshown| match unshown {
+            Unshown::Bad(status, message) => (status, message),
+            Unshown::Engine(e) => engine_failed(&app, e),
+        })
     })
     .await
     .unwrap_or_else(|e| Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string())));
@@ -133,20 +148,19 @@ fn engine_failed(app: &App, error: actum::Error) -> (StatusCode, String) {
     (StatusCode::INTERNAL_SERVER_ERROR, message)
 }
 
+/// A request the page cannot read: 400, and why.
+fn unreadable(why: String) -> Unshown {
+    Unshown::Bad(StatusCode::BAD_REQUEST, why)
+}
+
 async fn runs(
     State(app): State<Arc<App>>,
     Query(q): Query<pages::Query>,
     h: HeaderMap,
 ) -> Response {
-    let dir = app.dir.clone();
-    read_page(app, q, h, move |reading, query, token| {
-        let filter = pages::filter(query).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-        let listing = crate::runs::list(&reading.engine, &filter).map_err(|e| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: {e}", dir.display()),
-            )
-        })?;
+    read_page(app, q, h, |reading, query, token| {
+        let filter = pages::filter(query).map_err(unreadable)?;
+        let listing = crate::runs::list(&reading.engine, &filter)?;
         Ok(pages::runs(
             &listing,
             query,
@@ -163,24 +177,12 @@ async fn run(
     Query(q): Query<pages::Query>,
     h: HeaderMap,
 ) -> Response {
-    let dir = app.dir.clone();
     read_page(app, q, h, move |reading, _, token| {
-        let failed = |e: actum::Error| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: {e}", dir.display()),
-            )
-        };
-        let id = RunId::new(run.as_str()).map_err(|e| (StatusCode::NOT_FOUND, e.to_string()))?;
-        let story = crate::show::gather(&reading.engine, &id)
-            .map_err(failed)?
-            .ok_or_else(|| {
-                (
-                    StatusCode::NOT_FOUND,
-                    format!("{}: no run {id}", dir.display()),
-                )
-            })?;
-        let approval = crate::answer::open_approval(&reading.engine, &id).map_err(failed)?;
+        let missing = |why: String| Unshown::Bad(StatusCode::NOT_FOUND, why);
+        let id = RunId::new(run.as_str()).map_err(|e| missing(e.to_string()))?;
+        let story = crate::show::gather(&reading.engine, &id)?
+            .ok_or_else(|| missing(format!("no run {id} (the runs page lists them)")))?;
+        let approval = crate::answer::open_approval(&reading.engine, &id)?;
         Ok(story::run_page(
             &story,
             approval.as_ref().map(|(_, d, _)| d),
@@ -195,20 +197,13 @@ async fn stuck(
     Query(q): Query<pages::Query>,
     h: HeaderMap,
 ) -> Response {
-    let dir = app.dir.clone();
-    read_page(app, q, h, move |reading, query, token| {
+    read_page(app, q, h, |reading, query, token| {
         let older_than = query
             .get("older_than")
             .map_or("1h", |v| v.trim())
             .to_string();
-        let older_than_ms =
-            parse_duration_ms(&older_than).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-        let rows = crate::stuck::gather(&reading.engine, older_than_ms).map_err(|e| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: {e}", dir.display()),
-            )
-        })?;
+        let older_than_ms = parse_duration_ms(&older_than).map_err(unreadable)?;
+        let rows = crate::stuck::gather(&reading.engine, older_than_ms)?;
         Ok(pages::stuck(
             &rows,
             &older_than,
@@ -224,14 +219,8 @@ async fn approvals(
     Query(q): Query<pages::Query>,
     h: HeaderMap,
 ) -> Response {
-    let dir = app.dir.clone();
-    read_page(app, q, h, move |reading, _, token| {
-        pages::approvals(&reading.engine, &reading.as_of(), token).map_err(|e| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: {e}", dir.display()),
-            )
-        })
+    read_page(app, q, h, |reading, _, token| {
+        Ok(pages::approvals(&reading.engine, &reading.as_of(), token)?)
     })
     .await
 }
@@ -241,14 +230,8 @@ async fn unknown(
     Query(q): Query<pages::Query>,
     h: HeaderMap,
 ) -> Response {
-    let dir = app.dir.clone();
-    read_page(app, q, h, move |reading, _, token| {
-        pages::unknown(&reading.engine, &reading.as_of(), token).map_err(|e| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: {e}", dir.display()),
-            )
-        })
+    read_page(app, q, h, |reading, _, token| {
+        Ok(pages::unknown(&reading.engine, &reading.as_of(), token)?)
     })
     .await
 }

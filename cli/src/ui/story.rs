@@ -29,6 +29,22 @@ struct Bar {
     tip: String,
 }
 
+/// A row of the time line with one mark, from `span.0` to `span.1`.
+fn one_bar(
+    label: String,
+    (from_ms, to_ms): (u64, u64),
+    fill: &'static str,
+    tip: String,
+) -> (String, Vec<Bar>) {
+    let bar = Bar {
+        from_ms,
+        to_ms,
+        fill,
+        tip,
+    };
+    (label, vec![bar])
+}
+
 /// The colour of a state's or an outcome's bar.
 fn colour(name: &str) -> &'static str {
     match name {
@@ -79,14 +95,11 @@ fn timeline(s: &Story) -> String {
             fmt_local(st.intended_ms),
             span(st.intended_ms, st.settled_ms, s.now_ms)
         );
-        rows.push((
+        rows.push(one_bar(
             format!("step {}", st.key),
-            vec![Bar {
-                from_ms: st.intended_ms,
-                to_ms: st.settled_ms.unwrap_or(end_ms),
-                fill: colour(st.outcome),
-                tip,
-            }],
+            (st.intended_ms, st.settled_ms.unwrap_or(end_ms)),
+            colour(st.outcome),
+            tip,
         ));
     }
     for w in &s.waits {
@@ -96,14 +109,11 @@ fn timeline(s: &Story) -> String {
             w.how,
             span(w.opened_ms, w.ended_ms, s.now_ms)
         );
-        rows.push((
+        rows.push(one_bar(
             format!("wait {}", w.step),
-            vec![Bar {
-                from_ms: w.opened_ms,
-                to_ms: w.ended_ms.unwrap_or(end_ms),
-                fill: colour(w.how),
-                tip,
-            }],
+            (w.opened_ms, w.ended_ms.unwrap_or(end_ms)),
+            colour(w.how),
+            tip,
         ));
     }
     let height = ROW_HEIGHT_PX * (rows.len() as u32 + 1);

@@ -355,3 +355,24 @@ pub fn running_run(engine: &Engine, name: &str, agent: &str) -> (RunId, LeaseGra
         .unwrap();
     (run, grant)
 }
+
+/// Creates run `name` of `refund@1` and makes it wait at step `refund`
+/// for role `finance` to approve `args`, for two days (still open when a
+/// command runs); `why` is journaled with the wait.
+pub fn wait_for_approval(engine: &Engine, name: &str, args: &[u8], why: &str) -> RunId {
+    let (run, grant) = running_run(engine, name, "refund@1");
+    engine
+        .open_wait(
+            &run,
+            &grant.guard,
+            &StepId::new("refund").unwrap(),
+            WaitFor::Approval {
+                args_digest: digest_of(args),
+                role: "finance".into(),
+            },
+            Some(engine.clock().now_ms() + 2 * LEASE_MS),
+            why,
+        )
+        .unwrap();
+    run
+}
