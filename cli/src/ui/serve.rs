@@ -81,8 +81,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/runs", get(runs))
         .route("/runs/{run}", get(run))
         .route("/stuck", get(stuck))
-        .route("/approvals", get(approvals))
-        .route("/unknown", get(unknown))
+        .route(
+            "/approvals",
+            get(|s, q, h| engine_page(s, q, h, pages::approvals)),
+        )
+        .route(
+            "/unknown",
+            get(|s, q, h| engine_page(s, q, h, pages::unknown)),
+        )
         .route("/metrics", get(metrics))
         .route("/approve", post(approve))
         .route("/reconcile", post(reconcile))
@@ -214,24 +220,19 @@ async fn stuck(
     .await
 }
 
-async fn approvals(
-    State(app): State<Arc<App>>,
-    Query(q): Query<pages::Query>,
-    h: HeaderMap,
-) -> Response {
-    read_page(app, q, h, |reading, _, token| {
-        Ok(pages::approvals(&reading.engine, &reading.as_of(), token)?)
-    })
-    .await
-}
+/// A page drawn from the engine alone (`pages::approvals`,
+/// `pages::unknown`).
+type EnginePage = fn(&actum::engine::Engine, &str, Option<&str>) -> actum::Result<String>;
 
-async fn unknown(
+/// The handler of the page `draw` draws.
+async fn engine_page(
     State(app): State<Arc<App>>,
     Query(q): Query<pages::Query>,
     h: HeaderMap,
+    draw: EnginePage,
 ) -> Response {
-    read_page(app, q, h, |reading, _, token| {
-        Ok(pages::unknown(&reading.engine, &reading.as_of(), token)?)
+    read_page(app, q, h, move |reading, _, token| {
+        Ok(draw(&reading.engine, &reading.as_of(), token)?)
     })
     .await
 }
@@ -355,17 +356,25 @@ fn choose<T: Copy>(given: &str, what: &str, choices: &[(&str, T)]) -> Result<T, 
         })
 }
 
-async fn approve(State(app): State<Arc<App>>, Form(f): Form<ApproveForm>) -> Response {
-    if let Some(refused) = refuse(&app, &f.who) {
-        return refused;
+/// The form's choice among `choices` (`given`, the `what` field), if the
+/// write may go ahead (`refuse`); else the answer that says why not.
+fn admit<T: Copy>(
+    app: &App,
+    who: &Who,
+    (what, given): (&str, &str),
+    choices: &[(&str, T)],
+) -> Result<T, Box<Response>> {
+    if let Some(refused) = refuse(app, who) {
+        return Err(Box::new(refused));
     }
-    let approve = match choose(
-        &f.decision,
-        "decision",
-        &[("approve", true), ("reject", false)],
-    ) {
+    choose(given, what, choices).map_err(|why| Box::new(bad_request(&why)))
+}
+
+async fn approve(State(app): State<Arc<App>>, Form(f): Form<ApproveForm>) -> Response {
+    let decisions = [("approve", true), ("reject", false)];
+    let approve = match admit(&app, &f.who, ("decision", &f.decision), &decisions) {
         Ok(approve) => approve,
-        Err(why) => return bad_request(&why),
+        Err(refused) => return *refused,
     };
     let (dir, run) = (app.dir.clone(), f.run.clone());
     write(Some(f.run.clone()), move || {
@@ -382,13 +391,10 @@ async fn approve(State(app): State<Arc<App>>, Form(f): Form<ApproveForm>) -> Res
 }
 
 async fn reconcile(State(app): State<Arc<App>>, Form(f): Form<ReconcileForm>) -> Response {
-    if let Some(refused) = refuse(&app, &f.who) {
-        return refused;
-    }
     let outcomes = [("confirmed", Found::Confirmed), ("failed", Found::Failed)];
-    let found = match choose(&f.outcome, "outcome", &outcomes) {
+    let found = match admit(&app, &f.who, ("outcome", &f.outcome), &outcomes) {
         Ok(found) => found,
-        Err(why) => return bad_request(&why),
+        Err(refused) => return *refused,
     };
     let run = f.key.split('/').next().map(str::to_string);
     let dir = app.dir.clone();
@@ -406,17 +412,14 @@ async fn reconcile(State(app): State<Arc<App>>, Form(f): Form<ReconcileForm>) ->
 }
 
 async fn operate(State(app): State<Arc<App>>, Form(f): Form<OperateForm>) -> Response {
-    if let Some(refused) = refuse(&app, &f.who) {
-        return refused;
-    }
     let actions = [
         ("pause", OperatorAction::Pause),
         ("resume", OperatorAction::Resume),
         ("cancel", OperatorAction::Cancel),
     ];
-    let action = match choose(&f.action, "action", &actions) {
+    let action = match admit(&app, &f.who, ("action", &f.action), &actions) {
         Ok(action) => action,
-        Err(why) => return bad_request(&why),
+        Err(refused) => return *refused,
     };
     let (dir, run) = (app.dir.clone(), f.run.clone());
     write(Some(f.run.clone()), move || {
