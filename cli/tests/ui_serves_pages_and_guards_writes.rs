@@ -79,6 +79,21 @@ impl Ui {
         (response.status().as_u16(), body)
     }
 
+    /// GET `path` with `cookie`: the body, and the cookie the answer sets.
+    fn get_with_cookie(&self, path: &str, cookie: &str) -> (String, Option<String>) {
+        let mut response = Ui::agent()
+            .get(format!("{}{path}", self.base))
+            .header("Cookie", cookie)
+            .call()
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let set = response
+            .headers()
+            .get("set-cookie")
+            .map(|v| v.to_str().unwrap().to_string());
+        (response.body_mut().read_to_string().unwrap(), set)
+    }
+
     /// POST `form` to `path`: the status and the body.
     fn post(&self, path: &str, form: &[(&str, &str)]) -> (u16, String) {
         let mut response = Ui::agent()
@@ -157,10 +172,22 @@ fn every_page_answers_with_the_books_and_escapes_them() {
     let (status, approvals) = ui.get("/approvals");
     assert_eq!(status, 200);
     assert!(approvals.contains("/runs/a1") && !approvals.contains("name=\"token\""));
-    let (status, approvals) = ui.get(&format!("/approvals?token={}", ui.token));
-    assert_eq!(status, 200);
+    // The URL with the token sets a cookie; the cookie alone then shows them.
+    let (approvals, set) = ui.get_with_cookie(&format!("/approvals?token={}", ui.token), "");
     assert!(approvals.contains("id=\"approve\""), "{approvals}");
     assert!(approvals.contains(&digest_of(ARGS).to_string()));
+    let cookie = set.unwrap().split(';').next().unwrap().to_string();
+    assert!(cookie.ends_with(&format!("={}", ui.token)), "{cookie}");
+    let (approvals, set) = ui.get_with_cookie("/approvals", &cookie);
+    assert!(
+        approvals.contains("id=\"approve\"") && set.is_none(),
+        "{approvals}"
+    );
+    let (approvals, _) = ui.get_with_cookie("/approvals", &format!("{cookie}0"));
+    assert!(
+        !approvals.contains("name=\"token\""),
+        "a wrong cookie showed the forms"
+    );
 
     let (status, unknown) = ui.get("/unknown");
     assert_eq!(status, 200);

@@ -61,15 +61,13 @@ impl App {
         {
             return (Some(self.token.clone()), true);
         }
-        let cookies = headers
+        let kept = headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
-            .filter_map(|c| c.trim().split_once('='));
-        let mut cookies = cookies;
-        let kept =
-            cookies.any(|(name, value)| name == self.cookie && token::matches(&self.token, value));
+            .filter_map(|c| c.trim().split_once('='))
+            .any(|(name, value)| name == self.cookie && token::matches(&self.token, value));
         (kept.then(|| self.token.clone()), false)
     }
 }
