@@ -77,3 +77,28 @@ pub fn exposition(engine: &Engine) -> actum::Result<String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_has_its_own_help_and_every_state_a_count() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary directory: {e}"));
+        let engine = Engine::open(dir.path(), actum::engine::EngineOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.path().display()));
+        let text = exposition(&engine).unwrap_or_else(|e| panic!("metrics: {e}"));
+        assert!(
+            !text.contains("see actum::engine::Metrics"),
+            "a metric has no help line of its own: {text}"
+        );
+        assert!(
+            text.contains("# TYPE actum_fsyncs counter\nactum_fsyncs "),
+            "{text}"
+        );
+        for state in RunState::ALL {
+            let line = format!("actum_runs{{state=\"{}\"}} 0\n", state.name());
+            assert!(text.contains(&line), "{line} missing: {text}");
+        }
+    }
+}

@@ -34,6 +34,9 @@ pub struct App {
     /// The cookie's name: one per port, so two pages on one host keep
     /// their own tokens.
     cookie: String,
+    /// Held through each write: two writes from the page at once would
+    /// otherwise find the directory locked by each other.
+    writing: std::sync::Mutex<()>,
 }
 
 impl App {
@@ -44,6 +47,7 @@ impl App {
             dir,
             token,
             cookie: format!("actum_ui_token_{port}"),
+            writing: std::sync::Mutex::new(()),
         }
     }
 
@@ -325,15 +329,20 @@ fn bad_request(message: &str) -> Response {
     (StatusCode::BAD_REQUEST, Html(said)).into_response()
 }
 
-/// Runs `write` off the async threads; the page says what it did, or why
-/// it did nothing.
+/// Runs `write` off the async threads, one write at a time; the page says
+/// what it did, or why it did nothing.
 async fn write(
+    app: Arc<App>,
     run: Option<String>,
     write: impl FnOnce() -> act::Acted + Send + 'static,
 ) -> Response {
-    let acted = tokio::task::spawn_blocking(write)
-        .await
-        .unwrap_or_else(|e| Err(format!("Nothing was changed: {e}")));
+    let acted = tokio::task::spawn_blocking(move || {
+        // A write that panicked poisoned nothing the next one reads.
+        let _one = app.writing.lock().unwrap_or_else(|p| p.into_inner());
+        write()
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("Nothing was changed: {e}")));
     let status = if acted.is_ok() {
         StatusCode::OK
     } else {
@@ -375,7 +384,7 @@ async fn approve(State(app): State<Arc<App>>, Form(f): Form<ApproveForm>) -> Res
         Err(refused) => return *refused,
     };
     let (dir, run) = (app.dir.clone(), f.run.clone());
-    write(Some(f.run.clone()), move || {
+    write(app.clone(), Some(f.run.clone()), move || {
         act::approve(
             &dir,
             &run,
@@ -396,7 +405,7 @@ async fn reconcile(State(app): State<Arc<App>>, Form(f): Form<ReconcileForm>) ->
     };
     let run = f.key.split('/').next().map(str::to_string);
     let dir = app.dir.clone();
-    write(run, move || {
+    write(app.clone(), run, move || {
         act::reconcile(
             &dir,
             &f.key,
@@ -420,7 +429,7 @@ async fn operate(State(app): State<Arc<App>>, Form(f): Form<OperateForm>) -> Res
         Err(refused) => return *refused,
     };
     let (dir, run) = (app.dir.clone(), f.run.clone());
-    write(Some(f.run.clone()), move || {
+    write(app.clone(), Some(f.run.clone()), move || {
         act::operate(&dir, &run, action, &f.who.operator, &f.who.reason)
     })
     .await
