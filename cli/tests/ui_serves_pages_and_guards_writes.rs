@@ -174,13 +174,13 @@ fn every_page_answers_with_the_books_and_escapes_them() {
     assert!(approvals.contains("/runs/a1") && !approvals.contains("name=\"token\""));
     // The URL with the token sets a cookie; the cookie alone then shows them.
     let (approvals, set) = ui.get_with_cookie(&format!("/approvals?token={}", ui.token), "");
-    assert!(approvals.contains("id=\"approve\""), "{approvals}");
+    assert!(approvals.contains("value=\"approve\""), "{approvals}");
     assert!(approvals.contains(&digest_of(ARGS).to_string()));
     let cookie = set.unwrap().split(';').next().unwrap().to_string();
     assert!(cookie.ends_with(&format!("={}", ui.token)), "{cookie}");
     let (approvals, set) = ui.get_with_cookie("/approvals", &cookie);
     assert!(
-        approvals.contains("id=\"approve\"") && set.is_none(),
+        approvals.contains("value=\"approve\"") && set.is_none(),
         "{approvals}"
     );
     let (approvals, _) = ui.get_with_cookie("/approvals", &format!("{cookie}0"));

@@ -109,7 +109,7 @@ def test_an_operator_approves_from_the_page(ui, browser):
     form = browser.find_element(By.CSS_SELECTOR, "form[action='/approve']")
     form.find_element(By.NAME, "operator").send_keys("ann")
     form.find_element(By.NAME, "reason").send_keys("order 17 checked")
-    form.find_element(By.ID, "approve").click()
+    form.find_element(By.CSS_SELECTOR, "button[value='approve']").click()
     result = wait.until(seen.presence_of_element_located((By.ID, "result")))
     assert "approved by ann as finance" in result.text, result.text
 

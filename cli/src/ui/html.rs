@@ -120,8 +120,8 @@ pub fn approval_form(token: Option<&str>, run: &str, digest: &str) -> String {
         "<form method=\"post\" action=\"/approve\" class=\"inline\">\
          <input type=\"hidden\" name=\"run\" value=\"{}\">\
          <input type=\"hidden\" name=\"digest\" value=\"{}\">{}\
-         <button name=\"decision\" value=\"approve\" id=\"approve\">Approve</button> \
-         <button name=\"decision\" value=\"reject\" id=\"reject\">Reject</button></form>",
+         <button name=\"decision\" value=\"approve\">Approve</button> \
+         <button name=\"decision\" value=\"reject\">Reject</button></form>",
         esc(run),
         esc(digest),
         who_and_why(token)
