@@ -10,12 +10,15 @@
 # against the langgraph-checkpoint users install today), the module built
 # into it (a debug build, incremental in target/), then pytest over
 # python/tests: the module's tests, LangGraph's conformance suite over
-# ActumSaver, and the crash test's quick mode. Exits non-zero on any failure.
+# ActumSaver, the crash test's quick mode, and `actum ui` driven in headless
+# Chromium (selenium, and Debian's chromium and chromedriver, installed when
+# missing). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 MATURIN_VERSION=1.16.0
 PYTEST_VERSION=9.2.0
+SELENIUM_VERSION=4.51.0
 VENV=target/venv
 
 if [ "${1:-}" != "--python-only" ]; then
@@ -37,11 +40,22 @@ if [ ! -x "$VENV/bin/python" ]; then
     fi
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "maturin==${MATURIN_VERSION}" "pytest==${PYTEST_VERSION}" \
+    "maturin==${MATURIN_VERSION}" "pytest==${PYTEST_VERSION}" "selenium==${SELENIUM_VERSION}" \
     --upgrade langgraph langgraph-checkpoint langgraph-checkpoint-sqlite \
     langgraph-checkpoint-conformance
 "$VENV/bin/python" -m pip list --disable-pip-version-check 2>/dev/null |
     grep -E '^langgraph' | sed 's/^/test.sh: /' >&2
+# The browser test drives `actum ui` in Debian's headless Chromium with
+# Selenium, through Debian's chromedriver, and runs the `actum` binary:
+# the one `cargo test --workspace` built, or, with --python-only, built here.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    echo "test.sh: no chromium or chromedriver on this machine; installing Debian's" >&2
+    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+if [ "${1:-}" = "--python-only" ]; then
+    cargo build --quiet -p actum-cli
+fi
+export ACTUM_BIN="$PWD/target/debug/actum"
 # maturin develop builds the module (the crate at python/, with the
 # extension-module feature pyproject.toml names) and installs it into the
 # environment VIRTUAL_ENV names.

@@ -14,14 +14,14 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use actum::books::{BudgetLimits, RunId};
+use actum::books::{BudgetLimits, Digest, RunId, RunState, StepId, WaitFor};
+use actum::engine::Engine;
 use actum::operator::{Act, DIGEST_PREFIX_MIN, Done, Request, the_approval};
 use serde_json::json;
 
 use crate::args::{ApproveArgs, BudgetArgs, SignalArgs};
 use crate::failure::CliError;
-use crate::operate::say_other;
-use crate::operator::{carry, made_up_id};
+use crate::operator::{carry_and_say, made_up_id};
 
 /// Runs `approve` (`approve` true) or `reject`.
 pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> {
@@ -58,36 +58,69 @@ pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> 
             approve,
         },
     };
-    let (done, via) = carry(dir, &request)?;
     let verb = if approve { "approved" } else { "rejected" };
-    let said = match done {
+    carry_and_say(dir, &request, args.json, |done| match done {
         Done::Approval {
             step, role, woke, ..
-        } => {
-            if args.json {
-                let value = json!({
-                    "run": run.as_str(),
-                    "step": step.as_str(),
-                    "decision": verb,
-                    "role": role,
-                    "woke": woke,
-                    "request": request.id,
-                    "via": via.name(),
-                });
-                writeln!(std::io::stdout(), "{value}")
-            } else {
-                writeln!(
-                    std::io::stdout(),
-                    "run {run}: step {step} {verb} by {} as {role}{}",
-                    args.approver,
-                    if woke { "; the run can go on" } else { "" }
-                )
-            }
-        }
-        other => say_other(&request, &other, args.json),
-    };
-    said.map_err(CliError::output)?;
+        } => Some(json!({
+            "run": run.as_str(),
+            "step": step.as_str(),
+            "decision": verb,
+            "role": role,
+            "woke": woke,
+        })),
+        _ => None,
+    })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The open approval of `run`: its step, digest and role.
+pub(crate) fn open_approval(
+    engine: &Engine,
+    run: &RunId,
+) -> actum::Result<Option<(StepId, Digest, String)>> {
+    let book = engine.waits(run)?;
+    Ok(book
+        .waits
+        .into_iter()
+        .filter(|w| w.is_open())
+        .find_map(|w| match w.wait_for {
+            WaitFor::Approval { args_digest, role } => Some((w.step, args_digest, role)),
+            _ => None,
+        }))
+}
+
+/// An approval a run waits for.
+pub(crate) struct Pending {
+    pub run: RunId,
+    pub step: StepId,
+    /// The arguments' digest, in full (lowercase hex).
+    pub digest: String,
+    pub role: String,
+    pub opened_ms: u64,
+    pub deadline_ms: Option<u64>,
+}
+
+/// The open approvals of the runs waiting for a person, in run id order.
+pub(crate) fn pending_approvals(engine: &Engine) -> actum::Result<Vec<Pending>> {
+    let mut found = Vec::new();
+    crate::runs::each_run(engine, Some(RunState::WaitingHuman), |run| {
+        let book = engine.waits(&run.id)?;
+        let open = book.waits.into_iter().filter(|w| w.is_open());
+        found.extend(open.filter_map(|w| match w.wait_for {
+            WaitFor::Approval { args_digest, role } => Some(Pending {
+                run: run.id.clone(),
+                step: w.step,
+                digest: args_digest.to_string(),
+                role,
+                opened_ms: w.opened_ms,
+                deadline_ms: w.deadline_ms,
+            }),
+            _ => None,
+        }));
+        Ok(())
+    })?;
+    Ok(found)
 }
 
 /// Runs `signal`.
@@ -105,37 +138,15 @@ pub fn signal(args: &SignalArgs) -> Result<ExitCode, CliError> {
             payload: args.payload.clone().unwrap_or_default().into_bytes(),
         },
     };
-    let (done, via) = carry(dir, &request)?;
-    let said = match done {
-        Done::Signalled { seq, taken_by, .. } => {
-            if args.json {
-                let value = json!({
-                    "run": run.as_str(),
-                    "name": args.name,
-                    "seq": seq,
-                    "taken_by": taken_by.as_ref().map(|s| s.as_str().to_string()),
-                    "request": request.id,
-                    "via": via.name(),
-                });
-                writeln!(std::io::stdout(), "{value}")
-            } else {
-                match &taken_by {
-                    Some(step) => writeln!(
-                        std::io::stdout(),
-                        "run {run}: signal {seq} ({}) ended the wait of step {step}",
-                        args.name
-                    ),
-                    None => writeln!(
-                        std::io::stdout(),
-                        "run {run}: signal {seq} ({}) kept in its inbox until a step waits for it",
-                        args.name
-                    ),
-                }
-            }
-        }
-        other => say_other(&request, &other, args.json),
-    };
-    said.map_err(CliError::output)?;
+    carry_and_say(dir, &request, args.json, |done| match done {
+        Done::Signalled { seq, taken_by, .. } => Some(json!({
+            "run": run.as_str(),
+            "name": args.name,
+            "seq": seq,
+            "taken_by": taken_by.as_ref().map(|s| s.as_str().to_string()),
+        })),
+        _ => None,
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -160,39 +171,34 @@ pub fn budget(args: &BudgetArgs) -> Result<ExitCode, CliError> {
             limits,
         },
     };
-    let (done, via) = carry(dir, &request)?;
-    if !matches!(done, Done::Budgeted { .. }) {
-        say_other(&request, &done, args.json).map_err(CliError::output)?;
-        return Ok(ExitCode::SUCCESS);
-    }
     // What the run has spent and holds, read after the write (a snapshot
     // if the database is live).
-    let book = crate::live::open_to_read(dir)
-        .and_then(|reading| reading.engine.budget(&run))
-        .map_err(fail)?;
-    let said = if args.json {
-        let value = json!({
-            "run": run.as_str(),
-            "limits": book.limits.as_ref().map(ToString::to_string),
-            "spent": book.spent.to_string(),
-            "held": book.reserved.to_string(),
-            "request": request.id,
-            "via": via.name(),
-        });
-        writeln!(std::io::stdout(), "{value}")
-    } else {
+    let book = || {
+        crate::live::open_to_read(dir)
+            .and_then(|reading| reading.engine.budget(&run))
+            .map_err(fail)
+    };
+    let done = carry_and_say(dir, &request, args.json, |done| match done {
+        Done::Budgeted { .. } => Some(match book() {
+            Ok(book) => json!({
+                "run": run.as_str(),
+                "limits": book.limits.as_ref().map(ToString::to_string),
+                "spent": book.spent.to_string(),
+                "held": book.reserved.to_string(),
+            }),
+            Err(_) => json!({ "run": run.as_str(), "limits": limits.to_string() }),
+        }),
+        _ => None,
+    })?;
+    if matches!(done, Done::Budgeted { .. }) && !args.json {
+        let book = book()?;
         writeln!(
             std::io::stdout(),
-            "run {run}: budget {} (spent {}, held {}), set by {}: {}",
-            book.limits
-                .as_ref()
-                .map_or_else(|| "without limits".to_string(), ToString::to_string),
+            "run {run}: spent {}, held {}",
             book.spent,
-            book.reserved,
-            args.by,
-            args.reason
+            book.reserved
         )
-    };
-    said.map_err(CliError::output)?;
+        .map_err(CliError::output)?;
+    }
     Ok(ExitCode::SUCCESS)
 }

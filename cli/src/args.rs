@@ -88,6 +88,12 @@ pub enum Command {
     /// Starts a new run from a run's checkpoint, at its agent version and
     /// input, acting anew under its own keys (writes).
     Fork(ForkArgs),
+    /// Serves a web page for operators on this machine: the runs, one run's
+    /// story on a time line, stuck runs, approvals to decide, unknown
+    /// effects to reconcile, and `/metrics` for Prometheus. Reads work on a
+    /// live database; writes need the token printed at start, and a
+    /// database no other process has open.
+    Ui(UiArgs),
     /// Runs an agent workflow with a file-backed bank and mailer in child
     /// processes killed at random, and checks every effect happened once.
     Demo(DemoArgs),
@@ -211,8 +217,19 @@ pub struct ShowArgs {
     pub json: bool,
 }
 
+/// `ui`'s arguments.
+#[derive(Debug, Args)]
+pub struct UiArgs {
+    /// The database directory.
+    pub dir: PathBuf,
+    /// The address to listen on: loopback unless told otherwise (port 0
+    /// takes a free one; the URL printed says which).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8750")]
+    pub listen: std::net::SocketAddr,
+}
+
 /// Parses a run state by its name, as `actum inspect` prints it.
-fn parse_state(text: &str) -> Result<RunState, String> {
+pub(crate) fn parse_state(text: &str) -> Result<RunState, String> {
     RunState::ALL
         .into_iter()
         .find(|s| s.name() == text)
@@ -296,6 +313,17 @@ pub struct PruneArgs {
     /// How long a run must have been over: `90s`, `15m`, `2h`, `30d`.
     #[arg(long = "older-than", value_name = "DURATION", value_parser = parse_duration_ms)]
     pub older_than_ms: u64,
+    /// Who prunes (journaled with the request's mark).
+    #[arg(long, default_value = "operator")]
+    pub operator: String,
+    /// Why (journaled with the request's mark).
+    #[arg(long, default_value = "retention")]
+    pub reason: String,
+    /// The request's id, the same for every retry of one request: a
+    /// request the engine carried out already under it is not carried out
+    /// again. One is made up if none is given.
+    #[arg(long = "request-id", value_name = "ID")]
+    pub request_id: Option<String>,
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
     pub json: bool,

@@ -9,7 +9,8 @@
 //! `migrate`)
 //! open it normally, say what changed and close it cleanly. `demo` runs an
 //! agent workflow in child processes killed at random and checks that
-//! every side effect happened exactly once.
+//! every side effect happened exactly once. `ui` serves all of this as a
+//! local web page (`ui/`).
 //!
 //! Exit codes: 0 done (and, for `verify`, intact); 1 `verify` found damage
 //! or `demo` found a broken invariant; 2 the command could not run (usage,
@@ -38,6 +39,7 @@ mod show;
 mod stuck;
 mod tail;
 mod text;
+mod ui;
 mod verify;
 
 use std::process::ExitCode;
@@ -118,6 +120,7 @@ fn run(command: Command) -> Result<ExitCode, CliError> {
         Command::Migrate(a) => migrate::run(&a),
         Command::Retry(a) => retry::retry(&a),
         Command::Fork(a) => retry::fork(&a),
+        Command::Ui(a) => ui::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::DemoWorker(a) => demo::worker(&a),
         Command::DemoCheck(a) => demo::check_only(&a),

@@ -21,14 +21,14 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use actum::books::{EffectKey, NAME_LEN_BYTES_MAX, OperatorAction, Outcome, RunId, StepId};
+use actum::books::{EffectKey, NAME_LEN_BYTES_MAX, OperatorAction, Outcome, RunId};
 use actum::engine::Engine;
 use actum::operator::{Act, Done, Request};
 use serde_json::json;
 
 use crate::args::{Found, OperateArgs, ReconcileArgs};
 use crate::failure::CliError;
-use crate::operator::{carry, made_up_id, say_repeated};
+use crate::operator::{carry_and_say, made_up_id};
 
 /// Runs `pause`, `resume`, `cancel` or `abandon`.
 pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliError> {
@@ -44,46 +44,27 @@ pub fn run(args: &OperateArgs, action: OperatorAction) -> Result<ExitCode, CliEr
             action,
         },
     };
-    let (done, via) = carry(dir, &request)?;
-    let said = match done {
+    let done = carry_and_say(dir, &request, args.json, |done| match done {
         Done::Operated {
             before,
             after,
             version,
             ..
-        } => {
-            if action == OperatorAction::Resume && before != after {
-                say_budget_full(dir, &run);
-            }
-            let changed = before != after;
-            if args.json {
-                let value = json!({
-                    "run": run.as_str(),
-                    "before": before.name(),
-                    "after": after.name(),
-                    "changed": changed,
-                    "version": version,
-                    "request": request.id,
-                    "via": via.name(),
-                });
-                writeln!(std::io::stdout(), "{value}")
-            } else if changed {
-                writeln!(
-                    std::io::stdout(),
-                    "run {run}: {before} -> {after} (version {version}), by {}: {}",
-                    args.operator,
-                    args.reason
-                )
-            } else {
-                writeln!(
-                    std::io::stdout(),
-                    "run {run} is {before} already; nothing changed"
-                )
-            }
-        }
-        other => say_other(&request, &other, args.json),
-    };
-    said.map_err(CliError::output)?;
+        } => Some(json!({
+            "run": run.as_str(),
+            "before": before.name(),
+            "after": after.name(),
+            "changed": before != after,
+            "version": version,
+        })),
+        _ => None,
+    })?;
+    if let Done::Operated { before, after, .. } = done
+        && action == OperatorAction::Resume
+        && before != after
+    {
+        say_budget_full(dir, &run);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -108,25 +89,6 @@ fn say_budget_full(dir: &std::path::Path, run: &RunId) {
             full.join(", "),
             dir.display()
         );
-    }
-}
-
-/// Prints a request's answer that is not the command's own: a request
-/// carried out before (nothing changed), or an answer of another shape
-/// (a bug, said as such).
-pub fn say_other(request: &Request, done: &Done, json: bool) -> std::io::Result<()> {
-    match done {
-        Done::Repeated { id, at_ms, by } if json => {
-            let value = json!({ "request": id, "repeated": true, "at_ms": at_ms, "by": by });
-            writeln!(std::io::stdout(), "{value}")
-        }
-        Done::Repeated { id, at_ms, by } => {
-            writeln!(std::io::stdout(), "{}", say_repeated(id, *at_ms, by))
-        }
-        other => Err(std::io::Error::other(format!(
-            "internal error: request {} answered {other:?}",
-            request.id
-        ))),
     }
 }
 
@@ -177,60 +139,20 @@ pub fn reconcile(args: &ReconcileArgs) -> Result<ExitCode, CliError> {
             outcome,
         },
     };
-    let (done, via) = carry(dir, &request)?;
-    let said = match done {
+    carry_and_say(dir, &request, args.json, |done| match done {
         Done::Reconciled {
             before,
             after,
             wait_ended,
             ..
-        } => {
-            if args.json {
-                let value = json!({
-                    "key": key.to_string(),
-                    "before": before,
-                    "after": after,
-                    "changed": before != after,
-                    "wait_ended_at_step": wait_ended.as_ref().map(|s| s.as_str().to_string()),
-                    "request": request.id,
-                    "via": via.name(),
-                });
-                writeln!(std::io::stdout(), "{value}")
-            } else {
-                say_settled(
-                    &key,
-                    (&before, &after),
-                    wait_ended.as_ref().map(StepId::as_str),
-                    &sender,
-                )
-            }
-        }
-        other => say_other(&request, &other, args.json),
-    };
-    said.map_err(CliError::output)?;
+        } => Some(json!({
+            "key": key.to_string(),
+            "before": before,
+            "after": after,
+            "changed": before != after,
+            "wait_ended_at_step": wait_ended.as_ref().map(|s| s.as_str().to_string()),
+        })),
+        _ => None,
+    })?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn say_settled(
-    key: &EffectKey,
-    (before, after): (&str, &str),
-    woke: Option<&str>,
-    sender: &str,
-) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    if before == after {
-        return writeln!(out, "effect {key} is {after} already; nothing changed");
-    }
-    writeln!(
-        out,
-        "effect {key}: {before} -> {after} (journaled as from {sender:?})"
-    )?;
-    if let Some(step) = woke {
-        writeln!(
-            out,
-            "run {}: its wait at step {step} ended; a worker can claim the run again",
-            key.run()
-        )?;
-    }
-    Ok(())
 }

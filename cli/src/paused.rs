@@ -6,7 +6,7 @@
 //! **Invariant:** every paused run whose pause is at least as old as the
 //! cutoff is listed once, in run id order; the why is the journal's words.
 
-use actum::books::{AuditWhat, BudgetBook, RUNS_PAGE_MAX, RunId, RunState};
+use actum::books::{AuditWhat, BudgetBook, RunId, RunState};
 use actum::engine::Engine;
 
 /// A paused run.
@@ -56,38 +56,30 @@ pub fn budget_full(book: &BudgetBook, now_ms: u64) -> Vec<String> {
 /// The paused runs paused at or before `cutoff_ms`, in run id order.
 pub fn paused(engine: &Engine, cutoff_ms: u64, now_ms: u64) -> actum::Result<Vec<Paused>> {
     let mut found = Vec::new();
-    let mut after: Option<RunId> = None;
-    // Bounded by the number of runs: each page moves past its last id.
-    loop {
-        let page = engine.runs(Some(RunState::Paused), after.as_ref(), RUNS_PAGE_MAX)?;
-        let Some(last) = page.last() else {
-            return Ok(found);
-        };
-        after = Some(last.id.clone());
-        for run in page {
-            let pause = engine.audit(&run.id)?.into_iter().rev().find(|e| {
-                matches!(
-                    e.what,
-                    AuditWhat::Transitioned {
-                        to: RunState::Paused,
-                        ..
-                    }
-                )
-            });
-            let (since_ms, why) =
-                pause.map_or((run.updated_ms, String::new()), |e| (e.at_ms, e.why));
-            if since_ms > cutoff_ms {
-                continue;
-            }
-            let book = engine.budget(&run.id)?;
-            found.push(Paused {
-                run: run.id,
-                since_ms,
-                why,
-                budget_full: budget_full(&book, now_ms),
-            });
+    crate::runs::each_run(engine, Some(RunState::Paused), |run| {
+        let pause = engine.audit(&run.id)?.into_iter().rev().find(|e| {
+            matches!(
+                e.what,
+                AuditWhat::Transitioned {
+                    to: RunState::Paused,
+                    ..
+                }
+            )
+        });
+        let (since_ms, why) = pause.map_or((run.updated_ms, String::new()), |e| (e.at_ms, e.why));
+        if since_ms > cutoff_ms {
+            return Ok(());
         }
-    }
+        let book = engine.budget(&run.id)?;
+        found.push(Paused {
+            run: run.id,
+            since_ms,
+            why,
+            budget_full: budget_full(&book, now_ms),
+        });
+        Ok(())
+    })?;
+    Ok(found)
 }
 
 /// What `stuck` says of a paused run.

@@ -20,26 +20,42 @@ use crate::text::{Table, fmt_duration, fmt_local};
 
 /// One listed run.
 #[derive(Debug, Serialize)]
-struct Row {
-    run: String,
-    state: &'static str,
+pub(crate) struct Row {
+    pub run: String,
+    pub state: &'static str,
     /// `kind@version` for the runtime's runs, else the agent version as
     /// the run was created with.
-    agent: String,
-    created_ms: u64,
-    updated_ms: u64,
-    parent: Option<String>,
+    pub agent: String,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub parent: Option<String>,
     /// The worker holding a live lease, if one does.
-    held_by: Option<String>,
+    pub held_by: Option<String>,
 }
 
-/// What `runs` prints: the page, and where the next one starts.
+/// What `runs` prints (and the page shows): the page, and where the next
+/// one starts.
 #[derive(Debug, Serialize)]
-struct Listing {
-    now_ms: u64,
-    runs: Vec<Row>,
+pub(crate) struct Listing {
+    pub now_ms: u64,
+    pub runs: Vec<Row>,
     /// Pass as `--after` for the next page; `None` once every run was seen.
-    next_after: Option<String>,
+    pub next_after: Option<String>,
+}
+
+/// Which runs to list: `runs`' filters, from its arguments or the page's
+/// query.
+#[derive(Debug, Default)]
+pub(crate) struct Filter {
+    pub state: Option<RunState>,
+    pub kind: Option<String>,
+    pub version: Option<String>,
+    /// Only runs created within this long before now.
+    pub since_ms: Option<u64>,
+    /// At most this many runs (at least 1).
+    pub limit: u16,
+    /// Start after this run id.
+    pub after: Option<RunId>,
 }
 
 /// Runs `runs`.
@@ -52,9 +68,17 @@ pub fn run(args: &RunsArgs) -> Result<ExitCode, CliError> {
         .map(RunId::new)
         .transpose()
         .map_err(|e| CliError::unusable(format!("--after: {e}")))?;
+    let filter = Filter {
+        state: args.state,
+        kind: args.kind.clone(),
+        version: args.version.clone(),
+        since_ms: args.since_ms,
+        limit: args.limit,
+        after,
+    };
     let reading = open_to_read(dir).map_err(fail)?;
     let engine = &reading.engine;
-    let listing = list(engine, args, after).map_err(fail)?;
+    let listing = list(engine, &filter).map_err(fail)?;
     if reading.live_lsn.is_some() {
         // stdout holds the listing only.
         eprintln!("actum runs {}: {}", dir.display(), reading.as_of());
@@ -71,7 +95,7 @@ pub fn run(args: &RunsArgs) -> Result<ExitCode, CliError> {
 }
 
 /// True if `run` passes the filters of `args` at `now_ms`.
-fn wanted(run: &Run, args: &RunsArgs, now_ms: u64) -> bool {
+fn wanted(run: &Run, args: &Filter, now_ms: u64) -> bool {
     let (kind, version) = match run.agent_version.split_once('@') {
         Some((kind, version)) => (kind, version),
         None => (run.agent_version.as_str(), run.agent_version.as_str()),
@@ -85,8 +109,10 @@ fn wanted(run: &Run, args: &RunsArgs, now_ms: u64) -> bool {
 
 /// Reads pages of runs in id order until `args.limit` pass the filters or
 /// the runs end.
-fn list(engine: &Engine, args: &RunsArgs, mut after: Option<RunId>) -> actum::Result<Listing> {
+pub(crate) fn list(engine: &Engine, args: &Filter) -> actum::Result<Listing> {
+    assert!(args.limit >= 1, "a page lists at least one run");
     let now_ms = engine.clock().now_ms();
+    let mut after = args.after.clone();
     let state: Option<RunState> = args.state;
     let mut runs = Vec::new();
     // Bounded by the number of runs: each page moves past its last id.
@@ -161,4 +187,23 @@ fn write_table(listing: &Listing, dir: &Path, out: &mut dyn Write) -> std::io::R
         writeln!(out, "more may follow: add --after {next}")?;
     }
     Ok(())
+}
+
+/// Calls `each` with every run (in `state`, if given), in id order, a page
+/// at a time.
+pub(crate) fn each_run(
+    engine: &Engine,
+    state: Option<RunState>,
+    mut each: impl FnMut(Run) -> actum::Result<()>,
+) -> actum::Result<()> {
+    let mut after: Option<RunId> = None;
+    // Bounded by the number of runs: each page moves past its last id.
+    loop {
+        let page = engine.runs(state, after.as_ref(), RUNS_PAGE_MAX)?;
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = Some(last.id.clone());
+        page.into_iter().try_for_each(&mut each)?;
+    }
 }

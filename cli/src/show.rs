@@ -26,131 +26,131 @@ use crate::text::{Table, fmt_bytes, fmt_duration, fmt_local};
 
 /// The run's record.
 #[derive(Debug, Serialize)]
-struct Head {
-    run: String,
-    state: &'static str,
-    agent: String,
-    trace_id: String,
-    parent: Option<String>,
-    created_ms: u64,
-    updated_ms: u64,
+pub(crate) struct Head {
+    pub run: String,
+    pub state: &'static str,
+    pub agent: String,
+    pub trace_id: String,
+    pub parent: Option<String>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
     /// Changes made to the record so far.
-    record_version: u64,
+    pub record_version: u64,
     /// The lease as the record holds it (live or expired), if any.
-    lease: Option<LeaseNow>,
+    pub lease: Option<LeaseNow>,
 }
 
 #[derive(Debug, Serialize)]
-struct LeaseNow {
-    worker: String,
-    token: u64,
-    expires_ms: u64,
-    live: bool,
+pub(crate) struct LeaseNow {
+    pub worker: String,
+    pub token: u64,
+    pub expires_ms: u64,
+    pub live: bool,
 }
 
 /// One change of state.
 #[derive(Debug, Serialize)]
-struct StateChange {
-    at_ms: u64,
-    from: Option<String>,
-    to: String,
-    why: String,
+pub(crate) struct StateChange {
+    pub at_ms: u64,
+    pub from: Option<String>,
+    pub to: String,
+    pub why: String,
 }
 
 /// One ledger entry: an act or a compensation, one attempt.
 #[derive(Debug, Serialize)]
-struct Step {
-    key: String,
-    step: String,
-    tool: String,
-    class: &'static str,
-    attempt: u32,
-    resends: u32,
-    outcome: &'static str,
+pub(crate) struct Step {
+    pub key: String,
+    pub step: String,
+    pub tool: String,
+    pub class: &'static str,
+    pub attempt: u32,
+    pub resends: u32,
+    pub outcome: &'static str,
     /// Why it failed or is unknown, when it did or is.
-    detail: Option<String>,
-    receipt_bytes: Option<u64>,
-    intended_ms: u64,
-    settled_ms: Option<u64>,
-    rationale: String,
+    pub detail: Option<String>,
+    pub receipt_bytes: Option<u64>,
+    pub intended_ms: u64,
+    pub settled_ms: Option<u64>,
+    pub rationale: String,
     /// The tool that undoes it, if it registered one.
-    undo: Option<String>,
+    pub undo: Option<String>,
 }
 
 /// One journaled model call.
 #[derive(Debug, Serialize)]
-struct ModelCall {
-    position: u64,
-    input_digest: String,
-    output_bytes: u64,
-    tokens_in: u64,
-    tokens_out: u64,
-    cost_micros: u64,
-    recorded_ms: u64,
-    rationale: String,
+pub(crate) struct ModelCall {
+    pub position: u64,
+    pub input_digest: String,
+    pub output_bytes: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_micros: u64,
+    pub recorded_ms: u64,
+    pub rationale: String,
 }
 
 /// One wait.
 #[derive(Debug, Serialize)]
-struct Wait {
-    step: String,
-    waits_for: String,
-    opened_ms: u64,
-    deadline_ms: Option<u64>,
-    ended_ms: Option<u64>,
-    how: &'static str,
+pub(crate) struct Wait {
+    pub step: String,
+    pub waits_for: String,
+    pub opened_ms: u64,
+    pub deadline_ms: Option<u64>,
+    pub ended_ms: Option<u64>,
+    pub how: &'static str,
     /// Who ended it and what they said, or what ended it.
-    by: Option<String>,
+    pub by: Option<String>,
 }
 
 /// One journal line.
 #[derive(Debug, Serialize)]
-struct Line {
-    seq: u64,
-    at_ms: u64,
-    token: Option<u64>,
+pub(crate) struct Line {
+    pub seq: u64,
+    pub at_ms: u64,
+    pub token: Option<u64>,
     /// The engine's words for it (instants in ms since the epoch).
-    what: String,
+    pub what: String,
     /// The same for a person: instants as local times.
     #[serde(skip)]
-    said: String,
-    why: String,
+    pub said: String,
+    pub why: String,
 }
 
 /// Everything `show` reports.
 #[derive(Debug, Serialize)]
-struct Story {
-    now_ms: u64,
+pub(crate) struct Story {
+    pub now_ms: u64,
     /// The LSN the books were read at.
-    durable_lsn: u64,
+    pub durable_lsn: u64,
     /// True if another process had the database open (a snapshot).
-    live: bool,
-    head: Head,
-    states: Vec<StateChange>,
-    steps: Vec<Step>,
-    model_calls: Vec<ModelCall>,
-    waits: Vec<Wait>,
-    budget: Option<BudgetNow>,
-    saga: Option<SagaNow>,
-    journal: Vec<Line>,
+    pub live: bool,
+    pub head: Head,
+    pub states: Vec<StateChange>,
+    pub steps: Vec<Step>,
+    pub model_calls: Vec<ModelCall>,
+    pub waits: Vec<Wait>,
+    pub budget: Option<BudgetNow>,
+    pub saga: Option<SagaNow>,
+    pub journal: Vec<Line>,
 }
 
 #[derive(Debug, Serialize)]
-struct BudgetNow {
-    limits: Option<String>,
-    spent: String,
-    held: String,
-    open_reservations: usize,
-    ran_ms: u64,
+pub(crate) struct BudgetNow {
+    pub limits: Option<String>,
+    pub spent: String,
+    pub held: String,
+    pub open_reservations: usize,
+    pub ran_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
-struct SagaNow {
+pub(crate) struct SagaNow {
     /// The steps with a compensation, in the order their acts began.
-    steps: Vec<String>,
+    pub steps: Vec<String>,
     /// How the run ends once compensated (`failed` or `cancelled`), once
     /// it compensates.
-    ends: Option<&'static str>,
+    pub ends: Option<&'static str>,
 }
 
 /// Runs `show`.
@@ -181,7 +181,7 @@ pub fn run(args: &ShowArgs) -> Result<ExitCode, CliError> {
 }
 
 /// Reads the run's books; `None` if there is no such run.
-fn gather(engine: &Engine, id: &RunId) -> actum::Result<Option<Story>> {
+pub(crate) fn gather(engine: &Engine, id: &RunId) -> actum::Result<Option<Story>> {
     let Some(run) = engine.run(id)? else {
         return Ok(None);
     };
@@ -403,7 +403,7 @@ pub fn what_for_people(what: &AuditWhat) -> String {
 }
 
 /// A span from `from_ms` to `to_ms`, or what it has lasted until `now_ms`.
-fn span(from_ms: u64, to_ms: Option<u64>, now_ms: u64) -> String {
+pub(crate) fn span(from_ms: u64, to_ms: Option<u64>, now_ms: u64) -> String {
     match to_ms {
         Some(to) => fmt_duration(to.saturating_sub(from_ms)),
         None => format!("{} so far", fmt_duration(now_ms.saturating_sub(from_ms))),

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use actum::engine::{Stuck, StuckReason};
+use actum::engine::{Engine, Stuck, StuckReason};
 use serde::Serialize;
 
 use crate::failure::CliError;
@@ -19,50 +19,28 @@ use crate::live::open_to_read;
 use crate::paused;
 use crate::text::{Table, fmt_duration, fmt_time};
 
-/// One stuck run, flat, for `--json`.
+/// One stuck run, flat, for `--json` and the page.
 #[derive(Debug, Serialize)]
-struct Row {
-    run: String,
+pub(crate) struct Row {
+    pub run: String,
     /// `waiting`, `unknown`, `compensation failed` or `paused`.
-    kind: &'static str,
+    pub kind: &'static str,
     /// The waiting step, or the unknown effect's key.
-    at: String,
+    pub at: String,
     /// What the run waits for, or why the outcome is unknown.
-    what: String,
-    since_ms: u64,
-    for_ms: u64,
+    pub what: String,
+    pub since_ms: u64,
+    pub for_ms: u64,
 }
 
 /// Runs `stuck`.
 pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
     let reading = open_to_read(dir).map_err(fail)?;
-    let engine = &reading.engine;
-    let now_ms = engine.clock().now_ms();
-    let stuck = engine.stuck(older_than_ms).map_err(fail)?;
-    let cutoff_ms = now_ms.saturating_sub(older_than_ms);
-    let paused = paused::paused(engine, cutoff_ms, now_ms).map_err(fail)?;
+    let rows = gather(&reading.engine, older_than_ms).map_err(fail)?;
     let as_of = reading.as_of();
     let live = reading.live_lsn.is_some();
     drop(reading);
-    let mut rows: Vec<Row> = stuck.into_iter().map(|s| row(s, now_ms)).collect();
-    rows.extend(paused.iter().map(|p| {
-        Row {
-            run: p.run.to_string(),
-            kind: "paused",
-            at: if p.budget_full.is_empty() {
-                "-"
-            } else {
-                "budget"
-            }
-            .to_string(),
-            what: paused::describe(p),
-            since_ms: p.since_ms,
-            for_ms: now_ms.saturating_sub(p.since_ms),
-        }
-    }));
-    // Stable: a run's own reasons keep the sweep's order.
-    rows.sort_by(|a, b| a.run.cmp(&b.run));
     let mut out = std::io::stdout().lock();
     let written = if json {
         if live {
@@ -83,6 +61,34 @@ pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliEr
     };
     written.map_err(CliError::output)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The runs stuck for `older_than_ms` or longer: the engine's sweep and the
+/// paused runs, in run id order.
+pub(crate) fn gather(engine: &Engine, older_than_ms: u64) -> actum::Result<Vec<Row>> {
+    let now_ms = engine.clock().now_ms();
+    let stuck = engine.stuck(older_than_ms)?;
+    let cutoff_ms = now_ms.saturating_sub(older_than_ms);
+    let paused = paused::paused(engine, cutoff_ms, now_ms)?;
+    let mut rows: Vec<Row> = stuck.into_iter().map(|s| row(s, now_ms)).collect();
+    rows.extend(paused.iter().map(|p| {
+        Row {
+            run: p.run.to_string(),
+            kind: "paused",
+            at: if p.budget_full.is_empty() {
+                "-"
+            } else {
+                "budget"
+            }
+            .to_string(),
+            what: paused::describe(p),
+            since_ms: p.since_ms,
+            for_ms: now_ms.saturating_sub(p.since_ms),
+        }
+    }));
+    // Stable: a run's own reasons keep the sweep's order.
+    rows.sort_by(|a, b| a.run.cmp(&b.run));
+    Ok(rows)
 }
 
 fn row(stuck: Stuck, now_ms: u64) -> Row {

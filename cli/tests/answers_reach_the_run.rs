@@ -10,39 +10,11 @@ mod support;
 
 use std::path::Path;
 
-use actum::books::{RunId, RunState, StepId, WaitFor, WaitStatus, WorkerId, digest_of};
+use actum::books::{RunId, StepId, WaitStatus, digest_of};
 use actum::engine::{Engine, EngineOptions};
 use support::*;
 
 const ARGS: &[u8] = b"refund 120 EUR to order-17";
-
-/// Creates run `name` of `agent`, leases it to worker `w` and starts it.
-fn running_run(engine: &Engine, name: &str, agent: &str) -> (RunId, actum::engine::LeaseGrant) {
-    let run = RunId::new(name).unwrap();
-    engine
-        .create_run(actum::books::CreateRun {
-            run: run.clone(),
-            input_digest: digest_of(name.as_bytes()),
-            agent_version: agent.into(),
-            trace_id: "t".into(),
-            parent: None,
-            input: None,
-        })
-        .unwrap();
-    let grant = engine
-        .acquire_lease(&run, &WorkerId::new("w").unwrap(), LEASE_MS)
-        .unwrap();
-    engine
-        .transition(actum::books::Transition {
-            run: run.clone(),
-            guard: grant.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "test".into(),
-        })
-        .unwrap();
-    (run, grant)
-}
 
 /// A database with runs `a1` and `a2` waiting for an approval of `ARGS` by
 /// role `finance`; and the known runs (`r-waiting` waits for signal `paid`).
@@ -50,21 +22,7 @@ fn db_with_approvals() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let engine = build_known(dir.path());
     for run in ["a1", "a2"] {
-        let (run, grant) = running_run(&engine, run, "refund@1");
-        engine
-            .open_wait(
-                &run,
-                &grant.guard,
-                &StepId::new("refund").unwrap(),
-                WaitFor::Approval {
-                    args_digest: digest_of(ARGS),
-                    role: "finance".into(),
-                },
-                // Open for two days: still open when the command runs.
-                Some(engine.clock().now_ms() + 2 * LEASE_MS),
-                "a refund over 100 EUR",
-            )
-            .unwrap();
+        wait_for_approval(&engine, run, ARGS, "a refund over 100 EUR");
     }
     engine.close().unwrap();
     dir

@@ -143,6 +143,26 @@ fn writes_reach_the_engine_that_serves_its_channel_once_per_request_id() {
         EffectStatus::Confirmed { .. }
     ));
 
+    // A prune runs in the live engine, once per request id.
+    let prune = [
+        "prune",
+        "{}",
+        "--older-than",
+        "1h",
+        "--request-id",
+        "prune-1",
+        "--json",
+    ];
+    let pruned = json(&actum_on(dir, &prune));
+    assert_eq!(pruned["via"], "channel", "{pruned}");
+    assert!(pruned["pruned"].as_u64().unwrap() >= 1, "{pruned}");
+    let cancelled = RunId::new(runs::CANCELLED).unwrap();
+    assert!(
+        engine.run(&cancelled).unwrap().is_none(),
+        "over for 3h: pruned"
+    );
+    assert_eq!(json(&actum_on(dir, &prune))["repeated"], true);
+
     // Closed, the engine stops serving and removes its socket; the next
     // command opens the directory itself.
     Arc::into_inner(engine).unwrap().close().unwrap();
@@ -174,41 +194,24 @@ fn a_socket_left_by_a_process_that_died_is_not_taken_for_a_live_engine() {
     std::fs::create_dir_all(dir.join(CHANNEL_DIR)).unwrap();
     drop(std::os::unix::net::UnixListener::bind(socket_path(dir)).unwrap());
     assert!(socket_path(dir).exists());
-    let out = json(&actum_on(
-        dir,
-        &[
-            "pause",
-            "{}",
-            "--run",
-            runs::PENDING,
-            "--operator",
-            "ops",
-            "--reason",
-            "x",
-            "--json",
-        ],
-    ));
+    let out = move_pending(dir, "pause");
     assert_eq!(out["via"], "opened", "nobody listens on a stale socket");
     // An engine that opens the directory replaces the stale socket.
     let engine = Arc::new(open_retrying(|| {
         Engine::open(dir, EngineOptions::default())
     }));
     engine.serve_operators().unwrap();
-    let out = json(&actum_on(
-        dir,
-        &[
-            "resume",
-            "{}",
-            "--run",
-            runs::PENDING,
-            "--operator",
-            "ops",
-            "--reason",
-            "x",
-            "--json",
-        ],
-    ));
+    let out = move_pending(dir, "resume");
     assert_eq!(out["via"], "channel");
+}
+
+/// `actum ACTION DIR --run r-pending ... --json`, answered.
+fn move_pending(dir: &std::path::Path, action: &str) -> serde_json::Value {
+    let args = [action, "{}", "--run", runs::PENDING, "--operator", "ops"];
+    json(&actum_on(
+        dir,
+        &[&args[..], &["--reason", "x", "--json"]].concat(),
+    ))
 }
 
 #[test]

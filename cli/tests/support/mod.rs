@@ -327,3 +327,52 @@ pub fn flip(path: &Path, offset: u64) {
     bytes[at] ^= 0xff;
     std::fs::write(path, bytes).unwrap();
 }
+
+/// Creates run `name` of `agent`, leases it to worker `w` and starts it.
+pub fn running_run(engine: &Engine, name: &str, agent: &str) -> (RunId, LeaseGrant) {
+    let run = RunId::new(name).unwrap();
+    engine
+        .create_run(CreateRun {
+            run: run.clone(),
+            input_digest: digest_of(name.as_bytes()),
+            agent_version: agent.into(),
+            trace_id: "t".into(),
+            parent: None,
+            input: None,
+        })
+        .unwrap();
+    let grant = engine
+        .acquire_lease(&run, &WorkerId::new("w").unwrap(), LEASE_MS)
+        .unwrap();
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: grant.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "test".into(),
+        })
+        .unwrap();
+    (run, grant)
+}
+
+/// Creates run `name` of `refund@1` and makes it wait at step `refund`
+/// for role `finance` to approve `args`, for two days (still open when a
+/// command runs); `why` is journaled with the wait.
+pub fn wait_for_approval(engine: &Engine, name: &str, args: &[u8], why: &str) -> RunId {
+    let (run, grant) = running_run(engine, name, "refund@1");
+    engine
+        .open_wait(
+            &run,
+            &grant.guard,
+            &StepId::new("refund").unwrap(),
+            WaitFor::Approval {
+                args_digest: digest_of(args),
+                role: "finance".into(),
+            },
+            Some(engine.clock().now_ms() + 2 * LEASE_MS),
+            why,
+        )
+        .unwrap();
+    run
+}

@@ -102,6 +102,15 @@ pub enum Act {
         /// The new limits.
         limits: BudgetLimits,
     },
+    /// Remove the runs over for at least `older_than_ms` whose dedup
+    /// windows have passed (`Engine::prune_all`, after a checkpoint). Many
+    /// commits, not one: the mark commits after the last, so a request cut
+    /// off before it prunes again when sent again, which removes nothing a
+    /// first whole run would not have.
+    Prune {
+        /// How long a run must have been over.
+        older_than_ms: u64,
+    },
 }
 
 /// What a request did.
@@ -158,6 +167,14 @@ pub enum Done {
         run: RunId,
         /// The limits now.
         limits: BudgetLimits,
+    },
+    /// The runs over for long enough left the books.
+    Pruned {
+        /// How many left.
+        pruned: u64,
+        /// How many were kept, by reason (the run's name in a reason
+        /// written `RUN`), in reason order.
+        kept: Vec<(String, u64)>,
     },
     /// The request was carried out before, under this id: nothing changed.
     Repeated {
@@ -226,26 +243,49 @@ pub fn request_digest(request: &Request) -> Result<Digest> {
 pub fn plan(request: &Request, books: &dyn BooksRead) -> Result<Plan> {
     let key = request_key(&request.id)?;
     let digest = request_digest(request)?;
-    if let Some(mark) = books.shared(&key) {
-        let first = mark.changes.first();
-        if mark.value.as_deref() != Some(digest.0.as_slice()) {
-            return Err(Error::InvalidCommand {
-                reason: format!(
-                    "operator request id {:?} was used before for another request (by {}): \
-                     give each request its own id",
-                    request.id,
-                    first.map_or("?", |c| c.by.as_str())
-                ),
-            });
-        }
-        return Ok(Plan::Repeated(Done::Repeated {
-            id: request.id.clone(),
-            at_ms: first.map_or(0, |c| c.at_ms),
-            by: first.map_or_else(String::new, |c| c.by.clone()),
-        }));
+    if let Some(done) = repeated(request, books, &key, &digest)? {
+        return Ok(Plan::Repeated(done));
     }
     let (command, before) = command_for(request, books)?;
-    let mark = Command::SetShared(SetShared {
+    let mark = mark(request, key, digest);
+    Ok(Plan::Commit {
+        command: Box::new(Command::Batch(vec![mark, command])),
+        before,
+    })
+}
+
+/// `Done::Repeated` if `request`'s mark is in `books`; refused if the mark
+/// is another request's.
+fn repeated(
+    request: &Request,
+    books: &dyn BooksRead,
+    key: &SharedKeyId,
+    digest: &Digest,
+) -> Result<Option<Done>> {
+    let Some(mark) = books.shared(key) else {
+        return Ok(None);
+    };
+    let first = mark.changes.first();
+    if mark.value.as_deref() != Some(digest.0.as_slice()) {
+        return Err(Error::InvalidCommand {
+            reason: format!(
+                "operator request id {:?} was used before for another request (by {}): give \
+                 each request its own id",
+                request.id,
+                first.map_or("?", |c| c.by.as_str())
+            ),
+        });
+    }
+    Ok(Some(Done::Repeated {
+        id: request.id.clone(),
+        at_ms: first.map_or(0, |c| c.at_ms),
+        by: first.map_or_else(String::new, |c| c.by.clone()),
+    }))
+}
+
+/// The command that marks `request` carried out.
+fn mark(request: &Request, key: SharedKeyId, digest: Digest) -> Command {
+    Command::SetShared(SetShared {
         key,
         expected_version: 0,
         value: Some(digest.0.to_vec()),
@@ -253,10 +293,6 @@ pub fn plan(request: &Request, books: &dyn BooksRead) -> Result<Plan> {
             name: request.operator.clone(),
         },
         reason: request.reason.clone(),
-    });
-    Ok(Plan::Commit {
-        command: Box::new(Command::Batch(vec![mark, command])),
-        before,
     })
 }
 
@@ -332,6 +368,15 @@ fn command_for(request: &Request, books: &dyn BooksRead) -> Result<(Command, Bef
             }),
             Before::Nothing,
         ),
+        Act::Prune { .. } => {
+            return Err(Error::InvalidCommand {
+                reason: format!(
+                    "operator request {}: a prune is carried out in batches by \
+                     Engine::carry_out, not planned as one command",
+                    request.id
+                ),
+            });
+        }
         Act::Budget { run, limits } => (
             Command::SetBudget(SetBudget {
                 run: run.clone(),
@@ -389,6 +434,19 @@ pub fn the_approval(
         });
     }
     Ok((step, digest, role))
+}
+
+/// What `Engine::prune_all` did, as a request's answer: the runs kept
+/// counted by reason, each reason with the run's name written `RUN`.
+pub fn pruned(done: &crate::engine::Pruned) -> Done {
+    let mut kept: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for (run, why) in &done.kept {
+        *kept.entry(why.replace(run.as_str(), "RUN")).or_default() += 1;
+    }
+    Done::Pruned {
+        pruned: done.pruned.len() as u64,
+        kept: kept.into_iter().collect(),
+    }
 }
 
 /// The answer of a committed plan, from the operator's command's answer.
@@ -477,6 +535,9 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn carry_out(&self, request: &Request) -> Result<Done> {
+        if let Act::Prune { older_than_ms } = request.act {
+            return self.carry_out_prune(request, older_than_ms);
+        }
         // Two senders of one id race at most once: the loser's mark is
         // refused for its version, and it reads the winner's.
         for _ in 0..2 {
@@ -522,5 +583,23 @@ impl Engine {
                 request.id
             ),
         })
+    }
+
+    /// A prune request: the checkpoint and `prune_all`'s batches, then its
+    /// mark alone ([`Act::Prune`]).
+    fn carry_out_prune(&self, request: &Request, older_than_ms: u64) -> Result<Done> {
+        let key = request_key(&request.id)?;
+        let digest = request_digest(request)?;
+        if let Some(done) = self.read(|books| repeated(request, books, &key, &digest))? {
+            return Ok(done);
+        }
+        self.checkpoint()?;
+        let done = self.prune_all(older_than_ms, &mut |_| {})?;
+        match self.answer(mark(request, key, digest)) {
+            // Sent twice at once: the other send marked it.
+            Ok(_) | Err(Error::SharedVersionConflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(pruned(&done))
     }
 }
