@@ -8,7 +8,13 @@
 //! 100% of the runs and after a final `Engine::checkpoint`, then the elapsed time and runs/s.
 //! Files go to `$ACTUM_BENCH_DIR` (default: the system temp dir).
 //!
-//! Run: `cargo run --release -p actum-benches --example memory_after_runs -- [RUNS] [THREADS]`
+//! With `retention` as a third argument, the engine prunes every run over after each automatic
+//! checkpoint (`Retention { prune_after_ms: Some(0) }`), and the effect's tool is queryable
+//! (no dedup window, which would keep each run for a day): the books and the state store then
+//! hold the working set only, so whatever still grows is the process's, not the data's.
+//!
+//! Run: `cargo run --release -p actum-benches --example memory_after_runs -- [RUNS] [THREADS]
+//! [retention]`
 
 use std::path::Path;
 use std::time::Instant;
@@ -16,7 +22,7 @@ use std::time::Instant;
 use actum::books::{
     BeginEffect, FinishEffect, Guard, Outcome, RunId, RunState, ToolClass, Transition, digest_of,
 };
-use actum::engine::{Begun, Engine, EngineOptions};
+use actum::engine::{Begun, Engine, EngineOptions, Retention};
 use actum_benches::memory::Resident;
 use actum_benches::protocol::{DEDUP_WINDOW_MS, leased_run, step_id};
 
@@ -42,8 +48,9 @@ fn transition(engine: &Engine, run: &RunId, guard: &Guard, to: RunState) {
         .expect("transition");
 }
 
-/// Run number `n`, from creation to completion, on worker `worker`.
-fn one_run(engine: &Engine, n: u64, worker: usize) {
+/// Run number `n`, from creation to completion, on worker `worker`; its effect's tool is
+/// `tool_class`.
+fn one_run(engine: &Engine, n: u64, worker: usize, tool_class: ToolClass) {
     // Created, leased and started (running).
     let (run, guard) = leased_run(engine, &format!("run-{n}"), &format!("w{worker}"));
     let begun = engine
@@ -52,9 +59,7 @@ fn one_run(engine: &Engine, n: u64, worker: usize) {
             step: step_id(0),
             guard: guard.clone(),
             tool: "stripe.charge".into(),
-            tool_class: ToolClass::Idempotent {
-                dedup_window_ms: DEDUP_WINDOW_MS,
-            },
+            tool_class,
             args_digest: digest_of(&n.to_le_bytes()),
             args: None,
             rationale: "memory bench".into(),
@@ -112,18 +117,42 @@ fn main() {
     let threads: usize = args.get(2).map_or(THREADS_DEFAULT, |s| {
         s.parse().expect("THREADS must be a whole number")
     });
+    let retention = match args.get(3).map(String::as_str) {
+        None => false,
+        Some("retention") => true,
+        Some(other) => panic!("the third argument is `retention` or nothing, not {other:?}"),
+    };
     assert!(runs > 0 && threads > 0, "at least one run and one thread");
     println!("command: {}", args.join(" "));
-    println!("{runs} runs over {threads} threads, 6 durable commits per run");
+    println!(
+        "{runs} runs over {threads} threads, 6 durable commits per run, retention {}",
+        if retention { "on" } else { "off" }
+    );
+    let (options, tool_class) = if retention {
+        let options = EngineOptions {
+            retention: Retention {
+                prune_after_ms: Some(0),
+            },
+            ..EngineOptions::default()
+        };
+        (options, ToolClass::Queryable)
+    } else {
+        let tool_class = ToolClass::Idempotent {
+            dedup_window_ms: DEDUP_WINDOW_MS,
+        };
+        (EngineOptions::default(), tool_class)
+    };
     let dir = actum_benches::scratch_dir();
-    let engine = Engine::open(dir.path(), EngineOptions::default()).expect("opening the engine");
+    let engine = Engine::open(dir.path(), options).expect("opening the engine");
     report("opened", &engine, dir.path(), 0, Instant::now());
     let stats_before = engine.wal_stats();
     let start = Instant::now();
     let mut done = 0;
     for percent in REPORT_AT_PERCENT {
         let upto = runs * percent / 100;
-        actum_benches::spread(threads, done, upto, |n, worker| one_run(&engine, n, worker));
+        actum_benches::spread(threads, done, upto, |n, worker| {
+            one_run(&engine, n, worker, tool_class)
+        });
         done = upto;
         report(
             &format!("after {percent}%"),

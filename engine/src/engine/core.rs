@@ -594,8 +594,14 @@ impl Inner {
             .chain(writes.waits.keys())
             .chain(writes.budgets.keys())
             .chain(writes.sagas.keys());
+        // A record's writes name the same run in several tables, one after
+        // the other (a created run and its audit entry): bring each in once.
+        let mut previous: Option<&crate::books::RunId> = None;
         for run in touched {
-            self.hot.fault_in(run, cold);
+            if previous != Some(run) {
+                self.hot.fault_in(run, cold);
+            }
+            previous = Some(run);
         }
         cold.check().map_err(ApplyFailure::Read)?;
         self.hot.merge(writes, lsn);

@@ -1,10 +1,15 @@
 //! [`ColdReader`]: reads of the state store for what the hot books do not
 //! hold, through one read transaction opened on first use. A reader lives
 //! for one hold of the engine lock (a batch of commands) or for a whole
-//! replay, so one transaction serves many reads, and it remembers which
-//! runs its snapshot holds: a run the state store does not hold has no rows
-//! in any of its tables, so the reads about it are answered without a
-//! lookup (a run being created is the common case).
+//! replay, so one transaction serves many reads and keeps the tables it
+//! opened, and it remembers whether its snapshot holds each of the last few
+//! runs it looked up: a run the state store does not hold has no rows in
+//! any of its tables, so the reads about it are answered without a lookup
+//! (a run being created is the common case). The memory is a few runs, not
+//! every run looked up: the reads about one run come together (applying a
+//! record, then bringing its runs into memory), and once a run is in the hot
+//! books it is answered there; a replay of thousands of created runs would
+//! otherwise grow a map of them all and search it for every read.
 //!
 //! **Invariant:** the books traits cannot return errors, so a failed read
 //! answers "absent" and is kept; [`ColdReader::check`] and
@@ -14,22 +19,29 @@
 //! rows of a run are written only together with its run row.
 
 use std::cell::{OnceCell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use redb::ReadTransaction;
 
 use crate::books::{BooksRead, MemBooks, Run, RunId};
 use crate::error::{Error, Result};
-use crate::state::{RedbBooks, StateStore, drop_guarded, read_books};
+use crate::state::{ReadTables, RedbBooks, StateStore, drop_guarded, read_books};
 
 /// Lazy reads of the state store.
 pub(crate) struct ColdReader<'a> {
     state: &'a StateStore,
     txn: OnceCell<ReadTransaction>,
+    /// The tables of `txn` read so far, kept open for the reader's life.
+    tables: ReadTables,
     error: RefCell<Option<Error>>,
-    /// The runs looked up so far, and whether the snapshot holds each.
-    runs: RefCell<BTreeMap<RunId, bool>>,
+    /// The last runs looked up (at most [`RECENT_RUNS_MAX`], the newest
+    /// first), and whether the snapshot holds each.
+    runs: RefCell<VecDeque<(RunId, bool)>>,
 }
+
+/// How many runs a [`ColdReader`] remembers: enough for the runs one record
+/// or one command touches.
+const RECENT_RUNS_MAX: usize = 8;
 
 impl<'a> ColdReader<'a> {
     /// A reader of `state` that has not opened a transaction yet.
@@ -37,20 +49,21 @@ impl<'a> ColdReader<'a> {
         ColdReader {
             state,
             txn: OnceCell::new(),
+            tables: ReadTables::default(),
             error: RefCell::new(None),
-            runs: RefCell::new(BTreeMap::new()),
+            runs: RefCell::new(VecDeque::new()),
         }
     }
 
     /// The run `id` as the state store holds it.
     pub(crate) fn run(&self, id: &RunId) -> Option<Run> {
-        if self.runs.borrow().get(id) == Some(&false) {
+        if self.remembered(id) == Some(false) {
             return None;
         }
         let run = self.with(|books| books.run(id));
         // A failed read answers `None` but proves nothing: not remembered.
         if self.error.borrow().is_none() {
-            self.runs.borrow_mut().insert(id.clone(), run.is_some());
+            self.remember(id, run.is_some());
         }
         run
     }
@@ -58,8 +71,38 @@ impl<'a> ColdReader<'a> {
     /// True if the state store holds the run `id` (a run it does not hold
     /// has no ledger entries, decisions, checkpoints or audit entries).
     pub(crate) fn holds_run(&self, id: &RunId) -> bool {
-        let known = self.runs.borrow().get(id).copied();
-        known.unwrap_or_else(|| self.run(id).is_some())
+        self.remembered(id)
+            .unwrap_or_else(|| self.run(id).is_some())
+    }
+
+    /// True if `id` is one of the runs remembered and the snapshot does
+    /// not hold it.
+    pub(crate) fn known_absent(&self, id: &RunId) -> bool {
+        self.remembered(id) == Some(false)
+    }
+
+    /// Whether the snapshot holds `id`, if `id` is one of the runs
+    /// remembered.
+    fn remembered(&self, id: &RunId) -> Option<bool> {
+        let runs = self.runs.borrow();
+        runs.iter()
+            .find(|(run, _)| run == id)
+            .map(|(_, held)| *held)
+    }
+
+    /// Remembers whether the snapshot holds `id`, forgetting the oldest
+    /// run remembered if there are [`RECENT_RUNS_MAX`].
+    fn remember(&self, id: &RunId, held: bool) {
+        let mut runs = self.runs.borrow_mut();
+        if let Some(at) = runs.iter().position(|(run, _)| run == id) {
+            assert_eq!(runs[at].1, held, "one snapshot answers {id} one way");
+            return;
+        }
+        if runs.len() == RECENT_RUNS_MAX {
+            runs.pop_back();
+        }
+        runs.push_front((id.clone(), held));
+        assert!(runs.len() <= RECENT_RUNS_MAX);
     }
 
     fn fail(&self, error: Error) {
@@ -91,7 +134,7 @@ impl<'a> ColdReader<'a> {
         let Some(txn) = self.txn() else {
             return T::default();
         };
-        let view = RedbBooks::reader(txn, self.state.path());
+        let view = RedbBooks::reader_keeping(txn, self.state.path(), &self.tables);
         let value = read(&view);
         match view.finish() {
             Ok(()) => value,
@@ -145,7 +188,8 @@ impl<'a> ColdReader<'a> {
 impl Drop for ColdReader<'_> {
     fn drop(&mut self) {
         // redb's read transaction ends in its destructor: through the
-        // state store's guard, like every call into redb.
+        // state store's guard, like every call into redb; its tables first.
+        drop_guarded(std::mem::take(&mut self.tables));
         if let Some(txn) = self.txn.take() {
             drop_guarded(txn);
         }

@@ -27,6 +27,7 @@
 //! fingerprint in `cold_steps`; every decision at a position below
 //! `decision_count` is in `decisions` or in the state store.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
@@ -153,6 +154,50 @@ pub(crate) fn step_fingerprint(step: &StepId, kind: EffectKind) -> u32 {
     hasher.finalize()
 }
 
+/// Puts the claim index `claims` in step with `hot`: its entry moves to
+/// the instant the run's record and open wait now give, or goes.
+fn reindex_run(claims: &mut BTreeSet<(u64, RunId)>, hot: &mut HotRun) {
+    let now = hot.claimable_from_ms();
+    if now == hot.claim_from {
+        return;
+    }
+    let id = &hot.run.id;
+    if let Some(from_ms) = hot.claim_from {
+        let removed = claims.remove(&(from_ms, id.clone()));
+        assert!(removed, "the claim index held run {id}");
+    }
+    if let Some(from_ms) = now {
+        claims.insert((from_ms, id.clone()));
+    }
+    hot.claim_from = now;
+}
+
+/// Notes that the record at `lsn` changed `hot`, and puts it on `listed`
+/// (the runs the next checkpoint looks at) if it is not there yet.
+fn list_run(listed: &mut Vec<RunId>, hot: &mut HotRun, lsn: Lsn) {
+    hot.last_lsn = lsn;
+    if !hot.listed {
+        hot.listed = true;
+        listed.push(hot.run.id.clone());
+    }
+}
+
+/// Appends `entries`, written by the record at `lsn`, to the audit of
+/// `hot`, each the next in sequence.
+fn append_audit(hot: &mut HotRun, entries: Vec<AuditEntry>, lsn: Lsn) {
+    for entry in entries {
+        assert_eq!(
+            entry.seq,
+            hot.audit_len + 1,
+            "audit of run {} out of sequence",
+            hot.run.id
+        );
+        hot.audit_len = entry.seq;
+        hot.audit.push((entry, lsn));
+    }
+    assert!(hot.last_lsn == lsn && hot.listed);
+}
+
 /// What an eviction forgets that it must remember: the planted bugs
 /// `ForgetEvictedSteps` and `ForgetParkedDeadlines`; both off in a build
 /// without them.
@@ -236,6 +281,12 @@ impl HotState {
     /// steps, its latest checkpoint and its counters. A run the state store
     /// does not hold stays absent.
     pub(crate) fn fault_in(&mut self, id: &RunId, cold: &ColdReader<'_>) {
+        // A run the state store is known not to hold has nothing to bring
+        // in, whether memory holds it or not (a run just created): asked
+        // first, it spares a search of every run in memory.
+        if cold.known_absent(id) {
+            return;
+        }
         // A pruned run's rows in the state store are gone from the books: a
         // new run of its name starts afresh, not from them.
         if self.runs.contains_key(id) || self.pruned.contains_key(id) {
@@ -303,18 +354,7 @@ impl HotState {
     /// moves to the instant its record and open wait now give, or goes.
     fn reindex(&mut self, id: &RunId) {
         let hot = self.runs.get_mut(id).expect("a run is reindexed in memory");
-        let now = hot.claimable_from_ms();
-        if now == hot.claim_from {
-            return;
-        }
-        if let Some(from_ms) = hot.claim_from {
-            let removed = self.claims.remove(&(from_ms, id.clone()));
-            assert!(removed, "the claim index held run {id}");
-        }
-        if let Some(from_ms) = now {
-            self.claims.insert((from_ms, id.clone()));
-        }
-        hot.claim_from = now;
+        reindex_run(&mut self.claims, hot);
     }
 
     /// Lets a pruned run go from memory and from the claim index (a run
@@ -334,17 +374,23 @@ impl HotState {
     }
 
     /// Replaces the record of a run in memory (or adds a new run), keeping
-    /// the claim index in step.
-    pub(crate) fn set_run(&mut self, run: Run, lsn: Lsn) {
-        let id = run.id.clone();
-        match self.runs.get_mut(&id) {
-            Some(hot) => hot.run = run,
-            None => {
-                self.runs.insert(id.clone(), HotRun::new(run));
+    /// the claim index in step: one search of the runs in memory, which a
+    /// replay does for every record. (The key is cloned even for a run
+    /// held: under callgrind a search of a few thousand runs by name costs
+    /// several times a clone.)
+    pub(crate) fn set_run(&mut self, run: Run, lsn: Lsn) -> &mut HotRun {
+        let hot = match self.runs.entry(run.id.clone()) {
+            Entry::Occupied(held) => {
+                let hot = held.into_mut();
+                hot.run = run;
+                hot
             }
-        }
-        self.reindex(&id);
-        self.run_mut(&id, lsn);
+            Entry::Vacant(slot) => slot.insert(HotRun::new(run)),
+        };
+        reindex_run(&mut self.claims, hot);
+        list_run(&mut self.listed, hot, lsn);
+        assert_eq!(hot.last_lsn, lsn);
+        hot
     }
 
     /// The run `id` in memory, which the caller must have brought in,
@@ -354,11 +400,7 @@ impl HotState {
             .runs
             .get_mut(id)
             .unwrap_or_else(|| panic!("run {id} is brought into memory before it changes"));
-        hot.last_lsn = lsn;
-        if !hot.listed {
-            hot.listed = true;
-            self.listed.push(id.clone());
-        }
+        list_run(&mut self.listed, hot, lsn);
         hot
     }
 
@@ -383,80 +425,110 @@ impl HotState {
             blob_holders,
             blob_refs,
         } = writes;
+        // Most tables of a record's writes are empty, and a replay merges
+        // one record's writes at a time: each table is asked first, since
+        // taking apart even an empty map costs calls (docs/PERFORMANCE.md,
+        // "Open time after a crash").
         // Deletions first: a run pruned and created again in one record
         // starts afresh.
-        for run in pruned {
-            self.forget_run(&run);
-            self.pruned.insert(run, lsn);
+        if !pruned.is_empty() {
+            for run in pruned {
+                self.forget_run(&run);
+                self.pruned.insert(run, lsn);
+            }
         }
-        for digest in blobs_deleted {
-            self.blobs.remove(&digest);
-            self.blobs_deleted.insert(digest, lsn);
+        if !blobs_deleted.is_empty() {
+            for digest in blobs_deleted {
+                self.blobs.remove(&digest);
+                self.blobs_deleted.insert(digest, lsn);
+            }
         }
-        for (digest, holders) in blob_holders {
-            self.blob_holders.insert(digest, (holders, lsn));
+        if !blob_holders.is_empty() {
+            for (digest, holders) in blob_holders {
+                self.blob_holders.insert(digest, (holders, lsn));
+            }
         }
-        for (resource, book) in resources {
-            self.resources.insert(resource, (book, lsn));
+        if !resources.is_empty() {
+            for (resource, book) in resources {
+                self.resources.insert(resource, (book, lsn));
+            }
         }
-        for (key, entry) in shared {
-            self.shared.insert(key, (entry, lsn));
+        if !shared.is_empty() {
+            for (key, entry) in shared {
+                self.shared.insert(key, (entry, lsn));
+            }
         }
+        // A run's audit entries go in with its record (they depend on
+        // nothing else merged here): one search of the runs in memory.
+        let mut audit = audit;
         for run in runs.into_values() {
-            self.set_run(run, lsn);
+            let entries = audit.remove(&run.id);
+            let hot = self.set_run(run, lsn);
+            if let Some(entries) = entries {
+                append_audit(hot, entries, lsn);
+            }
         }
-        for (run, book) in waits {
-            self.run_mut(&run, lsn).waits = Some(Box::new(book));
-            self.reindex(&run);
+        if !waits.is_empty() {
+            for (run, book) in waits {
+                self.run_mut(&run, lsn).waits = Some(Box::new(book));
+                self.reindex(&run);
+            }
         }
-        for (run, book) in budgets {
-            self.run_mut(&run, lsn).budget = Some(Box::new(book));
+        if !budgets.is_empty() {
+            for (run, book) in budgets {
+                self.run_mut(&run, lsn).budget = Some(Box::new(book));
+            }
         }
-        for (run, book) in sagas {
-            self.run_mut(&run, lsn).saga = Some(Box::new(book));
+        if !sagas.is_empty() {
+            for (run, book) in sagas {
+                self.run_mut(&run, lsn).saga = Some(Box::new(book));
+            }
         }
-        for (run, refs) in blob_refs {
-            self.run_mut(&run, lsn).blob_refs = Some(Box::new(refs));
+        if !blob_refs.is_empty() {
+            for (run, refs) in blob_refs {
+                self.run_mut(&run, lsn).blob_refs = Some(Box::new(refs));
+            }
         }
-        for (key, entry) in effects {
-            self.run_mut(key.run(), lsn)
-                .effects
-                .insert(key, (entry, lsn));
+        if !effects.is_empty() {
+            for (key, entry) in effects {
+                self.run_mut(key.run(), lsn)
+                    .effects
+                    .insert(key, (entry, lsn));
+            }
         }
-        for (digest, bytes) in blobs {
-            self.blobs_deleted.remove(&digest);
-            self.blobs.entry(digest).or_insert((bytes, lsn));
+        if !blobs.is_empty() {
+            for (digest, bytes) in blobs {
+                self.blobs_deleted.remove(&digest);
+                self.blobs.entry(digest).or_insert((bytes, lsn));
+            }
         }
-        for ((run, version), meta) in checkpoints {
-            let hot = self.run_mut(&run, lsn);
-            assert!(
-                hot.checkpoint_latest
-                    .as_ref()
-                    .is_none_or(|m| m.version < version),
-                "checkpoint versions of run {run} grow"
-            );
-            hot.checkpoints.insert(version, (meta.clone(), lsn));
-            hot.checkpoint_latest = Some(meta);
-        }
-        for ((run, position), record) in decisions {
-            let hot = self.run_mut(&run, lsn);
-            assert_eq!(
-                position, hot.decision_count,
-                "decisions of run {run} are journaled in order"
-            );
-            hot.decision_count = position + 1;
-            hot.decisions.insert(position, (record, lsn));
-        }
-        for (run, entries) in audit {
-            let hot = self.run_mut(&run, lsn);
-            for entry in entries {
-                assert_eq!(
-                    entry.seq,
-                    hot.audit_len + 1,
-                    "audit of run {run} out of sequence"
+        if !checkpoints.is_empty() {
+            for ((run, version), meta) in checkpoints {
+                let hot = self.run_mut(&run, lsn);
+                assert!(
+                    hot.checkpoint_latest
+                        .as_ref()
+                        .is_none_or(|m| m.version < version),
+                    "checkpoint versions of run {run} grow"
                 );
-                hot.audit_len = entry.seq;
-                hot.audit.push((entry, lsn));
+                hot.checkpoints.insert(version, (meta.clone(), lsn));
+                hot.checkpoint_latest = Some(meta);
+            }
+        }
+        if !decisions.is_empty() {
+            for ((run, position), record) in decisions {
+                let hot = self.run_mut(&run, lsn);
+                assert_eq!(
+                    position, hot.decision_count,
+                    "decisions of run {run} are journaled in order"
+                );
+                hot.decision_count = position + 1;
+                hot.decisions.insert(position, (record, lsn));
+            }
+        }
+        if !audit.is_empty() {
+            for (run, entries) in audit {
+                append_audit(self.run_mut(&run, lsn), entries, lsn);
             }
         }
     }

@@ -15,11 +15,14 @@
 //! after every decide and apply and refuses the result if anything failed,
 //! so a storage error is never mistaken for an empty table.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use redb::{Key, ReadTransaction, ReadableTable, Table, TableDefinition, Value, WriteTransaction};
+use redb::{
+    Key, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, Value,
+    WriteTransaction,
+};
 use serde::de::DeserializeOwned;
 
 use super::rows::{
@@ -52,8 +55,13 @@ pub struct RedbBooks<'a> {
     /// a checkpoint appends many entries per run, and each append checks
     /// its sequence number, so the length is read from the table once.
     pub(crate) audit_lens: RefCell<BTreeMap<RunId, u64>>,
-    /// A write view's open tables (a read view opens them per read).
-    pub(crate) tables: RefCell<OpenTables<'a>>,
+    /// A write view's open tables, made on its first write or read (a read
+    /// view opens none: the tables are large, and a cold read makes a view).
+    pub(crate) tables: RefCell<Option<Box<OpenTables<'a>>>>,
+    /// A read view's tables, kept open by its owner across many views of
+    /// one read transaction ([`RedbBooks::reader_keeping`]); `None`: each
+    /// read opens its table.
+    pub(crate) read_tables: Option<&'a ReadTables>,
 }
 
 /// Opens `$def` in the view's transaction (a write view keeps it open in
@@ -66,16 +74,27 @@ macro_rules! with_table {
         let view: &RedbBooks<'_> = $view;
         let outcome = guard(view.path, $op, || -> std::result::Result<Option<_>, redb::Error> {
             match view.txn {
-                Txn::Read(txn) => match txn.open_table($def) {
-                    Ok(table) => {
-                        let $t = &table;
-                        ($body).map(Some).map_err(redb::Error::from)
-                    }
-                    Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-                    Err(e) => Err(redb::Error::from(e)),
+                Txn::Read(txn) => match view.read_tables {
+                    Some(kept) => match read_in(txn, &kept.$slot, $def) {
+                        Ok(Some(table)) => {
+                            let $t = table;
+                            ($body).map(Some).map_err(redb::Error::from)
+                        }
+                        Ok(None) => Ok(None),
+                        Err(e) => Err(redb::Error::from(e)),
+                    },
+                    None => match txn.open_table($def) {
+                        Ok(table) => {
+                            let $t = &table;
+                            ($body).map(Some).map_err(redb::Error::from)
+                        }
+                        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+                        Err(e) => Err(redb::Error::from(e)),
+                    },
                 },
                 Txn::Write(txn) => {
                     let mut tables = view.tables.borrow_mut();
+                    let tables = tables.get_or_insert_with(Box::default);
                     match open_in(txn, &mut tables.$slot, $def) {
                         Ok(table) => {
                             let $t = &*table;
@@ -114,8 +133,59 @@ impl Drop for RedbBooks<'_> {
     fn drop(&mut self) {
         // A write view's tables write their roots back into the
         // transaction as they close: through the guard, like every call.
-        drop_guarded(std::mem::take(self.tables.get_mut()));
+        if let Some(tables) = self.tables.get_mut().take() {
+            drop_guarded(tables);
+        }
     }
+}
+
+/// A redb table of the books, opened once in a read transaction: `None`
+/// inside when the table does not exist in that snapshot.
+pub(crate) type ReadTable<K, V> = OnceCell<Option<ReadOnlyTable<K, V>>>;
+
+/// The tables of one read transaction, each opened on its first read and
+/// kept for every later view of the same transaction: a replay reads the
+/// runs table once per created run, and redb's `open_table` costs more
+/// than the lookup (docs/PERFORMANCE.md, "Open time after a crash"). A
+/// read-only table is a snapshot of its transaction, so keeping it open
+/// changes no answer. Drop it through `drop_guarded`, like every redb
+/// handle.
+#[derive(Default)]
+pub(crate) struct ReadTables {
+    runs: ReadTable<&'static str, &'static [u8]>,
+    live_runs: ReadTable<&'static str, ()>,
+    effects: ReadTable<(&'static str, &'static str, u8, u32), &'static [u8]>,
+    blobs: ReadTable<&'static [u8], &'static [u8]>,
+    checkpoints: ReadTable<(&'static str, u64), &'static [u8]>,
+    decisions: ReadTable<(&'static str, u64), &'static [u8]>,
+    audit: ReadTable<(&'static str, u64), &'static [u8]>,
+    waits: ReadTable<&'static str, &'static [u8]>,
+    budgets: ReadTable<&'static str, &'static [u8]>,
+    sagas: ReadTable<&'static str, &'static [u8]>,
+    resources: ReadTable<&'static str, &'static [u8]>,
+    shared: ReadTable<&'static str, &'static [u8]>,
+    blob_holders: ReadTable<&'static [u8], u64>,
+    blob_refs: ReadTable<&'static str, &'static [u8]>,
+    ended: ReadTable<(u64, &'static str), ()>,
+}
+
+/// The table `def` of `txn`, opened into `slot` the first time; `None` if
+/// the snapshot has no such table. A failed open is not kept: the next read
+/// tries again (and the view records the failure).
+fn read_in<'s, K: Key + 'static, V: Value + 'static>(
+    txn: &ReadTransaction,
+    slot: &'s ReadTable<K, V>,
+    def: TableDefinition<K, V>,
+) -> std::result::Result<Option<&'s ReadOnlyTable<K, V>>, redb::TableError> {
+    if let Some(kept) = slot.get() {
+        return Ok(kept.as_ref());
+    }
+    let opened = match txn.open_table(def) {
+        Ok(table) => Some(table),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(e) => return Err(e),
+    };
+    Ok(slot.get_or_init(|| opened).as_ref())
 }
 
 /// A redb table of the books, open in a write transaction.
@@ -166,7 +236,25 @@ impl<'a> RedbBooks<'a> {
             path,
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
-            tables: RefCell::new(OpenTables::default()),
+            tables: RefCell::new(None),
+            read_tables: None,
+        }
+    }
+
+    /// A read-only view of `txn` that reads through `tables`, opened in
+    /// `txn` (and only in it) and kept by the caller across views.
+    pub(crate) fn reader_keeping(
+        txn: &'a ReadTransaction,
+        path: &'a Path,
+        tables: &'a ReadTables,
+    ) -> RedbBooks<'a> {
+        RedbBooks {
+            txn: Txn::Read(txn),
+            path,
+            error: RefCell::new(None),
+            audit_lens: RefCell::new(BTreeMap::new()),
+            tables: RefCell::new(None),
+            read_tables: Some(tables),
         }
     }
 
@@ -177,7 +265,8 @@ impl<'a> RedbBooks<'a> {
             path,
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
-            tables: RefCell::new(OpenTables::default()),
+            tables: RefCell::new(None),
+            read_tables: None,
         }
     }
 

@@ -44,7 +44,8 @@ impl<'a> RedbBooks<'a> {
             panic!("{op} through a read-only view of the books");
         };
         let outcome = guard(self.path, op, || {
-            write(txn, &mut self.tables.borrow_mut()).map(Some)
+            let mut tables = self.tables.borrow_mut();
+            write(txn, tables.get_or_insert_with(Box::default)).map(Some)
         });
         self.settle(outcome, op);
     }

@@ -11,6 +11,7 @@
 //! to the base; the base is never written (the overlay is dropped after
 //! deciding, and the ops it gathered are what gets logged).
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::base::digest::Digest;
@@ -46,6 +47,11 @@ pub struct Overlay<'a> {
     blobs_deleted: BTreeSet<Digest>,
     blob_holders: BTreeMap<Digest, Option<u64>>,
     blob_refs: BTreeMap<RunId, BlobRefs>,
+    /// The base's audit length of the run whose length was read last: an
+    /// op that appends to a run's audit reads its length, then the append
+    /// checks it again, and over the hot books each read searches every
+    /// run in memory. The base does not change while the overlay lives.
+    base_audit_len: RefCell<Option<(RunId, u64)>>,
 }
 
 impl<'a> Overlay<'a> {
@@ -68,6 +74,7 @@ impl<'a> Overlay<'a> {
             blobs_deleted: BTreeSet::new(),
             blob_holders: BTreeMap::new(),
             blob_refs: BTreeMap::new(),
+            base_audit_len: RefCell::new(None),
         }
     }
 
@@ -75,6 +82,21 @@ impl<'a> Overlay<'a> {
     /// it, so those rows read as absent.
     fn base_of(&self, run: &RunId) -> Option<&'a dyn BooksRead> {
         (!self.pruned.contains(run)).then_some(self.base)
+    }
+
+    /// The base's audit length of `run` (0 once the overlay pruned it).
+    fn base_audit_len(&self, run: &RunId) -> u64 {
+        let Some(base) = self.base_of(run) else {
+            return 0;
+        };
+        if let Some((last, len)) = &*self.base_audit_len.borrow()
+            && last == run
+        {
+            return *len;
+        }
+        let len = base.audit_len(run);
+        *self.base_audit_len.borrow_mut() = Some((run.clone(), len));
+        len
     }
 }
 
@@ -270,8 +292,7 @@ impl BooksRead for Overlay<'_> {
     }
 
     fn audit_len(&self, run: &RunId) -> u64 {
-        self.base_of(run).map_or(0, |b| b.audit_len(run))
-            + self.audit.get(run).map_or(0, |a| a.len() as u64)
+        self.base_audit_len(run) + self.audit.get(run).map_or(0, |a| a.len() as u64)
     }
 
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
