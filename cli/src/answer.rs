@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use actum::books::{BudgetLimits, Digest, RunId, RunState, StepId, WaitFor};
 use actum::engine::Engine;
-use actum::operator::{Act, DIGEST_PREFIX_MIN, Done, Request, the_approval};
+use actum::operator::{Act, Done, Request, the_approval};
 use serde_json::json;
 
 use crate::args::{ApproveArgs, BudgetArgs, SignalArgs};
@@ -29,16 +29,9 @@ pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> 
     let fail = |e| CliError::engine(dir, e);
     let run = RunId::new(args.run.as_str()).map_err(fail)?;
     let given = args.digest.to_ascii_lowercase();
-    if given.len() < DIGEST_PREFIX_MIN || !given.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(CliError::unusable(format!(
-            "--digest {:?}: give at least {DIGEST_PREFIX_MIN} hex digits of the arguments' digest \
-             (`actum show {} {run}` prints them under waits)",
-            args.digest,
-            dir.display()
-        )));
-    }
     // Checked first on a read (a snapshot if the database is live), so a
-    // refused answer opens nothing for writing.
+    // refused answer (a digest prefix too short or of other arguments)
+    // opens nothing for writing.
     {
         let reading = crate::live::open_to_read(dir).map_err(fail)?;
         reading
@@ -79,15 +72,7 @@ pub(crate) fn open_approval(
     engine: &Engine,
     run: &RunId,
 ) -> actum::Result<Option<(StepId, Digest, String)>> {
-    let book = engine.waits(run)?;
-    Ok(book
-        .waits
-        .into_iter()
-        .filter(|w| w.is_open())
-        .find_map(|w| match w.wait_for {
-            WaitFor::Approval { args_digest, role } => Some((w.step, args_digest, role)),
-            _ => None,
-        }))
+    engine.read(|books| Ok(actum::operator::open_approval(books, run)))
 }
 
 /// An approval a run waits for.

@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
@@ -92,6 +93,24 @@ fn writes_reach_the_engine_that_serves_its_channel_once_per_request_id() {
         stderr(&reused)
     );
     assert_eq!(engine.run(&run).unwrap().unwrap().state, RunState::Paused);
+
+    // Bytes that are no request change nothing: a frame of another version
+    // is dropped unanswered, a body that does not decode is answered with
+    // an error, and the next request is served.
+    for (garbage, answered) in [
+        (&b"\x09\0\0\0\0"[..], false),
+        (&b"\x01\x03\0\0\0abc"[..], true),
+    ] {
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        stream.write_all(garbage).unwrap();
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).unwrap();
+        assert_eq!(reply.first() == Some(&1), answered, "{reply:?}");
+    }
+    assert_eq!(
+        engine.run(&run).unwrap().unwrap().version,
+        after_first.version
+    );
 
     // A signal sent twice under one id ends the wait once and leaves no
     // second signal in the inbox.

@@ -389,6 +389,20 @@ fn command_for(request: &Request, books: &dyn BooksRead) -> Result<(Command, Bef
     })
 }
 
+/// The approval `run` waits for, if it waits for one: its step, the
+/// arguments' digest it is bound to, and the role it asks of.
+pub fn open_approval(books: &dyn BooksRead, run: &RunId) -> Option<(StepId, Digest, String)> {
+    books.waits(run).and_then(|book| {
+        book.waits
+            .into_iter()
+            .filter(|w| w.is_open())
+            .find_map(|w| match w.wait_for {
+                WaitFor::Approval { args_digest, role } => Some((w.step, args_digest, role)),
+                _ => None,
+            })
+    })
+}
+
 /// The open approval of `run` whose arguments' digest starts with
 /// `prefix`: its step, digest and role; or why there is none.
 pub fn the_approval(
@@ -410,16 +424,7 @@ pub fn the_approval(
             what: format!("run {run}"),
         });
     }
-    let open = books.waits(run).and_then(|book| {
-        book.waits
-            .into_iter()
-            .filter(|w| w.is_open())
-            .find_map(|w| match w.wait_for {
-                WaitFor::Approval { args_digest, role } => Some((w.step, args_digest, role)),
-                _ => None,
-            })
-    });
-    let Some((step, digest, role)) = open else {
+    let Some((step, digest, role)) = open_approval(books, run) else {
         return Err(Error::InvalidCommand {
             reason: format!("run {run} waits for no approval"),
         });

@@ -231,14 +231,7 @@ pub(crate) fn open_in<'s, 'a, K: Key + 'static, V: Value + 'static>(
 impl<'a> RedbBooks<'a> {
     /// A read-only view of `txn`; `path` names the state file in errors.
     pub fn reader(txn: &'a ReadTransaction, path: &'a Path) -> RedbBooks<'a> {
-        RedbBooks {
-            txn: Txn::Read(txn),
-            path,
-            error: RefCell::new(None),
-            audit_lens: RefCell::new(BTreeMap::new()),
-            tables: RefCell::new(None),
-            read_tables: None,
-        }
+        Self::read_view(txn, path, None)
     }
 
     /// A read-only view of `txn` that reads through `tables`, opened in
@@ -248,13 +241,21 @@ impl<'a> RedbBooks<'a> {
         path: &'a Path,
         tables: &'a ReadTables,
     ) -> RedbBooks<'a> {
+        Self::read_view(txn, path, Some(tables))
+    }
+
+    fn read_view(
+        txn: &'a ReadTransaction,
+        path: &'a Path,
+        read_tables: Option<&'a ReadTables>,
+    ) -> RedbBooks<'a> {
         RedbBooks {
             txn: Txn::Read(txn),
             path,
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
             tables: RefCell::new(None),
-            read_tables: Some(tables),
+            read_tables,
         }
     }
 
