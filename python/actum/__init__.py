@@ -24,7 +24,9 @@ again::
         runtime.drain()
         assert runtime.output("refund-42").startswith(b"charge ")
 
-See docs/PYTHON.md.
+An ``async def`` agent awaits the same calls, so its event loop goes on
+while the engine works: ``await ctx.adecide(...)``, ``await ctx.astep(...)``,
+and an ``a`` in front of every other ``ctx`` call. See docs/PYTHON.md.
 """
 
 import asyncio
@@ -108,6 +110,24 @@ def _run_awaitable(awaitable):
     if "error" in done:
         raise done["error"]
     return done["value"]
+
+
+async def _ctx_call(call):
+    """What ``await ctx.adecide(...)`` (and every other ``ctx.a...`` call)
+    awaits. The call claims the ctx here, on the event loop's thread, when
+    first awaited, and lets go of it here, when this task resumes: of two
+    calls racing each other, the one awaited first is made and the other
+    raises ``ActumError``, whatever the engine's speed. Between the two, the
+    call is sent and its answer waited for on a thread of asyncio's, so the
+    loop goes on meanwhile. A call whose task is cancelled before that
+    thread started is never sent; one already sent is answered on its
+    thread (the run's journal keeps the answer). The ctx makes it; it is
+    not API."""
+    call.claim()
+    try:
+        return await asyncio.to_thread(call.answer)
+    finally:
+        call.finish()
 
 
 __all__ = [

@@ -196,9 +196,33 @@ _Undo = Callable[[UndoCall], Union[_Bytes, Awaitable[_Bytes]]]
 class Ctx:
     """What an agent function receives; valid only while it runs.
 
-    Its calls are synchronous, in an `async def` agent too (they block only
-    that agent's own event loop). A model, act, query or undo may be an
-    `async def`: it runs to completion where it is called.
+    Each call has a synchronous form (`ctx.decide(...)`) and an awaitable
+    one (`await ctx.adecide(...)`) for `async def` agents: the engine works
+    on a thread of asyncio's while the agent's event loop goes on. An
+    awaitable call is made when first awaited. One call is in flight at a
+    time: a call made while another is (tasks racing each other,
+    `asyncio.gather` over ctx calls) raises `ActumError` and is not made, so
+    a run's calls keep the order of the agent's code. A model, act, query or
+    undo may be an `async def`: it runs to completion where it is called.
+
+    An `async def` agent awaiting its calls::
+
+        charge = actum.Tool.idempotent("charge", window_ms=86_400_000)
+
+        async def act(call):
+            return b"charged " + call.idempotency_key.encode()
+
+        with actum.Engine.open("books") as engine:
+            runtime = actum.Runtime(engine)
+
+            @runtime.agent("refund")
+            async def refund(ctx):
+                plan = await ctx.adecide("plan", ctx.input, lambda: b"refund 90 EUR")
+                return await ctx.astep("charge", charge, plan, act)
+
+            runtime.start("refund", "refund-42", b"90 EUR")
+            runtime.drain()
+            assert runtime.output("refund-42").startswith(b"charged ")
     """
 
     @property
@@ -248,6 +272,57 @@ class Ctx:
         self, name: str, calls: Sequence[tuple[str, bytes]], join: str = "all"
     ) -> list[ChildOutput]:
         """A fan-out: one child run per (kind, input); waits for "all" or the "first"."""
+    # The awaitable forms: each is its synchronous twin above, awaited.
+    def adecide(
+        self, name: str, input: bytes, model: Callable[[], Union[bytes, Awaitable[bytes]]]
+    ) -> Coroutine[Any, Any, bytes]:
+        """`await`: `decide`, the engine working off the event loop's thread."""
+    def adecide_with_usage(
+        self,
+        name: str,
+        input: bytes,
+        model: Callable[[], Union[tuple[bytes, Usage], Awaitable[tuple[bytes, Usage]]]],
+    ) -> Coroutine[Any, Any, bytes]:
+        """`await`: `decide_with_usage`."""
+    def astep(
+        self, name: str, tool: Tool, args: bytes, act: _Act
+    ) -> Coroutine[Any, Any, bytes]:
+        """`await`: `step`."""
+    def astep_with_undo(
+        self, name: str, tool: Tool, args: bytes, act: _Act, *, undo: tuple[Tool, bytes]
+    ) -> Coroutine[Any, Any, bytes]:
+        """`await`: `step_with_undo`."""
+    def astep_async(
+        self,
+        name: str,
+        tool: Tool,
+        args: bytes,
+        send: Callable[[Call], Optional[bytes]],
+        within_ms: Optional[int] = None,
+    ) -> Coroutine[Any, Any, bytes]:
+        """`await`: `step_async`."""
+    def acheckpoint(self, state: bytes) -> Coroutine[Any, Any, None]:
+        """`await`: `checkpoint`."""
+    def alast_checkpoint(self) -> Coroutine[Any, Any, Optional[bytes]]:
+        """`await`: `last_checkpoint`."""
+    def aapproval(
+        self, name: str, args: bytes, role: str, within_ms: int
+    ) -> Coroutine[Any, Any, Approval]:
+        """`await`: `approval`."""
+    def asleep(self, name: str, ms: int) -> Coroutine[Any, Any, None]:
+        """`await`: `sleep` (a durable timer, not `asyncio.sleep`)."""
+    def asleep_until(self, name: str, at_ms: int) -> Coroutine[Any, Any, None]:
+        """`await`: `sleep_until`."""
+    def asignal(
+        self, name: str, within_ms: Optional[int] = None
+    ) -> Coroutine[Any, Any, Optional[bytes]]:
+        """`await`: `signal`."""
+    def achild(self, name: str, kind: str, input: bytes) -> Coroutine[Any, Any, bytes]:
+        """`await`: `child`."""
+    def achildren(
+        self, name: str, calls: Sequence[tuple[str, bytes]], join: str = "all"
+    ) -> Coroutine[Any, Any, list[ChildOutput]]:
+        """`await`: `children`."""
 
 Agent = Callable[[Ctx], Union[Optional[bytes], Coroutine[Any, Any, Optional[bytes]]]]
 

@@ -1,32 +1,39 @@
-//! The handler bridge: a Python agent function runs on its own thread with
-//! a `ctx` whose calls travel over a channel to the runtime's worker
-//! thread, which holds the run's [`RunCtx`] and answers each in turn.
+//! The handler's side of the handler bridge (handler.rs is the worker's):
+//! the `ctx` a Python agent function receives. Each call becomes a
+//! [`Request`] sent to the worker thread that holds the run, and waits for
+//! its answer with the GIL released.
 //!
-//! Why a thread: a [`RunCtx`] borrows the runtime for the length of one
-//! handler call, and a Python object cannot hold a borrow (nor may this
-//! crate use `unsafe` to pretend it can). So the worker keeps the `RunCtx`
-//! on its own stack and serves the handler's calls; the handler's thread
-//! waits for each answer with the GIL released, so the worker can take the
-//! GIL to call a tool or model function meanwhile. One call is in flight
-//! at a time per run, as on the Rust side.
+//! Every call has two forms: `ctx.decide(...)` waits on the calling
+//! thread; `await ctx.adecide(...)` waits on a thread of asyncio's, so the
+//! agent's event loop goes on meanwhile (awaitable.rs).
+//!
+//! **Invariant:** one call is in flight at a time per run, as on the Rust
+//! side (an awaited call, from when it is first awaited until its task
+//! resumes). A call made while another is in flight (tasks or threads
+//! racing each other, or a model function calling its own `ctx`) is
+//! refused with `ActumError` before it is sent, never queued behind it:
+//! the order of a run's calls is the order the agent's code makes them,
+//! which a replay repeats, never an order a thread scheduler picked.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
-use actum::books::{Compensation, Join, Outcome};
-use actum::runtime::{Approval, ChildOutput, Deadline, Fail, RunCtx};
+use actum::books::{Compensation, Join};
+use actum::runtime::{Approval, ChildOutput, Deadline};
+use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::awaitable::complete;
+use crate::awaitable::awaited;
 use crate::errors::{ActumError, EngineForked, StepFailed, Stopped};
 use crate::fork;
-use crate::replies::{PyChildOutput, model_answer};
-use crate::tool::{PyTool, call_tool, describe, outcome_of, reason_of, type_name};
+use crate::replies::PyChildOutput;
+use crate::tool::PyTool;
 
-/// A `ctx` call, as the handler's thread sends it.
-enum Request {
+/// A `ctx` call, as the handler's side sends it.
+pub(crate) enum Request {
     Decide {
         name: String,
         input: Vec<u8>,
@@ -77,7 +84,7 @@ enum Request {
 }
 
 /// The worker's answer to one call.
-enum Reply {
+pub(crate) enum Reply {
     Bytes(Vec<u8>),
     MaybeBytes(Option<Vec<u8>>),
     Unit,
@@ -85,8 +92,18 @@ enum Reply {
     Children(Vec<ChildOutput>),
 }
 
+/// The kinds of [`Reply`], to check an answer against its request.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ReplyKind {
+    Bytes,
+    MaybeBytes,
+    Unit,
+    Approval,
+    Children,
+}
+
 /// Why a call did not answer.
-enum Refusal {
+pub(crate) enum Refusal {
     /// Failed for good (`Fail::Failed`): `StepFailed`, which the handler
     /// may handle.
     Failed {
@@ -99,21 +116,70 @@ enum Refusal {
     Raised(PyErr),
 }
 
-type Answer = Result<Reply, Refusal>;
+pub(crate) type Answer = Result<Reply, Refusal>;
 
-/// What the handler's thread sends the worker.
-enum FromHandler {
+/// What the handler's side sends the worker.
+pub(crate) enum FromHandler {
     Call(Request, Sender<Answer>),
     Done(Result<Vec<u8>, String>),
 }
 
+impl Request {
+    /// The kind of reply the worker answers this request with.
+    fn reply_kind(&self) -> ReplyKind {
+        match self {
+            Request::Decide { .. }
+            | Request::Step { .. }
+            | Request::StepAsync { .. }
+            | Request::Child { .. } => ReplyKind::Bytes,
+            Request::LastCheckpoint | Request::Signal { .. } => ReplyKind::MaybeBytes,
+            Request::Checkpoint(_) | Request::Sleep { .. } => ReplyKind::Unit,
+            Request::Approval { .. } => ReplyKind::Approval,
+            Request::Children { .. } => ReplyKind::Children,
+        }
+    }
+}
+
+impl Reply {
+    fn kind(&self) -> ReplyKind {
+        match self {
+            Reply::Bytes(_) => ReplyKind::Bytes,
+            Reply::MaybeBytes(_) => ReplyKind::MaybeBytes,
+            Reply::Unit => ReplyKind::Unit,
+            Reply::Approval(_) => ReplyKind::Approval,
+            Reply::Children(_) => ReplyKind::Children,
+        }
+    }
+
+    /// The Python value the call returns: `bytes`, `bytes` or None, None,
+    /// an `Approval`, or a list of `ChildOutput`.
+    fn into_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self {
+            Reply::Bytes(b) | Reply::MaybeBytes(Some(b)) => Ok(bytes(py, &b).into_any().unbind()),
+            Reply::MaybeBytes(None) | Reply::Unit => Ok(py.None()),
+            Reply::Approval(a) => PyApproval::of(a).into_py_any(py),
+            Reply::Children(ended) => ended
+                .into_iter()
+                .map(PyChildOutput::of)
+                .collect::<Vec<_>>()
+                .into_py_any(py),
+        }
+    }
+}
+
 /// What an agent function receives: its run, its input, and the calls that
-/// make the run durable. Valid only while the handler runs.
+/// make the run durable. Valid only while the handler runs. Each call has
+/// an awaitable twin for `async def` agents (`await ctx.adecide(...)`,
+/// `await ctx.astep(...)`, ...): the engine works off the event loop's
+/// thread. One call is in flight at a time; another raises `ActumError`.
 #[pyclass(module = "actum", name = "Ctx", frozen)]
 pub struct PyCtx {
     run: String,
     input: Vec<u8>,
     tx: Mutex<Option<Sender<FromHandler>>>,
+    /// Set while a call is in flight: a plain call until it returns, an
+    /// awaited one from when it is first awaited until its task resumes.
+    in_flight: AtomicBool,
     /// The process the handler runs in: a forked child's calls are refused
     /// (the worker that would answer them is not in the child).
     pid: u32,
@@ -147,18 +213,55 @@ impl PyApproval {
     }
 }
 
+impl PyApproval {
+    fn of(approval: Approval) -> PyApproval {
+        let (status, approver, note) = match approval {
+            Approval::Approved { approver, note } => ("approved", approver, note),
+            Approval::Rejected { approver, note } => ("rejected", approver, note),
+            Approval::Expired => ("expired", String::new(), String::new()),
+        };
+        PyApproval {
+            status,
+            approver,
+            note,
+        }
+    }
+}
+
+/// Lets go of the call in flight when dropped, however the call ended.
+struct InFlight<'a>(&'a PyCtx);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 impl PyCtx {
-    /// Sends a call to the worker and waits for its answer with the GIL
-    /// released.
-    /// A call whose answer is bytes.
-    fn call_bytes<'py>(&self, py: Python<'py>, request: Request) -> PyResult<Bound<'py, PyBytes>> {
-        match self.call(py, request)? {
-            Reply::Bytes(b) => Ok(bytes(py, &b)),
-            _ => Err(unexpected()),
+    /// A ctx for the run `run`, whose calls go to the worker over `tx`.
+    pub(crate) fn new(run: String, input: Vec<u8>, tx: Sender<FromHandler>) -> PyCtx {
+        PyCtx {
+            run,
+            input,
+            tx: Mutex::new(Some(tx)),
+            in_flight: AtomicBool::new(false),
+            pid: fork::this_process(),
         }
     }
 
-    fn call(&self, py: Python<'_>, request: Request) -> PyResult<Reply> {
+    /// A call, start to end, on this thread: claims, sends, waits, lets go.
+    fn call(&self, py: Python<'_>, request: Request) -> PyResult<Py<PyAny>> {
+        let tx = self.claim()?;
+        let _in_flight = InFlight(self);
+        let sent = send(&tx, request)?;
+        sent.wait(py)
+    }
+
+    /// The first step of a call: refuses it if the ctx is not usable here
+    /// (a forked process, a handler that returned) or another call is in
+    /// flight; else marks this one in flight and returns where to send it.
+    /// Whoever claimed lets go ([`PyCtx::release`]) once the call is over.
+    pub(crate) fn claim(&self) -> PyResult<Sender<FromHandler>> {
         if fork::forked(self.pid) {
             return Err(EngineForked::new_err(format!(
                 "the ctx of run {} was used in process {}, forked from the one running its \
@@ -179,14 +282,65 @@ impl PyCtx {
                     self.run
                 ))
             })?;
-        let (reply_tx, reply_rx) = channel();
-        tx.send(FromHandler::Call(request, reply_tx))
-            .map_err(|_| ActumError::new_err("the runtime no longer serves this handler"))?;
+        if self
+            .in_flight
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(ActumError::new_err(format!(
+                "a ctx call of run {} was made while another is in flight (from tasks or \
+                 threads racing each other, or from inside a model or tool function): await \
+                 or finish each ctx call before making the next, so the run's calls keep one \
+                 order that a resumed run can replay; this call was not made",
+                self.run
+            )));
+        }
+        Ok(tx)
+    }
+
+    /// Lets go of the claim of the call in flight.
+    pub(crate) fn release(&self) {
+        let was = self.in_flight.swap(false, Ordering::AcqRel);
+        assert!(was, "a ctx call was let go of twice");
+    }
+
+    /// Ends the ctx's life with its handler's: every later call raises.
+    pub(crate) fn close(&self) {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+}
+
+/// A call sent to the worker, its answer to come.
+pub(crate) struct Sent {
+    answer: Receiver<Answer>,
+    expected: ReplyKind,
+}
+
+/// Sends a claimed call to the worker.
+pub(crate) fn send(tx: &Sender<FromHandler>, request: Request) -> PyResult<Sent> {
+    let expected = request.reply_kind();
+    let (reply_tx, answer) = channel();
+    tx.send(FromHandler::Call(request, reply_tx))
+        .map_err(|_| ActumError::new_err("the runtime no longer serves this handler"))?;
+    Ok(Sent { answer, expected })
+}
+
+impl Sent {
+    /// Waits for the answer with the GIL released; returns it as the
+    /// call's Python value, or raises what the call came to.
+    pub(crate) fn wait(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let Sent { answer, expected } = self;
         let answer = py
-            .detach(move || reply_rx.recv())
+            .detach(move || answer.recv())
             .map_err(|_| ActumError::new_err("the runtime dropped this call unanswered"))?;
         match answer {
-            Ok(reply) => Ok(reply),
+            Ok(reply) if reply.kind() == expected => reply.into_py(py),
+            Ok(_) => Err(ActumError::new_err(
+                "the runtime answered a ctx call with the wrong kind of reply",
+            )),
             Err(Refusal::Failed { reason, cause }) => {
                 let err = StepFailed::new_err(reason.clone());
                 let _ = err.value(py).setattr("reason", reason);
@@ -196,13 +350,6 @@ impl PyCtx {
             Err(Refusal::Stopped(text)) => Err(Stopped::new_err(text)),
             Err(Refusal::Raised(err)) => Err(err),
         }
-    }
-
-    fn close(&self) {
-        self.tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
     }
 }
 
@@ -229,14 +376,14 @@ impl PyCtx {
     /// bytes and `model` is not called. `name` and `input` must be the same
     /// on resume, else the run diverged. An exception from `model` is
     /// raised here, and nothing is recorded. `model` may be an `async def`.
-    fn decide<'py>(
+    fn decide(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         name: String,
         input: &[u8],
         model: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        self.decide_inner(py, name, input, model, false)
+    ) -> PyResult<Py<PyAny>> {
+        self.call(py, decide(py, name, input, model, false)?)
     }
 
     /// `decide`, recording what the call cost: `model()` returns
@@ -244,14 +391,14 @@ impl PyCtx {
     /// journaled with the answer and charged to the run's budget (and its
     /// ancestors'): a run whose budget has no room for its next call is
     /// paused there (`Engine.set_budget`, `Engine.operate(run, "resume")`).
-    fn decide_with_usage<'py>(
+    fn decide_with_usage(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         name: String,
         input: &[u8],
         model: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        self.decide_inner(py, name, input, model, true)
+    ) -> PyResult<Py<PyAny>> {
+        self.call(py, decide(py, name, input, model, true)?)
     }
 
     /// A step through `tool`: `act(call)` runs only after the intent is
@@ -262,15 +409,15 @@ impl PyCtx {
     /// other exception fails the attempt for good with its text. A step
     /// that failed for good raises `StepFailed`. `act` may be an
     /// `async def`.
-    fn step<'py>(
+    fn step(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         name: String,
         tool: Py<PyTool>,
         args: &[u8],
         act: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        self.step_inner(py, name, tool, args, act, None)
+    ) -> PyResult<Py<PyAny>> {
+        self.call(py, step(py, name, tool, args, act, None)?)
     }
 
     /// `step`, compensable: `undo=(undo_tool, undo_args)` names what undoes
@@ -280,130 +427,17 @@ impl PyCtx {
     /// first; the run ends `failed` (or `cancelled`) once every undo is
     /// done.
     #[pyo3(signature = (name, tool, args, act, *, undo))]
-    fn step_with_undo<'py>(
+    fn step_with_undo(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         name: String,
         tool: Py<PyTool>,
         args: &[u8],
         act: Py<PyAny>,
-        undo: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        let shape =
-            || PyTypeError::new_err("undo must be a pair (undo_tool: Tool, undo_args: bytes)");
-        let pair = undo.cast::<PyTuple>().map_err(|_| shape())?;
-        if pair.len() != 2 {
-            return Err(shape());
-        }
-        let undo_tool = pair.get_item(0)?;
-        let undo_tool = undo_tool.cast::<PyTool>().map_err(|_| shape())?;
-        let undo_args = pair.get_item(1)?;
-        let undo_args = undo_args.cast::<PyBytes>().map_err(|_| shape())?;
-        let compensation = undo_tool.get().compensation(undo_args.as_bytes().to_vec());
-        self.step_inner(py, name, tool, args, act, Some(compensation))
-    }
-
-    /// Saves the handler's state as the run's next checkpoint, durable with
-    /// the next step's outcome (or wait, model call or end).
-    fn checkpoint(&self, py: Python<'_>, state: &[u8]) -> PyResult<()> {
-        match self.call(py, Request::Checkpoint(state.to_vec()))? {
-            Reply::Unit => Ok(()),
-            _ => Err(unexpected()),
-        }
-    }
-
-    /// The state of the run's latest saved checkpoint, or None.
-    fn last_checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        match self.call(py, Request::LastCheckpoint)? {
-            Reply::MaybeBytes(b) => Ok(b.map(|b| bytes(py, &b))),
-            _ => Err(unexpected()),
-        }
-    }
-
-    /// Waits for a person of `role` to approve `args`, at most `within_ms`
-    /// (from when the wait was first opened): the run parks, holding no
-    /// worker, and the handler is called again once it is decided.
-    fn approval(
-        &self,
-        py: Python<'_>,
-        name: String,
-        args: &[u8],
-        role: String,
-        within_ms: u64,
-    ) -> PyResult<PyApproval> {
-        let request = Request::Approval {
-            name,
-            args: args.to_vec(),
-            role,
-            within_ms,
-        };
-        match self.call(py, request)? {
-            Reply::Approval(a) => Ok(match a {
-                Approval::Approved { approver, note } => PyApproval {
-                    status: "approved",
-                    approver,
-                    note,
-                },
-                Approval::Rejected { approver, note } => PyApproval {
-                    status: "rejected",
-                    approver,
-                    note,
-                },
-                Approval::Expired => PyApproval {
-                    status: "expired",
-                    approver: String::new(),
-                    note: String::new(),
-                },
-            }),
-            _ => Err(unexpected()),
-        }
-    }
-
-    /// A durable timer: the run parks for `ms` from when the timer was
-    /// first set (a resumed handler gets the same deadline).
-    fn sleep(&self, py: Python<'_>, name: String, ms: u64) -> PyResult<()> {
-        let until = Deadline::In(ms);
-        match self.call(py, Request::Sleep { name, until })? {
-            Reply::Unit => Ok(()),
-            _ => Err(unexpected()),
-        }
-    }
-
-    /// A durable timer until `at_ms` (ms since the epoch, engine clock).
-    fn sleep_until(&self, py: Python<'_>, name: String, at_ms: u64) -> PyResult<()> {
-        let until = Deadline::At(at_ms);
-        match self.call(py, Request::Sleep { name, until })? {
-            Reply::Unit => Ok(()),
-            _ => Err(unexpected()),
-        }
-    }
-
-    /// Waits for the signal `name` (`Engine.signal`) and returns its
-    /// payload, or None if `within_ms` passed first.
-    #[pyo3(signature = (name, within_ms=None))]
-    fn signal<'py>(
-        &self,
-        py: Python<'py>,
-        name: String,
-        within_ms: Option<u64>,
-    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        match self.call(py, Request::Signal { name, within_ms })? {
-            Reply::MaybeBytes(b) => Ok(b.map(|b| bytes(py, &b))),
-            _ => Err(unexpected()),
-        }
-    }
-
-    /// Starts a child run of `kind` on `input`, waits for its end (the run
-    /// parks) and returns its output; a child that failed fails this call.
-    fn child<'py>(
-        &self,
-        py: Python<'py>,
-        name: String,
-        kind: String,
-        input: &[u8],
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        let input = input.to_vec();
-        self.call_bytes(py, Request::Child { name, kind, input })
+        undo: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let undo = Some(compensation(undo)?);
+        self.call(py, step(py, name, tool, args, act, undo)?)
     }
 
     /// A tool call whose answer comes later, through
@@ -415,24 +449,75 @@ impl PyCtx {
     /// again; if `within_ms` passes with no reply, the outcome is unknown
     /// and the run is paused for a person.
     #[pyo3(signature = (name, tool, args, send, within_ms=None))]
-    fn step_async<'py>(
+    fn step_async(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         name: String,
         tool: Py<PyTool>,
         args: &[u8],
         send: Py<PyAny>,
         within_ms: Option<u64>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        callable(py, &send, "send")?;
-        let request = Request::StepAsync {
-            name,
-            tool,
-            args: args.to_vec(),
-            send,
-            within_ms,
-        };
-        self.call_bytes(py, request)
+    ) -> PyResult<Py<PyAny>> {
+        self.call(py, step_async(py, name, tool, args, send, within_ms)?)
+    }
+
+    /// Saves the handler's state as the run's next checkpoint, durable with
+    /// the next step's outcome (or wait, model call or end).
+    fn checkpoint(&self, py: Python<'_>, state: &[u8]) -> PyResult<Py<PyAny>> {
+        self.call(py, Request::Checkpoint(state.to_vec()))
+    }
+
+    /// The state of the run's latest saved checkpoint, or None.
+    fn last_checkpoint(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.call(py, Request::LastCheckpoint)
+    }
+
+    /// Waits for a person of `role` to approve `args`, at most `within_ms`
+    /// (from when the wait was first opened): the run parks, holding no
+    /// worker, and the handler is called again once it is decided. Returns
+    /// an `Approval`.
+    fn approval(
+        &self,
+        py: Python<'_>,
+        name: String,
+        args: &[u8],
+        role: String,
+        within_ms: u64,
+    ) -> PyResult<Py<PyAny>> {
+        self.call(py, approval(name, args, role, within_ms))
+    }
+
+    /// A durable timer: the run parks for `ms` from when the timer was
+    /// first set (a resumed handler gets the same deadline).
+    fn sleep(&self, py: Python<'_>, name: String, ms: u64) -> PyResult<Py<PyAny>> {
+        let until = Deadline::In(ms);
+        self.call(py, Request::Sleep { name, until })
+    }
+
+    /// A durable timer until `at_ms` (ms since the epoch, engine clock).
+    fn sleep_until(&self, py: Python<'_>, name: String, at_ms: u64) -> PyResult<Py<PyAny>> {
+        let until = Deadline::At(at_ms);
+        self.call(py, Request::Sleep { name, until })
+    }
+
+    /// Waits for the signal `name` (`Engine.signal`) and returns its
+    /// payload, or None if `within_ms` passed first.
+    #[pyo3(signature = (name, within_ms=None))]
+    fn signal(&self, py: Python<'_>, name: String, within_ms: Option<u64>) -> PyResult<Py<PyAny>> {
+        self.call(py, Request::Signal { name, within_ms })
+    }
+
+    /// Starts a child run of `kind` on `input`, waits for its end (the run
+    /// parks) and returns its output; a child that failed fails this call.
+    fn child(
+        &self,
+        py: Python<'_>,
+        name: String,
+        kind: String,
+        input: &[u8],
+    ) -> PyResult<Py<PyAny>> {
+        let input = input.to_vec();
+        self.call(py, Request::Child { name, kind, input })
     }
 
     /// A fan-out: starts one child run per `(kind, input)` in `calls`, in
@@ -450,24 +535,146 @@ impl PyCtx {
         name: String,
         calls: Vec<(String, Bound<'_, PyBytes>)>,
         join: &str,
-    ) -> PyResult<Vec<PyChildOutput>> {
-        let join = match join {
-            "all" => Join::All,
-            "first" => Join::First,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "join is \"all\" or \"first\", not {other:?}"
-                )));
-            }
-        };
-        let calls = calls
-            .into_iter()
-            .map(|(kind, input)| (kind, input.as_bytes().to_vec()))
-            .collect();
-        match self.call(py, Request::Children { name, calls, join })? {
-            Reply::Children(ended) => Ok(ended.into_iter().map(PyChildOutput::of).collect()),
-            _ => Err(unexpected()),
-        }
+    ) -> PyResult<Py<PyAny>> {
+        self.call(py, children(name, calls, join)?)
+    }
+
+    /// `await ctx.adecide(name, input, model)`: `decide`, awaited. The
+    /// engine works on a thread of asyncio's while the event loop goes on.
+    /// Each `a...` call is made when first awaited; one ctx call is in
+    /// flight at a time (another raises `ActumError`, and is not made).
+    fn adecide<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        input: &[u8],
+        model: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        awaited(slf, "adecide", decide(slf.py(), name, input, model, false)?)
+    }
+
+    /// `await ctx.adecide_with_usage(name, input, model)`:
+    /// `decide_with_usage`, awaited.
+    fn adecide_with_usage<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        input: &[u8],
+        model: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let request = decide(slf.py(), name, input, model, true)?;
+        awaited(slf, "adecide_with_usage", request)
+    }
+
+    /// `await ctx.astep(name, tool, args, act)`: `step`, awaited.
+    fn astep<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        tool: Py<PyTool>,
+        args: &[u8],
+        act: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        awaited(slf, "astep", step(slf.py(), name, tool, args, act, None)?)
+    }
+
+    /// `await ctx.astep_with_undo(name, tool, args, act, undo=(undo_tool,
+    /// undo_args))`: `step_with_undo`, awaited.
+    #[pyo3(signature = (name, tool, args, act, *, undo))]
+    fn astep_with_undo<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        tool: Py<PyTool>,
+        args: &[u8],
+        act: Py<PyAny>,
+        undo: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let undo = Some(compensation(undo)?);
+        let request = step(slf.py(), name, tool, args, act, undo)?;
+        awaited(slf, "astep_with_undo", request)
+    }
+
+    /// `await ctx.astep_async(name, tool, args, send, within_ms=None)`:
+    /// `step_async`, awaited.
+    #[pyo3(signature = (name, tool, args, send, within_ms=None))]
+    fn astep_async<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        tool: Py<PyTool>,
+        args: &[u8],
+        send: Py<PyAny>,
+        within_ms: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let request = step_async(slf.py(), name, tool, args, send, within_ms)?;
+        awaited(slf, "astep_async", request)
+    }
+
+    /// `await ctx.acheckpoint(state)`: `checkpoint`, awaited.
+    fn acheckpoint<'py>(slf: &Bound<'py, Self>, state: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        awaited(slf, "acheckpoint", Request::Checkpoint(state.to_vec()))
+    }
+
+    /// `await ctx.alast_checkpoint()`: `last_checkpoint`, awaited.
+    fn alast_checkpoint<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        awaited(slf, "alast_checkpoint", Request::LastCheckpoint)
+    }
+
+    /// `await ctx.aapproval(name, args, role, within_ms)`: `approval`,
+    /// awaited.
+    fn aapproval<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        args: &[u8],
+        role: String,
+        within_ms: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        awaited(slf, "aapproval", approval(name, args, role, within_ms))
+    }
+
+    /// `await ctx.asleep(name, ms)`: `sleep`, awaited (a durable timer,
+    /// not `asyncio.sleep`).
+    fn asleep<'py>(slf: &Bound<'py, Self>, name: String, ms: u64) -> PyResult<Bound<'py, PyAny>> {
+        let until = Deadline::In(ms);
+        awaited(slf, "asleep", Request::Sleep { name, until })
+    }
+
+    /// `await ctx.asleep_until(name, at_ms)`: `sleep_until`, awaited.
+    fn asleep_until<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        at_ms: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let until = Deadline::At(at_ms);
+        awaited(slf, "asleep_until", Request::Sleep { name, until })
+    }
+
+    /// `await ctx.asignal(name, within_ms=None)`: `signal`, awaited.
+    #[pyo3(signature = (name, within_ms=None))]
+    fn asignal<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        within_ms: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        awaited(slf, "asignal", Request::Signal { name, within_ms })
+    }
+
+    /// `await ctx.achild(name, kind, input)`: `child`, awaited.
+    fn achild<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        kind: String,
+        input: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let input = input.to_vec();
+        awaited(slf, "achild", Request::Child { name, kind, input })
+    }
+
+    /// `await ctx.achildren(name, calls, join="all")`: `children`, awaited.
+    #[pyo3(signature = (name, calls, join="all"))]
+    fn achildren<'py>(
+        slf: &Bound<'py, Self>,
+        name: String,
+        calls: Vec<(String, Bound<'py, PyBytes>)>,
+        join: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        awaited(slf, "achildren", children(name, calls, join)?)
     }
 
     fn __repr__(&self) -> String {
@@ -475,44 +682,103 @@ impl PyCtx {
     }
 }
 
-impl PyCtx {
-    fn decide_inner<'py>(
-        &self,
-        py: Python<'py>,
-        name: String,
-        input: &[u8],
-        model: Py<PyAny>,
-        with_usage: bool,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        callable(py, &model, "model")?;
-        let request = Request::Decide {
-            name,
-            input: input.to_vec(),
-            model,
-            with_usage,
-        };
-        self.call_bytes(py, request)
-    }
+// The requests, built and checked where the call is made (a wrong argument
+// raises there, before anything is sent or awaited).
 
-    fn step_inner<'py>(
-        &self,
-        py: Python<'py>,
-        name: String,
-        tool: Py<PyTool>,
-        args: &[u8],
-        act: Py<PyAny>,
-        undo: Option<Compensation>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        callable(py, &act, "act")?;
-        let request = Request::Step {
-            name,
-            tool,
-            args: args.to_vec(),
-            act,
-            undo,
-        };
-        self.call_bytes(py, request)
+fn decide(
+    py: Python<'_>,
+    name: String,
+    input: &[u8],
+    model: Py<PyAny>,
+    with_usage: bool,
+) -> PyResult<Request> {
+    callable(py, &model, "model")?;
+    Ok(Request::Decide {
+        name,
+        input: input.to_vec(),
+        model,
+        with_usage,
+    })
+}
+
+fn step(
+    py: Python<'_>,
+    name: String,
+    tool: Py<PyTool>,
+    args: &[u8],
+    act: Py<PyAny>,
+    undo: Option<Compensation>,
+) -> PyResult<Request> {
+    callable(py, &act, "act")?;
+    Ok(Request::Step {
+        name,
+        tool,
+        args: args.to_vec(),
+        act,
+        undo,
+    })
+}
+
+fn step_async(
+    py: Python<'_>,
+    name: String,
+    tool: Py<PyTool>,
+    args: &[u8],
+    send: Py<PyAny>,
+    within_ms: Option<u64>,
+) -> PyResult<Request> {
+    callable(py, &send, "send")?;
+    Ok(Request::StepAsync {
+        name,
+        tool,
+        args: args.to_vec(),
+        send,
+        within_ms,
+    })
+}
+
+/// `undo=(undo_tool, undo_args)` as the compensation it names.
+fn compensation(undo: &Bound<'_, PyAny>) -> PyResult<Compensation> {
+    let shape = || PyTypeError::new_err("undo must be a pair (undo_tool: Tool, undo_args: bytes)");
+    let pair = undo.cast::<PyTuple>().map_err(|_| shape())?;
+    if pair.len() != 2 {
+        return Err(shape());
     }
+    let undo_tool = pair.get_item(0)?;
+    let undo_tool = undo_tool.cast::<PyTool>().map_err(|_| shape())?;
+    let undo_args = pair.get_item(1)?;
+    let undo_args = undo_args.cast::<PyBytes>().map_err(|_| shape())?;
+    Ok(undo_tool.get().compensation(undo_args.as_bytes().to_vec()))
+}
+
+fn approval(name: String, args: &[u8], role: String, within_ms: u64) -> Request {
+    Request::Approval {
+        name,
+        args: args.to_vec(),
+        role,
+        within_ms,
+    }
+}
+
+fn children(
+    name: String,
+    calls: Vec<(String, Bound<'_, PyBytes>)>,
+    join: &str,
+) -> PyResult<Request> {
+    let join = match join {
+        "all" => Join::All,
+        "first" => Join::First,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "join is \"all\" or \"first\", not {other:?}"
+            )));
+        }
+    };
+    let calls = calls
+        .into_iter()
+        .map(|(kind, input)| (kind, input.as_bytes().to_vec()))
+        .collect();
+    Ok(Request::Children { name, calls, join })
 }
 
 fn callable(py: Python<'_>, f: &Py<PyAny>, what: &str) -> PyResult<()> {
@@ -521,234 +787,4 @@ fn callable(py: Python<'_>, f: &Py<PyAny>, what: &str) -> PyResult<()> {
     } else {
         Err(PyTypeError::new_err(format!("{what} must be callable")))
     }
-}
-
-fn unexpected() -> PyErr {
-    ActumError::new_err("the runtime answered a ctx call with the wrong kind of reply")
-}
-
-/// Runs the Python agent `func` for the run `ctx` holds: the function on
-/// its own thread, its `ctx` calls served here. Returns its output, or how
-/// the runtime stopped it, or the failure it raised.
-pub(crate) fn drive(func: &Arc<Py<PyAny>>, ctx: &mut RunCtx<'_>) -> Result<Vec<u8>, Fail> {
-    let (tx, rx) = channel::<FromHandler>();
-    let run = ctx.run_id().to_string();
-    let input = ctx.input().to_vec();
-    let func = Arc::clone(func);
-    std::thread::scope(|scope| {
-        let python = scope.spawn(move || python_side(&func, run, input, tx));
-        let result = serve_all(ctx, &rx);
-        // The thread sent its result and ends (or it panicked: the
-        // runtime's answer is already decided above).
-        let _ = python.join();
-        result
-    })
-}
-
-/// Serves the handler's calls until it is done.
-fn serve_all(ctx: &mut RunCtx<'_>, rx: &Receiver<FromHandler>) -> Result<Vec<u8>, Fail> {
-    // Set once a call stopped the handler: from then on every call is
-    // refused and the stop is what the runtime gets, whatever the handler
-    // returns (it may have caught the exception).
-    let mut stopped: Option<Fail> = None;
-    loop {
-        match rx.recv() {
-            Ok(FromHandler::Call(request, reply)) => {
-                let answer = match &stopped {
-                    Some(stop) => Err(Refusal::Stopped(stop.to_string())),
-                    None => serve(ctx, request, &mut stopped),
-                };
-                let _ = reply.send(answer);
-            }
-            Ok(FromHandler::Done(done)) => {
-                return match stopped {
-                    Some(stop) => Err(stop),
-                    None => done.map_err(Fail::failed),
-                };
-            }
-            Err(_) => {
-                return Err(stopped.unwrap_or_else(|| {
-                    Fail::failed("the agent's thread ended without an answer")
-                }));
-            }
-        }
-    }
-}
-
-/// A refusal for the engine's `Fail`; a stop is kept for the runtime.
-fn refuse(fail: Fail, cause: Option<PyErr>, stopped: &mut Option<Fail>) -> Refusal {
-    match fail {
-        Fail::Failed { reason } => Refusal::Failed { reason, cause },
-        stop @ Fail::Stopped(_) => {
-            let text = stop.to_string();
-            *stopped = Some(stop);
-            Refusal::Stopped(text)
-        }
-    }
-}
-
-/// Serves one call on the worker's thread (no GIL held here: a tool or a
-/// model function takes it while it runs).
-fn serve(ctx: &mut RunCtx<'_>, request: Request, stopped: &mut Option<Fail>) -> Answer {
-    match request {
-        Request::Decide {
-            name,
-            input,
-            model,
-            with_usage,
-        } => {
-            let mut raised: Option<PyErr> = None;
-            let result = ctx.decide_with_usage(&name, &input, || {
-                Python::attach(|py| {
-                    let answer = model
-                        .bind(py)
-                        .call0()
-                        .and_then(complete)
-                        .and_then(|out| model_answer(&out, &name, with_usage));
-                    answer.map_err(|e| {
-                        let text = describe(py, &e);
-                        raised = Some(e);
-                        Fail::failed(text)
-                    })
-                })
-            });
-            match result {
-                Ok(out) => Ok(Reply::Bytes(out)),
-                Err(fail @ Fail::Stopped(_)) => Err(refuse(fail, None, stopped)),
-                Err(fail) => match raised {
-                    Some(e) => Err(Refusal::Raised(e)),
-                    None => Err(refuse(fail, None, stopped)),
-                },
-            }
-        }
-        Request::Step {
-            name,
-            tool,
-            args,
-            act,
-            undo,
-        } => {
-            let engine_tool = tool.get().build();
-            let mut raised: Option<PyErr> = None;
-            let act = |call: &actum::runtime::Call<'_>| {
-                Python::attach(|py| {
-                    let (outcome, err) = outcome_of(py, call_tool(py, &act, call), false);
-                    raised = err;
-                    outcome
-                })
-            };
-            let result = match undo {
-                Some(undo) => ctx.step_with_undo(&name, &engine_tool, &args, undo, act),
-                None => ctx.step(&name, &engine_tool, &args, act),
-            };
-            match result {
-                Ok(receipt) => Ok(Reply::Bytes(receipt)),
-                Err(fail) => Err(refuse(fail, raised, stopped)),
-            }
-        }
-        Request::StepAsync {
-            name,
-            tool,
-            args,
-            send,
-            within_ms,
-        } => {
-            let engine_tool = tool.get().build();
-            let mut raised: Option<PyErr> = None;
-            let send = |call: &actum::runtime::Call<'_>| {
-                Python::attach(|py| {
-                    let result = call_tool(py, &send, call);
-                    if matches!(&result, Ok(value) if value.is_none()) {
-                        // Accepted: the reply comes later.
-                        return Outcome::Unknown {
-                            reason: "sent; the reply comes later".into(),
-                        };
-                    }
-                    let (outcome, err) = outcome_of(py, result, false);
-                    raised = err;
-                    outcome
-                })
-            };
-            let within = within_ms.map(Deadline::In);
-            match ctx.step_async(&name, &engine_tool, &args, within, send) {
-                Ok(receipt) => Ok(Reply::Bytes(receipt)),
-                Err(fail) => Err(refuse(fail, raised, stopped)),
-            }
-        }
-        Request::Children { name, calls, join } => {
-            let calls: Vec<(&str, &[u8])> = calls
-                .iter()
-                .map(|(kind, input)| (kind.as_str(), input.as_slice()))
-                .collect();
-            ctx.children(&name, &calls, join)
-                .map(Reply::Children)
-                .map_err(|f| refuse(f, None, stopped))
-        }
-        Request::Checkpoint(state) => ctx
-            .checkpoint(&state)
-            .map(|()| Reply::Unit)
-            .map_err(|f| refuse(f, None, stopped)),
-        Request::LastCheckpoint => ctx
-            .last_checkpoint()
-            .map(Reply::MaybeBytes)
-            .map_err(|f| refuse(f, None, stopped)),
-        Request::Approval {
-            name,
-            args,
-            role,
-            within_ms,
-        } => ctx
-            .approval(&name, &args, &role, Deadline::In(within_ms))
-            .map(Reply::Approval)
-            .map_err(|f| refuse(f, None, stopped)),
-        Request::Sleep { name, until } => ctx
-            .sleep(&name, until)
-            .map(|()| Reply::Unit)
-            .map_err(|f| refuse(f, None, stopped)),
-        Request::Signal { name, within_ms } => ctx
-            .signal(&name, within_ms.map(Deadline::In))
-            .map(Reply::MaybeBytes)
-            .map_err(|f| refuse(f, None, stopped)),
-        Request::Child { name, kind, input } => ctx
-            .child(&name, &kind, &input)
-            .map(Reply::Bytes)
-            .map_err(|f| refuse(f, None, stopped)),
-    }
-}
-
-/// The handler's thread: calls the Python function with a fresh `ctx`,
-/// then reports its output (bytes; None is empty) or its failure (the
-/// exception's type and text; a `StepFailed` left unhandled, its reason).
-fn python_side(func: &Py<PyAny>, run: String, input: Vec<u8>, tx: Sender<FromHandler>) {
-    let done = Python::attach(|py| {
-        let ctx = Py::new(
-            py,
-            PyCtx {
-                run,
-                input,
-                tx: Mutex::new(Some(tx.clone())),
-                pid: fork::this_process(),
-            },
-        )
-        .map_err(|e| describe(py, &e))?;
-        // An `async def` agent runs to completion here, on a loop of its
-        // own; its ctx calls stay synchronous calls.
-        let result = func.bind(py).call1((ctx.clone_ref(py),)).and_then(complete);
-        ctx.get().close();
-        match result {
-            Ok(value) if value.is_none() => Ok(Vec::new()),
-            Ok(value) => match value.cast::<PyBytes>() {
-                Ok(b) => Ok(b.as_bytes().to_vec()),
-                Err(_) => Err(format!(
-                    "the agent returned a {}, not bytes or None",
-                    type_name(&value)
-                )),
-            },
-            Err(e) if e.is_instance_of::<StepFailed>(py) => {
-                Err(reason_of(e.value(py)).unwrap_or_else(|| describe(py, &e)))
-            }
-            Err(e) => Err(describe(py, &e)),
-        }
-    });
-    let _ = tx.send(FromHandler::Done(done));
 }

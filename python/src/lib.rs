@@ -14,6 +14,7 @@ mod ctx;
 mod engine;
 mod errors;
 mod fork;
+mod handler;
 mod replies;
 mod runtime;
 mod threads;

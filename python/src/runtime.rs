@@ -9,10 +9,10 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
-use crate::ctx::drive;
 use crate::engine::{PyEngine, closed_error};
 use crate::errors::error_to_py;
 use crate::fork;
+use crate::handler::drive;
 use crate::replies::PyUsage;
 use crate::tool::{PyTool, undo_handler};
 

@@ -31,7 +31,7 @@ def test_an_async_agent_with_async_model_and_act(tmp_path):
         @runtime.agent("a")
         async def agent(ctx):
             await asyncio.sleep(0)
-            plan = ctx.decide("plan", ctx.input, model)  # ctx calls stay synchronous
+            plan = ctx.decide("plan", ctx.input, model)  # the synchronous calls work here too
             receipt = ctx.step("charge", charge, plan, act)
             return plan + b" " + receipt
 
