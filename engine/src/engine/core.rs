@@ -475,6 +475,11 @@ impl Engine {
         }
         self.checkpoint()?;
         self.store_counters()?;
+        // The state store now holds every record the log does: the log's
+        // files go back to their first step (docs/DURABILITY.md,
+        // "Shrinking the log at close").
+        let db = self.pipeline.db();
+        db.wal().shrink_at_close(db.manifest().applied_lsn)?;
         let Engine {
             pipeline, inner, ..
         } = self;

@@ -76,6 +76,26 @@ impl<T, W, C: Clone> GroupCommit<T, W, C> {
         self.queue.lock().expect("wal queue lock").poison.clone()
     }
 
+    /// Stops the kernel if it is settled at `durable`: every record up to
+    /// it durable, none queued or being flushed, none enqueued since, and
+    /// no poison. Every later enqueue then fails with `cause`, as after a
+    /// failed flush. Returns whether it stopped; if not, nothing changed.
+    pub fn stop_if_settled_at(&self, durable: Lsn, cause: C) -> bool {
+        let mut queue = self.queue.lock().expect("wal queue lock");
+        let settled = queue.poison.is_none()
+            && !queue.leader_active
+            && queue.pending.is_empty()
+            && queue.durable_lsn == durable;
+        if settled {
+            // With no batch queued or in flight, every LSN handed out is
+            // durable.
+            assert_eq!(queue.next_lsn, durable.next(), "nothing in flight");
+            queue.poison = Some(cause);
+        }
+        assert!(!settled || queue.poison.is_some());
+        settled
+    }
+
     /// Enqueues `item` holding `count` records and waits until it is
     /// durable, leading a flush if no one else is. `flush` receives the
     /// writer, the group (in LSN order) and the durable LSN at its start
@@ -185,6 +205,23 @@ mod tests {
         assert_eq!(later, Err("disk on fire".to_string()));
         assert_eq!(kernel.durable_lsn(), Lsn(2));
         assert_eq!(kernel.with_writer(|w| w.clone()), vec![Lsn(2)]);
+    }
+
+    #[test]
+    fn a_kernel_stops_only_when_settled_at_the_lsn_named() {
+        let kernel: GroupCommit<u8, ()> = GroupCommit::new((), Lsn::ZERO);
+        assert_eq!(kernel.append(1, 2, |_, _, _| Ok(())), Ok(Lsn(2)));
+        assert!(!kernel.stop_if_settled_at(Lsn(1), "closed".to_string()));
+        assert_eq!(kernel.enqueue(2, 1), Ok(Lsn(3)));
+        assert!(
+            !kernel.stop_if_settled_at(Lsn(2), "closed".to_string()),
+            "a batch is queued"
+        );
+        assert_eq!(kernel.wait_durable(Lsn(3), |_, _, _| Ok(())), Ok(Lsn(3)));
+        assert!(kernel.stop_if_settled_at(Lsn(3), "closed".to_string()));
+        assert_eq!(kernel.enqueue(3, 1), Err("closed".to_string()));
+        assert!(!kernel.stop_if_settled_at(Lsn(3), "again".to_string()));
+        assert_eq!(kernel.poison(), Some("closed".to_string()));
     }
 
     #[test]

@@ -362,6 +362,37 @@ impl Wal {
         self.ctx.grow_ahead()
     }
 
+    /// Stops the log and shrinks its files, for a clean close after a
+    /// durable checkpoint recorded in the manifest covers every record:
+    /// `covered` is that checkpoint's LSN, which must be the durable LSN
+    /// with nothing in flight. The spare files are removed, the prepared
+    /// segment is cut back to its first step, and the active segment, if
+    /// it grew past its first step, is replaced by an empty one of that
+    /// step; a crash at any step leaves a log that recovers to `covered`
+    /// (docs/DURABILITY.md, "Shrinking the log at close"). Every append
+    /// after it fails with `Poisoned`: reopen the log to append. Returns
+    /// whether it shrank; `false`, with the log untouched, if a record
+    /// past `covered` is durable or in flight or an older segment than the
+    /// active one is still live.
+    pub fn shrink_at_close(&self, covered: Lsn) -> Result<bool> {
+        let _preparing = self.ctx.prepare_lock.lock().expect("wal prepare lock");
+        if self.ctx.table().live.len() != 1 {
+            return Ok(false);
+        }
+        let dir = self.ctx.dir.display();
+        let cause = Arc::new(Error::InvalidConfig {
+            reason: format!(
+                "the log in {dir} was shrunk by a clean close and takes no more appends: \
+                 reopen the database"
+            ),
+        });
+        if !self.group.stop_if_settled_at(covered, cause) {
+            return Ok(false);
+        }
+        assert!(self.group.poison().is_some(), "the log is stopped");
+        self.ctx.shrink_locked(covered)
+    }
+
     /// Counters since the log was opened.
     pub fn stats(&self) -> WalStats {
         let c = &self.ctx.counters;

@@ -8,8 +8,11 @@
 //! (or recycled from an old segment file, whatever length it grew to),
 //! `fdatasync`ed, and only then renamed (and the directory synced). It
 //! grows later only in zero-filled, synced steps past the space the writer
-//! may use ([`grow`]). A recycled file's old records never validate: their
-//! checksums are seeded with the old segment number.
+//! may use ([`grow`]), and shrinks back to its first step only when it
+//! holds no record of the log ([`cut_back`]); a clean close replaces a
+//! segment whose records a checkpoint covers by a new empty one under the
+//! same name, by rename ([`prepare`]). A recycled file's old records never
+//! validate: their checksums are seeded with the old segment number.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,7 +45,9 @@ pub struct SegmentFile {
 
 /// Creates segment `id` in `dir`: temp name, header, zero fill to the
 /// first step (`options.first_step_bytes()`), `fdatasync`, rename,
-/// directory sync.
+/// directory sync. A file already named `id` is replaced whole by the
+/// rename (a clean close replaces the active segment so; see
+/// `Context::shrink_locked`).
 pub fn prepare(
     storage: &Arc<dyn Storage>,
     dir: &Path,
@@ -106,6 +111,31 @@ pub fn grow(file: &dyn StorageFile, path: &Path, from: u64, to: u64) -> Result<(
     zero_fill(file, from, to).map_err(|e| Error::io("grow segment", path, e))?;
     file.sync_data()
         .map_err(|e| Error::io("sync grown segment", path, e))
+}
+
+/// Cuts the file of a segment that holds no record of the log (a prepared
+/// one) back to `to` bytes, then `fdatasync`s, which makes the new length
+/// durable. A no-op if it is no longer than that. A crash before the sync
+/// leaves it at either length; recovery keeps an empty next segment at
+/// any length up to the segment size.
+pub fn cut_back(segment: &SegmentFile, to: u64) -> Result<()> {
+    assert!(to > SEGMENT_HEADER_BYTES, "a cut never reaches the header");
+    let path = &segment.path;
+    let len = segment
+        .file
+        .len()
+        .map_err(|e| Error::io("stat segment to cut it back", path, e))?;
+    if len <= to {
+        return Ok(());
+    }
+    segment
+        .file
+        .set_len(to)
+        .map_err(|e| Error::io("cut segment back to its first step", path, e))?;
+    segment
+        .file
+        .sync_data()
+        .map_err(|e| Error::io("sync segment cut back", path, e))
 }
 
 /// The common end of `prepare` and `recycle`: `fdatasync` the file built

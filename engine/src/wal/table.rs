@@ -336,6 +336,70 @@ impl Context {
         )
     }
 
+    /// Shrinks the log's files for a clean close: removes the spares, cuts
+    /// the prepared segment back to its first step, and replaces the
+    /// active segment, if it grew past its first step, by a new empty one
+    /// of that step under its name, whose header promises `covered + 1`
+    /// (docs/DURABILITY.md, "Shrinking the log at close"). The caller
+    /// holds `prepare_lock` and has stopped the log at `covered`, its
+    /// durable LSN, which a durable checkpoint recorded in the manifest
+    /// covers. `false`, with nothing changed, unless the active segment is
+    /// the only live one (the manifest's oldest).
+    pub fn shrink_locked(&self, covered: Lsn) -> Result<bool> {
+        // The spares and the prepared segment leave the table: the log is
+        // stopped, so no rotation takes them. A `prepare_next_segment`
+        // after this (a checkpoint that found work, which the close's own
+        // checkpoint leaves none for) makes a new first step under the
+        // prepared segment's name, as preparing always may.
+        let (active, spares, prepared) = {
+            let mut table = self.table();
+            let [active] = table.live[..] else {
+                return Ok(false);
+            };
+            let spares = std::mem::take(&mut table.spares);
+            (active, spares, table.prepared.take())
+        };
+        let space = self.active_space();
+        assert_eq!(space.id, active.id, "the only live segment is the active one");
+        assert!(
+            active.first_lsn <= covered.next(),
+            "the checkpoint covers every record of the active segment"
+        );
+        let first_step = self.options.first_step_bytes();
+        // Bounded by SPARES_MAX. Each removal is durable with the
+        // directory sync below (or the replacement's); a crash before it
+        // leaves a spare, which the next open keeps or removes.
+        for path in &spares {
+            self.storage
+                .remove_file(path)
+                .map_err(|e| Error::io("remove spare segment at close", path, e))?;
+        }
+        if let Some((file, _)) = &prepared {
+            assert_eq!(file.id, active.id.next(), "the prepared segment is the next");
+            segment::cut_back(file, first_step)?;
+        }
+        if space.capacity() > first_step {
+            // A new file under a temporary name, synced, then renamed over
+            // the old one and the directory synced: a crash leaves the old
+            // segment or the new one, never a mix.
+            let made = segment::prepare(
+                &self.storage,
+                &self.dir,
+                self.database,
+                active.id,
+                covered.next(),
+                &self.options,
+            )?;
+            assert_eq!(made.size_bytes, first_step);
+        } else if !spares.is_empty() {
+            let dir = &self.dir;
+            self.storage
+                .sync_dir(dir)
+                .map_err(|e| Error::io("sync wal directory", dir, e))?;
+        }
+        Ok(true)
+    }
+
     /// Keeps the old segment file at `path` for reuse if fewer than
     /// `SPARES_MAX` are kept; `false` if the caller must remove it.
     pub fn keep_spare(&self, path: PathBuf) -> bool {

@@ -1011,3 +1011,63 @@ fn a_segment_grows_ahead_in_doubling_steps_up_to_its_size() {
     assert_eq!(report.last_lsn, Lsn(appended));
     assert_eq!(read_all(&wal).len() as u64, appended);
 }
+
+#[test]
+fn a_close_shrinks_a_covered_log_to_first_steps_and_it_reopens_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = small(8 * 1024, 1024);
+    let first_step = options.first_step_bytes();
+    let wal = Wal::create(fs(), dir.path(), DB, options.clone()).expect("create");
+    // Four records of 1024 bytes fill a segment: 15 fill segments 1..=3
+    // and grow segment 4 past its first step.
+    let payload = |byte: u8| [byte; 1024 - RECORD_HEADER_BYTES];
+    for k in 1..=15u8 {
+        wal.append(&[&payload(k)]).expect("append");
+    }
+    assert!(
+        !wal.shrink_at_close(Lsn(15)).expect("shrink"),
+        "segments 1..=3 are still live"
+    );
+    // Segments 1 and 2 are kept as spares, 3 removed; 2 becomes segment 5.
+    assert_eq!(
+        wal.remove_covered_segments(Lsn(14)).expect("gc"),
+        SegmentId(4)
+    );
+    wal.prepare_next_segment().expect("prepare");
+    assert!(
+        !wal.shrink_at_close(Lsn(14)).expect("shrink"),
+        "record 15 is not covered"
+    );
+    assert_eq!(wal.append(&[&payload(16)]).expect("append"), Lsn(16));
+    let len = |id| read_file(&seg_path(dir.path(), id)).len() as u64;
+    assert!(len(4) > first_step && len(5) > first_step);
+    assert!(wal.shrink_at_close(Lsn(16)).expect("shrink"));
+    assert!(matches!(
+        wal.append(&[&payload(17)]),
+        Err(Error::Poisoned { .. })
+    ));
+    drop(wal);
+    let exists = |id| {
+        FsStorage::new()
+            .exists(&seg_path(dir.path(), id))
+            .expect("exists")
+    };
+    assert!(!exists(1) && !exists(2) && !exists(3), "the spares are gone");
+    assert_eq!((len(4), len(5)), (first_step, first_step));
+    // The covered records are gone with the old segment 4; the log ends
+    // at the checkpoint and goes on from it.
+    let (wal, report) = reopen(fs(), dir.path(), DB, options.clone(), SegmentId(4), Lsn(16))
+        .expect("open");
+    assert_eq!(report.last_lsn, Lsn(16));
+    assert_eq!(report.truncated_bytes, 0);
+    assert!(lsns_and_bytes(&wal, Lsn::ZERO).is_empty());
+    for k in 17..=22u8 {
+        assert_eq!(wal.append(&[&payload(k)]).expect("append"), Lsn(u64::from(k)));
+    }
+    drop(wal);
+    let (wal, report) =
+        reopen(fs(), dir.path(), DB, options, SegmentId(4), Lsn(16)).expect("open");
+    assert_eq!(report.last_lsn, Lsn(22));
+    let expected: Vec<(Lsn, u8)> = (17..=22u8).map(|k| (Lsn(u64::from(k)), k)).collect();
+    assert_eq!(lsns_and_bytes(&wal, Lsn::ZERO), expected);
+}
