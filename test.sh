@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one test command: the Rust workspace's tests, then the Python module's.
+# The one test command: the Rust workspace's tests (the PostgreSQL backend's
+# among them, against a server this script starts), then the Python module's.
 #
 #   ./test.sh                 everything
 #   ./test.sh --python-only   only the Python part (while iterating on python/)
@@ -20,6 +21,13 @@ MATURIN_VERSION=1.16.0
 PYTEST_VERSION=9.2.0
 SELENIUM_VERSION=4.51.0
 VENV=target/venv
+
+# A throw-away PostgreSQL server for the backend's tests (scripts/postgres.sh:
+# Debian's postgresql, installed when missing, on a free local port; stopped
+# when this script ends). ACTUM_PG_URL set by the caller names its own server.
+if [ -z "${ACTUM_PG_URL:-}" ] && [ "${1:-}" != "--python-only" ]; then
+    exec scripts/postgres.sh "$0" "$@"
+fi
 
 if [ "${1:-}" != "--python-only" ]; then
     cargo test --workspace

@@ -144,6 +144,23 @@ pub enum Error {
         /// returning one.
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// A call to the PostgreSQL server the books live in failed
+    /// (`actum::pg`, the `postgres` feature).
+    Postgres {
+        /// The server, as its URL names it without a password.
+        server: String,
+        /// What the engine was doing.
+        op: &'static str,
+        /// Whether the command may have landed: `false` when the failure
+        /// came before the commit was sent, so nothing of it is in the
+        /// books; `true` when the connection broke while the commit was in
+        /// flight, so it landed whole or not at all, as after a failed
+        /// fsync: read the books to find out.
+        may_have_landed: bool,
+        /// The client's error (boxed, so its types stay out of this
+        /// crate's API).
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A run, step, worker, tool or part name is not acceptable.
     InvalidName {
         /// What the name names (`"run id"`, `"tool"`, ...).
@@ -585,6 +602,22 @@ impl fmt::Display for Error {
                     file.display()
                 )
             }
+            Error::Postgres {
+                server,
+                op,
+                may_have_landed,
+                source,
+            } => {
+                write!(f, "PostgreSQL at {server} failed during {op}: {source}")?;
+                if *may_have_landed {
+                    write!(
+                        f,
+                        " (the connection broke while the commit was in flight: the command \
+                         landed whole or not at all; read the books to see which)"
+                    )?;
+                }
+                Ok(())
+            }
             Error::InvalidName { what, name, reason } => {
                 write!(f, "invalid {what} {name:?}: {reason}")
             }
@@ -890,6 +923,7 @@ impl std::error::Error for Error {
                 cause: Some(cause), ..
             } => Some(cause.as_ref()),
             Error::StateStore { source, .. } => Some(source.as_ref()),
+            Error::Postgres { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }

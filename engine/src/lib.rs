@@ -73,6 +73,8 @@ pub mod error;
 mod hot;
 pub mod ids;
 pub mod operator;
+#[cfg(feature = "postgres")]
+pub mod pg;
 pub mod planted;
 pub mod runtime;
 pub mod storage;

@@ -478,6 +478,13 @@ class StateStore(ActumError):
     op: str
     source: str
 
+class Postgres(ActumError):
+    """The engine's `Error::Postgres` (the books in PostgreSQL)."""
+    server: str
+    op: str
+    may_have_landed: bool
+    source: str
+
 class InvalidName(ActumError):
     """The engine's `Error::InvalidName`."""
     what: str

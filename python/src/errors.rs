@@ -103,6 +103,12 @@ macro_rules! int_fields {
 
 int_fields!(u64, u32, usize, u8);
 
+impl Field for bool {
+    fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(pyo3::types::PyBool::new(py, *self).to_owned().into_any())
+    }
+}
+
 impl Field for PathBuf {
     fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         Ok(self.display().to_string().into_pyobject(py)?.into_any())
@@ -237,6 +243,7 @@ engine_errors! {
     LsnOutOfRange { requested, first, last },
     InvalidConfig { reason },
     StateStore { file, op, source },
+    Postgres { server, op, may_have_landed, source },
     InvalidName { what, name, reason },
     InvalidCommand { reason },
     NotFound { what },

@@ -1,0 +1,681 @@
+//! `PgBooks`: [`BooksRead`] and [`BooksWrite`] over one PostgreSQL
+//! transaction, so `books::decide` and `books::apply` run on the server's
+//! rows exactly as they run on the embedded engine's: one set of rules, two
+//! stores.
+//!
+//! Every row is the same bytes the embedded state store keeps
+//! (`state::rows::encode_row`: a checksum seeded with the table, then the
+//! postcard body), in a `bytea` column beside the key columns a query needs
+//! (docs/FORMAT.md, "PostgreSQL tables"). A row that does not decode, or
+//! whose own key differs from the key it is stored under, is `Corrupt`
+//! naming the table and key; nothing is guessed.
+//!
+//! The traits answer `Option`s, not `Result`s: a failed query is recorded
+//! in the view (the first one wins) and answers "absent", and
+//! [`PgBooks::finish`] returns it, so the command's transaction is rolled
+//! back and never committed on a read that failed.
+//!
+//! **Invariant:** the view writes only through `BooksWrite`, inside the
+//! transaction it was given; every key column is `COLLATE "C"`, so the
+//! server orders keys as the embedded books do (by bytes).
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+
+use postgres::Transaction;
+use postgres::types::ToSql;
+use serde::de::DeserializeOwned;
+
+use crate::books::{
+    AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DIGEST_LEN_BYTES,
+    DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, ResourceBook, ResourceId, Run,
+    RunId, SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook, claimable_from_ms, wake_ms,
+};
+use crate::error::Error;
+use crate::state::rows::{RowTable, decode_row, effect_kind_code, encode_row};
+
+/// How many claimable runs one query of `visit_claimable` fetches.
+const CLAIM_PAGE: i64 = 32;
+
+/// A failure the view met: the server's, or a row that does not decode.
+pub(crate) enum Failed {
+    /// The query failed (a serialization failure among them: retried).
+    Query(&'static str, postgres::Error),
+    /// A stored row is damaged.
+    Corrupt(Error),
+}
+
+/// The books as the rows of one open transaction.
+pub struct PgBooks<'a, 't> {
+    txn: RefCell<&'a mut Transaction<'t>>,
+    failed: RefCell<Option<Failed>>,
+}
+
+/// A `u64` of the books as a PostgreSQL `bigint`. Every count, version,
+/// sequence and time the books hold is far below `i64::MAX`; a bound past
+/// it (a range's open end) is clamped.
+fn big(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+impl<'a, 't> PgBooks<'a, 't> {
+    /// A view of `txn`.
+    pub fn new(txn: &'a mut Transaction<'t>) -> PgBooks<'a, 't> {
+        PgBooks {
+            txn: RefCell::new(txn),
+            failed: RefCell::new(None),
+        }
+    }
+
+    /// Ends the view: the first failure any read or write met.
+    pub(crate) fn finish(self) -> Option<Failed> {
+        self.failed.into_inner()
+    }
+
+    /// Whether a failure is recorded (later reads answer nothing, so what
+    /// is decided or applied after it is meaningless and is thrown away).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed.borrow().is_some()
+    }
+
+    fn fail(&self, failure: Failed) {
+        let mut slot = self.failed.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(failure);
+        }
+    }
+
+    fn query(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Vec<postgres::Row> {
+        if self.has_failed() {
+            return Vec::new();
+        }
+        match self.txn.borrow_mut().query(sql, params) {
+            Ok(rows) => rows,
+            Err(e) => {
+                self.fail(Failed::Query(op, e));
+                Vec::new()
+            }
+        }
+    }
+
+    fn execute(&self, op: &'static str, sql: &str, params: &[&(dyn ToSql + Sync)]) {
+        if self.has_failed() {
+            return;
+        }
+        if let Err(e) = self.txn.borrow_mut().execute(sql, params) {
+            self.fail(Failed::Query(op, e));
+        }
+    }
+
+    /// The `bytea` column 0 of the first row `sql` returns.
+    fn bytes(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Option<Vec<u8>> {
+        let rows = self.query(op, sql, params);
+        rows.first().map(|row| row.get::<_, Vec<u8>>(0))
+    }
+
+    /// A stored row of `table`, decoded, whose own key `same` accepts.
+    fn decode<T: DeserializeOwned>(
+        &self,
+        table: RowTable,
+        bytes: &[u8],
+        what: impl Fn() -> String,
+        same: impl FnOnce(&T) -> bool,
+    ) -> Option<T> {
+        match decode_row::<T>(table, bytes) {
+            Ok(value) if same(&value) => Some(value),
+            Ok(_) => {
+                self.corrupt(format!(
+                    "{} is stored under another key than its own",
+                    what()
+                ));
+                None
+            }
+            Err(e) => {
+                self.corrupt(format!("the stored {} is damaged: {e}", what()));
+                None
+            }
+        }
+    }
+
+    fn corrupt(&self, reason: String) {
+        self.fail(Failed::Corrupt(Error::Corrupt {
+            file: PathBuf::from("postgres"),
+            offset: 0,
+            reason,
+        }));
+    }
+
+    /// The row of `table` keyed by one text column.
+    fn by_text<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        sql: &str,
+        key: &str,
+        table: RowTable,
+        what: impl Fn() -> String,
+        same: impl FnOnce(&T) -> bool,
+    ) -> Option<T> {
+        let bytes = self.bytes(op, sql, &[&key])?;
+        self.decode(table, &bytes, what, same)
+    }
+
+    /// Every row of a run's ledger, decoded, in key order.
+    fn effect_rows(&self, rows: Vec<postgres::Row>) -> Vec<EffectEntry> {
+        let mut entries: Vec<EffectEntry> = rows
+            .iter()
+            .filter_map(|row| {
+                let bytes: Vec<u8> = row.get(0);
+                self.decode(RowTable::Effect, &bytes, || "ledger entry".into(), |_| true)
+            })
+            .collect();
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        entries
+    }
+
+    /// The instant `run` became claimable, as the claim index keeps it.
+    fn claim_from(run: &Run, waits: Option<&WaitBook>) -> Option<i64> {
+        claimable_from_ms(run, wake_ms(waits)).map(big)
+    }
+
+    /// Sets the claim index of run `id` from its record and its waits.
+    fn reindex(&self, id: &RunId) {
+        let (Some(run), waits) = (self.run(id), self.waits(id)) else {
+            return;
+        };
+        let from = Self::claim_from(&run, waits.as_ref());
+        self.execute(
+            "index a claimable run",
+            "UPDATE actum_runs SET claim_from = $2 WHERE id = $1",
+            &[&id.as_str(), &from],
+        );
+    }
+}
+
+fn effect_params(key: &EffectKey) -> (&str, &str, i16, i64) {
+    (
+        key.run().as_str(),
+        key.step().as_str(),
+        i16::from(effect_kind_code(key.kind())),
+        i64::from(key.attempt()),
+    )
+}
+
+impl BooksRead for PgBooks<'_, '_> {
+    fn run(&self, id: &RunId) -> Option<Run> {
+        self.by_text(
+            "read run",
+            "SELECT row FROM actum_runs WHERE id = $1",
+            id.as_str(),
+            RowTable::Run,
+            || format!("run {id}"),
+            |run: &Run| run.id == *id,
+        )
+    }
+
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+        // Keyset pages in claim order; a run another worker's transaction
+        // holds is skipped, not waited for, so workers do not queue on one
+        // row.
+        let mut after: Option<(i64, String)> = None;
+        loop {
+            let rows = match &after {
+                None => self.query(
+                    "list claimable runs",
+                    "SELECT row, claim_from, id FROM actum_runs \
+                     WHERE claim_from <= $1 ORDER BY claim_from, id LIMIT $2 \
+                     FOR UPDATE SKIP LOCKED",
+                    &[&big(now_ms), &CLAIM_PAGE],
+                ),
+                Some((from, id)) => self.query(
+                    "list claimable runs",
+                    "SELECT row, claim_from, id FROM actum_runs \
+                     WHERE claim_from <= $1 AND (claim_from, id) > ($3, $4) \
+                     ORDER BY claim_from, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+                    &[&big(now_ms), &CLAIM_PAGE, from, &id.as_str()],
+                ),
+            };
+            let full = rows.len() as i64 == CLAIM_PAGE;
+            for row in &rows {
+                let bytes: Vec<u8> = row.get(0);
+                let id: String = row.get(2);
+                after = Some((row.get(1), id.clone()));
+                let Some(run) = self.decode(
+                    RowTable::Run,
+                    &bytes,
+                    || format!("run {id}"),
+                    |run: &Run| run.id.as_str() == id,
+                ) else {
+                    return;
+                };
+                if !visit(&run) {
+                    return;
+                }
+            }
+            if !full {
+                return;
+            }
+        }
+    }
+
+    fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
+        let (run, step, kind, attempt) = effect_params(key);
+        let bytes = self.bytes(
+            "read ledger entry",
+            "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+             AND attempt = $4",
+            &[&run, &step, &kind, &attempt],
+        )?;
+        self.decode(
+            RowTable::Effect,
+            &bytes,
+            || format!("ledger entry {key}"),
+            |e: &EffectEntry| e.key == *key,
+        )
+    }
+
+    fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
+        let code = i16::from(effect_kind_code(kind));
+        let bytes = self.bytes(
+            "read latest ledger entry",
+            "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+             ORDER BY attempt DESC LIMIT 1",
+            &[&run.as_str(), &step.as_str(), &code],
+        )?;
+        self.decode(
+            RowTable::Effect,
+            &bytes,
+            || format!("latest ledger entry of step {step} of run {run}"),
+            |e: &EffectEntry| e.key.run() == run && e.key.step() == step && e.key.kind() == kind,
+        )
+    }
+
+    fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
+        let bytes = self.bytes(
+            "read latest checkpoint",
+            "SELECT row FROM actum_checkpoints WHERE run = $1 ORDER BY version DESC LIMIT 1",
+            &[&run.as_str()],
+        )?;
+        self.decode(
+            RowTable::Checkpoint,
+            &bytes,
+            || format!("latest checkpoint of run {run}"),
+            |m: &CheckpointMeta| m.run == *run,
+        )
+    }
+
+    fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta> {
+        let bytes = self.bytes(
+            "read checkpoint",
+            "SELECT row FROM actum_checkpoints WHERE run = $1 AND version = $2",
+            &[&run.as_str(), &big(version)],
+        )?;
+        self.decode(
+            RowTable::Checkpoint,
+            &bytes,
+            || format!("checkpoint {version} of run {run}"),
+            |m: &CheckpointMeta| m.run == *run && m.version == version,
+        )
+    }
+
+    fn blob_exists(&self, digest: &Digest) -> bool {
+        !self
+            .query(
+                "look up blob",
+                "SELECT 1 FROM actum_blobs WHERE digest = $1",
+                &[&digest.0.as_slice()],
+            )
+            .is_empty()
+    }
+
+    fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
+        let bytes = self.bytes(
+            "read blob",
+            "SELECT bytes FROM actum_blobs WHERE digest = $1",
+            &[&digest.0.as_slice()],
+        )?;
+        // Content addressed: bytes that do not hash to their key are
+        // damaged, whichever way they came to be.
+        if crate::books::digest_of(&bytes) != *digest {
+            self.corrupt(format!(
+                "blob {} does not hash to its digest",
+                digest.short()
+            ));
+            return None;
+        }
+        Some(bytes)
+    }
+
+    fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {
+        let bytes = self.bytes(
+            "read decision",
+            "SELECT row FROM actum_decisions WHERE run = $1 AND position = $2",
+            &[&run.as_str(), &big(position)],
+        )?;
+        self.decode(
+            RowTable::Decision,
+            &bytes,
+            || format!("decision {position} of run {run}"),
+            |r: &DecisionRecord| r.run == *run && r.position == position,
+        )
+    }
+
+    fn decision_count(&self, run: &RunId) -> u64 {
+        let rows = self.query(
+            "count decisions",
+            "SELECT count(*) FROM actum_decisions WHERE run = $1",
+            &[&run.as_str()],
+        );
+        rows.first()
+            .map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    fn audit_len(&self, run: &RunId) -> u64 {
+        let rows = self.query(
+            "count audit entries",
+            "SELECT count(*) FROM actum_audit WHERE run = $1",
+            &[&run.as_str()],
+        );
+        rows.first()
+            .map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
+        let rows = self.query(
+            "read audit",
+            "SELECT row FROM actum_audit WHERE run = $1 AND seq >= $2 ORDER BY seq",
+            &[&run.as_str(), &big(from_seq)],
+        );
+        rows.iter()
+            .filter_map(|row| {
+                let bytes: Vec<u8> = row.get(0);
+                self.decode(
+                    RowTable::Audit,
+                    &bytes,
+                    || format!("audit entry of run {run}"),
+                    |_: &AuditEntry| true,
+                )
+            })
+            .collect()
+    }
+
+    fn waits(&self, run: &RunId) -> Option<WaitBook> {
+        self.by_text(
+            "read wait book",
+            "SELECT row FROM actum_waits WHERE run = $1",
+            run.as_str(),
+            RowTable::Waits,
+            || format!("wait book of run {run}"),
+            |b: &WaitBook| b.run == *run,
+        )
+    }
+
+    fn budget(&self, run: &RunId) -> Option<BudgetBook> {
+        self.by_text(
+            "read budget",
+            "SELECT row FROM actum_budgets WHERE run = $1",
+            run.as_str(),
+            RowTable::Budgets,
+            || format!("budget of run {run}"),
+            |b: &BudgetBook| b.run == *run,
+        )
+    }
+
+    fn saga(&self, run: &RunId) -> Option<SagaBook> {
+        self.by_text(
+            "read saga",
+            "SELECT row FROM actum_sagas WHERE run = $1",
+            run.as_str(),
+            RowTable::Sagas,
+            || format!("saga of run {run}"),
+            |b: &SagaBook| b.run == *run,
+        )
+    }
+
+    fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
+        self.by_text(
+            "read resource",
+            "SELECT row FROM actum_resources WHERE id = $1",
+            resource.as_str(),
+            RowTable::Resources,
+            || format!("resource {resource}"),
+            |b: &ResourceBook| b.resource == *resource,
+        )
+    }
+
+    fn shared(&self, key: &SharedKeyId) -> Option<SharedEntry> {
+        self.by_text(
+            "read shared key",
+            "SELECT row FROM actum_shared WHERE key = $1",
+            key.as_str(),
+            RowTable::Shared,
+            || format!("shared key {key}"),
+            |e: &SharedEntry| e.key == *key,
+        )
+    }
+
+    fn effects_of(&self, run: &RunId) -> Vec<EffectEntry> {
+        let rows = self.query(
+            "read a run's ledger",
+            "SELECT row FROM actum_effects WHERE run = $1",
+            &[&run.as_str()],
+        );
+        self.effect_rows(rows)
+    }
+
+    fn blob_holders(&self, digest: &Digest) -> Option<u64> {
+        let rows = self.query(
+            "read blob holders",
+            "SELECT holders FROM actum_blob_holders WHERE digest = $1",
+            &[&digest.0.as_slice()],
+        );
+        rows.first()
+            .map(|row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
+        self.by_text(
+            "read blob references",
+            "SELECT row FROM actum_blob_refs WHERE run = $1",
+            run.as_str(),
+            RowTable::BlobRefs,
+            || format!("blob references of run {run}"),
+            |r: &BlobRefs| r.run == *run,
+        )
+    }
+}
+
+impl BooksWrite for PgBooks<'_, '_> {
+    fn put_run(&mut self, run: Run) {
+        let waits = self.waits(&run.id);
+        let from = Self::claim_from(&run, waits.as_ref());
+        let row = encode_row(RowTable::Run, &run);
+        self.execute(
+            "write run",
+            "INSERT INTO actum_runs (id, claim_from, row) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO UPDATE SET claim_from = EXCLUDED.claim_from, row = EXCLUDED.row",
+            &[&run.id.as_str(), &from, &row],
+        );
+    }
+
+    fn put_effect(&mut self, entry: EffectEntry) {
+        let (run, step, kind, attempt) = effect_params(&entry.key);
+        let row = encode_row(RowTable::Effect, &entry);
+        self.execute(
+            "write ledger entry",
+            "INSERT INTO actum_effects (run, step, kind, attempt, row) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (run, step, kind, attempt) DO UPDATE SET row = EXCLUDED.row",
+            &[&run, &step, &kind, &attempt, &row],
+        );
+    }
+
+    fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
+        // Content addressed: a stored digest already holds these bytes.
+        self.execute(
+            "write blob",
+            "INSERT INTO actum_blobs (digest, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[&digest.0.as_slice(), &bytes],
+        );
+    }
+
+    fn put_checkpoint(&mut self, meta: CheckpointMeta) {
+        let row = encode_row(RowTable::Checkpoint, &meta);
+        self.execute(
+            "write checkpoint",
+            "INSERT INTO actum_checkpoints (run, version, row) VALUES ($1, $2, $3) \
+             ON CONFLICT (run, version) DO UPDATE SET row = EXCLUDED.row",
+            &[&meta.run.as_str(), &big(meta.version), &row],
+        );
+    }
+
+    fn put_decision(&mut self, record: DecisionRecord) {
+        let row = encode_row(RowTable::Decision, &record);
+        self.execute(
+            "write decision",
+            "INSERT INTO actum_decisions (run, position, row) VALUES ($1, $2, $3) \
+             ON CONFLICT (run, position) DO UPDATE SET row = EXCLUDED.row",
+            &[&record.run.as_str(), &big(record.position), &row],
+        );
+    }
+
+    fn push_audit(&mut self, run: &RunId, entry: AuditEntry) {
+        let len = self.audit_len(run);
+        // After a failed read the count means nothing (the transaction is
+        // thrown away); otherwise a gap is a bug of the rules.
+        assert!(
+            self.has_failed() || entry.seq == len + 1,
+            "audit of run {run} out of sequence"
+        );
+        let row = encode_row(RowTable::Audit, &entry);
+        self.execute(
+            "append audit entry",
+            "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)",
+            &[&run.as_str(), &big(entry.seq), &row],
+        );
+    }
+
+    fn put_waits(&mut self, book: WaitBook) {
+        let row = encode_row(RowTable::Waits, &book);
+        self.execute(
+            "write wait book",
+            "INSERT INTO actum_waits (run, row) VALUES ($1, $2) \
+             ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
+            &[&book.run.as_str(), &row],
+        );
+        // A wait's deadline decides when its run is claimable again.
+        self.reindex(&book.run);
+    }
+
+    fn put_budget(&mut self, book: BudgetBook) {
+        let row = encode_row(RowTable::Budgets, &book);
+        self.execute(
+            "write budget",
+            "INSERT INTO actum_budgets (run, row) VALUES ($1, $2) \
+             ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
+            &[&book.run.as_str(), &row],
+        );
+    }
+
+    fn put_saga(&mut self, book: SagaBook) {
+        let row = encode_row(RowTable::Sagas, &book);
+        self.execute(
+            "write saga",
+            "INSERT INTO actum_sagas (run, row) VALUES ($1, $2) \
+             ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
+            &[&book.run.as_str(), &row],
+        );
+    }
+
+    fn put_resource(&mut self, book: ResourceBook) {
+        let row = encode_row(RowTable::Resources, &book);
+        self.execute(
+            "write resource",
+            "INSERT INTO actum_resources (id, row) VALUES ($1, $2) \
+             ON CONFLICT (id) DO UPDATE SET row = EXCLUDED.row",
+            &[&book.resource.as_str(), &row],
+        );
+    }
+
+    fn put_shared(&mut self, entry: SharedEntry) {
+        let row = encode_row(RowTable::Shared, &entry);
+        self.execute(
+            "write shared key",
+            "INSERT INTO actum_shared (key, row) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET row = EXCLUDED.row",
+            &[&entry.key.as_str(), &row],
+        );
+    }
+
+    fn delete_run(&mut self, run: &RunId) {
+        for (op, sql) in [
+            ("delete run", "DELETE FROM actum_runs WHERE id = $1"),
+            ("delete ledger", "DELETE FROM actum_effects WHERE run = $1"),
+            (
+                "delete checkpoints",
+                "DELETE FROM actum_checkpoints WHERE run = $1",
+            ),
+            (
+                "delete decisions",
+                "DELETE FROM actum_decisions WHERE run = $1",
+            ),
+            ("delete audit", "DELETE FROM actum_audit WHERE run = $1"),
+            ("delete wait book", "DELETE FROM actum_waits WHERE run = $1"),
+            ("delete budget", "DELETE FROM actum_budgets WHERE run = $1"),
+            ("delete saga", "DELETE FROM actum_sagas WHERE run = $1"),
+            (
+                "delete blob references",
+                "DELETE FROM actum_blob_refs WHERE run = $1",
+            ),
+        ] {
+            self.execute(op, sql, &[&run.as_str()]);
+        }
+    }
+
+    fn delete_blob(&mut self, digest: &Digest) {
+        self.execute(
+            "delete blob",
+            "DELETE FROM actum_blobs WHERE digest = $1",
+            &[&digest.0.as_slice()],
+        );
+    }
+
+    fn put_blob_holders(&mut self, digest: Digest, holders: Option<u64>) {
+        match holders {
+            Some(n) => self.execute(
+                "write blob holders",
+                "INSERT INTO actum_blob_holders (digest, holders) VALUES ($1, $2) \
+                 ON CONFLICT (digest) DO UPDATE SET holders = EXCLUDED.holders",
+                &[&digest.0.as_slice(), &big(n)],
+            ),
+            None => self.execute(
+                "delete blob holders",
+                "DELETE FROM actum_blob_holders WHERE digest = $1",
+                &[&digest.0.as_slice()],
+            ),
+        }
+    }
+
+    fn put_blob_refs(&mut self, refs: BlobRefs) {
+        let row = encode_row(RowTable::BlobRefs, &refs);
+        self.execute(
+            "write blob references",
+            "INSERT INTO actum_blob_refs (run, row) VALUES ($1, $2) \
+             ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
+            &[&refs.run.as_str(), &row],
+        );
+    }
+}
+
+/// A digest from a `bytea` key column; `None` if it has the wrong length.
+pub(crate) fn digest_of_key(bytes: &[u8]) -> Option<Digest> {
+    <[u8; DIGEST_LEN_BYTES]>::try_from(bytes).ok().map(Digest)
+}

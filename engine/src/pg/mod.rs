@@ -1,0 +1,24 @@
+//! The books in PostgreSQL (the `postgres` feature): the same rules
+//! (`books::decide` and `books::apply`) over a database that processes on
+//! many hosts share, for teams whose agents outgrow one process.
+//!
+//! - [`PgStore`]: a connection; [`PgStore::execute`] runs one command as
+//!   one serializable transaction, answered once committed; time is the
+//!   server's clock.
+//! - [`PgBooks`]: the books' traits over one open transaction.
+//! - The tables, versioned, are created or upgraded at connect
+//!   ([`PG_SCHEMA_VERSION`]; docs/FORMAT.md, "PostgreSQL tables").
+//!
+//! What the embedded engine has and this backend does not have yet (the
+//! `Engine` API over it, the runtime, the Python module, the `actum`
+//! commands): docs/POSTGRES.md.
+
+mod books;
+mod schema;
+mod store;
+#[cfg(test)]
+mod tests;
+
+pub use books::PgBooks;
+pub use schema::PG_SCHEMA_VERSION;
+pub use store::{PgStore, RETRIES, without_password};

@@ -1,0 +1,447 @@
+//! The PostgreSQL books against the reference model: seeded sequences of
+//! commands (creates, claims, leases, effects and their outcomes,
+//! reconciles, compensations, checkpoints, decisions, releases, time
+//! passing past leases) decided on a `MemBooks` and run on a `PgStore` at
+//! the same clock reading; every answer (or refusal) must match, and at the
+//! end every row.
+//!
+//! Needs a server: `ACTUM_PG_URL` (scripts/postgres.sh starts one and sets
+//! it, and `ACTUM_PG_REQUIRED=1`, under which a missing URL fails the test
+//! instead of skipping it). Each test makes a database of its own.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on an unexpected None or Err"
+)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::PgStore;
+use crate::books::test_support::{
+    Books, acquire, begin, claim, compensate, confirmed, create, decision, finish, reconcile,
+    release, renew, save, transition,
+};
+use crate::books::{
+    Answer, Begun, BooksRead, Command, EffectKey, Guard, Outcome, Part, RunId, RunState, ToolClass,
+};
+use crate::error::Error;
+
+/// The server to test against, or `None` (skip) when none is named and
+/// none is required.
+pub(crate) fn server_url() -> Option<String> {
+    match std::env::var("ACTUM_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("ACTUM_PG_REQUIRED").is_err(),
+                "ACTUM_PG_REQUIRED is set but ACTUM_PG_URL names no server"
+            );
+            eprintln!("skipped: ACTUM_PG_URL names no PostgreSQL server (scripts/postgres.sh)");
+            None
+        }
+    }
+}
+
+/// A fresh database on the server `url` names, for one test: its URL.
+pub(crate) fn fresh_database(url: &str, name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let db = format!(
+        "actum_{name}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    );
+    let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .unwrap();
+    let (base, _) = url.rsplit_once('/').unwrap();
+    format!("{base}/{db}")
+}
+
+/// A seeded generator (SplitMix64): the same seed, the same commands.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const LEASE_MS: u64 = 5_000;
+
+/// What the generator remembers of the answers, to make commands that
+/// the rules will often accept.
+#[derive(Default)]
+struct Seen {
+    guards: Vec<Guard>,
+    keys: Vec<(EffectKey, Guard)>,
+    versions: std::collections::BTreeMap<String, u64>,
+}
+
+/// The next command: for a run picked at random, what its state calls for
+/// (create it, lease it, start it, act, settle, save, decide, wait, end),
+/// now and then one that the rules refuse (a stale guard, a run that is
+/// over), so refusals are compared too.
+fn next_command(rng: &mut Rng, model: &Books, seen: &Seen, n: u64) -> Command {
+    // New runs keep coming as older ones end.
+    let name = &format!("r-{:03}", n / 25 + rng.below(6));
+    let Some(run) = model.mem.run(&RunId::new(name).unwrap()) else {
+        return create(name, format!("input of {name}").as_bytes());
+    };
+    if run.state.is_terminal() && rng.below(4) != 0 {
+        return claim(&format!("w{}", rng.below(3)), LEASE_MS);
+    }
+    let worker = format!("w{}", rng.below(3));
+    let live = run.lease.as_ref().filter(|l| l.expires_ms > model.now_ms);
+    let guard = live.and_then(|lease| {
+        seen.guards
+            .iter()
+            .rev()
+            .find(|g| g.run == run.id && g.token == lease.token)
+            .cloned()
+    });
+    // One command in ten uses whatever guard was seen last, current or not.
+    let guard = match (rng.below(10), seen.guards.last()) {
+        (0, Some(stale)) => stale.clone(),
+        _ => match guard {
+            Some(g) => g,
+            None if rng.below(2) == 0 => return claim(&worker, LEASE_MS),
+            None => return acquire(name, &worker, LEASE_MS),
+        },
+    };
+    let open: Vec<&(EffectKey, Guard)> = seen
+        .keys
+        .iter()
+        .filter(|(k, _)| {
+            *k.run() == run.id && model.mem.effect(k).is_some_and(|e| e.status.is_open())
+        })
+        .collect();
+    match (run.state, rng.below(16)) {
+        (RunState::Pending | RunState::WaitingHuman | RunState::WaitingTool, _) => {
+            transition(name, &guard, RunState::Running)
+        }
+        (_, 0..=3) => {
+            let class = [
+                ToolClass::NotIdempotent,
+                ToolClass::Queryable,
+                ToolClass::Idempotent {
+                    dedup_window_ms: 60_000,
+                },
+            ][rng.below(3) as usize];
+            let step = format!("s{}", rng.below(4));
+            begin(
+                name,
+                &step,
+                &guard,
+                class,
+                format!("args {}", rng.below(3)).as_bytes(),
+            )
+        }
+        (_, 4..=6) if !open.is_empty() => {
+            let (key, _) = open[rng.below(open.len() as u64) as usize].clone();
+            let outcome = match rng.below(4) {
+                0 | 1 => confirmed(format!("receipt {n}").as_bytes()),
+                2 => Outcome::Failed {
+                    retryable: rng.below(2) == 0,
+                    reason: "declined".into(),
+                },
+                _ => Outcome::Unknown {
+                    reason: "timed out".into(),
+                },
+            };
+            if rng.below(4) == 0 {
+                reconcile(&key, &guard, outcome)
+            } else {
+                finish(&key, &guard, outcome)
+            }
+        }
+        (_, 7 | 8) => {
+            let parts = vec![
+                Part::whole(
+                    "state",
+                    format!("state {n} {}", "x".repeat(rng.below(300) as usize)),
+                ),
+                Part::whole("notes", b"unchanged".to_vec()),
+            ];
+            save(name, &guard, 1, parts)
+        }
+        (_, 9 | 10) => {
+            let position = model.mem.decision_count(&run.id) + rng.below(2);
+            decision(
+                name,
+                &guard,
+                position,
+                b"prompt",
+                format!("answer {n}").as_bytes(),
+            )
+        }
+        (_, 11) => renew(name, &guard, LEASE_MS),
+        (_, 12) => release(name, &guard),
+        (_, 13) => compensate(name, &format!("s{}", rng.below(4)), &guard),
+        (_, 14) => {
+            let to = [
+                RunState::Completed,
+                RunState::Failed,
+                RunState::WaitingHuman,
+            ][rng.below(3) as usize];
+            transition(name, &guard, to)
+        }
+        _ => create(name, format!("input of {name}").as_bytes()),
+    }
+}
+
+fn remember(seen: &mut Seen, cmd: &Command, answer: &Answer) {
+    match answer {
+        Answer::Leased { run, token, .. } => {
+            let worker = match cmd {
+                Command::ClaimNext(c) => c.worker.clone(),
+                Command::AcquireLease(a) => a.worker.clone(),
+                Command::RenewLease(r) => r.guard.worker.clone(),
+                _ => return,
+            };
+            seen.guards.push(Guard {
+                run: run.clone(),
+                worker,
+                token: *token,
+            });
+        }
+        Answer::Begun(Begun::Proceed { key, .. }) => {
+            if let Command::BeginEffect(b) = cmd {
+                seen.keys.push((key.clone(), b.guard.clone()));
+            }
+        }
+        Answer::CheckpointSaved { run, version, .. } => {
+            seen.versions.insert(run.to_string(), *version);
+        }
+        _ => {}
+    }
+}
+
+/// Whether two refusals are the same refusal (same variant and message).
+fn same_refusal(a: &Error, b: &Error) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b) && a.to_string() == b.to_string()
+}
+
+fn run_seed(store: &PgStore, seed: u64, commands: u64) {
+    let mut rng = Rng(seed);
+    let mut model = Books::default();
+    let mut seen = Seen::default();
+    let mut accepted = 0;
+    let mut kinds = std::collections::BTreeMap::new();
+    for n in 0..commands {
+        // Time passes: sometimes past every lease.
+        model.now_ms += [1, 10, 300, 700, 1, 10, 300, LEASE_MS + 1][rng.below(8) as usize];
+        let cmd = next_command(&mut rng, &model, &seen, n);
+        let expected = model.run(cmd.clone());
+        let found = store.execute_at(&cmd, model.now_ms);
+        match (&expected, &found) {
+            (Ok(decided), Ok(answer)) => {
+                assert_eq!(&decided.answer, answer, "seed {seed}, command {n}: {cmd:?}");
+                remember(&mut seen, &cmd, answer);
+                accepted += 1;
+                *kinds
+                    .entry(
+                        format!("{cmd:?}")
+                            .split(['(', ' '])
+                            .next()
+                            .unwrap_or("")
+                            .to_string(),
+                    )
+                    .or_insert(0u32) += 1;
+            }
+            (Err(a), Err(b)) if same_refusal(a, b) => {}
+            _ => panic!(
+                "seed {seed}, command {n}: the model says {expected:?}, PostgreSQL {found:?}: {cmd:?}"
+            ),
+        }
+    }
+    eprintln!("seed {seed}: {accepted} of {commands} accepted: {kinds:?}");
+    let found = store.read_all().unwrap();
+    if let Some(diff) = model.mem.diff(&found) {
+        panic!("seed {seed}: the books differ (model here, PostgreSQL there): {diff}");
+    }
+    assert!(
+        accepted > commands / 4,
+        "seed {seed}: only {accepted} of {commands} commands accepted: the generator tests little"
+    );
+}
+
+#[test]
+fn postgres_books_decide_as_the_reference_model_does() {
+    let Some(url) = server_url() else { return };
+    for seed in 1..=4 {
+        let store = PgStore::connect(&fresh_database(&url, "model")).unwrap();
+        run_seed(&store, seed, 800);
+    }
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_an_older_code_never_misreads_it() {
+    let Some(url) = server_url() else { return };
+    let db = fresh_database(&url, "schema");
+    drop(PgStore::connect(&db).unwrap());
+    // Connecting again finds the tables made and changes nothing.
+    drop(PgStore::connect(&db).unwrap());
+    let mut client = postgres::Client::connect(&db, postgres::NoTls).unwrap();
+    client
+        .execute(
+            "UPDATE actum_meta SET value = $1 WHERE key = 'schema_version'",
+            &[&(super::PG_SCHEMA_VERSION + 1)],
+        )
+        .unwrap();
+    let error = PgStore::connect(&db).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::UnsupportedFormat {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_damaged_row_is_corrupt_naming_it_never_a_panic() {
+    let Some(url) = server_url() else { return };
+    let db = fresh_database(&url, "damage");
+    let store = PgStore::connect(&db).unwrap();
+    store.execute(&create("r-damaged", b"input")).unwrap();
+    let mut client = postgres::Client::connect(&db, postgres::NoTls).unwrap();
+    client
+        .execute(
+            "UPDATE actum_runs SET row = set_byte(row, 6, get_byte(row, 6) # 1)",
+            &[],
+        )
+        .unwrap();
+    let error = store
+        .execute(&acquire("r-damaged", "w1", LEASE_MS))
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::Corrupt { reason, .. } if reason.contains("run r-damaged")),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_server_clock_is_the_time() {
+    let Some(url) = server_url() else { return };
+    let store = PgStore::connect(&fresh_database(&url, "clock")).unwrap();
+    let before = store.now_ms().unwrap();
+    store.execute(&create("r-timed", b"input")).unwrap();
+    let after = store.now_ms().unwrap();
+    let books = store.read_all().unwrap();
+    let run = books.runs().next().unwrap();
+    assert!(
+        (before..=after).contains(&run.updated_ms),
+        "created at {} by the server's clock, between {before} and {after}",
+        run.updated_ms
+    );
+}
+
+#[test]
+fn concurrent_claims_never_hand_one_run_to_two_workers() {
+    let Some(url) = server_url() else { return };
+    let db = fresh_database(&url, "claims");
+    let store = PgStore::connect(&db).unwrap();
+    let runs: Vec<String> = (0..40).map(|i| format!("r-{i:02}")).collect();
+    for run in &runs {
+        store.execute(&create(run, b"input")).unwrap();
+    }
+    let claimed: Vec<Vec<String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|w| {
+                let db = db.clone();
+                scope.spawn(move || {
+                    let store = PgStore::connect(&db).unwrap();
+                    let mut mine = Vec::new();
+                    loop {
+                        match store.execute(&claim(&format!("w{w}"), 60_000)).unwrap() {
+                            Answer::Leased { run, .. } => mine.push(run.to_string()),
+                            Answer::NothingToClaim => return mine,
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<String> = claimed.concat();
+    all.sort();
+    assert_eq!(all, runs, "every run claimed exactly once: {claimed:?}");
+}
+
+#[test]
+fn a_cut_connection_fails_one_call_that_landed_nothing_and_the_next_reconnects() {
+    let Some(url) = server_url() else { return };
+    let db = fresh_database(&url, "cut");
+    let store = PgStore::connect(&db).unwrap();
+    store.execute(&create("r-before", b"input")).unwrap();
+    let mut admin = postgres::Client::connect(&db, postgres::NoTls).unwrap();
+    let cut = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(cut.len(), 1, "the store's one connection was cut");
+    // The server ends the session a moment later: wait until it is gone.
+    for _ in 0..500 {
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let error = store.execute(&create("r-during", b"input")).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::Postgres {
+                may_have_landed: false,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("PostgreSQL at postgres://actum@"),
+        "{error}"
+    );
+    store.execute(&create("r-after", b"input")).unwrap();
+    let runs: Vec<String> = store
+        .read_all()
+        .unwrap()
+        .runs()
+        .map(|r| r.id.to_string())
+        .collect();
+    assert_eq!(
+        runs,
+        ["r-after", "r-before"],
+        "the failed call landed nothing"
+    );
+}
