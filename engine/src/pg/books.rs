@@ -26,6 +26,7 @@ use postgres::Transaction;
 use postgres::types::ToSql;
 use serde::de::DeserializeOwned;
 
+use super::store::Statements;
 use crate::books::{
     AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DIGEST_LEN_BYTES,
     DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, ResourceBook, ResourceId, Run,
@@ -48,6 +49,7 @@ pub(crate) enum Failed {
 /// The books as the rows of one open transaction.
 pub struct PgBooks<'a, 't> {
     txn: RefCell<&'a mut Transaction<'t>>,
+    statements: RefCell<&'a mut Statements>,
     failed: RefCell<Option<Failed>>,
 }
 
@@ -59,12 +61,27 @@ fn big(value: u64) -> i64 {
 }
 
 impl<'a, 't> PgBooks<'a, 't> {
-    /// A view of `txn`.
-    pub fn new(txn: &'a mut Transaction<'t>) -> PgBooks<'a, 't> {
+    /// A view of `txn`, preparing its statements once into `statements`
+    /// (kept with the connection).
+    pub(crate) fn new(
+        txn: &'a mut Transaction<'t>,
+        statements: &'a mut Statements,
+    ) -> PgBooks<'a, 't> {
         PgBooks {
             txn: RefCell::new(txn),
+            statements: RefCell::new(statements),
             failed: RefCell::new(None),
         }
+    }
+
+    /// The statement for `sql`, prepared on first use.
+    fn statement(&self, sql: &'static str) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(prepared) = self.statements.borrow().get(sql) {
+            return Ok(prepared.clone());
+        }
+        let prepared = self.txn.borrow_mut().prepare(sql)?;
+        self.statements.borrow_mut().insert(sql, prepared.clone());
+        Ok(prepared)
     }
 
     /// Ends the view: the first failure any read or write met.
@@ -88,13 +105,16 @@ impl<'a, 't> PgBooks<'a, 't> {
     fn query(
         &self,
         op: &'static str,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Vec<postgres::Row> {
         if self.has_failed() {
             return Vec::new();
         }
-        match self.txn.borrow_mut().query(sql, params) {
+        let queried = self
+            .statement(sql)
+            .and_then(|statement| self.txn.borrow_mut().query(&statement, params));
+        match queried {
             Ok(rows) => rows,
             Err(e) => {
                 self.fail(Failed::Query(op, e));
@@ -103,11 +123,14 @@ impl<'a, 't> PgBooks<'a, 't> {
         }
     }
 
-    fn execute(&self, op: &'static str, sql: &str, params: &[&(dyn ToSql + Sync)]) {
+    fn execute(&self, op: &'static str, sql: &'static str, params: &[&(dyn ToSql + Sync)]) {
         if self.has_failed() {
             return;
         }
-        if let Err(e) = self.txn.borrow_mut().execute(sql, params) {
+        let executed = self
+            .statement(sql)
+            .and_then(|statement| self.txn.borrow_mut().execute(&statement, params));
+        if let Err(e) = executed {
             self.fail(Failed::Query(op, e));
         }
     }
@@ -116,7 +139,7 @@ impl<'a, 't> PgBooks<'a, 't> {
     fn bytes(
         &self,
         op: &'static str,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Option<Vec<u8>> {
         let rows = self.query(op, sql, params);
@@ -159,7 +182,7 @@ impl<'a, 't> PgBooks<'a, 't> {
     fn by_text<T: DeserializeOwned>(
         &self,
         op: &'static str,
-        sql: &str,
+        sql: &'static str,
         key: &str,
         table: RowTable,
         what: impl Fn() -> String,
@@ -214,7 +237,7 @@ impl BooksRead for PgBooks<'_, '_> {
     fn run(&self, id: &RunId) -> Option<Run> {
         self.by_text(
             "read run",
-            "SELECT row FROM actum_runs WHERE id = $1",
+            "SELECT row FROM actum_runs WHERE id = $1 FOR UPDATE",
             id.as_str(),
             RowTable::Run,
             || format!("run {id}"),

@@ -3,7 +3,8 @@
 //! many hosts share, for teams whose agents outgrow one process.
 //!
 //! - [`PgStore`]: a connection; [`PgStore::execute`] runs one command as
-//!   one serializable transaction, answered once committed; time is the
+//!   one transaction (repeatable read, the command's runs locked), answered
+//!   once committed; time is the
 //!   server's clock.
 //! - [`PgBooks`]: the books' traits over one open transaction.
 //! - The tables, versioned, are created or upgraded at connect
@@ -21,4 +22,4 @@ mod tests;
 
 pub use books::PgBooks;
 pub use schema::PG_SCHEMA_VERSION;
-pub use store::{PgStore, RETRIES, without_password};
+pub use store::{PgStore, RETRIES, scratch_database, without_password};

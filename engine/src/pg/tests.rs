@@ -14,8 +14,6 @@
     reason = "a test fails loudly on an unexpected None or Err"
 )]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use super::PgStore;
 use crate::books::test_support::{
     Books, acquire, begin, claim, compensate, confirmed, create, decision, finish, reconcile,
@@ -44,21 +42,7 @@ pub(crate) fn server_url() -> Option<String> {
 
 /// A fresh database on the server `url` names, for one test: its URL.
 pub(crate) fn fresh_database(url: &str, name: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let db = format!(
-        "actum_{name}_{}_{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    );
-    let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {db}"))
-        .unwrap();
-    let (base, _) = url.rsplit_once('/').unwrap();
-    format!("{base}/{db}")
+    super::scratch_database(url, &format!("actum_{name}")).unwrap()
 }
 
 /// A seeded generator (SplitMix64): the same seed, the same commands.
