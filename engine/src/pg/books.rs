@@ -48,6 +48,9 @@ pub(crate) enum Failed {
 
 /// The books as the rows of one open transaction.
 pub struct PgBooks<'a, 't> {
+    /// Whether reads lock the runs they read (a command's view) or not (a
+    /// read-only view, whose transaction cannot lock).
+    locking: bool,
     txn: RefCell<&'a mut Transaction<'t>>,
     statements: RefCell<&'a mut Statements>,
     failed: RefCell<Option<Failed>>,
@@ -61,13 +64,30 @@ fn big(value: u64) -> i64 {
 }
 
 impl<'a, 't> PgBooks<'a, 't> {
-    /// A view of `txn`, preparing its statements once into `statements`
-    /// (kept with the connection).
+    /// A command's view of `txn`, locking every run it reads, preparing
+    /// its statements once into `statements` (kept with the connection).
     pub(crate) fn new(
         txn: &'a mut Transaction<'t>,
         statements: &'a mut Statements,
     ) -> PgBooks<'a, 't> {
+        PgBooks::with_locking(true, txn, statements)
+    }
+
+    /// A read-only view of `txn`: nothing is locked.
+    pub(crate) fn reader(
+        txn: &'a mut Transaction<'t>,
+        statements: &'a mut Statements,
+    ) -> PgBooks<'a, 't> {
+        PgBooks::with_locking(false, txn, statements)
+    }
+
+    fn with_locking(
+        locking: bool,
+        txn: &'a mut Transaction<'t>,
+        statements: &'a mut Statements,
+    ) -> PgBooks<'a, 't> {
         PgBooks {
+            locking,
             txn: RefCell::new(txn),
             statements: RefCell::new(statements),
             failed: RefCell::new(None),
@@ -235,9 +255,14 @@ fn effect_params(key: &EffectKey) -> (&str, &str, i16, i64) {
 
 impl BooksRead for PgBooks<'_, '_> {
     fn run(&self, id: &RunId) -> Option<Run> {
+        let sql = if self.locking {
+            "SELECT row FROM actum_runs WHERE id = $1 FOR UPDATE"
+        } else {
+            "SELECT row FROM actum_runs WHERE id = $1"
+        };
         self.by_text(
             "read run",
-            "SELECT row FROM actum_runs WHERE id = $1 FOR UPDATE",
+            sql,
             id.as_str(),
             RowTable::Run,
             || format!("run {id}"),
@@ -251,19 +276,32 @@ impl BooksRead for PgBooks<'_, '_> {
         // row.
         let mut after: Option<(i64, String)> = None;
         loop {
-            let rows = match &after {
-                None => self.query(
+            let rows = match (&after, self.locking) {
+                (None, true) => self.query(
                     "list claimable runs",
                     "SELECT row, claim_from, id FROM actum_runs \
                      WHERE claim_from <= $1 ORDER BY claim_from, id LIMIT $2 \
                      FOR UPDATE SKIP LOCKED",
                     &[&big(now_ms), &CLAIM_PAGE],
                 ),
-                Some((from, id)) => self.query(
+                (Some((from, id)), true) => self.query(
                     "list claimable runs",
                     "SELECT row, claim_from, id FROM actum_runs \
                      WHERE claim_from <= $1 AND (claim_from, id) > ($3, $4) \
                      ORDER BY claim_from, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+                    &[&big(now_ms), &CLAIM_PAGE, from, &id.as_str()],
+                ),
+                (None, false) => self.query(
+                    "list claimable runs",
+                    "SELECT row, claim_from, id FROM actum_runs \
+                     WHERE claim_from <= $1 ORDER BY claim_from, id LIMIT $2",
+                    &[&big(now_ms), &CLAIM_PAGE],
+                ),
+                (Some((from, id)), false) => self.query(
+                    "list claimable runs",
+                    "SELECT row, claim_from, id FROM actum_runs \
+                     WHERE claim_from <= $1 AND (claim_from, id) > ($3, $4) \
+                     ORDER BY claim_from, id LIMIT $2",
                     &[&big(now_ms), &CLAIM_PAGE, from, &id.as_str()],
                 ),
             };

@@ -40,9 +40,9 @@ use super::books::{Failed, PgBooks, digest_of_key};
 use super::schema;
 use crate::books::{Answer, Decided};
 use crate::books::{
-    AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, Command, DecisionRecord,
-    EffectEntry, MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook, apply,
-    decide,
+    AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, Command,
+    DecisionRecord, EffectEntry, MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry,
+    WaitBook, apply, decide,
 };
 use crate::error::{Error, Result};
 use crate::state::rows::{RowTable, decode_row};
@@ -285,6 +285,36 @@ impl PgStore {
             Attempt::Retry(e)
         } else {
             Attempt::Failed(self.error(op, false, e))
+        }
+    }
+
+    /// Runs `read` over the books as of one snapshot (a read-only,
+    /// repeatable-read transaction; nothing is locked, so no command waits
+    /// for it), with the server's clock reading at its start. A read that
+    /// failed on the server, or a damaged row, is the `Err`; a value `read`
+    /// computed from a failed read is never returned.
+    pub fn read<T>(&self, read: impl FnOnce(&dyn BooksRead, u64) -> Result<T>) -> Result<T> {
+        let result = self.read_once(read);
+        self.forgetting(result)
+    }
+
+    fn read_once<T>(&self, read: impl FnOnce(&dyn BooksRead, u64) -> Result<T>) -> Result<T> {
+        let mut slot = self.client()?;
+        let Connection { client, statements } = slot.as_mut().expect("connected by client()");
+        let mut txn = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(|e| self.error("begin", false, e))?;
+        let now_ms =
+            server_now_ms(&mut txn).map_err(|e| self.error("read the server's clock", false, e))?;
+        let books = PgBooks::reader(&mut txn, statements);
+        let value = read(&books, now_ms);
+        match books.finish() {
+            Some(Failed::Query(op, e)) => Err(self.error(op, false, e)),
+            Some(Failed::Corrupt(error)) => Err(error),
+            None => value,
         }
     }
 

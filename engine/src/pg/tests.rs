@@ -429,3 +429,36 @@ fn a_cut_connection_fails_one_call_that_landed_nothing_and_the_next_reconnects()
         "the failed call landed nothing"
     );
 }
+
+#[test]
+fn a_read_sees_one_snapshot_and_locks_nothing_a_command_needs() {
+    let Some(url) = server_url() else { return };
+    let db = fresh_database(&url, "read");
+    let store = PgStore::connect(&db).unwrap();
+    let writer = PgStore::connect(&db).unwrap();
+    store.execute(&create("r-read", b"input")).unwrap();
+    let (state, claimable, after) = store
+        .read(|books, now_ms| {
+            let run = books.run(&RunId::new("r-read").unwrap()).unwrap();
+            let mut claimable = 0;
+            books.visit_claimable(now_ms, &mut |_| {
+                claimable += 1;
+                true
+            });
+            // A command on the same run, on another connection, commits
+            // while this read is open: the read took no lock on it, and
+            // does not see it.
+            let answer = writer.execute(&acquire("r-read", "w1", LEASE_MS)).unwrap();
+            assert!(matches!(answer, Answer::Leased { .. }), "{answer:?}");
+            let after = books.run(&RunId::new("r-read").unwrap()).unwrap();
+            Ok((run.state, claimable, after.lease.is_some()))
+        })
+        .unwrap();
+    assert_eq!((state, claimable, after), (RunState::Pending, 1, false));
+    let now = store
+        .read(|books, _| Ok(books.run(&RunId::new("r-read").unwrap()).unwrap()))
+        .unwrap();
+    assert!(now.lease.is_some(), "a later read sees the lease");
+    let missing = store.read(|books, _| Ok(books.run(&RunId::new("r-none").unwrap())));
+    assert!(matches!(missing, Ok(None)));
+}
