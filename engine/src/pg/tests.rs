@@ -20,7 +20,10 @@ use crate::books::test_support::{
     release, renew, save, transition,
 };
 use crate::books::{
-    Answer, Begun, BooksRead, Command, EffectKey, Guard, Outcome, Part, RunId, RunState, ToolClass,
+    AcquireResource, Answer, Begun, BooksRead, BudgetLimits, Command, DecideApproval, EffectKey,
+    Guard, OpenWait, Operate, OperatorAction, Outcome, Part, Prune, ReleaseResource, ResourceId,
+    RunId, RunState, SendSignal, SetBudget, SetShared, SharedKeyId, SharedSetter, StepId,
+    ToolClass, WaitFor, digest_of,
 };
 use crate::error::Error;
 
@@ -111,10 +114,46 @@ fn next_command(rng: &mut Rng, model: &Books, seen: &Seen, n: u64) -> Command {
             *k.run() == run.id && model.mem.effect(k).is_some_and(|e| e.status.is_open())
         })
         .collect();
-    match (run.state, rng.below(16)) {
+    // Commands that need no lease, or that wake a waiting run.
+    if rng.below(5) == 0 {
+        return unleased_command(rng, model, &run.id, &guard, n);
+    }
+    match (run.state, rng.below(20)) {
         (RunState::Pending | RunState::WaitingHuman | RunState::WaitingTool, _) => {
             transition(name, &guard, RunState::Running)
         }
+        (_, 16 | 17) => {
+            let (wait_for, deadline_ms) = match rng.below(3) {
+                0 => (WaitFor::Timer, Some(model.now_ms + 200 + rng.below(3_000))),
+                1 => (WaitFor::Signal { name: "go".into() }, None),
+                _ => (
+                    WaitFor::Approval {
+                        args_digest: digest_of(b"args 0"),
+                        role: "cfo".into(),
+                    },
+                    Some(model.now_ms + 4_000),
+                ),
+            };
+            Command::OpenWait(OpenWait {
+                run: run.id.clone(),
+                guard,
+                step: StepId::new(format!("s{}", rng.below(4))).unwrap(),
+                wait_for,
+                deadline_ms,
+                reason: "waiting".into(),
+            })
+        }
+        (_, 18) => Command::AcquireResource(AcquireResource {
+            resource: ResourceId::new(format!("res{}", rng.below(2))).unwrap(),
+            run: run.id.clone(),
+            guard,
+            ttl_ms: 2_000,
+        }),
+        (_, 19) => Command::ReleaseResource(ReleaseResource {
+            resource: ResourceId::new(format!("res{}", rng.below(2))).unwrap(),
+            run: run.id.clone(),
+            guard,
+        }),
         (_, 0..=3) => {
             let class = [
                 ToolClass::NotIdempotent,
@@ -182,6 +221,66 @@ fn next_command(rng: &mut Rng, model: &Books, seen: &Seen, n: u64) -> Command {
             transition(name, &guard, to)
         }
         _ => create(name, format!("input of {name}").as_bytes()),
+    }
+}
+
+/// A command an operator, a webhook or another party sends: signals,
+/// approvals, budgets, shared keys, pauses and cancels, prunes.
+fn unleased_command(rng: &mut Rng, model: &Books, run: &RunId, guard: &Guard, n: u64) -> Command {
+    match rng.below(7) {
+        0 => Command::SendSignal(SendSignal {
+            run: run.clone(),
+            name: "go".into(),
+            payload: format!("payload {n}").into_bytes(),
+            sender: "webhook".into(),
+        }),
+        1 => Command::DecideApproval(DecideApproval {
+            run: run.clone(),
+            step: StepId::new(format!("s{}", rng.below(4))).unwrap(),
+            args_digest: digest_of(b"args 0"),
+            approver: "ann".into(),
+            role: "cfo".into(),
+            approve: rng.below(3) != 0,
+            note: "checked".into(),
+        }),
+        2 => Command::SetBudget(SetBudget {
+            run: run.clone(),
+            limits: BudgetLimits {
+                tool_calls: Some(1 + rng.below(4)),
+                ..BudgetLimits::default()
+            },
+            by: "ops".into(),
+            reason: "a cap".into(),
+        }),
+        3 => Command::SetShared(SetShared {
+            key: SharedKeyId::new(format!("k{}", rng.below(2))).unwrap(),
+            expected_version: rng.below(3),
+            value: (rng.below(4) != 0).then(|| format!("v{n}").into_bytes()),
+            by: if rng.below(2) == 0 {
+                SharedSetter::Run {
+                    run: guard.run.clone(),
+                    guard: guard.clone(),
+                }
+            } else {
+                SharedSetter::Operator { name: "ops".into() }
+            },
+            reason: "set".into(),
+        }),
+        4 => Command::Operate(Operate {
+            run: run.clone(),
+            action: [
+                OperatorAction::Pause,
+                OperatorAction::Resume,
+                OperatorAction::Cancel,
+            ][rng.below(3) as usize],
+            operator: "ops".into(),
+            reason: "looked at it".into(),
+        }),
+        5 => Command::Prune(Prune {
+            runs: vec![run.clone()],
+            older_than_ms: model.now_ms,
+        }),
+        _ => claim(&format!("w{}", rng.below(3)), LEASE_MS),
     }
 }
 
@@ -461,4 +560,111 @@ fn a_read_sees_one_snapshot_and_locks_nothing_a_command_needs() {
     assert!(now.lease.is_some(), "a later read sees the lease");
     let missing = store.read(|books, _| Ok(books.run(&RunId::new("r-none").unwrap())));
     assert!(matches!(missing, Ok(None)));
+}
+
+/// Runs `cmd` on the model and on PostgreSQL at the model's clock reading;
+/// both must answer alike (or refuse alike). Returns the answer.
+fn both(store: &PgStore, model: &mut Books, cmd: Command) -> Option<Answer> {
+    let expected = model.run(cmd.clone());
+    let found = store.execute_at(&cmd, model.now_ms);
+    match (expected, found) {
+        (Ok(decided), Ok(answer)) => {
+            assert_eq!(decided.answer, answer, "{cmd:?}");
+            Some(answer)
+        }
+        (Err(a), Err(b)) if same_refusal(&a, &b) => None,
+        (expected, found) => {
+            panic!("the model says {expected:?}, PostgreSQL {found:?}: {cmd:?}")
+        }
+    }
+}
+
+/// The lease `answer` grants to `worker`.
+fn granted(answer: Option<Answer>, worker: &str) -> Guard {
+    let Some(Answer::Leased { run, token, .. }) = answer else {
+        panic!("not a lease: {answer:?}");
+    };
+    Guard {
+        run,
+        worker: crate::books::WorkerId::new(worker).unwrap(),
+        token,
+    }
+}
+
+#[test]
+fn a_retried_step_and_a_timer_behave_as_in_the_model() {
+    let Some(url) = server_url() else { return };
+    let store = PgStore::connect(&fresh_database(&url, "scenario")).unwrap();
+    let mut model = Books::default();
+    // A step whose first attempt failed is attempted again; its latest
+    // attempt is the second, and a begin while it is open resolves it.
+    both(&store, &mut model, create("r-retry", b"input"));
+    let g = granted(
+        both(&store, &mut model, acquire("r-retry", "w1", LEASE_MS)),
+        "w1",
+    );
+    both(
+        &store,
+        &mut model,
+        transition("r-retry", &g, RunState::Running),
+    );
+    for attempt in 1..=3 {
+        model.now_ms += 10;
+        let begun = both(
+            &store,
+            &mut model,
+            begin("r-retry", "pay", &g, ToolClass::NotIdempotent, b"args"),
+        );
+        let Some(Answer::Begun(Begun::Proceed { key, .. })) = begun else {
+            panic!("attempt {attempt}: {begun:?}");
+        };
+        assert_eq!(key.attempt(), attempt);
+        let outcome = Outcome::Failed {
+            retryable: true,
+            reason: "declined".into(),
+        };
+        both(&store, &mut model, finish(&key, &g, outcome));
+    }
+    model.now_ms += 10;
+    let begun = both(
+        &store,
+        &mut model,
+        begin("r-retry", "pay", &g, ToolClass::NotIdempotent, b"args"),
+    );
+    assert!(
+        matches!(begun, Some(Answer::Begun(Begun::Proceed { ref key, .. })) if key.attempt() == 4)
+    );
+    // Two runs parked on timers, released: the one whose timer ends first
+    // is claimed first, and neither before its timer.
+    for (run, after_ms) in [("r-late", 3_000), ("r-soon", 1_000)] {
+        both(&store, &mut model, create(run, b"input"));
+        let g = granted(both(&store, &mut model, acquire(run, "w2", LEASE_MS)), "w2");
+        both(&store, &mut model, transition(run, &g, RunState::Running));
+        let deadline_ms = Some(model.now_ms + after_ms);
+        both(
+            &store,
+            &mut model,
+            Command::OpenWait(OpenWait {
+                run: RunId::new(run).unwrap(),
+                guard: g.clone(),
+                step: StepId::new("nap").unwrap(),
+                wait_for: WaitFor::Timer,
+                deadline_ms,
+                reason: "a nap".into(),
+            }),
+        );
+        both(&store, &mut model, release(run, &g));
+    }
+    let mut claimed = Vec::new();
+    for _ in 0..8 {
+        model.now_ms += 500;
+        if let Some(Answer::Leased { run, .. }) = both(&store, &mut model, claim("w3", LEASE_MS)) {
+            claimed.push((run.to_string(), model.now_ms));
+        }
+    }
+    let order: Vec<&str> = claimed.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(order, ["r-soon", "r-late"], "{claimed:?}");
+    if let Some(diff) = model.mem.diff(&store.read_all().unwrap()) {
+        panic!("the books differ (model here, PostgreSQL there): {diff}");
+    }
 }
