@@ -11,13 +11,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use actum::books::{
-    AcquireLease, Answer, BeginEffect, Begun, Command, CreateRun, FinishEffect, Guard,
-    LEASE_TTL_MS_MAX, Outcome, RunId, RunState, ToolClass, Transition, WorkerId, digest_of,
-};
+use actum::books::{Answer, Begun, Command, Guard, RunId};
 use actum::pg::{PgStore, scratch_database};
 use actum_benches::group_commit::GroupCommitFile;
-use actum_benches::protocol::{DEDUP_WINDOW_MS, ProtocolEngine, TwoCommits, step_id};
+use actum_benches::protocol::{ProtocolEngine, TwoCommits, confirmed, intent, leased_run_on};
 use actum_benches::runner::bench_system;
 use actum_benches::{DurableLog, OnPeer, WRITER_COUNTS};
 use criterion::{Criterion, SamplingMode, Throughput};
@@ -39,43 +36,11 @@ impl PgProtocol {
         let store = PgStore::connect(&url).expect("connecting to the bench database");
         let runs: Vec<(RunId, Guard)> = (0..runs)
             .map(|t| {
-                let run = RunId::new(format!("bench-{t}")).expect("a bench run id");
-                store
-                    .execute(&Command::CreateRun(CreateRun {
-                        run: run.clone(),
-                        input_digest: digest_of(run.as_str().as_bytes()),
-                        agent_version: "bench".into(),
-                        trace_id: String::new(),
-                        parent: None,
-                        input: None,
-                    }))
-                    .expect("creating a bench run");
-                let worker = WorkerId::new(format!("w{t}")).expect("a bench worker id");
-                let Answer::Leased { token, .. } = store
-                    .execute(&Command::AcquireLease(AcquireLease {
-                        run: run.clone(),
-                        worker: worker.clone(),
-                        ttl_ms: LEASE_TTL_MS_MAX,
-                    }))
-                    .expect("leasing a bench run")
-                else {
-                    panic!("a lease answers Leased");
-                };
-                let guard = Guard {
-                    run: run.clone(),
-                    worker,
-                    token,
-                };
-                store
-                    .execute(&Command::Transition(Transition {
-                        run: run.clone(),
-                        guard: guard.clone(),
-                        to: RunState::Running,
-                        expected_version: None,
-                        reason: "bench".into(),
-                    }))
-                    .expect("starting a bench run");
-                (run, guard)
+                leased_run_on(
+                    &|cmd| store.execute(cmd),
+                    &format!("bench-{t}"),
+                    &format!("w{t}"),
+                )
             })
             .collect();
         let stores = (0..runs.len())
@@ -118,31 +83,13 @@ impl DurableLog for PgProtocol {
         let (run, guard) = &self.runs[*t];
         let store = &self.stores[*t];
         let begun = store
-            .execute(&Command::BeginEffect(BeginEffect {
-                run: run.clone(),
-                step: step_id(ticket),
-                guard: guard.clone(),
-                tool: "stripe.charge".into(),
-                tool_class: ToolClass::Idempotent {
-                    dedup_window_ms: DEDUP_WINDOW_MS,
-                },
-                args_digest: digest_of(&ticket.to_le_bytes()),
-                args: None,
-                rationale: String::new(),
-                compensation: None,
-            }))
+            .execute(&Command::BeginEffect(intent(run, guard, ticket)))
             .expect("beginning an effect");
         let Answer::Begun(Begun::Proceed { key, .. }) = begun else {
             panic!("a fresh step proceeds: {begun:?}");
         };
         store
-            .execute(&Command::FinishEffect(FinishEffect {
-                key,
-                guard: guard.clone(),
-                outcome: Outcome::Confirmed {
-                    receipt: b"ch_1".to_vec(),
-                },
-            }))
+            .execute(&Command::FinishEffect(confirmed(key, guard)))
             .expect("finishing an effect");
     }
 }

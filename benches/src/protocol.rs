@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actum::books::{
-    BeginEffect, CreateRun, EffectKey, FinishEffect, Guard, LEASE_TTL_MS_MAX, Outcome, RunId,
-    RunState, StepId, ToolClass, Transition, WorkerId, digest_of,
+    AcquireLease, Answer, BeginEffect, Command, CreateRun, EffectKey, FinishEffect, Guard,
+    LEASE_TTL_MS_MAX, Outcome, RunId, RunState, StepId, ToolClass, Transition, WorkerId, digest_of,
 };
 use actum::engine::{Begun, Engine, EngineOptions};
 use actum::wal::WalStats;
@@ -39,31 +39,79 @@ pub struct ProtocolEngine {
 /// Creates run `name` in `engine`, leases it to `worker` for the longest allowed time and starts
 /// it (effects begin only on a running run).
 pub fn leased_run(engine: &Engine, name: &str, worker: &str) -> (RunId, Guard) {
+    leased_run_on(&|cmd| engine.execute(cmd), name, worker)
+}
+
+/// [`leased_run`] on any store that executes commands (the embedded engine, or the books in
+/// PostgreSQL).
+pub fn leased_run_on(
+    execute: &dyn Fn(&Command) -> actum::Result<Answer>,
+    name: &str,
+    worker: &str,
+) -> (RunId, Guard) {
     let run = RunId::new(name).expect("a bench run id is valid");
-    engine
-        .create_run(CreateRun {
-            run: run.clone(),
-            input_digest: digest_of(name.as_bytes()),
-            agent_version: "bench".into(),
-            trace_id: String::new(),
-            parent: None,
-            input: None,
-        })
-        .expect("creating a bench run");
+    execute(&Command::CreateRun(CreateRun {
+        run: run.clone(),
+        input_digest: digest_of(name.as_bytes()),
+        agent_version: "bench".into(),
+        trace_id: String::new(),
+        parent: None,
+        input: None,
+    }))
+    .expect("creating a bench run");
     let worker = WorkerId::new(worker).expect("a bench worker id is valid");
-    let grant = engine
-        .acquire_lease(&run, &worker, LEASE_TTL_MS_MAX)
-        .expect("leasing a bench run");
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: grant.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "bench".into(),
-        })
-        .expect("starting a bench run");
-    (run, grant.guard)
+    let leased = execute(&Command::AcquireLease(AcquireLease {
+        run: run.clone(),
+        worker: worker.clone(),
+        ttl_ms: LEASE_TTL_MS_MAX,
+    }))
+    .expect("leasing a bench run");
+    let Answer::Leased { token, .. } = leased else {
+        panic!("a lease answers Leased: {leased:?}");
+    };
+    let guard = Guard {
+        run: run.clone(),
+        worker,
+        token,
+    };
+    execute(&Command::Transition(Transition {
+        run: run.clone(),
+        guard: guard.clone(),
+        to: RunState::Running,
+        expected_version: None,
+        reason: "bench".into(),
+    }))
+    .expect("starting a bench run");
+    (run, guard)
+}
+
+/// The intent of protocol (or agent step) number `ticket` on `run`: a fresh step of an
+/// idempotent tool.
+pub fn intent(run: &RunId, guard: &Guard, ticket: u64) -> BeginEffect {
+    BeginEffect {
+        run: run.clone(),
+        step: step_id(ticket),
+        guard: guard.clone(),
+        tool: "stripe.charge".into(),
+        tool_class: ToolClass::Idempotent {
+            dedup_window_ms: DEDUP_WINDOW_MS,
+        },
+        args_digest: digest_of(&ticket.to_le_bytes()),
+        args: None,
+        rationale: "benchmark".into(),
+        compensation: None,
+    }
+}
+
+/// The outcome that settles the intent `key`: confirmed, with a short receipt.
+pub fn confirmed(key: EffectKey, guard: &Guard) -> FinishEffect {
+    FinishEffect {
+        key,
+        guard: guard.clone(),
+        outcome: Outcome::Confirmed {
+            receipt: b"ch_0123456789".to_vec(),
+        },
+    }
 }
 
 /// Commits and fsyncs of `engine` since its WAL counters read `earlier`, and commits per fsync.
@@ -131,32 +179,14 @@ impl ProtocolEngine {
         let (run, guard) = &self.guards[t];
         let begun = self
             .engine
-            .begin_effect(BeginEffect {
-                run: run.clone(),
-                step: step_id(ticket),
-                guard: guard.clone(),
-                tool: "stripe.charge".into(),
-                tool_class: ToolClass::Idempotent {
-                    dedup_window_ms: DEDUP_WINDOW_MS,
-                },
-                args_digest: digest_of(&ticket.to_le_bytes()),
-                args: None,
-                rationale: "benchmark".into(),
-                compensation: None,
-            })
+            .begin_effect(intent(run, guard, ticket))
             .expect("begin_effect");
         let Begun::Proceed { key, .. } = begun else {
             panic!("a fresh step did not proceed: {begun:?}")
         };
         let status = self
             .engine
-            .finish_effect(FinishEffect {
-                key: key.clone(),
-                guard: guard.clone(),
-                outcome: Outcome::Confirmed {
-                    receipt: b"ch_0123456789".to_vec(),
-                },
-            })
+            .finish_effect(confirmed(key.clone(), guard))
             .expect("finish_effect");
         assert_eq!(status, "confirmed", "the outcome settled the entry");
         key

@@ -6,6 +6,7 @@
 
 use postgres::Client;
 
+use super::store::postgres_error;
 use crate::error::{Error, Result};
 
 /// The version of the tables this build writes and reads.
@@ -68,14 +69,7 @@ const STEPS: [&str; 1] = [VERSION_1];
 /// transaction; refuses a database whose version is newer. Returns the
 /// version found before (0: none).
 pub(crate) fn prepare(client: &mut Client, server: &str) -> Result<i64> {
-    let failed = |op: &'static str| {
-        move |e: postgres::Error| Error::Postgres {
-            server: server.to_string(),
-            op,
-            may_have_landed: false,
-            source: Box::new(e),
-        }
-    };
+    let failed = |op: &'static str| move |e| postgres_error(server, op, false, e);
     let mut txn = client.transaction().map_err(failed("begin schema check"))?;
     txn.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
         .map_err(failed("lock the schema"))?;

@@ -91,6 +91,21 @@ pub fn without_password(url: &str) -> String {
     }
 }
 
+/// `Error::Postgres` for `e`, met on `server` while doing `op`.
+pub(crate) fn postgres_error(
+    server: &str,
+    op: &'static str,
+    may_have_landed: bool,
+    e: postgres::Error,
+) -> Error {
+    Error::Postgres {
+        server: server.to_string(),
+        op,
+        may_have_landed,
+        source: Box::new(e),
+    }
+}
+
 /// Makes a new, empty database on the server `url` names, for a test or a
 /// bench: `<prefix>_<process id>_<n>`, dropped first if a run before left
 /// it. Returns the URL of the new database (`url` with its database name
@@ -105,12 +120,7 @@ pub fn scratch_database(url: &str, prefix: &str) -> Result<String> {
     let server = without_password(url);
     let failed = |op: &'static str| {
         let server = server.clone();
-        move |e: postgres::Error| Error::Postgres {
-            server,
-            op,
-            may_have_landed: false,
-            source: Box::new(e),
-        }
+        move |e| postgres_error(&server, op, false, e)
     };
     let mut admin = Client::connect(url, NoTls).map_err(failed("connect"))?;
     admin
@@ -119,8 +129,10 @@ pub fn scratch_database(url: &str, prefix: &str) -> Result<String> {
     admin
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .map_err(failed("create a scratch database"))?;
-    let base = url.split_once('?').map_or(url, |(base, _)| base);
-    let query = url.split_once('?').map(|(_, q)| q);
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
     let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
     Ok(match query {
         Some(query) => format!("{root}/{name}?{query}"),
@@ -162,12 +174,7 @@ impl PgStore {
     }
 
     fn error(&self, op: &'static str, may_have_landed: bool, e: postgres::Error) -> Error {
-        Error::Postgres {
-            server: self.server.clone(),
-            op,
-            may_have_landed,
-            source: Box::new(e),
-        }
+        postgres_error(&self.server, op, may_have_landed, e)
     }
 
     /// Drops the connection after a failure of the server's or of the
@@ -294,61 +301,50 @@ impl PgStore {
     /// failed on the server, or a damaged row, is the `Err`; a value `read`
     /// computed from a failed read is never returned.
     pub fn read<T>(&self, read: impl FnOnce(&dyn BooksRead, u64) -> Result<T>) -> Result<T> {
-        let result = self.read_once(read);
-        self.forgetting(result)
-    }
-
-    fn read_once<T>(&self, read: impl FnOnce(&dyn BooksRead, u64) -> Result<T>) -> Result<T> {
-        let mut slot = self.client()?;
-        let Connection { client, statements } = slot.as_mut().expect("connected by client()");
-        let mut txn = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(|e| self.error("begin", false, e))?;
-        let now_ms =
-            server_now_ms(&mut txn).map_err(|e| self.error("read the server's clock", false, e))?;
-        let books = PgBooks::reader(&mut txn, statements);
-        let value = read(&books, now_ms);
-        match books.finish() {
-            Some(Failed::Query(op, e)) => Err(self.error(op, false, e)),
-            Some(Failed::Corrupt(error)) => Err(error),
-            None => value,
-        }
+        self.in_snapshot(|txn, statements| {
+            let now_ms =
+                server_now_ms(txn).map_err(|e| self.error("read the server's clock", false, e))?;
+            let books = PgBooks::reader(txn, statements);
+            let value = read(&books, now_ms);
+            match books.finish() {
+                Some(Failed::Query(op, e)) => Err(self.error(op, false, e)),
+                Some(Failed::Corrupt(error)) => Err(error),
+                None => value,
+            }
+        })
     }
 
     /// The server's clock, in milliseconds since the epoch.
     pub fn now_ms(&self) -> Result<u64> {
-        let read = self.now_ms_once();
-        self.forgetting(read)
+        self.read(|_, now_ms| Ok(now_ms))
     }
 
-    fn now_ms_once(&self) -> Result<u64> {
-        let mut slot = self.client()?;
-        let client = &mut slot.as_mut().expect("connected by client()").client;
-        let mut txn = client
-            .transaction()
-            .map_err(|e| self.error("begin", false, e))?;
-        server_now_ms(&mut txn).map_err(|e| self.error("read the server's clock", false, e))
+    /// Runs `read` in a read-only, repeatable-read transaction on the
+    /// connection; a failure of the server's drops the connection.
+    fn in_snapshot<T>(
+        &self,
+        read: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<T>,
+    ) -> Result<T> {
+        let result = self.client().and_then(|mut slot| {
+            let Connection { client, statements } = slot.as_mut().expect("connected by client()");
+            let mut txn = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .map_err(|e| self.error("begin", false, e))?;
+            read(&mut txn, statements)
+        });
+        self.forgetting(result)
     }
 
     /// Every row of the books, read in one transaction into a [`MemBooks`]
     /// (for checks and tests: it holds the whole database in memory).
     pub fn read_all(&self) -> Result<MemBooks> {
-        let read = self.read_all_once();
-        self.forgetting(read)
+        self.in_snapshot(|txn, _| self.read_all_in(txn))
     }
 
-    fn read_all_once(&self) -> Result<MemBooks> {
-        let mut slot = self.client()?;
-        let client = &mut slot.as_mut().expect("connected by client()").client;
-        let mut txn = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(|e| self.error("begin", false, e))?;
+    fn read_all_in(&self, txn: &mut postgres::Transaction<'_>) -> Result<MemBooks> {
         let mut books = MemBooks::new();
         let read = |txn: &mut postgres::Transaction<'_>, sql: &str| {
             txn.query(sql, &[])
@@ -361,7 +357,7 @@ impl PgStore {
         };
         macro_rules! rows {
             ($sql:expr, $table:expr, $ty:ty, |$value:ident| $put:expr) => {
-                for row in read(&mut txn, $sql)? {
+                for row in read(txn, $sql)? {
                     let bytes: Vec<u8> = row.get(0);
                     let $value: $ty = decode_row($table, &bytes)
                         .map_err(|e| corrupt(format!("a row of {:?}: {e}", $table)))?;
@@ -389,10 +385,7 @@ impl PgStore {
             DecisionRecord,
             |v| { books.put_decision(v) }
         );
-        for row in read(
-            &mut txn,
-            "SELECT run, row FROM actum_audit ORDER BY run, seq",
-        )? {
+        for row in read(txn, "SELECT run, row FROM actum_audit ORDER BY run, seq")? {
             let run: String = row.get(0);
             let run = RunId::new(&run).map_err(|e| corrupt(format!("an audit row's run: {e}")))?;
             let bytes: Vec<u8> = row.get(1);
@@ -436,12 +429,12 @@ impl PgStore {
             BlobRefs,
             |v| books.put_blob_refs(v)
         );
-        for row in read(&mut txn, "SELECT digest, bytes FROM actum_blobs")? {
+        for row in read(txn, "SELECT digest, bytes FROM actum_blobs")? {
             let key: Vec<u8> = row.get(0);
             let digest = digest_of_key(&key).ok_or_else(|| corrupt("a blob key".into()))?;
             books.put_blob(digest, row.get(1));
         }
-        for row in read(&mut txn, "SELECT digest, holders FROM actum_blob_holders")? {
+        for row in read(txn, "SELECT digest, holders FROM actum_blob_holders")? {
             let key: Vec<u8> = row.get(0);
             let digest = digest_of_key(&key).ok_or_else(|| corrupt("a blob holder key".into()))?;
             let holders = u64::try_from(row.get::<_, i64>(1))
