@@ -29,8 +29,24 @@ if [ -z "${ACTUM_PG_URL:-}" ] && [ "${1:-}" != "--python-only" ]; then
     exec scripts/postgres.sh "$0" "$@"
 fi
 
+# The engine's scenario tests, once more on PostgreSQL: the same tests, the
+# books in a database of the server's instead of a directory (the
+# binaries below open their engines through tests/support's `open_fs`,
+# which ACTUM_TEST_BACKEND=postgres points at the server).
+SCENARIOS_ON_BOTH_BACKENDS=(
+    coordination_resources_and_shared_keys effects_exactly_once_across_crashes
+    engine_concurrent_commits fencing_and_engine_derived_keys
+    large_receipts_go_to_the_blob_store lost_acks_late_facts_and_compensations
+    operations_metrics_stuck_and_audit_export operator_moves_runs_between_versions
+    operator_pause_resume_cancel operator_retries_and_forks_runs
+    queries_list_runs_effects_and_arguments sagas_undo_last_first_across_crashes
+    waits_across_a_restart
+)
+
 if [ "${1:-}" != "--python-only" ]; then
     cargo test --workspace
+    ACTUM_TEST_BACKEND=postgres cargo test -p actum-tests \
+        $(printf -- '--test %s ' "${SCENARIOS_ON_BOTH_BACKENDS[@]}")
 fi
 
 start=$SECONDS

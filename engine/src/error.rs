@@ -161,6 +161,15 @@ pub enum Error {
         /// crate's API).
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// The call belongs to the embedded engine's directory (its log, its
+    /// operator channel) and the books are in PostgreSQL
+    /// (`Engine::open_postgres`).
+    NotOnPostgres {
+        /// The call.
+        what: &'static str,
+        /// What to do instead.
+        instead: &'static str,
+    },
     /// A run, step, worker, tool or part name is not acceptable.
     InvalidName {
         /// What the name names (`"run id"`, `"tool"`, ...).
@@ -595,6 +604,10 @@ impl fmt::Display for Error {
                 first.0, last.0
             ),
             Error::InvalidConfig { reason } => write!(f, "invalid configuration: {reason}"),
+            Error::NotOnPostgres { what, instead } => write!(
+                f,
+                "{what} is the embedded engine's and the books are in PostgreSQL: {instead}"
+            ),
             Error::StateStore { file, op, source } => {
                 write!(
                     f,

@@ -156,6 +156,14 @@ pub enum PlantedBug {
     /// again: the engine reads the request's mark but does not take it for
     /// "done", so a retried signal lands twice.
     RepeatOperatorRequest,
+    /// The PostgreSQL backend decides a command on a snapshot read in a
+    /// transaction of its own, then applies its ops in another: the lease
+    /// and the ledger it checked may have changed in between.
+    PgDecideOutsideTransaction,
+    /// The PostgreSQL backend's connections commit with
+    /// `synchronous_commit = off`: a command is answered before the server
+    /// made it durable, and a server crash can lose it.
+    PgAnswerBeforeDurable,
 }
 
 impl PlantedBug {
@@ -218,8 +226,14 @@ impl PlantedBug {
         PlantedBug::ResendAwaitedRequest,
     ];
 
+    /// The bugs of the PostgreSQL backend, which its kill loop catches.
+    pub const POSTGRES: [PlantedBug; 2] = [
+        PlantedBug::PgDecideOutsideTransaction,
+        PlantedBug::PgAnswerBeforeDurable,
+    ];
+
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 45] = [
+    pub const ALL: [PlantedBug; 47] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -265,6 +279,8 @@ impl PlantedBug {
         PlantedBug::GrowFromStaleSize,
         PlantedBug::RepairCutDoesNotLast,
         PlantedBug::RepeatOperatorRequest,
+        PlantedBug::PgDecideOutsideTransaction,
+        PlantedBug::PgAnswerBeforeDurable,
     ];
 
     /// The bug's command-line name.
@@ -315,6 +331,8 @@ impl PlantedBug {
             PlantedBug::GrowFromStaleSize => "grow-fills-from-stale-size",
             PlantedBug::RepairCutDoesNotLast => "repair-cut-does-not-last",
             PlantedBug::RepeatOperatorRequest => "repeat-operator-request",
+            PlantedBug::PgDecideOutsideTransaction => "pg-decide-outside-transaction",
+            PlantedBug::PgAnswerBeforeDurable => "pg-answer-before-durable",
         }
     }
 
@@ -348,6 +366,7 @@ mod tests {
                 PlantedBug::STORAGE.contains(&bug),
                 PlantedBug::ENGINE.contains(&bug),
                 PlantedBug::RUNTIME.contains(&bug),
+                PlantedBug::POSTGRES.contains(&bug),
             ];
             assert_eq!(families.iter().filter(|&&f| f).count(), 1, "{bug:?}");
         }

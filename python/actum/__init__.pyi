@@ -485,6 +485,12 @@ class Postgres(ActumError):
     may_have_landed: bool
     source: str
 
+class NotOnPostgres(ActumError):
+    """The engine's `Error::NotOnPostgres`: a call of the embedded engine's
+    directory on books kept in PostgreSQL."""
+    what: str
+    instead: str
+
 class InvalidName(ActumError):
     """The engine's `Error::InvalidName`."""
     what: str

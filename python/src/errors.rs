@@ -244,6 +244,7 @@ engine_errors! {
     InvalidConfig { reason },
     StateStore { file, op, source },
     Postgres { server, op, may_have_landed, source },
+    NotOnPostgres { what, instead },
     InvalidName { what, name, reason },
     InvalidCommand { reason },
     NotFound { what },

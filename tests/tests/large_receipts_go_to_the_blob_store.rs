@@ -107,7 +107,12 @@ fn reads_back_whole(engine: &Engine, key: &EffectKey, receipt: &[u8], when: &str
     );
 }
 
+/// `verify` of the directory finds nothing damaged (on PostgreSQL, where
+/// there is no directory, the reads above decoded every row they met).
 fn verify_clean(dir: &Path) {
+    if on_postgres() {
+        return;
+    }
     let report = actum::verify::verify_dir(Arc::new(FsStorage::new()), dir).unwrap();
     assert!(!report.damaged(), "{:?}", report.findings);
 }

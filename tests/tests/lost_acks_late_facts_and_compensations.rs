@@ -202,7 +202,13 @@ fn a_late_fact_is_recorded_even_when_its_follow_up_checkpoint_is_refused() {
         finished.then.unwrap().as_slice(),
         [Answer::CheckpointSaved { .. }]
     ));
-    assert_eq!(engine.wal_stats().fsyncs, fsyncs + 1);
+    if !on_postgres() {
+        assert_eq!(
+            engine.wal_stats().fsyncs,
+            fsyncs + 1,
+            "one record, one fsync"
+        );
+    }
     let saved = engine.load_latest(&run, 1).unwrap().unwrap();
     assert_eq!(saved.parts[0].bytes, b"wire-1");
 

@@ -85,8 +85,15 @@ fn metrics_count_what_was_decided_and_the_sweep_finds_what_is_stuck() {
     assert_eq!(metrics.resumes, 1, "c was leased again after its wait");
     assert_eq!((metrics.waits_ended, metrics.wait_p50_ms), (1, HOUR_MS));
     assert_eq!(metrics.stuck, 0, "nothing is two hours old yet");
-    assert!(metrics.commits >= metrics.fsyncs && metrics.fsyncs > 0);
-    assert!(metrics.mean_group() >= 1.0);
+    if on_postgres() {
+        assert!(
+            metrics.commits > 0 && metrics.fsyncs == 0,
+            "no log of actum's"
+        );
+    } else {
+        assert!(metrics.commits >= metrics.fsyncs && metrics.fsyncs > 0);
+        assert!(metrics.mean_group() >= 1.0);
+    }
 
     // A day later: d's wait and b's unknown mail are stuck; c and a are not.
     clock.advance_ms(24 * HOUR_MS);
@@ -216,5 +223,9 @@ fn metrics_survive_a_clean_restart_and_a_crash_keeps_what_a_checkpoint_stored() 
 
 /// The lease of `run` again, after an open released the one it had.
 fn create_and_lease_again(engine: &actum::engine::Engine, run: &str) -> actum::engine::LeaseGrant {
+    // (On PostgreSQL the lease was not released at open: it runs out.)
+    if let Some(lease) = engine.run(&rid(run)).unwrap().and_then(|r| r.lease) {
+        wait_out_lease(lease.expires_ms);
+    }
     engine.acquire_lease(&rid(run), &wid("w1"), 60_000).unwrap()
 }

@@ -107,7 +107,11 @@ impl Engine {
 
     /// [`Engine::commit`] with a hook between deciding and logging.
     pub(crate) fn commit_tampered(&self, cmd: Command, tamper: Tamper<'_>) -> Committed {
-        let committed = self.combiner.submit(
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.commit(&cmd);
+        }
+        let committed = self.local().combiner.submit(
             cmd,
             &mut |cmds| self.decide_batch(cmds, tamper),
             &mut |undurable| self.answer_when_durable(undurable),
@@ -118,7 +122,7 @@ impl Engine {
                 })
             },
         );
-        if committed.is_ok() && self.checkpoint_wanted.load(Ordering::Relaxed) {
+        if committed.is_ok() && self.local().checkpoint_wanted.load(Ordering::Relaxed) {
             self.maybe_checkpoint();
         }
         if committed.is_ok() {
@@ -135,7 +139,7 @@ impl Engine {
     /// poisons the log as any failed write does. So it is not the
     /// caller's, and is dropped here.
     fn maybe_grow_wal(&self) {
-        if let Err(error) = self.pipeline.grow_wal_ahead() {
+        if let Err(error) = self.local().pipeline.grow_wal_ahead() {
             drop(error);
         }
     }
@@ -151,7 +155,7 @@ impl Engine {
         let mut inner = self.lock();
         // One read transaction of the state store for the whole batch: no
         // checkpoint lets anything leave memory while the lock is held.
-        let cold = ColdReader::new(self.pipeline.state());
+        let cold = ColdReader::new(self.local().pipeline.state());
         let decisions = cmds
             .into_iter()
             .map(
@@ -169,11 +173,11 @@ impl Engine {
             )
             .collect();
         let due = inner.halted.is_none()
-            && self.pipeline.checkpoint_due(
+            && self.local().pipeline.checkpoint_due(
                 inner.unmaterialized.len() as u64,
                 inner.unmaterialized_bytes,
             );
-        self.checkpoint_wanted.store(due, Ordering::Relaxed);
+        self.local().checkpoint_wanted.store(due, Ordering::Relaxed);
         decisions
     }
 
@@ -224,10 +228,11 @@ impl Engine {
 
     /// Waits until `lsn` is durable (nothing to wait for if it already is).
     pub(crate) fn wait_durable(&self, lsn: Lsn) -> Result<()> {
-        if lsn <= self.pipeline.durable_lsn() {
+        if lsn <= self.local().pipeline.durable_lsn() {
             return Ok(());
         }
-        self.pipeline
+        self.local()
+            .pipeline
             .wait_durable(lsn)
             .map(|_| ())
             .map_err(|e| self.lock().halt_with("a failed log append", e))
@@ -308,7 +313,7 @@ impl Engine {
                 max_bytes,
             });
         }
-        let lsn = self.pipeline.next_lsn();
+        let lsn = self.local().pipeline.next_lsn();
         if let Err(failure) = inner.write(cold, lsn, writes) {
             let cause = match failure {
                 ApplyFailure::Apply(e) => Error::from(e),
@@ -316,7 +321,7 @@ impl Engine {
             };
             return Err(inner.halt_with("an op that applied to a view did not apply", cause));
         }
-        match self.pipeline.enqueue(&[record.as_slice()]) {
+        match self.local().pipeline.enqueue(&[record.as_slice()]) {
             Ok(enqueued) => assert_eq!(enqueued, lsn, "the lock fixes the LSN order"),
             Err(e) => return Err(inner.halt_with("a failed log append", e)),
         }
@@ -333,10 +338,10 @@ impl Engine {
     /// here does not fail them; it halts the engine (the next command
     /// reports why).
     fn maybe_checkpoint(&self) {
-        let Ok(_turn) = self.checkpointing.try_lock() else {
+        let Ok(_turn) = self.local().checkpointing.try_lock() else {
             return;
         };
-        if !self.checkpoint_wanted.load(Ordering::Relaxed) {
+        if !self.local().checkpoint_wanted.load(Ordering::Relaxed) {
             return;
         }
         // A failure halts the engine inside; the caller's command stands.

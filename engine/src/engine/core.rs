@@ -92,6 +92,26 @@ pub struct Engine {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) options: EngineOptions,
     pub(crate) recovery: Recovery,
+    /// Where the books live: a directory, or a PostgreSQL database.
+    pub(crate) backend: Backend,
+    /// The LSN a snapshot is as of (`open_snapshot`); `None` otherwise.
+    pub(crate) snapshot_lsn: Option<Lsn>,
+    /// The operator channel, while served (`serve_operators`).
+    pub(crate) operator_channel: Mutex<Option<crate::operator::channel::Serving>>,
+}
+
+/// Where an [`Engine`]'s books live.
+pub(crate) enum Backend {
+    /// A directory: the log, the manifest and the state store, and the hot
+    /// books in memory.
+    Embedded(Box<Embedded>),
+    /// A PostgreSQL database shared by many processes (`open_postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(Box<super::postgres::PgBackend>),
+}
+
+/// The embedded backend's parts.
+pub(crate) struct Embedded {
     /// Lock, manifest, WAL and state store; shared, so commands wait for
     /// their group commit, and a checkpoint writes redb, without `inner`.
     pub(crate) pipeline: Pipeline,
@@ -103,18 +123,17 @@ pub struct Engine {
     /// Set when the last batch left enough unmaterialized records that a
     /// checkpoint is due; read without the engine lock.
     pub(crate) checkpoint_wanted: AtomicBool,
-    /// The LSN a snapshot is as of (`open_snapshot`); `None` otherwise.
-    pub(crate) snapshot_lsn: Option<Lsn>,
-    /// The operator channel, while served (`serve_operators`).
-    pub(crate) operator_channel: Mutex<Option<crate::operator::channel::Serving>>,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("state", &self.pipeline.state().path())
-            .field("recovery", &self.recovery)
-            .finish_non_exhaustive()
+        let mut f = f.debug_struct("Engine");
+        match &self.backend {
+            Backend::Embedded(local) => f.field("state", &local.pipeline.state().path()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => f.field("server", &pg.store.server()),
+        };
+        f.field("recovery", &self.recovery).finish_non_exhaustive()
     }
 }
 
@@ -230,11 +249,13 @@ impl Engine {
             clock,
             options,
             recovery,
-            pipeline,
-            inner: Mutex::new(inner),
-            checkpointing: Mutex::new(()),
-            combiner: Combiner::default(),
-            checkpoint_wanted: AtomicBool::new(false),
+            backend: Backend::Embedded(Box::new(Embedded {
+                pipeline,
+                inner: Mutex::new(inner),
+                checkpointing: Mutex::new(()),
+                combiner: Combiner::default(),
+                checkpoint_wanted: AtomicBool::new(false),
+            })),
             snapshot_lsn: None,
             operator_channel: Mutex::new(None),
         };
@@ -285,7 +306,12 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn wal_stats(&self) -> crate::wal::WalStats {
-        self.pipeline.db().wal().stats()
+        // (No log of actum's on PostgreSQL: every counter is zero.)
+        #[cfg(feature = "postgres")]
+        if self.postgres().is_some() {
+            return crate::wal::WalStats::default();
+        }
+        self.local().pipeline.db().wal().stats()
     }
 
     /// The highest LSN known durable: every record up to it survives any
@@ -316,7 +342,13 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn durable_lsn(&self) -> Lsn {
-        self.pipeline.durable_lsn()
+        // (On PostgreSQL a command is durable once answered, and its
+        // answer rests on `Lsn::ZERO`.)
+        #[cfg(feature = "postgres")]
+        if self.postgres().is_some() {
+            return Lsn::ZERO;
+        }
+        self.local().pipeline.durable_lsn()
     }
 
     /// How many runs the hot books hold in memory (every run that is not
@@ -343,6 +375,11 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn runs_in_memory(&self) -> usize {
+        // (On PostgreSQL nothing is kept in memory between calls.)
+        #[cfg(feature = "postgres")]
+        if self.postgres().is_some() {
+            return 0;
+        }
         self.lock().hot.run_count()
     }
 
@@ -393,7 +430,15 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn checkpoint(&self) -> Result<Lsn> {
+        // (On PostgreSQL every answered command is in the server's tables:
+        // only the counters are left to store.)
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            pg.store_counters()?;
+            return Ok(Lsn::ZERO);
+        }
         let _turn = self
+            .local()
             .checkpointing
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -405,29 +450,34 @@ impl Engine {
         let batch: Vec<Unmaterialized> = {
             let mut inner = self.lock();
             self.check_running(&mut inner)?;
-            let durable = self.pipeline.durable_lsn();
+            let durable = self.local().pipeline.durable_lsn();
             let ready = inner.unmaterialized.partition_point(|u| u.lsn <= durable);
             let batch: Vec<Unmaterialized> = inner.unmaterialized.drain(..ready).collect();
             inner.unmaterialized_bytes -= batch.iter().map(|u| u.bytes).sum::<u64>();
-            self.checkpoint_wanted.store(false, Ordering::Relaxed);
+            self.local()
+                .checkpoint_wanted
+                .store(false, Ordering::Relaxed);
             batch
         };
         let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
-            return Ok(self.pipeline.state().applied_lsn());
+            return Ok(self.local().pipeline.state().applied_lsn());
         };
         let (first, last) = (first.lsn, last.lsn);
-        let path = self.pipeline.state().path().to_path_buf();
+        let path = self.local().pipeline.state().path().to_path_buf();
         let shared_blobs_go = self.planted(PlantedBug::PruneSharedBlobs);
         let metrics = self.counter_totals();
-        let written = self.pipeline.materialize_durably((first, last), |txn| {
-            apply_ops(
-                txn,
-                &path,
-                batch.iter().flat_map(|u| &u.ops),
-                shared_blobs_go,
-            )?;
-            crate::state::write_metrics(txn, &path, &metrics)
-        });
+        let written = self
+            .local()
+            .pipeline
+            .materialize_durably((first, last), |txn| {
+                apply_ops(
+                    txn,
+                    &path,
+                    batch.iter().flat_map(|u| &u.ops),
+                    shared_blobs_go,
+                )?;
+                crate::state::write_metrics(txn, &path, &metrics)
+            });
         let mut inner = self.lock();
         match written {
             Ok(lsn) => {
@@ -465,24 +515,35 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn close(self) -> Result<()> {
+        // (On PostgreSQL every answered command is committed: closing
+        // stores the counters and drops the connections.)
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.store_counters();
+        }
         // No operator's request is taken from here on.
         self.stop_serving_operators();
         // Every command returned before `close` could take `self`; a record
         // still in flight is durable once its group commits.
         let last = self.lock().last_applied;
-        if last > self.pipeline.durable_lsn() {
-            self.pipeline.wait_durable(last)?;
+        if last > self.local().pipeline.durable_lsn() {
+            self.local().pipeline.wait_durable(last)?;
         }
         self.checkpoint()?;
         self.store_counters()?;
         // The state store now holds every record the log does: the log's
         // files go back to their first step (docs/DURABILITY.md,
         // "Shrinking the log at close").
-        let db = self.pipeline.db();
+        let db = self.local().pipeline.db();
         db.wal().shrink_at_close(db.manifest().applied_lsn)?;
-        let Engine {
-            pipeline, inner, ..
-        } = self;
+        let (pipeline, inner) = match self.backend {
+            Backend::Embedded(local) => {
+                let local = *local;
+                (local.pipeline, local.inner)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => unreachable!("the PostgreSQL backend closed above"),
+        };
         let inner = inner.into_inner().unwrap_or_else(PoisonError::into_inner);
         if let Some((after, cause)) = inner.halted {
             return Err(Error::Halted { after, cause });
@@ -494,10 +555,23 @@ impl Engine {
         pipeline.close()
     }
 
+    /// The embedded backend's parts. Only the embedded engine's own paths
+    /// call this: every public method that reaches one dispatches on the
+    /// backend first (the scenario suite runs every method on both).
+    pub(crate) fn local(&self) -> &Embedded {
+        match &self.backend {
+            Backend::Embedded(local) => local,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => {
+                unreachable!("an embedded engine's path taken on the PostgreSQL backend")
+            }
+        }
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic inside decide or apply is a bug that leaves the hot books
         // uncertain: halt.
-        self.inner.lock().unwrap_or_else(|poisoned| {
+        self.local().inner.lock().unwrap_or_else(|poisoned| {
             let mut inner = poisoned.into_inner();
             inner.halt("a panic while holding the engine lock", None);
             inner
@@ -512,7 +586,7 @@ impl Engine {
     /// later one answers `Halted` with it as the cause).
     pub(crate) fn check_running(&self, inner: &mut Inner) -> Result<()> {
         if inner.halted.is_none()
-            && let Some(cause) = self.pipeline.state().panicked()
+            && let Some(cause) = self.local().pipeline.state().panicked()
         {
             inner.halt(
                 "a panic inside redb on the state store's bytes",

@@ -49,7 +49,14 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn read_log(&self, after: Lsn, max: usize) -> Result<Vec<LoggedCommit>> {
-        let wal = self.pipeline.db().wal();
+        #[cfg(feature = "postgres")]
+        if self.postgres().is_some() {
+            return Err(super::postgres::not_on_postgres(
+                "reading the log",
+                "follow a run through its audit journal (Engine::audit)",
+            ));
+        }
+        let wal = self.local().pipeline.db().wal();
         if max == 0 || after >= wal.durable_lsn() {
             return Ok(Vec::new());
         }

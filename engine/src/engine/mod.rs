@@ -23,6 +23,8 @@ mod leases_at_open;
 mod log_reads;
 mod operations;
 mod options;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod reads;
 mod retention;
 mod retries;
@@ -48,6 +50,8 @@ pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
     MAX_RECORD_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT,
 };
+#[cfg(feature = "postgres")]
+pub(crate) use postgres::not_on_postgres;
 pub use retention::{Pruned, Retention};
 pub use retries::{Forked, Retried};
 pub use sagas::SagaProgress;

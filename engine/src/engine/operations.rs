@@ -26,7 +26,7 @@ use crate::books::{
 use crate::error::{Error, Result};
 
 use super::core::Engine;
-use crate::hot::{ColdReader, HotState, HotView};
+use crate::hot::HotView;
 
 /// How many ended waits the wait-time percentiles are taken over (the
 /// latest ones).
@@ -84,6 +84,36 @@ impl Counters {
             ("unknowns", self.unknowns),
             ("decisions_replayed", self.decisions_replayed),
         ]
+    }
+
+    /// No counts, the same samples of wait durations.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn samples_only(&self) -> Counters {
+        Counters {
+            wait_ms: self.wait_ms.clone(),
+            ..Counters::default()
+        }
+    }
+
+    /// Adds what `other` counted (one command's count, on the PostgreSQL
+    /// backend, where a command that logged ops counts as a commit).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn add(&mut self, other: Counters, committed: bool) {
+        self.commits_before += u64::from(committed) + other.commits_before;
+        self.fsyncs_before += other.fsyncs_before;
+        self.resumes += other.resumes;
+        self.receipts_served += other.receipts_served;
+        self.acts_prevented += other.acts_prevented;
+        self.resends += other.resends;
+        self.queries += other.queries;
+        self.unknowns += other.unknowns;
+        self.decisions_replayed += other.decisions_replayed;
+        for sample in other.wait_ms {
+            if self.wait_ms.len() == WAIT_SAMPLES_MAX {
+                self.wait_ms.pop_front();
+            }
+            self.wait_ms.push_back(sample);
+        }
     }
 
     /// Counts one decided command: its answer, and its ops read against
@@ -269,13 +299,7 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 
 /// Why `run` is stuck at `cutoff` (a wait opened, or an effect unknown,
 /// no later than it), in the order the sweep lists them.
-fn stuck_for(
-    view: &HotView<'_>,
-    hot: &HotState,
-    cold: &ColdReader<'_>,
-    run: &RunId,
-    cutoff: u64,
-) -> Vec<Stuck> {
+fn stuck_for(view: &dyn BooksRead, run: &RunId, cutoff: u64) -> Vec<Stuck> {
     let mut stuck = Vec::new();
     if let Some(wait) = view
         .waits(run)
@@ -291,7 +315,7 @@ fn stuck_for(
             },
         });
     }
-    for entry in hot.effects_by_intent(cold, run) {
+    for entry in super::reads::effects_by_intent(view, run) {
         let since_ms = entry.settled_ms.unwrap_or(entry.intended_ms);
         let reason = match (&entry.status, entry.key.kind()) {
             (EffectStatus::Unknown { .. }, _) => StuckReason::Unknown {
@@ -320,7 +344,7 @@ fn stuck_for(
 
 /// True if `undo`, failed for good, is the latest compensation of its step
 /// in a compensating run: what holds the saga.
-fn compensation_blocks(view: &HotView<'_>, undo: &EffectKey) -> bool {
+fn compensation_blocks(view: &dyn BooksRead, undo: &EffectKey) -> bool {
     let compensating = view
         .run(undo.run())
         .is_some_and(|r| r.state == RunState::Compensating);
@@ -360,6 +384,12 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn metrics(&self, stuck_after_ms: u64) -> Result<Metrics> {
+        #[cfg(feature = "postgres")]
+        let counters = match self.postgres() {
+            Some(pg) => pg.counters()?,
+            None => self.lock().counters.clone(),
+        };
+        #[cfg(not(feature = "postgres"))]
         let counters = self.lock().counters.clone();
         let wal = self.wal_stats();
         let mut waits: Vec<u64> = counters.wait_ms.iter().copied().collect();
@@ -392,16 +422,17 @@ impl Engine {
     /// after commands that logged nothing, such as receipts served).
     pub(crate) fn store_counters(&self) -> Result<()> {
         let totals = self.counter_totals();
-        let stored = self.pipeline.state().read_metrics()?;
+        let stored = self.local().pipeline.state().read_metrics()?;
         if totals
             .iter()
             .all(|(name, value)| stored.get(*name) == Some(value))
         {
             return Ok(());
         }
-        let path = self.pipeline.state().path().to_path_buf();
-        let applied = self.pipeline.state().applied_lsn();
-        self.pipeline
+        let path = self.local().pipeline.state().path().to_path_buf();
+        let applied = self.local().pipeline.state().applied_lsn();
+        self.local()
+            .pipeline
             .materialize_durably((applied.next(), applied), |txn| {
                 crate::state::write_metrics(txn, &path, &totals)
             })
@@ -449,6 +480,22 @@ impl Engine {
         let skips_parked = self.planted(crate::planted::PlantedBug::SweepSkipsParked);
         let mut stuck = Vec::new();
         let mut after: Option<RunId> = None;
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            loop {
+                let last = pg.read_books(|books, _| {
+                    let page = books.runs_after(None, after.as_ref(), PAGE);
+                    after = page.last().map(|r| r.id.clone());
+                    for run in page.iter().filter(|r| !r.state.is_terminal()) {
+                        stuck.extend(stuck_for(books, &run.id, cutoff));
+                    }
+                    Ok(page.len() < PAGE)
+                })?;
+                if last {
+                    return Ok(stuck);
+                }
+            }
+        }
         loop {
             // One read of the books per page: the lock is let go between
             // pages, so commits go on while a long sweep runs.
@@ -460,7 +507,7 @@ impl Engine {
                     if skips_parked && !hot.runs.contains_key(&run.id) {
                         continue;
                     }
-                    stuck.extend(stuck_for(&view, hot, cold, &run.id, cutoff));
+                    stuck.extend(stuck_for(&view, &run.id, cutoff));
                 }
                 Ok(page.len() < PAGE)
             })?;

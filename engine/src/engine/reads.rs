@@ -40,6 +40,10 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn read<T>(&self, read: impl FnOnce(&dyn BooksRead) -> Result<T>) -> Result<T> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.store.read(|books, _| read(books));
+        }
         self.read_hot(|hot, cold| read(&HotView { hot, cold }))
     }
 
@@ -54,7 +58,7 @@ impl Engine {
         let (value, rests_on) = {
             let mut inner = self.lock();
             self.check_running(&mut inner)?;
-            let cold = ColdReader::new(self.pipeline.state());
+            let cold = ColdReader::new(self.local().pipeline.state());
             let value = read(&inner.hot, &cold);
             cold.finish()?;
             (value, inner.last_applied)
@@ -362,6 +366,10 @@ impl Engine {
                 reason: format!("a page of runs holds 1 to {RUNS_PAGE_MAX} runs, not {limit}"),
             });
         }
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.runs_page(state, after, limit);
+        }
         self.read_hot(|hot, cold| Ok(hot.runs_page(cold, state, after, limit)))
     }
 
@@ -394,12 +402,11 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn effects(&self, run: &RunId) -> Result<Vec<EffectEntry>> {
-        self.read_hot(|hot, cold| {
-            let view = HotView { hot, cold };
-            existing(&view, run)?;
-            hot.effects_by_intent(cold, run)
+        self.read(|books| {
+            existing(books, run)?;
+            effects_by_intent(books, run)
                 .into_iter()
-                .map(|entry| entry.with_bytes(&|d| view.blob(d)))
+                .map(|entry| entry.with_bytes(&|d| books.blob(d)))
                 .collect()
         })
     }
@@ -493,6 +500,19 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn snapshot(&self) -> Result<MemBooks> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            return pg.snapshot();
+        }
         self.read_hot(|hot, cold| hot.snapshot(cold))
     }
+}
+
+/// Every ledger entry of `run` in the order their intents were written: the
+/// time of the intent, then key order, which puts a step's attempts in
+/// order and its compensation after its act (`Engine::effects`).
+pub(crate) fn effects_by_intent(books: &dyn BooksRead, run: &RunId) -> Vec<EffectEntry> {
+    let mut entries = books.effects_of(run);
+    entries.sort_by(|a, b| (a.intended_ms, &a.key).cmp(&(b.intended_ms, &b.key)));
+    entries
 }

@@ -175,6 +175,15 @@ impl Engine {
     ) -> Result<Pruned> {
         let before_ms = self.clock.now_ms().saturating_sub(older_than_ms);
         let max_runs = max_runs.min(PRUNE_RUNS_MAX);
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.postgres() {
+            let candidates = pg.read_books(|books, _| {
+                Ok(books.ended_before(before_ms, max_runs, |name| {
+                    considered.iter().any(|c| c.as_str() == name)
+                }))
+            })?;
+            return self.prune_runs(candidates, older_than_ms);
+        }
         let candidates = self.read_hot(|hot, cold| {
             Ok(cold.with(|books| {
                 books.ended_before(before_ms, max_runs, |name| {

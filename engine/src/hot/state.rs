@@ -720,15 +720,6 @@ impl HotState {
         all.into_values().collect()
     }
 
-    /// [`HotState::effects_of`] in the order their intents were written:
-    /// the time of the intent, then key order, which puts a step's attempts
-    /// in order and its compensation after its act (`Engine::effects`).
-    pub(crate) fn effects_by_intent(&self, cold: &ColdReader<'_>, run: &RunId) -> Vec<EffectEntry> {
-        let mut entries = self.effects_of(cold, run);
-        entries.sort_by(|a, b| (a.intended_ms, &a.key).cmp(&(b.intended_ms, &b.key)));
-        entries
-    }
-
     /// How many runs are held in memory.
     pub(crate) fn run_count(&self) -> usize {
         self.runs.len()

@@ -129,7 +129,15 @@ impl Engine {
         if let Some(serving) = serving.as_ref() {
             return Ok(serving.path.clone());
         }
-        let dir = self.pipeline.db().dir().join(CHANNEL_DIR);
+        #[cfg(feature = "postgres")]
+        if self.postgres().is_some() {
+            return Err(crate::engine::not_on_postgres(
+                "the operator channel",
+                "an operator opens the PostgreSQL database with Engine::open_postgres and runs \
+                 the command there, as any other process does",
+            ));
+        }
+        let dir = self.local().pipeline.db().dir().join(CHANNEL_DIR);
         let path = dir.join(SOCKET_NAME);
         let io = |op: &'static str, path: &Path, source: std::io::Error| Error::Io {
             op,

@@ -26,11 +26,13 @@ use postgres::Transaction;
 use postgres::types::ToSql;
 use serde::de::DeserializeOwned;
 
+use super::schema::{ended_ms, state_code};
 use super::store::Statements;
 use crate::books::{
     AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DIGEST_LEN_BYTES,
     DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, ResourceBook, ResourceId, Run,
-    RunId, SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook, claimable_from_ms, wake_ms,
+    RunId, RunState, SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook, claimable_from_ms,
+    wake_ms,
 };
 use crate::error::Error;
 use crate::state::rows::{RowTable, decode_row, effect_kind_code, encode_row};
@@ -210,6 +212,79 @@ impl<'a, 't> PgBooks<'a, 't> {
     ) -> Option<T> {
         let bytes = self.bytes(op, sql, &[&key])?;
         self.decode(table, &bytes, what, same)
+    }
+
+    /// Up to `max` runs after `after` in id order, of `state` if given
+    /// (the state index).
+    pub(crate) fn runs_after(
+        &self,
+        state: Option<RunState>,
+        after: Option<&RunId>,
+        max: usize,
+    ) -> Vec<Run> {
+        let from = after.map_or("", RunId::as_str);
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        let rows = match state {
+            None => self.query(
+                "list runs",
+                "SELECT row FROM actum_runs WHERE id > $1 ORDER BY id LIMIT $2",
+                &[&from, &max],
+            ),
+            Some(state) => self.query(
+                "list runs",
+                "SELECT row FROM actum_runs WHERE state = $3 AND id > $1 ORDER BY id LIMIT $2",
+                &[&from, &max, &state_code(state)],
+            ),
+        };
+        rows.iter()
+            .filter_map(|row| {
+                let bytes: Vec<u8> = row.get(0);
+                self.decode(
+                    RowTable::Run,
+                    &bytes,
+                    || "run".into(),
+                    |run: &Run| state.is_none_or(|s| run.state == s),
+                )
+            })
+            .collect()
+    }
+
+    /// Up to `max` runs that ended at or before `before_ms`, oldest end
+    /// first, leaving out those `skip` names (the ended index).
+    pub(crate) fn ended_before(
+        &self,
+        before_ms: u64,
+        max: usize,
+        skip: impl Fn(&str) -> bool,
+    ) -> Vec<RunId> {
+        const PAGE: i64 = 256;
+        let mut found = Vec::new();
+        let mut after: (i64, String) = (-1, String::new());
+        loop {
+            let rows = self.query(
+                "list ended runs",
+                "SELECT ended_ms, id FROM actum_runs WHERE ended_ms IS NOT NULL \
+                 AND ended_ms <= $1 AND (ended_ms, id) > ($2, $3) ORDER BY ended_ms, id LIMIT $4",
+                &[&big(before_ms), &after.0, &after.1, &PAGE],
+            );
+            for row in &rows {
+                let id: String = row.get(1);
+                after = (row.get(0), id.clone());
+                if skip(&id) {
+                    continue;
+                }
+                match RunId::new(&id) {
+                    Ok(run) => found.push(run),
+                    Err(e) => self.corrupt(format!("an ended run's id {id:?}: {e}")),
+                }
+                if found.len() == max {
+                    return found;
+                }
+            }
+            if (rows.len() as i64) < PAGE {
+                return found;
+            }
+        }
     }
 
     /// Every row of a run's ledger, decoded, in key order.
@@ -560,11 +635,14 @@ impl BooksWrite for PgBooks<'_, '_> {
         let waits = self.waits(&run.id);
         let from = Self::claim_from(&run, waits.as_ref());
         let row = encode_row(RowTable::Run, &run);
+        let (state, ended) = (state_code(run.state), ended_ms(&run));
         self.execute(
             "write run",
-            "INSERT INTO actum_runs (id, claim_from, row) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO UPDATE SET claim_from = EXCLUDED.claim_from, row = EXCLUDED.row",
-            &[&run.id.as_str(), &from, &row],
+            "INSERT INTO actum_runs (id, claim_from, row, state, ended_ms) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (id) DO UPDATE SET claim_from = EXCLUDED.claim_from, row = EXCLUDED.row, \
+             state = EXCLUDED.state, ended_ms = EXCLUDED.ended_ms",
+            &[&run.id.as_str(), &from, &row, &state, &ended],
         );
     }
 

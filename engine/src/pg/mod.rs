@@ -15,6 +15,8 @@
 //! commands): docs/POSTGRES.md.
 
 mod books;
+#[cfg(test)]
+mod engine_tests;
 mod schema;
 mod store;
 #[cfg(test)]
@@ -22,4 +24,5 @@ mod tests;
 
 pub use books::PgBooks;
 pub use schema::PG_SCHEMA_VERSION;
+pub(crate) use store::Planted;
 pub use store::{PgStore, RETRIES, scratch_database, without_password};

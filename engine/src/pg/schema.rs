@@ -4,13 +4,15 @@
 //! version than this build knows. docs/FORMAT.md, "PostgreSQL tables", is
 //! the reference; this file is its code.
 
-use postgres::Client;
+use postgres::{Client, Transaction};
 
 use super::store::postgres_error;
+use crate::books::{Run, RunState};
 use crate::error::{Error, Result};
+use crate::state::rows::{RowTable, decode_row};
 
 /// The version of the tables this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 1;
+pub const PG_SCHEMA_VERSION: i64 = 2;
 
 /// The advisory lock key (a constant of this project's) held while the
 /// tables are created or upgraded.
@@ -19,7 +21,7 @@ const SCHEMA_LOCK: i64 = 0x6163_7475_6d00_0001;
 /// Version 1: the books' tables. Each row is the embedded store's row bytes
 /// (checksum and postcard body) beside the key columns; `claim_from` is the
 /// claim index (when the run became claimable; null: not claimable).
-const VERSION_1: &str = r#"
+pub(crate) const VERSION_1: &str = r#"
 CREATE TABLE actum_runs (
     id text COLLATE "C" PRIMARY KEY,
     claim_from bigint,
@@ -62,8 +64,65 @@ CREATE TABLE actum_blob_holders (digest bytea PRIMARY KEY, holders bigint NOT NU
 CREATE TABLE actum_blob_refs (run text COLLATE "C" PRIMARY KEY, row bytea NOT NULL);
 "#;
 
+/// Version 2: the runs' state and the instant a run ended beside its row,
+/// indexed, so listing runs by state and finding the runs retention may
+/// prune are index scans (`Engine::runs`, `Engine::prune`). The columns of
+/// the runs version 1 stored are filled from their rows
+/// ([`backfill_run_columns`]), then `state` is made `NOT NULL`. And the
+/// engine's counters (`Engine::metrics`), which every process adds what
+/// it counted to at `checkpoint` and `close`.
+const VERSION_2: &str = r#"
+ALTER TABLE actum_runs ADD COLUMN state smallint, ADD COLUMN ended_ms bigint;
+CREATE INDEX actum_runs_state ON actum_runs (state, id);
+CREATE INDEX actum_runs_ended ON actum_runs (ended_ms, id) WHERE ended_ms IS NOT NULL;
+CREATE TABLE actum_metrics (name text COLLATE "C" PRIMARY KEY, value bigint NOT NULL);
+"#;
+
 /// Each version's statements, oldest first: version `n` is `STEPS[n - 1]`.
-const STEPS: [&str; 1] = [VERSION_1];
+const STEPS: [&str; 2] = [VERSION_1, VERSION_2];
+
+/// The code of `state` in the `state` column: its place in
+/// [`RunState::ALL`] (0 pending ... 8 compensating).
+pub(crate) fn state_code(state: RunState) -> i16 {
+    let at = RunState::ALL
+        .iter()
+        .position(|s| *s == state)
+        .expect("every state is in ALL");
+    i16::try_from(at).expect("nine states")
+}
+
+/// The `ended_ms` column of `run`: when it ended, if it is over.
+pub(crate) fn ended_ms(run: &Run) -> Option<i64> {
+    run.state
+        .is_terminal()
+        .then(|| i64::try_from(run.updated_ms).unwrap_or(i64::MAX))
+}
+
+/// Fills the version 2 columns of every run a version 1 database stored,
+/// from its row; a row that does not decode is `Corrupt` (the upgrade is
+/// rolled back, nothing changed).
+fn backfill_run_columns(txn: &mut Transaction<'_>, server: &str) -> Result<()> {
+    let failed = |op: &'static str| move |e| postgres_error(server, op, false, e);
+    let rows = txn
+        .query("SELECT id, row FROM actum_runs WHERE state IS NULL", &[])
+        .map_err(failed("read the runs to upgrade"))?;
+    for row in rows {
+        let id: String = row.get(0);
+        let bytes: Vec<u8> = row.get(1);
+        let run: Run = decode_row(RowTable::Run, &bytes).map_err(|e| Error::Corrupt {
+            file: server.into(),
+            offset: 0,
+            reason: format!("the row of run {id} in actum_runs does not decode: {e}"),
+        })?;
+        txn.execute(
+            "UPDATE actum_runs SET state = $2, ended_ms = $3 WHERE id = $1",
+            &[&id, &state_code(run.state), &ended_ms(&run)],
+        )
+        .map_err(failed("upgrade a run's row"))?;
+    }
+    txn.batch_execute("ALTER TABLE actum_runs ALTER COLUMN state SET NOT NULL")
+        .map_err(failed("make the state column required"))
+}
 
 /// Creates the tables, or upgrades them to [`PG_SCHEMA_VERSION`], in one
 /// transaction; refuses a database whose version is newer. Returns the
@@ -92,9 +151,12 @@ pub(crate) fn prepare(client: &mut Client, server: &str) -> Result<i64> {
         });
     }
     let from = usize::try_from(found).expect("checked above");
-    for step in &STEPS[from..] {
+    for (at, step) in STEPS.iter().enumerate().skip(from) {
         txn.batch_execute(step)
             .map_err(failed("create the tables"))?;
+        if at + 1 == 2 {
+            backfill_run_columns(&mut txn, server)?;
+        }
     }
     txn.execute(
         "INSERT INTO actum_meta (key, value) VALUES ('schema_version', $1) \

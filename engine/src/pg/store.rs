@@ -31,7 +31,7 @@
 //! and it is answered only when that transaction committed.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls};
@@ -50,12 +50,32 @@ use crate::state::rows::{RowTable, decode_row};
 /// How many times a command is run again after a serialization failure.
 pub const RETRIES: u32 = 64;
 
-/// A connection to the books in PostgreSQL.
+/// The books in a PostgreSQL database, through a pool of connections:
+/// share one `PgStore` between threads; each command takes a connection of
+/// its own for its transaction, so commands on different runs go on at
+/// once.
 pub struct PgStore {
     url: String,
     /// The server as errors name it: the URL without its password.
     server: String,
-    client: Mutex<Option<Connection>>,
+    /// The connections no command is using (a command takes one, or makes
+    /// one if none is idle, and gives it back unless it failed).
+    idle: Mutex<Vec<Connection>>,
+    /// Whether the connect that made this store created the tables.
+    created: bool,
+    /// The planted bugs of this backend (test-only `planted-bugs`).
+    planted: Planted,
+}
+
+/// The planted bugs of the backend (`crate::planted`): switched on only
+/// through [`PgStore::plant`], which the engine calls only when the
+/// `planted-bugs` feature is on and its options name the bug.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Planted {
+    /// `PgDecideOutsideTransaction`.
+    pub(crate) decide_outside: bool,
+    /// `PgAnswerBeforeDurable`.
+    pub(crate) answer_before_durable: bool,
 }
 
 /// A connection and the statements prepared on it (by SQL text): a
@@ -155,17 +175,28 @@ impl PgStore {
     /// `postgres://user@host:port/dbname`), and creates or upgrades the
     /// books' tables in it (refusing a newer version than this build's).
     pub fn connect(url: &str) -> Result<PgStore> {
-        let store = PgStore {
+        let mut store = PgStore {
             url: url.to_string(),
             server: without_password(url),
-            client: Mutex::new(None),
+            idle: Mutex::new(Vec::new()),
+            created: false,
+            planted: Planted::default(),
         };
-        {
-            let mut slot = store.client()?;
-            let connected = slot.as_mut().expect("connected by client()");
-            schema::prepare(&mut connected.client, &store.server)?;
-        }
+        let mut connection = store.take()?;
+        let found = schema::prepare(&mut connection.client, &store.server)?;
+        store.created = found == 0;
+        store.give_back(connection);
         Ok(store)
+    }
+
+    /// Plants the bugs `planted` names (test-only, see [`Planted`]).
+    pub(crate) fn plant(&mut self, planted: Planted) {
+        self.planted = planted;
+        // Connections made before are set up without the bugs.
+        self.idle
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// The server, as errors name it.
@@ -173,62 +204,114 @@ impl PgStore {
         &self.server
     }
 
+    /// Whether the connect that made this store found no tables and
+    /// created them.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
     fn error(&self, op: &'static str, may_have_landed: bool, e: postgres::Error) -> Error {
         postgres_error(&self.server, op, may_have_landed, e)
     }
 
-    /// Drops the connection after a failure of the server's or of the
-    /// network: the client does not always notice a connection the server
-    /// ended (an administrator's `pg_terminate_backend`, a restart) until a
-    /// second call fails on it, so the next call connects afresh instead.
-    fn forget_connection(&self) {
-        let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
-        *slot = None;
+    /// An idle connection, or a new one if none is idle.
+    fn take(&self) -> Result<Connection> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some(connection) if !connection.client.is_closed() => Ok(connection),
+            _ => {
+                let mut client = Client::connect(&self.url, NoTls)
+                    .map_err(|e| self.error("connect", false, e))?;
+                if self.planted.answer_before_durable {
+                    client
+                        .batch_execute("SET synchronous_commit = off")
+                        .map_err(|e| self.error("connect", false, e))?;
+                }
+                Ok(Connection {
+                    client,
+                    statements: BTreeMap::new(),
+                })
+            }
+        }
     }
 
-    /// `result`, the connection dropped first if it failed on the server's
-    /// or the network's account.
-    fn forgetting<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(Error::Postgres { .. }) = &result {
-            self.forget_connection();
-        }
-        result
+    /// Gives `connection` back to the pool. A connection a failure of the
+    /// server's or of the network met is never given back: the client does
+    /// not always notice a connection the server ended (an
+    /// administrator's `pg_terminate_backend`, a restart) until a second
+    /// call fails on it, so the next command connects afresh instead.
+    fn give_back(&self, connection: Connection) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(connection);
     }
 
-    /// The connection, made again if it was lost.
-    fn client(&self) -> Result<MutexGuard<'_, Option<Connection>>> {
-        let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
-        if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-            let client =
-                Client::connect(&self.url, NoTls).map_err(|e| self.error("connect", false, e))?;
-            *slot = Some(Connection {
-                client,
-                statements: BTreeMap::new(),
-            });
+    /// Runs `work` on a connection of the pool, given back afterwards
+    /// unless `broke` says the outcome left it in doubt.
+    fn on_connection<T, E>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> std::result::Result<T, E>,
+        broke: impl FnOnce(&std::result::Result<T, E>) -> bool,
+    ) -> Result<std::result::Result<T, E>> {
+        let mut connection = self.take()?;
+        let outcome = work(&mut connection);
+        if !broke(&outcome) {
+            self.give_back(connection);
         }
-        Ok(slot)
+        Ok(outcome)
     }
 
     /// Runs `cmd`: decides it on the server's rows, applies its ops and
     /// commits, in one transaction, run again on a
     /// serialization failure. Its answer, once committed.
     pub fn execute(&self, cmd: &Command) -> Result<Answer> {
-        self.execute_on(cmd, None)
+        self.execute_on(cmd, None, &|_, _| ())
+            .map(|(answer, ())| answer)
+    }
+
+    /// [`Self::execute`], calling `observe` with the decided command and
+    /// the books it was decided on, inside the attempt that committed (an
+    /// attempt run again calls it again; only the committed one's value is
+    /// returned): how the engine counts its metrics.
+    /// (`at_ms`: a clock reading to decide at instead of the server's, for
+    /// tests driven by a manual clock.)
+    pub(crate) fn execute_observed<D>(
+        &self,
+        cmd: &Command,
+        at_ms: Option<u64>,
+        observe: &dyn Fn(&Decided, &dyn BooksRead) -> D,
+    ) -> Result<(Answer, D)> {
+        self.execute_on(cmd, at_ms, observe)
     }
 
     /// [`Self::execute`] at the clock reading `now_ms` instead of the
     /// server's: for tests that compare with the reference model.
     #[cfg(test)]
     pub(crate) fn execute_at(&self, cmd: &Command, now_ms: u64) -> Result<Answer> {
-        self.execute_on(cmd, Some(now_ms))
+        self.execute_on(cmd, Some(now_ms), &|_, _| ())
+            .map(|(answer, ())| answer)
     }
 
-    fn execute_on(&self, cmd: &Command, now_ms: Option<u64>) -> Result<Answer> {
+    fn execute_on<D>(
+        &self,
+        cmd: &Command,
+        now_ms: Option<u64>,
+        observe: &dyn Fn(&Decided, &dyn BooksRead) -> D,
+    ) -> Result<(Answer, D)> {
         let mut last = None;
         for _ in 0..=RETRIES {
-            match self.attempt(cmd, now_ms) {
+            let attempt = self.on_connection(
+                |connection| self.attempt(connection, cmd, now_ms, observe),
+                |outcome| matches!(outcome, Err(Attempt::Failed(Error::Postgres { .. }))),
+            );
+            match attempt.map_err(Attempt::Failed).and_then(|outcome| outcome) {
                 Err(Attempt::Retry(e)) => last = Some(e),
-                Err(Attempt::Failed(error)) => return self.forgetting(Err(error)),
+                Err(Attempt::Failed(error)) => return Err(error),
                 Ok(answer) => return Ok(answer),
             }
         }
@@ -240,9 +323,20 @@ impl PgStore {
         ))
     }
 
-    fn attempt(&self, cmd: &Command, at_ms: Option<u64>) -> std::result::Result<Answer, Attempt> {
-        let mut slot = self.client().map_err(Attempt::Failed)?;
-        let Connection { client, statements } = slot.as_mut().expect("connected by client()");
+    fn attempt<D>(
+        &self,
+        connection: &mut Connection,
+        cmd: &Command,
+        at_ms: Option<u64>,
+        observe: &dyn Fn(&Decided, &dyn BooksRead) -> D,
+    ) -> std::result::Result<(Answer, D), Attempt> {
+        let Connection { client, statements } = connection;
+        // (The planted `PgDecideOutsideTransaction`: decided on a snapshot
+        // of its own, ended before the command's transaction begins.)
+        let outside = match self.planted.decide_outside {
+            true => Some(self.decide_outside(client, statements, cmd, at_ms)?),
+            false => None,
+        };
         let begun = client
             .build_transaction()
             .isolation_level(IsolationLevel::RepeatableRead)
@@ -255,15 +349,19 @@ impl PgStore {
             }
         };
         let mut books = PgBooks::new(&mut txn, statements);
-        let decided = decide(&books, cmd, now_ms);
-        let applied = decided.and_then(|Decided { ops, answer }| {
-            for op in &ops {
+        let decided = match outside {
+            Some(decided) => decided,
+            None => decide(&books, cmd, now_ms),
+        };
+        let applied = decided.and_then(|decided| {
+            let seen = observe(&decided, &books);
+            for op in &decided.ops {
                 if books.has_failed() {
                     break;
                 }
                 apply(&mut books, op)?;
             }
-            Ok(answer)
+            Ok((decided.answer, seen))
         });
         // A failed read must not pass for an absent row: it decides first.
         match books.finish() {
@@ -286,6 +384,36 @@ impl PgStore {
         }
     }
 
+    /// The planted `PgDecideOutsideTransaction`: `cmd` decided in a
+    /// read-only transaction that ends before the command's begins.
+    fn decide_outside(
+        &self,
+        client: &mut Client,
+        statements: &mut Statements,
+        cmd: &Command,
+        at_ms: Option<u64>,
+    ) -> std::result::Result<Result<Decided>, Attempt> {
+        let mut read = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(|e| self.failed("begin", e))?;
+        let now_ms = match at_ms {
+            Some(at_ms) => at_ms,
+            None => {
+                server_now_ms(&mut read).map_err(|e| self.failed("read the server's clock", e))?
+            }
+        };
+        let books = PgBooks::reader(&mut read, statements);
+        let decided = decide(&books, cmd, now_ms);
+        match books.finish() {
+            Some(Failed::Query(op, e)) => Err(self.failed(op, e)),
+            Some(Failed::Corrupt(error)) => Err(Attempt::Failed(error)),
+            None => Ok(decided),
+        }
+    }
+
     /// A failure before `COMMIT` was sent: nothing landed.
     fn failed(&self, op: &'static str, e: postgres::Error) -> Attempt {
         if retryable(&e) {
@@ -301,6 +429,14 @@ impl PgStore {
     /// failed on the server, or a damaged row, is the `Err`; a value `read`
     /// computed from a failed read is never returned.
     pub fn read<T>(&self, read: impl FnOnce(&dyn BooksRead, u64) -> Result<T>) -> Result<T> {
+        self.read_books(|books, now_ms| read(books, now_ms))
+    }
+
+    /// [`Self::read`] over the concrete view (its listing queries).
+    pub(crate) fn read_books<T>(
+        &self,
+        read: impl FnOnce(&PgBooks<'_, '_>, u64) -> Result<T>,
+    ) -> Result<T> {
         self.in_snapshot(|txn, statements| {
             let now_ms =
                 server_now_ms(txn).map_err(|e| self.error("read the server's clock", false, e))?;
@@ -314,6 +450,42 @@ impl PgStore {
         })
     }
 
+    /// The engine's counters every process stored, by name.
+    pub(crate) fn read_metrics(&self) -> Result<BTreeMap<String, u64>> {
+        self.in_snapshot(|txn, _| {
+            let rows = txn
+                .query("SELECT name, value FROM actum_metrics", &[])
+                .map_err(|e| self.error("read the counters", false, e))?;
+            Ok(rows
+                .iter()
+                .map(|row| {
+                    let value: i64 = row.get(1);
+                    (row.get(0), u64::try_from(value).unwrap_or(0))
+                })
+                .collect())
+        })
+    }
+
+    /// Adds `counted` to the stored counters, in one transaction.
+    pub(crate) fn add_metrics(&self, counted: &[(&'static str, u64)]) -> Result<()> {
+        let added = self.on_connection(
+            |connection| {
+                let mut txn = connection.client.transaction()?;
+                for (name, value) in counted.iter().filter(|(_, v)| *v > 0) {
+                    let value = i64::try_from(*value).unwrap_or(i64::MAX);
+                    txn.execute(
+                        "INSERT INTO actum_metrics (name, value) VALUES ($1, $2) \
+                         ON CONFLICT (name) DO UPDATE SET value = actum_metrics.value + EXCLUDED.value",
+                        &[name, &value],
+                    )?;
+                }
+                txn.commit()
+            },
+            Result::is_err,
+        )?;
+        added.map_err(|e| self.error("store the counters", e.is_closed(), e))
+    }
+
     /// The server's clock, in milliseconds since the epoch.
     pub fn now_ms(&self) -> Result<u64> {
         self.read(|_, now_ms| Ok(now_ms))
@@ -325,17 +497,19 @@ impl PgStore {
         &self,
         read: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<T>,
     ) -> Result<T> {
-        let result = self.client().and_then(|mut slot| {
-            let Connection { client, statements } = slot.as_mut().expect("connected by client()");
-            let mut txn = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .map_err(|e| self.error("begin", false, e))?;
-            read(&mut txn, statements)
-        });
-        self.forgetting(result)
+        self.on_connection(
+            |connection| {
+                let Connection { client, statements } = connection;
+                let mut txn = client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()
+                    .map_err(|e| self.error("begin", false, e))?;
+                read(&mut txn, statements)
+            },
+            |outcome| matches!(outcome, Err(Error::Postgres { .. })),
+        )?
     }
 
     /// Every row of the books, read in one transaction into a [`MemBooks`]

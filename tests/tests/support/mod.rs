@@ -15,7 +15,7 @@ use actum::books::{
     Transition, WorkerId, apply, decide, digest_of,
 };
 use actum::engine::{LeaseGrant, StepRequest, ToolSpec};
-use actum::{Engine, EngineOptions, FsStorage, ManualClock, Result, Storage};
+use actum::{Clock, Engine, EngineOptions, FsStorage, ManualClock, Result, Storage};
 
 /// Start of every test's clock, ms since the epoch.
 pub const START_MS: u64 = 1_700_000_000_000;
@@ -24,10 +24,67 @@ pub const LEASE_MS: u64 = 30_000;
 /// Stripe-like dedup window.
 pub const DAY_MS: u64 = 86_400_000;
 
-/// Opens an engine in `dir` on the real file system, reading `clock`.
+/// Whether the scenario tests run on PostgreSQL: `ACTUM_TEST_BACKEND=postgres`
+/// (test.sh runs every scenario test binary twice, on a directory and on
+/// the server `ACTUM_PG_URL` names). A scenario's assertions about the
+/// embedded engine's own machinery (replayed records, runs in memory, the
+/// log's LSNs, files) are made on a directory only.
+pub fn on_postgres() -> bool {
+    std::env::var("ACTUM_TEST_BACKEND").is_ok_and(|b| b == "postgres")
+}
+
+/// Opens the books of `dir`, reading `clock`: the database in `dir` on the
+/// real file system, or, on PostgreSQL ([`on_postgres`]), a database of
+/// the test server's made for `dir` on its first open (so a scenario's
+/// "crash and reopen" reopens the same books).
 pub fn open_fs(dir: &Path, clock: &Arc<ManualClock>) -> Engine {
+    if on_postgres() {
+        let url = database_for(dir);
+        OPENED_CLOCK.with(|opened| *opened.borrow_mut() = Some(Arc::clone(clock)));
+        return Engine::open_postgres_at(&url, clock.clone(), EngineOptions::default()).unwrap();
+    }
     let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
     Engine::open_with(storage, clock.clone(), dir, EngineOptions::default()).unwrap()
+}
+
+/// The scratch database standing for `dir` on the test server.
+fn database_for(dir: &Path) -> String {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+    static DATABASES: Mutex<BTreeMap<PathBuf, String>> = Mutex::new(BTreeMap::new());
+    let mut made = DATABASES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    made.entry(dir.to_path_buf())
+        .or_insert_with(|| {
+            let server = std::env::var("ACTUM_PG_URL")
+                .expect("ACTUM_TEST_BACKEND=postgres needs ACTUM_PG_URL (scripts/postgres.sh)");
+            actum::pg::scratch_database(&server, "actum_scenario").unwrap()
+        })
+        .clone()
+}
+
+thread_local! {
+    /// The clock the last PostgreSQL engine of this thread's scenario was
+    /// opened with: what [`take_back`] waits on there.
+    static OPENED_CLOCK: std::cell::RefCell<Option<Arc<ManualClock>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// On PostgreSQL, lets the scenario's time pass until `expires_ms` is over
+/// (nothing on a directory, whose open released the lease).
+pub fn wait_out_lease(expires_ms: u64) {
+    if !on_postgres() {
+        return;
+    }
+    OPENED_CLOCK.with(|opened| {
+        if let Some(clock) = opened.borrow().as_ref()
+            && clock.now_ms() <= expires_ms
+        {
+            clock.set_ms(expires_ms + 1);
+        }
+    });
 }
 
 pub fn rid(name: &str) -> RunId {
@@ -75,7 +132,12 @@ pub fn create_and_lease(engine: &Engine, run: &str, worker: &str) -> LeaseGrant 
 /// What a restarted worker does first: the open that followed the crash
 /// released every live lease (the process holding them was gone), so the
 /// worker takes its run back, under a larger token.
+///
+/// On PostgreSQL nothing is released at open (many processes share the
+/// database, and no open proves another gone): the restarted worker waits
+/// for its old lease to run out ([`wait_out_lease`]).
 pub fn take_back(engine: &Engine, grant: &LeaseGrant) -> LeaseGrant {
+    wait_out_lease(grant.expires_ms);
     let again = engine
         .acquire_lease(&grant.run, &grant.guard.worker, LEASE_MS)
         .unwrap();
