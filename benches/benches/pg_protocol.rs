@@ -1,8 +1,15 @@
-//! The effect protocol on the books in PostgreSQL (`actum::pg`): per protocol a fresh step's
-//! intent (`BeginEffect`) then its outcome (`FinishEffect`), each one serializable transaction
-//! committed on the server, every writer thread on a connection of its own (as workers in
-//! separate processes would be), against the embedded engine and the raw two-record ceiling on
-//! this machine's disk in the same run.
+//! The effect protocol on the books in PostgreSQL: per protocol a fresh step's intent then its
+//! outcome, each one transaction committed on the server. Four systems in the same run:
+//!
+//! - `engine_pg`: the `Engine` API over PostgreSQL (`Engine::open_postgres`, one engine shared
+//!   by every writer thread, each command on a connection of its pool), `begin_effect` then
+//!   `finish_effect`, what the runtime does;
+//! - `postgres`: the backend's core alone (`PgStore::execute`), a store per writer;
+//! - `pg_raw_ceiling`: the server's own ceiling for the same shape, two single-row transactions
+//!   per protocol (an `INSERT`, then an `UPDATE` of that row) from a plain client loop, a
+//!   connection per writer: what no layer above the server can beat;
+//! - `actum` and `raw_ceiling`: the embedded engine and the raw two-record ceiling on this
+//!   machine's disk.
 //!
 //! Needs a server: `ACTUM_PG_URL`, or run it under the script that starts one:
 //! `scripts/postgres.sh cargo bench -p actum-benches --bench pg_protocol`. Without one it says so
@@ -12,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actum::books::{Answer, Begun, Command, Guard, RunId};
+use actum::engine::{Engine, EngineOptions};
 use actum::pg::{PgStore, scratch_database};
 use actum_benches::group_commit::GroupCommitFile;
 use actum_benches::protocol::{ProtocolEngine, TwoCommits, confirmed, intent, leased_run_on};
@@ -94,6 +102,137 @@ impl DurableLog for PgProtocol {
     }
 }
 
+/// The protocol through the `Engine` API over PostgreSQL: one engine, shared by the writers.
+struct PgEngineProtocol {
+    engine: Engine,
+    runs: Vec<(RunId, Guard)>,
+    next_writer: AtomicUsize,
+}
+
+impl PgEngineProtocol {
+    fn new(server: &str, runs: usize) -> PgEngineProtocol {
+        let url = scratch_database(server, "bench_engine").expect("a scratch database");
+        let engine =
+            Engine::open_postgres(&url, EngineOptions::default()).expect("opening the engine");
+        let runs = (0..runs)
+            .map(|t| {
+                leased_run_on(
+                    &|cmd| engine.execute(cmd),
+                    &format!("bench-{t}"),
+                    &format!("w{t}"),
+                )
+            })
+            .collect();
+        PgEngineProtocol {
+            engine,
+            runs,
+            next_writer: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl DurableLog for PgEngineProtocol {
+    type Writer<'a> = usize;
+
+    fn writer(&self) -> usize {
+        self.next_writer.fetch_add(1, Ordering::Relaxed) % self.runs.len()
+    }
+
+    fn commit(&self, t: &mut usize, ticket: u64) {
+        let (run, guard) = &self.runs[*t];
+        let begun = self
+            .engine
+            .begin_effect(intent(run, guard, ticket))
+            .expect("beginning an effect");
+        let Begun::Proceed { key, .. } = begun else {
+            panic!("a fresh step proceeds: {begun:?}");
+        };
+        self.engine
+            .finish_effect(confirmed(key, guard))
+            .expect("finishing an effect");
+    }
+}
+
+/// The server's ceiling for the protocol's shape: two single-row transactions (an insert, then
+/// an update of the row) from a plain client, one connection per writer.
+struct PgRawCeiling {
+    /// One connection per writer, kept across samples (as `PgProtocol`'s stores are).
+    writers: Vec<std::sync::Mutex<RawWriter>>,
+    next_writer: AtomicUsize,
+}
+
+impl PgRawCeiling {
+    fn new(server: &str, writers: usize) -> PgRawCeiling {
+        let url = scratch_database(server, "bench_raw").expect("a scratch database");
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connecting");
+        client
+            .batch_execute(
+                "CREATE TABLE effects (writer bigint, ticket bigint, row bytea, \
+                 PRIMARY KEY (writer, ticket))",
+            )
+            .expect("the ceiling's table");
+        let writers = (0..writers)
+            .map(|id| std::sync::Mutex::new(RawWriter::connect(&url, id as i64)))
+            .collect();
+        PgRawCeiling {
+            writers,
+            next_writer: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// A writer of the raw ceiling: its connection and its two statements, prepared once.
+struct RawWriter {
+    id: i64,
+    client: postgres::Client,
+    insert: postgres::Statement,
+    update: postgres::Statement,
+}
+
+impl RawWriter {
+    fn connect(url: &str, id: i64) -> RawWriter {
+        let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connecting");
+        let insert = client
+            .prepare("INSERT INTO effects (writer, ticket, row) VALUES ($1, $2, $3)")
+            .expect("preparing the insert");
+        let update = client
+            .prepare("UPDATE effects SET row = $3 WHERE writer = $1 AND ticket = $2")
+            .expect("preparing the update");
+        RawWriter {
+            id,
+            client,
+            insert,
+            update,
+        }
+    }
+}
+
+impl DurableLog for PgRawCeiling {
+    type Writer<'a> = usize;
+
+    fn writer(&self) -> usize {
+        self.next_writer.fetch_add(1, Ordering::Relaxed) % self.writers.len()
+    }
+
+    fn commit(&self, t: &mut usize, ticket: u64) {
+        let mut w = self.writers[*t]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let w = &mut *w;
+        let ticket = ticket as i64;
+        // Autocommit: each statement is a transaction of its own, durable when it returns.
+        w.client
+            .execute(&w.insert, &[&w.id, &ticket, &&b"intent: stripe.charge"[..]])
+            .expect("the intent's row");
+        w.client
+            .execute(
+                &w.update,
+                &[&w.id, &ticket, &&b"confirmed: ch_0123456789"[..]],
+            )
+            .expect("the outcome's row");
+    }
+}
+
 fn pg_protocol(c: &mut Criterion) {
     let server = match std::env::var("ACTUM_PG_URL") {
         Ok(url) if !url.is_empty() => url,
@@ -113,6 +252,12 @@ fn pg_protocol(c: &mut Criterion) {
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(1));
     for threads in WRITER_COUNTS {
+        bench_system(&mut group, "engine_pg", threads, || {
+            PgEngineProtocol::new(&server, threads)
+        });
+        bench_system(&mut group, "pg_raw_ceiling", threads, || {
+            PgRawCeiling::new(&server, threads)
+        });
         bench_system(&mut group, "postgres", threads, || {
             PgProtocol::new(&server, threads)
         });

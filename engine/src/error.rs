@@ -503,6 +503,21 @@ impl Error {
         }
     }
 
+    /// Whether the call may succeed when made again as it is: a failure of
+    /// the PostgreSQL server's or of the network's (`Error::Postgres`: the
+    /// next call connects again), not a refusal of the books' and not
+    /// damage.
+    ///
+    /// ```
+    /// use actum::Error;
+    ///
+    /// let refused = Error::InvalidCommand { reason: "no".into() };
+    /// assert!(!refused.is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Postgres { .. })
+    }
+
     /// A `Corrupt` error at `file`:`offset`.
     pub fn corrupt(file: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Error {
         Error::Corrupt {

@@ -82,6 +82,7 @@ impl Worked {
             Driven::LeaseLost => ("lease_lost", None),
             Driven::ShutDown => ("shut_down", None),
             Driven::Skipped(why) => ("skipped", Some(why)),
+            Driven::Interrupted(why) => ("interrupted", Some(why)),
             // A new way a drive can end: named by its debug form.
             #[allow(unreachable_patterns)]
             other => ("other", Some(format!("{other:?}"))),

@@ -19,6 +19,7 @@ pub mod disk;
 pub mod fnv;
 pub mod fuzz;
 pub mod harness;
+pub mod pgkill;
 pub mod rng;
 pub mod world;
 

@@ -109,7 +109,11 @@ impl Engine {
     pub(crate) fn commit_tampered(&self, cmd: Command, tamper: Tamper<'_>) -> Committed {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.postgres() {
-            return pg.commit(&cmd);
+            let committed = pg.commit(&cmd);
+            if committed.is_ok() {
+                self.after_postgres_commit(pg);
+            }
+            return committed;
         }
         let committed = self.local().combiner.submit(
             cmd,

@@ -51,6 +51,8 @@ pub use options::{
     MAX_RECORD_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT,
 };
 #[cfg(feature = "postgres")]
+pub use postgres::RETENTION_EVERY_COMMITS;
+#[cfg(feature = "postgres")]
 pub(crate) use postgres::not_on_postgres;
 pub use retention::{Pruned, Retention};
 pub use retries::{Forked, Retried};

@@ -16,6 +16,7 @@
 //! themselves). `checkpoint` writes nothing: every command is in the
 //! server's tables once answered.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::books::{Command, Decided, MemBooks, Run, RunId, RunState};
@@ -31,6 +32,15 @@ use super::core::{Backend, Engine};
 use super::operations::Counters;
 use super::options::EngineOptions;
 
+/// On PostgreSQL, which has no checkpoints to follow, a process runs
+/// retention (`Retention::prune_after_ms`) after every this many of its
+/// commits.
+pub const RETENTION_EVERY_COMMITS: u64 = 256;
+
+/// Most prune commands one retention pass runs (each of at most
+/// `PRUNE_RUNS_MAX` runs).
+const PRUNE_BATCHES_PER_PASS: usize = 16;
+
 /// The PostgreSQL backend's parts.
 pub(crate) struct PgBackend {
     pub(crate) store: PgStore,
@@ -39,6 +49,10 @@ pub(crate) struct PgBackend {
     pub(crate) decide_at: Option<Arc<dyn Clock>>,
     /// What this process's commands decided since it opened the engine.
     pub(crate) counters: Mutex<Counters>,
+    /// Commits this process made, for retention's turn.
+    commits: AtomicU64,
+    /// Held by the one retention pass at a time.
+    retaining: Mutex<()>,
 }
 
 /// This host's clock, corrected by its offset from the server's.
@@ -166,10 +180,29 @@ impl Engine {
                 store,
                 decide_at,
                 counters: Mutex::new(Counters::default()),
+                commits: AtomicU64::new(0),
+                retaining: Mutex::new(()),
             })),
             snapshot_lsn: None,
             operator_channel: Mutex::new(None),
         })
+    }
+
+    /// After a command of this process's committed on PostgreSQL: a
+    /// retention pass, if it is its turn and no other is running (its
+    /// refusals and failures leave the runs for the next pass).
+    pub(crate) fn after_postgres_commit(&self, pg: &PgBackend) {
+        let Some(after_ms) = self.options.retention.prune_after_ms else {
+            return;
+        };
+        let commits = pg.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        if !commits.is_multiple_of(RETENTION_EVERY_COMMITS) {
+            return;
+        }
+        let Ok(_turn) = pg.retaining.try_lock() else {
+            return;
+        };
+        self.prune_after_checkpoint(after_ms, PRUNE_BATCHES_PER_PASS);
     }
 
     /// The PostgreSQL backend, if the books are there.

@@ -22,7 +22,9 @@ use super::core::Engine;
 pub struct Retention {
     /// After each automatic checkpoint, prune the runs over for at least
     /// this long (up to [`PRUNE_RUNS_MAX`] of the oldest at a time); `None`
-    /// (the default) keeps every run until pruned by a call.
+    /// (the default) keeps every run until pruned by a call. (On
+    /// PostgreSQL, which has no checkpoints, each process prunes after
+    /// every `RETENTION_EVERY_COMMITS` of its own commits instead.)
     pub prune_after_ms: Option<u64>,
 }
 
@@ -177,7 +179,9 @@ impl Engine {
         let max_runs = max_runs.min(PRUNE_RUNS_MAX);
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.postgres() {
-            let candidates = pg.read_books(|books, _| {
+            // (The server's clock: the ends it compares with are its own.)
+            let candidates = pg.read_books(|books, now_ms| {
+                let before_ms = now_ms.saturating_sub(older_than_ms);
                 Ok(books.ended_before(before_ms, max_runs, |name| {
                     considered.iter().any(|c| c.as_str() == name)
                 }))

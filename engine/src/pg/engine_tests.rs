@@ -212,6 +212,34 @@ fn a_version_1_database_is_upgraded_at_open_and_its_runs_listed_by_state() {
 }
 
 #[test]
+fn retention_prunes_ended_runs_as_commits_go_on() {
+    let Some(server) = server_url() else { return };
+    let url = fresh_database(&server, "retention");
+    let mut options = EngineOptions::default();
+    options.retention.prune_after_ms = Some(0);
+    let engine = Engine::open_postgres(&url, options).unwrap();
+    // Runs created and cancelled: two commits each, so a pass comes after
+    // every 128 runs.
+    let over = crate::engine::RETENTION_EVERY_COMMITS / 2;
+    for n in 0..over {
+        let name = format!("r{n}");
+        create(&engine, &name);
+        engine
+            .operate(
+                &RunId::new(&name).unwrap(),
+                crate::books::OperatorAction::Cancel,
+                "ops",
+                "done with it",
+            )
+            .unwrap();
+    }
+    // The pass pruned every cancelled run (they ended at or before now).
+    assert!(engine.runs(None, None, 10).unwrap().is_empty());
+    create(&engine, "kept");
+    assert_eq!(engine.runs(None, None, 10).unwrap().len(), 1);
+}
+
+#[test]
 fn the_calls_of_a_directory_say_so_and_the_rest_answer() {
     let Some(server) = server_url() else { return };
     let url = fresh_database(&server, "directory_calls");

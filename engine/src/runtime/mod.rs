@@ -120,6 +120,10 @@ pub struct Started {
     pub agent: String,
 }
 
+/// How long a worker waits after a failure of the server's or the
+/// network's before it tries again.
+const TRANSIENT_BACKOFF: Duration = Duration::from_millis(50);
+
 /// What driving one claimed run came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Driven {
@@ -144,6 +148,12 @@ pub enum Driven {
     /// paused, waiting or over by the time it was read, or its agent is not
     /// served here); the lease was released.
     Skipped(String),
+    /// The server or the network failed under the handler (the books in
+    /// PostgreSQL: [`Error::is_transient`]), for this reason: the run is as
+    /// its last acknowledged command left it; its lease runs out and it is
+    /// claimed again, where an act whose outcome was not recorded is
+    /// resent, asked about or reported by its tool's class.
+    Interrupted(String),
 }
 
 /// Counters of what the runtime's workers did, since it was made.
@@ -471,6 +481,12 @@ impl Runtime {
                             match self.work_once(&worker) {
                                 Ok(Some(_)) => {}
                                 Ok(None) => std::thread::sleep(idle),
+                                // The server or the network failed (the
+                                // books in PostgreSQL): the next call
+                                // connects again.
+                                Err(e) if e.is_transient() => {
+                                    std::thread::sleep(idle.max(TRANSIENT_BACKOFF));
+                                }
                                 Err(e) => {
                                     self.shutdown();
                                     return Err(e);
@@ -562,7 +578,10 @@ impl Runtime {
             Driven::Parked(_) => &c.parked,
             Driven::Paused(_) => &c.paused,
             Driven::LeaseLost => &c.lease_lost,
-            Driven::Compensating | Driven::ShutDown | Driven::Skipped(_) => return,
+            Driven::Compensating
+            | Driven::ShutDown
+            | Driven::Skipped(_)
+            | Driven::Interrupted(_) => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -937,6 +956,7 @@ impl Runtime {
                      resume the run"
                 ),
             ),
+            Stop::Engine(e) if e.is_transient() => Ok(Driven::Interrupted(e.to_string())),
             Stop::Engine(e) if stops_the_worker(&e) => Err(e),
             Stop::Engine(e) => self.fail(watch, &format!("the engine refused a call: {e}")),
         }
@@ -1005,6 +1025,9 @@ fn settle_refusal(e: Error) -> Result<Driven> {
         Error::BatchRefused { cause, .. } => cause.as_ref(),
         other => other,
     };
+    if cause.is_transient() {
+        return Ok(Driven::Interrupted(cause.to_string()));
+    }
     if stops_the_worker(cause) {
         return Err(e);
     }

@@ -1,0 +1,123 @@
+//! The PostgreSQL backend under real faults (`actum_sim::pgkill`): the
+//! kill loop's quick mode finds nothing wrong, and each planted bug of the
+//! backend is caught. Needs a server: scripts/postgres.sh (test.sh runs
+//! this under it) sets ACTUM_PG_URL and what crashing the server takes;
+//! without one the tests skip, unless ACTUM_PG_REQUIRED is set.
+
+#![expect(clippy::unwrap_used, reason = "a test fails loudly")]
+
+use std::path::Path;
+
+use actum::planted::PlantedBug;
+use actum_sim::pgkill::{KillConfig, KillReport, drive};
+
+/// Whether a server is there to test against.
+fn server() -> bool {
+    if std::env::var("ACTUM_PG_URL").is_ok_and(|url| !url.is_empty()) {
+        return true;
+    }
+    assert!(
+        std::env::var("ACTUM_PG_REQUIRED").is_err(),
+        "ACTUM_PG_REQUIRED is set but ACTUM_PG_URL names no server"
+    );
+    eprintln!("skipped: no PostgreSQL server (run under scripts/postgres.sh)");
+    false
+}
+
+fn worker() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_actum-pg-kill"))
+}
+
+fn show(report: &KillReport) -> String {
+    format!(
+        "{} kills, {} crashes, {} cuts, {} exits, {} runs {:?}, {} acts; violations: {:#?}",
+        report.kills,
+        report.crashes,
+        report.cuts,
+        report.exits,
+        report.runs,
+        report.checked.ended,
+        report.checked.acts,
+        report.checked.violations
+    )
+}
+
+/// One test at a time: they crash the one server they share.
+static SERVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn three_hundred_kills_and_twenty_server_crashes_break_no_promise() {
+    if !server() {
+        return;
+    }
+    let _turn = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let config = KillConfig::quick(1);
+    let report = drive(&config, worker()).unwrap();
+    eprintln!("pg-kill quick: {}", show(&report));
+    assert!(
+        report.kills >= 300 && report.crashes >= 20,
+        "{}",
+        show(&report)
+    );
+    assert!(report.checked.violations.is_empty(), "{}", show(&report));
+    let completed = report.checked.ended.get("completed").copied().unwrap_or(0);
+    assert_eq!(
+        completed,
+        report.runs,
+        "every run completed: {}",
+        show(&report)
+    );
+    assert!(report.runs > 100, "the loop did work: {}", show(&report));
+}
+
+/// Runs short loops with `bug` planted until one finds a violation (at
+/// most `rounds`): the violations found.
+fn caught(bug: PlantedBug, rounds: u64) -> Vec<String> {
+    let _turn = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for seed in 1..=rounds {
+        let config = KillConfig {
+            kills: 40,
+            crashes: 12,
+            planted: Some(bug),
+            ..KillConfig::quick(seed)
+        };
+        let report = drive(&config, worker()).unwrap();
+        eprintln!("pg-kill {} seed {seed}: {}", bug.name(), show(&report));
+        if !report.checked.violations.is_empty() {
+            return report.checked.violations;
+        }
+    }
+    Vec::new()
+}
+
+#[test]
+fn a_command_decided_outside_its_transaction_is_caught() {
+    if !server() {
+        return;
+    }
+    let found = caught(PlantedBug::PgDecideOutsideTransaction, 3);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("inconsistent") || v.contains("charged")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn a_commit_answered_before_it_is_durable_is_caught() {
+    if !server() {
+        return;
+    }
+    let found = caught(PlantedBug::PgAnswerBeforeDurable, 4);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("charged") || v.contains("ledger does not hold")),
+        "{found:#?}"
+    );
+}
