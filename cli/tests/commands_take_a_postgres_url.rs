@@ -300,6 +300,7 @@ fn a_server_that_is_not_there_is_a_clear_failure() {
             "{args:?}: {said}"
         );
         assert!(!said.contains("hunter2"), "{args:?}: {said}");
+        assert!(said.contains("because: "), "the cause: {args:?}: {said}");
     }
 }
 

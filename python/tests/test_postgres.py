@@ -145,6 +145,7 @@ def test_a_server_that_is_not_there_raises_postgres():
     assert isinstance(error, actum.ActumError)
     assert error.server == "postgres://nobody@127.0.0.1:1/books", "no password in errors"
     assert "secret" not in str(error)
+    assert "because: " in str(error), "the client's error says its cause"
     assert error.op
     assert error.may_have_landed is False
     # A postgresql:// URL is a URL too, not a directory named so.
