@@ -8,7 +8,7 @@ use actum::books::{
     BudgetLimits, Cost, EffectKey, OperatorAction, Outcome, RunId, StepId, digest_of,
 };
 use actum::{Engine, EngineOptions};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
 
@@ -134,7 +134,12 @@ impl PyEngine {
                 py.detach(|| Engine::open_postgres(&url, options).map(Arc::new)),
             ),
             None => {
-                let path: PathBuf = path.extract()?;
+                let path: PathBuf = path.extract().map_err(|e| {
+                    PyTypeError::new_err(format!(
+                        "Engine.open takes a directory (a str or os.PathLike) or a \
+                         postgres:// URL (a str): {e}"
+                    ))
+                })?;
                 let shown = path.display().to_string();
                 let opened = py.detach(|| {
                     let engine = Arc::new(Engine::open(&path, options)?);

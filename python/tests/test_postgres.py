@@ -160,6 +160,13 @@ def test_a_path_like_is_still_a_directory(tmp_path):
         assert engine.path.endswith("postgres:")
 
 
+def test_neither_a_path_nor_a_url_is_a_type_error():
+    for bad in (123, None, b"postgres://x@h/db"):
+        with pytest.raises(TypeError) as refused:
+            actum.Engine.open(bad)
+        assert "postgres:// URL" in str(refused.value)
+
+
 def test_the_scratch_helper_refuses_a_prefix_that_is_not_plain():
     with pytest.raises(ValueError):
         scratch_database("postgres://nobody@127.0.0.1:1/postgres", "x; DROP DATABASE y")
