@@ -38,7 +38,10 @@ pub fn approve(args: &ApproveArgs, approve: bool) -> Result<ExitCode, CliError> 
             .engine
             .read(|books| the_approval(books, &run, &given))
             .map_err(|e| {
-                CliError::unusable(format!("{}: {e}; nothing was changed", dir.display()))
+                CliError::unusable(format!(
+                    "{}: {e}; nothing was changed",
+                    crate::place::shown(dir)
+                ))
             })?;
     }
     let request = Request {

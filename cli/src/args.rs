@@ -13,7 +13,14 @@ use crate::text::parse_duration_ms;
 
 /// The operator's command for an actum database directory.
 #[derive(Debug, Parser)]
-#[command(name = "actum", version, about, long_about = None)]
+#[command(
+    name = "actum",
+    version,
+    about,
+    after_help = "DIR is a database directory, or a postgres:// (postgresql://) URL naming \
+                  a PostgreSQL database that holds the books; `verify`, `repair` and `tail` \
+                  take a directory only."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -108,7 +115,9 @@ pub enum Command {
 /// A read-only command's arguments.
 #[derive(Debug, Args)]
 pub struct ReadArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`) for `inspect`;
+    /// `verify` checks a directory's files.
     pub dir: PathBuf,
     /// Print one JSON object instead of tables.
     #[arg(long)]
@@ -130,7 +139,8 @@ pub struct Which {
 /// `export`'s arguments.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// One run (`--run ID`) or all of them (`--all`).
     #[command(flatten)]
@@ -140,7 +150,8 @@ pub struct ExportArgs {
 /// `stuck`'s arguments.
 #[derive(Debug, Args)]
 pub struct StuckArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// How long a wait or an unknown outcome may last: `90s`, `15m`, `1h`,
     /// `2d` (or `500ms`).
@@ -159,7 +170,8 @@ pub struct StuckArgs {
 /// `runs`' arguments.
 #[derive(Debug, Args)]
 pub struct RunsArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// Only runs in this state (`pending`, `running`, `waiting_tool`,
     /// `waiting_human`, `paused`, `completed`, `failed`, `cancelled`,
@@ -189,7 +201,7 @@ pub struct RunsArgs {
 /// `tail`'s arguments.
 #[derive(Debug, Args)]
 pub struct TailArgs {
-    /// The database directory.
+    /// The database directory (its log and files: not a postgres:// URL).
     pub dir: PathBuf,
     /// Only the lines of this run.
     #[arg(long)]
@@ -208,7 +220,8 @@ pub struct TailArgs {
 /// `show`'s arguments.
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The run.
     pub run: String,
@@ -220,7 +233,8 @@ pub struct ShowArgs {
 /// `ui`'s arguments.
 #[derive(Debug, Args)]
 pub struct UiArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The address to listen on: loopback unless told otherwise (port 0
     /// takes a free one; the URL printed says which).
@@ -245,7 +259,8 @@ pub(crate) fn parse_state(text: &str) -> Result<RunState, String> {
 /// An operator's move on a run: who, on which run, and why.
 #[derive(Debug, Args)]
 pub struct OperateArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The request's id, the same for every retry of one request: a
     /// request the engine carried out already under it is not carried out
@@ -269,7 +284,8 @@ pub struct OperateArgs {
 /// `approve`'s and `reject`'s arguments.
 #[derive(Debug, Args)]
 pub struct ApproveArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The request's id, the same for every retry of one request: a
     /// request the engine carried out already under it is not carried out
@@ -298,7 +314,7 @@ pub struct ApproveArgs {
 /// `repair`'s arguments.
 #[derive(Debug, Args)]
 pub struct RepairArgs {
-    /// The database directory.
+    /// The database directory (its log and files: not a postgres:// URL).
     pub dir: PathBuf,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -308,7 +324,8 @@ pub struct RepairArgs {
 /// `prune`'s arguments.
 #[derive(Debug, Args)]
 pub struct PruneArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// How long a run must have been over: `90s`, `15m`, `2h`, `30d`.
     #[arg(long = "older-than", value_name = "DURATION", value_parser = parse_duration_ms)]
@@ -332,7 +349,8 @@ pub struct PruneArgs {
 /// `signal`'s arguments.
 #[derive(Debug, Args)]
 pub struct SignalArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The request's id, the same for every retry of one request: a
     /// request the engine carried out already under it is not carried out
@@ -359,7 +377,8 @@ pub struct SignalArgs {
 /// `budget`'s arguments: the limits (a limit left out is no limit).
 #[derive(Debug, Args)]
 pub struct BudgetArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The request's id, the same for every retry of one request: a
     /// request the engine carried out already under it is not carried out
@@ -407,7 +426,8 @@ pub enum Found {
 /// `reconcile`'s arguments.
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The request's id, the same for every retry of one request: a
     /// request the engine carried out already under it is not carried out
@@ -491,7 +511,8 @@ pub struct CheckArgs {
 /// `migrate`'s arguments.
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The agent kind (a runtime's runs are `KIND@VERSION`).
     #[arg(long)]
@@ -520,7 +541,8 @@ pub struct MigrateArgs {
 /// `retry`'s arguments.
 #[derive(Debug, Args)]
 pub struct RetryArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The failed run.
     #[arg(long)]
@@ -542,7 +564,8 @@ pub struct RetryArgs {
 /// `fork`'s arguments.
 #[derive(Debug, Args)]
 pub struct ForkArgs {
-    /// The database directory.
+    /// The database directory, or a postgres:// URL (the books in
+    /// PostgreSQL: `postgres://user@host:port/dbname`).
     pub dir: PathBuf,
     /// The run forked.
     #[arg(long)]

@@ -22,9 +22,13 @@ pub fn run(dir: &Path, run: Option<&str>) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
     let one = run.map(RunId::new).transpose().map_err(fail)?;
     let reading = open_to_read(dir).map_err(fail)?;
-    if reading.live_lsn.is_some() {
+    if reading.says_as_of() {
         // stdout holds the engine's lines only.
-        eprintln!("actum export {}: {}", dir.display(), reading.as_of());
+        eprintln!(
+            "actum export {}: {}",
+            crate::place::shown(dir),
+            reading.as_of()
+        );
     }
     let engine = &reading.engine;
     let mut out = BufWriter::new(std::io::stdout().lock());

@@ -1,5 +1,5 @@
 //! How a command fails: a message for a person that names the directory
-//! (or file) involved, and an exit code.
+//! (or file, or PostgreSQL server) involved, and an exit code.
 //!
 //! **Invariant:** every engine error reaches the person with the
 //! directory it was about and a hint at what to do; none is swallowed.
@@ -34,29 +34,46 @@ impl CliError {
         }
     }
 
-    /// An engine error met while working on `dir`.
+    /// An engine error met while working on `dir` (a directory, or a
+    /// PostgreSQL URL, shown without its password).
     pub fn engine(dir: &Path, error: actum::Error) -> CliError {
         use actum::Error;
+        let shown = crate::place::shown(dir);
         let message = match &error {
             Error::Locked { .. } => format!(
-                "{} is in use by another process (an open engine holds its LOCK); run this \
-                 again once that process has closed it",
-                dir.display()
+                "{shown} is in use by another process (an open engine holds its LOCK); run this \
+                 again once that process has closed it"
             ),
             // It names the directory itself.
             Error::NoDatabase { .. } => error.to_string(),
+            // It names the server itself; the client's error says little
+            // ("error connecting to server") without its own causes.
+            Error::Postgres { .. } => {
+                let mut message = error.to_string();
+                let mut cause = std::error::Error::source(&error).and_then(|s| s.source());
+                while let Some(c) = cause {
+                    message.push_str(&format!(" (because: {c})"));
+                    cause = c.source();
+                }
+                message
+            }
             Error::Corrupt { .. }
             | Error::NoValidManifest { .. }
             | Error::ForeignFile { .. }
-            | Error::StateStore { .. } => format!(
-                "cannot open {}: {error}\n(`actum verify {}` lists every damage it finds)",
-                dir.display(),
-                dir.display()
-            ),
+            | Error::StateStore { .. } => {
+                if crate::place::postgres_url(dir).is_some() {
+                    format!("{shown}: {error}")
+                } else {
+                    format!(
+                        "cannot open {shown}: {error}\n(`actum verify {shown}` lists every \
+                         damage it finds)"
+                    )
+                }
+            }
             Error::Io { source, .. } if source.kind() == io::ErrorKind::BrokenPipe => {
                 return CliError::OutputClosed;
             }
-            _ => format!("{}: {error}", dir.display()),
+            _ => format!("{shown}: {error}"),
         };
         CliError::unusable(message)
     }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use actum::books::{EffectEntry, EffectStatus, RUNS_PAGE_MAX, Run, RunId, RunState};
@@ -63,12 +63,17 @@ struct AgentRow {
 /// Everything `inspect` reports.
 #[derive(Debug, Serialize)]
 struct Inspection {
-    dir: PathBuf,
+    /// The directory, or the PostgreSQL URL without its password.
+    dir: String,
     now_ms: u64,
     durable_lsn: u64,
     /// Set when another process's engine holds the directory: the LSN of
     /// the snapshot read (equal to `durable_lsn`).
     live_lsn: Option<u64>,
+    /// Set when the books are in PostgreSQL: the server, as its URL names
+    /// it without the password (no LSN, no files: `durable_lsn` is 0 and
+    /// `sizes` all zero).
+    postgres: Option<String>,
     runs: u64,
     runs_by_state: BTreeMap<&'static str, u64>,
     /// Per `agent_version` (a runtime's `kind@version`): what a version
@@ -87,8 +92,11 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let reading = open_to_read(dir).map_err(fail)?;
     let mut found = gather(&reading.engine, dir).map_err(fail)?;
     found.live_lsn = reading.live_lsn;
+    found.postgres = reading.postgres.clone();
     drop(reading);
-    found.sizes = disk_usage(&FsStorage::new(), dir, None).map_err(fail)?;
+    if found.postgres.is_none() {
+        found.sizes = disk_usage(&FsStorage::new(), dir, None).map_err(fail)?;
+    }
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &found).map_err(|e| CliError::output(e.into()))?;
@@ -103,10 +111,11 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
 fn gather(engine: &Engine, dir: &Path) -> actum::Result<Inspection> {
     let now_ms = engine.clock().now_ms();
     let mut found = Inspection {
-        dir: dir.to_path_buf(),
+        dir: crate::place::shown(dir),
         now_ms,
         durable_lsn: engine.durable_lsn().0,
         live_lsn: None,
+        postgres: None,
         runs: 0,
         runs_by_state: RunState::ALL.iter().map(|s| (s.name(), 0)).collect(),
         runs_by_agent: BTreeMap::new(),
@@ -184,7 +193,16 @@ fn note_effect(entry: EffectEntry, found: &mut Inspection) {
 }
 
 fn write_tables(found: &Inspection, out: &mut dyn Write) -> std::io::Result<()> {
-    writeln!(out, "database {}", found.dir.display())?;
+    writeln!(out, "database {}", found.dir)?;
+    if let Some(server) = &found.postgres {
+        writeln!(
+            out,
+            "  PostgreSQL {server}: {} runs, read at {}\n",
+            found.runs,
+            fmt_time(found.now_ms)
+        )?;
+        return write_books(found, out);
+    }
     if let Some(lsn) = found.live_lsn {
         writeln!(
             out,
@@ -209,6 +227,11 @@ fn write_tables(found: &Inspection, out: &mut dyn Write) -> std::io::Result<()> 
         fmt_bytes(s.wal_bytes),
         fmt_bytes(s.state_bytes)
     )?;
+    write_books(found, out)
+}
+
+/// The tables of what the books hold, the same for either place.
+fn write_books(found: &Inspection, out: &mut dyn Write) -> std::io::Result<()> {
     let mut states = Table::new(&["STATE", "RUNS"]);
     for (state, count) in &found.runs_by_state {
         states.row(vec![(*state).to_string(), count.to_string()]);

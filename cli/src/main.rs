@@ -1,4 +1,6 @@
-//! `actum`: the operator's command for an actum database directory.
+//! `actum`: the operator's command for an actum database directory, or a
+//! PostgreSQL database named by a `postgres://` URL in the directory's
+//! place (`place.rs`).
 //!
 //! Read-only commands (`inspect`, `verify`, `export`, `stuck`) open the
 //! directory on the engine's read-only view, so they write, create and
@@ -30,6 +32,7 @@ mod migrate;
 mod operate;
 mod operator;
 mod paused;
+mod place;
 mod progress;
 mod prune;
 mod repair;

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use actum::books::{RUNS_PAGE_MAX, RunId};
-use actum::engine::{Engine, EngineOptions, VersionMoved};
+use actum::engine::{Engine, VersionMoved};
 use serde_json::json;
 
 use crate::args::MigrateArgs;
@@ -50,7 +50,7 @@ pub fn run(args: &MigrateArgs) -> Result<ExitCode, CliError> {
         .map_err(fail)?;
     let from = format!("{}@{}", args.kind, args.from);
     let to = format!("{}@{}", args.kind, args.to);
-    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
+    let engine = crate::place::open_to_write(dir).map_err(fail)?;
     say_leases_released(&engine, dir);
     let done = move_runs(&engine, &named, (&from, &to), args);
     let closed = engine.close();
@@ -67,7 +67,7 @@ pub fn run(args: &MigrateArgs) -> Result<ExitCode, CliError> {
     Err(CliError::Failed {
         message: format!(
             "{}: {} run(s) not moved from {from} to {to}:\n  {}",
-            dir.display(),
+            crate::place::shown(dir),
             refused.len(),
             refused.join("\n  ")
         ),

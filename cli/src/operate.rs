@@ -87,7 +87,7 @@ fn say_budget_full(dir: &std::path::Path, run: &RunId) {
             "note: run {run}'s budget has reached {}: it will pause again at its next call \
              unless the budget is raised (`actum budget {} --run {run} ...`)",
             full.join(", "),
-            dir.display()
+            crate::place::shown(dir)
         );
     }
 }
@@ -103,7 +103,7 @@ pub fn say_leases_released(engine: &Engine, dir: &std::path::Path) {
             std::io::stderr(),
             "note: opening {} released {released} lease(s) of the process that had it open \
              before (its lock was free, so it is gone); their runs can be claimed again now",
-            dir.display()
+            crate::place::shown(dir)
         );
     }
 }

@@ -35,6 +35,11 @@ const COPIES_MAX: u32 = 1_000;
 /// Runs `repair`.
 pub fn run(args: &RepairArgs) -> Result<ExitCode, CliError> {
     let dir = &args.dir;
+    crate::place::refuse_url(
+        dir,
+        "repair",
+        "there is no log to cut back; the server recovers its own tables",
+    )?;
     let bar = progress::counter("checking");
     bar.set_message(dir.display().to_string());
     let report = verify_dir(Arc::new(FsStorage::new()), dir);

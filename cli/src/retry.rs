@@ -14,7 +14,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use actum::books::RunId;
-use actum::engine::{Engine, EngineOptions};
 use serde_json::json;
 
 use crate::args::{ForkArgs, RetryArgs};
@@ -26,7 +25,7 @@ pub fn retry(args: &RetryArgs) -> Result<ExitCode, CliError> {
     let dir = &args.dir;
     let fail = |e| CliError::engine(dir, e);
     let run = RunId::new(args.run.as_str()).map_err(fail)?;
-    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
+    let engine = crate::place::open_to_write(dir).map_err(fail)?;
     say_leases_released(&engine, dir);
     let done = engine.retry_run(&run, args.checkpoint, &args.operator, &args.reason);
     let closed = engine.close();
@@ -70,7 +69,7 @@ pub fn fork(args: &ForkArgs) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
     let run = RunId::new(args.run.as_str()).map_err(fail)?;
     let into = RunId::new(args.into.as_str()).map_err(fail)?;
-    let engine = Engine::open_existing(dir, EngineOptions::default()).map_err(fail)?;
+    let engine = crate::place::open_to_write(dir).map_err(fail)?;
     say_leases_released(&engine, dir);
     let done = engine.fork_run(&run, &into, args.checkpoint, &args.operator, &args.reason);
     let closed = engine.close();

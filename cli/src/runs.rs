@@ -79,9 +79,13 @@ pub fn run(args: &RunsArgs) -> Result<ExitCode, CliError> {
     let reading = open_to_read(dir).map_err(fail)?;
     let engine = &reading.engine;
     let listing = list(engine, &filter).map_err(fail)?;
-    if reading.live_lsn.is_some() {
+    if reading.says_as_of() {
         // stdout holds the listing only.
-        eprintln!("actum runs {}: {}", dir.display(), reading.as_of());
+        eprintln!(
+            "actum runs {}: {}",
+            crate::place::shown(dir),
+            reading.as_of()
+        );
     }
     drop(reading);
     let mut out = std::io::stdout().lock();
@@ -165,7 +169,7 @@ fn row(run: Run, now_ms: u64) -> Row {
 
 fn write_table(listing: &Listing, dir: &Path, out: &mut dyn Write) -> std::io::Result<()> {
     if listing.runs.is_empty() {
-        writeln!(out, "no run in {} matches", dir.display())?;
+        writeln!(out, "no run in {} matches", crate::place::shown(dir))?;
         return Ok(());
     }
     let mut table = Table::new(&["RUN", "STATE", "AGENT", "CREATED", "LAST CHANGE", "HELD BY"]);

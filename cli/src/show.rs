@@ -125,6 +125,9 @@ pub(crate) struct Story {
     pub durable_lsn: u64,
     /// True if another process had the database open (a snapshot).
     pub live: bool,
+    /// The PostgreSQL server the books were read from (its URL without the
+    /// password), if they are there (then `durable_lsn` is 0).
+    pub postgres: Option<String>,
     pub head: Head,
     pub states: Vec<StateChange>,
     pub steps: Vec<Step>,
@@ -162,14 +165,15 @@ pub fn run(args: &ShowArgs) -> Result<ExitCode, CliError> {
     let reading = open_to_read(dir).map_err(fail)?;
     let engine = &reading.engine;
     let story = gather(engine, &id).map_err(fail)?;
+    let postgres = reading.postgres.clone();
     drop(reading);
-    let Some(story) = story else {
+    let Some(mut story) = story else {
+        let shown = crate::place::shown(dir);
         return Err(CliError::unusable(format!(
-            "{}: no run {id} (`actum runs {}` lists them)",
-            dir.display(),
-            dir.display()
+            "{shown}: no run {id} (`actum runs {shown}` lists them)"
         )));
     };
+    story.postgres = postgres;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &story).map_err(|e| CliError::output(e.into()))?;
@@ -230,6 +234,7 @@ pub(crate) fn gather(engine: &Engine, id: &RunId) -> actum::Result<Option<Story>
         now_ms,
         durable_lsn: engine.durable_lsn().0,
         live: engine.snapshot_lsn().is_some(),
+        postgres: None,
         head: head(&run, now_ms),
         states,
         steps: effects.into_iter().map(step).collect(),
@@ -438,16 +443,19 @@ fn write_story(s: &Story, out: &mut dyn Write) -> std::io::Result<()> {
         )?,
         None => writeln!(out, "no lease held")?,
     }
-    writeln!(
-        out,
-        "as of LSN {}{}",
-        s.durable_lsn,
-        if s.live {
-            " (live database: another process has it open; this is a consistent snapshot)"
-        } else {
-            ""
-        }
-    )?;
+    match &s.postgres {
+        Some(server) => writeln!(out, "from PostgreSQL {server}")?,
+        None => writeln!(
+            out,
+            "as of LSN {}{}",
+            s.durable_lsn,
+            if s.live {
+                " (live database: another process has it open; this is a consistent snapshot)"
+            } else {
+                ""
+            }
+        )?,
+    }
 
     writeln!(out, "\nstates")?;
     let mut table = Table::new(&["WHEN", "FROM", "TO", "WHY"]);

@@ -39,13 +39,13 @@ pub fn run(dir: &Path, older_than_ms: u64, json: bool) -> Result<ExitCode, CliEr
     let reading = open_to_read(dir).map_err(fail)?;
     let rows = gather(&reading.engine, older_than_ms).map_err(fail)?;
     let as_of = reading.as_of();
-    let live = reading.live_lsn.is_some();
+    let live = reading.says_as_of();
     drop(reading);
     let mut out = std::io::stdout().lock();
     let written = if json {
         if live {
             // stdout holds the rows only.
-            eprintln!("actum stuck {}: {as_of}", dir.display());
+            eprintln!("actum stuck {}: {as_of}", crate::place::shown(dir));
         }
         serde_json::to_writer_pretty(&mut out, &rows)
             .map_err(std::io::Error::from)

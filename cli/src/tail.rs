@@ -33,6 +33,11 @@ const COMMITS_PER_READ: usize = 10_000;
 /// Runs `tail`.
 pub fn run(args: &TailArgs) -> Result<ExitCode, CliError> {
     let dir = &args.dir;
+    crate::place::refuse_url(
+        dir,
+        "tail",
+        "there is no log to follow (`actum runs` and `actum show` read the books there)",
+    )?;
     let fail = |e| CliError::engine(dir, e);
     let only = args
         .run

@@ -25,6 +25,11 @@ const EXIT_DAMAGED: u8 = 1;
 
 /// Runs `verify`.
 pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
+    crate::place::refuse_url(
+        dir,
+        "verify",
+        "the server keeps its own checksums (`actum inspect` reads the books there)",
+    )?;
     let bar = progress::counter("checking");
     bar.set_message(dir.display().to_string());
     let report = match verify_dir(Arc::new(FsStorage::new()), dir) {

@@ -9,7 +9,8 @@ ENGINE_ERRORS: list[str]
 """The names of the engine error classes, one per engine `Error` variant."""
 
 class Engine:
-    """An open actum database. One process per directory.
+    """An open actum database: a directory (one process per directory), or a PostgreSQL
+    database (`Engine.open("postgres://...")`, any number of processes).
 
     >>> with Engine.open("books") as engine:
     ...     runtime = Runtime(engine)
@@ -21,13 +22,20 @@ class Engine:
 
         With `operator_channel=True` it serves the operator channel until closed (a Unix
         socket in `path/operator/`), so `actum pause`, `approve` and the other writes of
-        the `actum` command reach it while it runs."""
+        the `actum` command reach it while it runs.
+
+        A `str` starting with `postgres://` or `postgresql://` opens the books in that
+        PostgreSQL database instead, e.g.
+        `Engine.open("postgres://agents@db.internal:5432/books")`: any number of processes
+        may open it at once; `operator_channel=True` raises `InvalidConfig` there (the
+        `actum` command opens the database itself), an unreachable server `Postgres`."""
     def close(self) -> None:
         """Shuts the runtimes over it down and closes it cleanly; a second close does nothing."""
     @property
     def closed(self) -> bool: ...
     @property
-    def path(self) -> str: ...
+    def path(self) -> str:
+        """The database directory, or the PostgreSQL URL without its password."""
     def __enter__(self) -> "Engine": ...
     def __exit__(self, *exc: object) -> bool: ...
     def state(self, run_id: str) -> Optional[str]:
@@ -693,3 +701,7 @@ class RetryRefused(ActumError):
     """The engine's `Error::RetryRefused`."""
     run: str
     reason: str
+
+def scratch_database(url: str, prefix: str) -> str:
+    """A test helper (in `actum._actum`): makes a new, empty database on the PostgreSQL
+    server `url` names and returns its URL, for `Engine.open`."""

@@ -344,8 +344,10 @@ class ActumSaver(BaseCheckpointSaver[str]):
     def from_path(
         cls, path: str | Path, *, serde: SerializerProtocol | None = None
     ) -> Iterator[ActumSaver]:
-        """Opens (or creates) the database in the directory ``path`` and
-        yields a saver over it; closes the database on the way out."""
+        """Opens (or creates) the database in the directory ``path`` (or in
+        the PostgreSQL database a ``postgres://`` URL names, as
+        ``Engine.open`` does) and yields a saver over it; closes the
+        database on the way out."""
         engine = Engine.open(path)
         try:
             yield cls(engine, serde=serde)

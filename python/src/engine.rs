@@ -1,4 +1,4 @@
-//! `actum.Engine`: one open database directory.
+//! `actum.Engine`: one open database, in a directory or in PostgreSQL.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -8,9 +8,9 @@ use actum::books::{
     BudgetLimits, Cost, EffectKey, OperatorAction, Outcome, RunId, StepId, digest_of,
 };
 use actum::{Engine, EngineOptions};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::{PyDict, PyString, PyType};
 
 use crate::errors::{ActumError, EngineClosed, error_to_py};
 use crate::fork;
@@ -26,8 +26,10 @@ pub(crate) struct EngineState {
     pub(crate) runtimes: Vec<Weak<RuntimeSlot>>,
 }
 
-/// An open actum database. One process per directory: a second open of the
-/// same directory (in this process or another) raises `Locked`.
+/// An open actum database: a directory, or a PostgreSQL database. One
+/// process per directory: a second open of the same directory (in this
+/// process or another) raises `Locked`. A PostgreSQL database takes any
+/// number of engines, in any number of processes and hosts.
 ///
 /// ```python
 /// with actum.Engine.open("books") as engine:
@@ -37,6 +39,7 @@ pub(crate) struct EngineState {
 /// ```
 #[pyclass(module = "actum", name = "Engine", frozen)]
 pub struct PyEngine {
+    /// The directory, or the URL without its password.
     path: String,
     /// The process that opened it: any other (a forked child) is refused.
     pid: u32,
@@ -104,28 +107,51 @@ impl PyEngine {
     /// `operator_channel=True` it serves the operator channel until closed
     /// (a Unix socket in `path/operator/`, owner-only), so the `actum`
     /// command's writes (`pause`, `approve`, ...) reach it while it runs.
+    ///
+    /// A `str` that starts with `postgres://` or `postgresql://` opens the
+    /// books in that PostgreSQL database instead (creating their tables),
+    /// which other processes may open at once; `operator_channel=True` is
+    /// refused there (`InvalidConfig`): operators open the database
+    /// themselves. A server that cannot be reached raises `Postgres`. For
+    /// example `actum.Engine.open("postgres://agents@db.internal:5432/books")`
+    /// on every host that runs the agents (docs/PYTHON.md, "PostgreSQL:
+    /// many processes on one database").
     #[classmethod]
     #[pyo3(signature = (path, *, operator_channel=false))]
     fn open(
         _cls: &Bound<'_, PyType>,
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         operator_channel: bool,
     ) -> PyResult<PyEngine> {
-        let shown = path.display().to_string();
         let options = EngineOptions {
             operator_channel,
             ..EngineOptions::default()
         };
-        let engine = py
-            .detach(|| {
-                let engine = Arc::new(Engine::open(&path, options)?);
-                if operator_channel {
-                    engine.serve_operators()?;
-                }
-                Ok::<_, actum::Error>(engine)
-            })
-            .map_err(|e| error_to_py(py, &e))?;
+        let (shown, opened) = match postgres_url(path)? {
+            Some(url) => (
+                actum::pg::without_password(&url),
+                py.detach(|| Engine::open_postgres(&url, options).map(Arc::new)),
+            ),
+            None => {
+                let path: PathBuf = path.extract().map_err(|e| {
+                    PyTypeError::new_err(format!(
+                        "Engine.open takes a directory (a str or os.PathLike) or a \
+                         postgres:// URL (a str): {e}"
+                    ))
+                })?;
+                let shown = path.display().to_string();
+                let opened = py.detach(|| {
+                    let engine = Arc::new(Engine::open(&path, options)?);
+                    if operator_channel {
+                        engine.serve_operators()?;
+                    }
+                    Ok::<_, actum::Error>(engine)
+                });
+                (shown, opened)
+            }
+        };
+        let engine = opened.map_err(|e| error_to_py(py, &e))?;
         Ok(PyEngine {
             path: shown,
             pid: fork::this_process(),
@@ -189,7 +215,7 @@ impl PyEngine {
         Ok(self.lock().engine.is_none())
     }
 
-    /// The database directory.
+    /// The database directory, or the PostgreSQL URL without its password.
     #[getter(path)]
     fn dir(&self) -> &str {
         &self.path
@@ -410,6 +436,49 @@ impl PyEngine {
         };
         format!("Engine({:?}, {state})", self.path)
     }
+}
+
+/// A test helper: makes a new, empty database on the PostgreSQL server
+/// `url` names (`<prefix>_<process id>_<n>`, dropped first if an earlier
+/// run left it) and returns its URL, for `Engine.open`. Raises `Postgres`
+/// if the server cannot be reached, `ValueError` for a prefix that is not
+/// lowercase ASCII letters, digits and `_` (1 to 40 of them, a letter
+/// first: it becomes part of an SQL identifier).
+///
+/// ```python
+/// url = actum._actum.scratch_database(os.environ["ACTUM_PG_URL"], "mytest")
+/// ```
+#[pyfunction]
+pub(crate) fn scratch_database(py: Python<'_>, url: &str, prefix: &str) -> PyResult<String> {
+    let plain = prefix.len() <= 40
+        && prefix.starts_with(|c: char| c.is_ascii_lowercase())
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !plain {
+        return Err(PyValueError::new_err(format!(
+            "scratch database prefix {prefix:?}: say 1 to 40 lowercase ASCII letters, digits \
+             and _, a letter first"
+        )));
+    }
+    py.detach(|| actum::pg::scratch_database(url, prefix))
+        .map_err(|e| error_to_py(py, &e))
+}
+
+/// The schemes of a PostgreSQL URL `Engine.open` takes instead of a path.
+const POSTGRES_SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];
+
+/// The URL, if `path` is a `str` naming a PostgreSQL database; None for a
+/// path (a `str` or path-like that names a directory).
+fn postgres_url(path: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    let Ok(text) = path.cast::<PyString>() else {
+        return Ok(None);
+    };
+    let text = text.to_cow()?;
+    Ok(POSTGRES_SCHEMES
+        .iter()
+        .any(|scheme| text.starts_with(scheme))
+        .then(|| text.into_owned()))
 }
 
 fn run_id_of(py: Python<'_>, run: &str) -> PyResult<RunId> {

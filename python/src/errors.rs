@@ -202,7 +202,7 @@ macro_rules! engine_errors {
         /// The engine error as its Python exception, its fields set as
         /// attributes.
         pub(crate) fn error_to_py(py: Python<'_>, e: &Error) -> PyErr {
-            let message = e.to_string();
+            let message = message_of(e);
             let (err, fields): (PyErr, Vec<(&str, PyResult<Bound<'_, PyAny>>)>) = match e {
                 $(
                     Error::$variant { $($field),* } => (
@@ -226,6 +226,21 @@ macro_rules! engine_errors {
             err
         }
     };
+}
+
+/// The error's message: the engine's words, and for a PostgreSQL error
+/// the causes of the client's error too (its own words, "error connecting
+/// to server", say little without them).
+fn message_of(e: &Error) -> String {
+    let mut message = e.to_string();
+    if let Error::Postgres { .. } = e {
+        let mut cause = std::error::Error::source(e).and_then(|s| s.source());
+        while let Some(c) = cause {
+            message.push_str(&format!(" (because: {c})"));
+            cause = c.source();
+        }
+    }
+    message
 }
 
 engine_errors! {

@@ -30,9 +30,9 @@ pub(crate) fn check(opened_pid: u32, path: &str) -> PyResult<()> {
     Err(EngineForked::new_err(format!(
         "the engine at {path} was opened in process {opened_pid}, and this is process {} \
          (forked from it): an engine does not survive a fork, and the child leaves the \
-         parent's files alone. Open the database in this process with actum.Engine.open \
-         (once the parent closed it: one process per directory), or give the child a \
-         directory of its own",
+         parent's files and connections alone. Open the database in this process with \
+         actum.Engine.open (a directory once the parent closed it: one process per \
+         directory; a PostgreSQL URL at any time), or give the child a directory of its own",
         this_process()
     )))
 }

@@ -2,7 +2,7 @@
 //! `actum` (python/actum/) re-exports.
 //!
 //! It mirrors the durable runtime (engine/src/runtime/): an `Engine`
-//! opened on a directory, a `Runtime` over it serving agent functions, a
+//! opened on a directory or a PostgreSQL database, a `Runtime` over it serving agent functions, a
 //! `ctx` whose calls make a run durable, and tools declared with their
 //! class. Every call into the engine releases the GIL; a Python handler or
 //! tool runs with it held. See docs/PYTHON.md.
@@ -38,5 +38,6 @@ fn actum_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tool::PyUndoCall>()?;
     m.add_class::<tool::PyTool>()?;
     m.add_class::<threads::ThreadBooks>()?;
+    m.add_function(wrap_pyfunction!(engine::scratch_database, m)?)?;
     Ok(())
 }

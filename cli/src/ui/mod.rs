@@ -61,9 +61,13 @@ pub fn run(args: &UiArgs) -> Result<ExitCode, CliError> {
     // One line on stdout, the URL last, for a person or a script to read;
     // nothing is written to stdout after it, so its reader may go away.
     let mut out = std::io::stdout().lock();
-    writeln!(out, "actum ui: serving {} at {url}", dir.display())
-        .and_then(|()| out.flush())
-        .map_err(CliError::output)?;
+    writeln!(
+        out,
+        "actum ui: serving {} at {url}",
+        crate::place::shown(dir)
+    )
+    .and_then(|()| out.flush())
+    .map_err(CliError::output)?;
     drop(out);
     // A failed write to stderr is no reason not to serve.
     let _ = writeln!(

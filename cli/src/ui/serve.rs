@@ -188,8 +188,9 @@ async fn run(
     read_page(app, q, h, move |reading, _, token| {
         let missing = |why: String| Unshown::Bad(StatusCode::NOT_FOUND, why);
         let id = RunId::new(run.as_str()).map_err(|e| missing(e.to_string()))?;
-        let story = crate::show::gather(&reading.engine, &id)?
+        let mut story = crate::show::gather(&reading.engine, &id)?
             .ok_or_else(|| missing(format!("no run {id} (the runs page lists them)")))?;
+        story.postgres.clone_from(&reading.postgres);
         let approval = crate::answer::open_approval(&reading.engine, &id)?;
         Ok(story::run_page(
             &story,

@@ -179,7 +179,7 @@ fn head(s: &Story) -> String {
     };
     format!(
         "<p><b id=\"state\">{}</b>, agent {}, created {}, last changed {} later; trace {}; \
-         parent {}</p><p>{lease}</p><p class=\"asof\">as of LSN {}{}</p>",
+         parent {}</p><p>{lease}</p><p class=\"asof\">{}</p>",
         esc(h.state),
         esc(&h.agent),
         when(h.created_ms),
@@ -188,13 +188,25 @@ fn head(s: &Story) -> String {
         h.parent
             .as_deref()
             .map_or_else(|| "none".to_string(), run_link),
-        s.durable_lsn,
-        if s.live {
-            " (live database: another process has it open; this is a consistent snapshot)"
-        } else {
-            ""
-        }
+        esc(&as_of(s)),
     )
+}
+
+/// Which state of the books the page shows: an LSN, or the PostgreSQL
+/// server read.
+fn as_of(s: &Story) -> String {
+    match &s.postgres {
+        Some(server) => format!("from PostgreSQL {server}"),
+        None => format!(
+            "as of LSN {}{}",
+            s.durable_lsn,
+            if s.live {
+                " (live database: another process has it open; this is a consistent snapshot)"
+            } else {
+                ""
+            }
+        ),
+    }
 }
 
 /// The steps' table, with a reconcile form on each unknown one.

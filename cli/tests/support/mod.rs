@@ -172,8 +172,15 @@ pub fn open_in_the_past(dir: &Path) -> Engine {
 /// past, and returns the engine still open.
 pub fn build_known(dir: &Path) -> Engine {
     let engine = open_in_the_past(dir);
+    fill_known(&engine);
+    engine
+}
+
+/// Writes the known database's runs (see [`runs`]) through `engine`, at
+/// its clock's readings: a directory's, or a PostgreSQL database's.
+pub fn fill_known(engine: &Engine) {
     // Completed after one confirmed step.
-    let done = start(&engine, runs::DONE, "w-done");
+    let done = start(engine, runs::DONE, "w-done");
     let pay = StepId::new("pay").unwrap();
     let request = StepRequest {
         guard: &done.guard,
@@ -193,20 +200,20 @@ pub fn build_known(dir: &Path) -> Engine {
         })
         .unwrap();
     assert!(matches!(paid, StepResult::Done { .. }));
-    move_to(&engine, &done, RunState::Completed);
+    move_to(engine, &done, RunState::Completed);
     // Pending; paused; cancelled.
-    create(&engine, runs::PENDING, TRACE_MARKER);
-    create(&engine, runs::PAUSED, "trace-paused");
+    create(engine, runs::PENDING, TRACE_MARKER);
+    create(engine, runs::PAUSED, "trace-paused");
     let operate = |run, action| {
         engine
             .operate(&rid(run), action, "ops-anna", "test")
             .unwrap()
     };
     operate(runs::PAUSED, OperatorAction::Pause);
-    create(&engine, runs::CANCELLED, "trace-cancelled");
+    create(engine, runs::CANCELLED, "trace-cancelled");
     operate(runs::CANCELLED, OperatorAction::Cancel);
     // An intent durable and no outcome: the worker is still acting.
-    let intended = start(&engine, runs::INTENDED, "w-live");
+    let intended = start(engine, runs::INTENDED, "w-live");
     let begun = engine
         .begin_effect(BeginEffect {
             run: intended.run.clone(),
@@ -222,7 +229,7 @@ pub fn build_known(dir: &Path) -> Engine {
         .unwrap();
     assert!(matches!(begun, Begun::Proceed { .. }));
     // A mail whose acknowledgement was lost: unknown, never resent.
-    let unknown = start(&engine, runs::UNKNOWN, "w-live");
+    let unknown = start(engine, runs::UNKNOWN, "w-live");
     let mail = StepId::new("mail").unwrap();
     let request = StepRequest {
         guard: &unknown.guard,
@@ -243,7 +250,7 @@ pub fn build_known(dir: &Path) -> Engine {
         .unwrap();
     assert!(matches!(lost, StepResult::Unknown { .. }));
     // Waiting for a signal that never came.
-    let waiting = start(&engine, runs::WAITING, "w-wait");
+    let waiting = start(engine, runs::WAITING, "w-wait");
     let signal = WaitFor::Signal {
         name: "paid".into(),
     };
@@ -257,7 +264,6 @@ pub fn build_known(dir: &Path) -> Engine {
             "the bank confirms by webhook",
         )
         .unwrap();
-    engine
 }
 
 /// Builds the known database in a new temporary directory and closes it.
