@@ -20,6 +20,7 @@
 //! server orders keys as the embedded books do (by bytes).
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use postgres::Transaction;
@@ -56,6 +57,21 @@ pub struct PgBooks<'a, 't> {
     txn: RefCell<&'a mut Transaction<'t>>,
     statements: RefCell<&'a mut Statements>,
     failed: RefCell<Option<Failed>>,
+    /// What this transaction read or wrote of the rows a command reads
+    /// again and again (its runs, ledger entries and journal lengths), so
+    /// each is read from the server once. Sound because every write of the
+    /// transaction goes through this view, and what other transactions
+    /// commit meanwhile is not in its snapshot (or, for a locked run, cannot
+    /// happen).
+    cache: RefCell<Cache>,
+}
+
+/// The rows a [`PgBooks`] read or wrote, by key (`None`: absent).
+#[derive(Default)]
+struct Cache {
+    runs: BTreeMap<RunId, Option<Run>>,
+    effects: BTreeMap<EffectKey, Option<EffectEntry>>,
+    audit_lens: BTreeMap<RunId, u64>,
 }
 
 /// A `u64` of the books as a PostgreSQL `bigint`. Every count, version,
@@ -93,6 +109,7 @@ impl<'a, 't> PgBooks<'a, 't> {
             txn: RefCell::new(txn),
             statements: RefCell::new(statements),
             failed: RefCell::new(None),
+            cache: RefCell::new(Cache::default()),
         }
     }
 
@@ -104,6 +121,15 @@ impl<'a, 't> PgBooks<'a, 't> {
         let prepared = self.txn.borrow_mut().prepare(sql)?;
         self.statements.borrow_mut().insert(sql, prepared.clone());
         Ok(prepared)
+    }
+
+    /// The server's clock at the transaction's start (`now()`), in
+    /// milliseconds since the epoch; its statement prepared once per
+    /// connection, as every other.
+    pub(crate) fn server_now_ms(&self) -> Result<u64, postgres::Error> {
+        let statement = self.statement("SELECT floor(extract(epoch FROM now()) * 1000)::bigint")?;
+        let row = self.txn.borrow_mut().query_one(&statement, &[])?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 
     /// Ends the view: the first failure any read or write met.
@@ -287,6 +313,23 @@ impl<'a, 't> PgBooks<'a, 't> {
         }
     }
 
+    /// The ledger entry of `key`, read from the server.
+    fn effect_row(&self, key: &EffectKey) -> Option<EffectEntry> {
+        let (run, step, kind, attempt) = effect_params(key);
+        let bytes = self.bytes(
+            "read ledger entry",
+            "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+             AND attempt = $4",
+            &[&run, &step, &kind, &attempt],
+        )?;
+        self.decode(
+            RowTable::Effect,
+            &bytes,
+            || format!("ledger entry {key}"),
+            |e: &EffectEntry| e.key == *key,
+        )
+    }
+
     /// Every row of a run's ledger, decoded, in key order.
     fn effect_rows(&self, rows: Vec<postgres::Row>) -> Vec<EffectEntry> {
         let mut entries: Vec<EffectEntry> = rows
@@ -330,19 +373,26 @@ fn effect_params(key: &EffectKey) -> (&str, &str, i16, i64) {
 
 impl BooksRead for PgBooks<'_, '_> {
     fn run(&self, id: &RunId) -> Option<Run> {
+        if let Some(cached) = self.cache.borrow().runs.get(id) {
+            return cached.clone();
+        }
         let sql = if self.locking {
             "SELECT row FROM actum_runs WHERE id = $1 FOR UPDATE"
         } else {
             "SELECT row FROM actum_runs WHERE id = $1"
         };
-        self.by_text(
+        let run = self.by_text(
             "read run",
             sql,
             id.as_str(),
             RowTable::Run,
             || format!("run {id}"),
             |run: &Run| run.id == *id,
-        )
+        );
+        if !self.has_failed() {
+            self.cache.borrow_mut().runs.insert(id.clone(), run.clone());
+        }
+        run
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
@@ -404,19 +454,17 @@ impl BooksRead for PgBooks<'_, '_> {
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
-        let (run, step, kind, attempt) = effect_params(key);
-        let bytes = self.bytes(
-            "read ledger entry",
-            "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
-             AND attempt = $4",
-            &[&run, &step, &kind, &attempt],
-        )?;
-        self.decode(
-            RowTable::Effect,
-            &bytes,
-            || format!("ledger entry {key}"),
-            |e: &EffectEntry| e.key == *key,
-        )
+        if let Some(cached) = self.cache.borrow().effects.get(key) {
+            return cached.clone();
+        }
+        let entry = self.effect_row(key);
+        if !self.has_failed() {
+            self.cache
+                .borrow_mut()
+                .effects
+                .insert(key.clone(), entry.clone());
+        }
+        entry
     }
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
@@ -516,13 +564,24 @@ impl BooksRead for PgBooks<'_, '_> {
     }
 
     fn audit_len(&self, run: &RunId) -> u64 {
+        if let Some(len) = self.cache.borrow().audit_lens.get(run) {
+            return *len;
+        }
+        // A run's journal is numbered 1, 2, ... with no gap (`push_audit`
+        // asserts it), so its length is its last number: one step down the
+        // primary key's index, where a count would read every entry.
         let rows = self.query(
             "count audit entries",
-            "SELECT count(*) FROM actum_audit WHERE run = $1",
+            "SELECT coalesce(max(seq), 0) FROM actum_audit WHERE run = $1",
             &[&run.as_str()],
         );
-        rows.first()
-            .map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        let len = rows
+            .first()
+            .map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        if !self.has_failed() {
+            self.cache.borrow_mut().audit_lens.insert(run.clone(), len);
+        }
+        len
     }
 
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
@@ -636,6 +695,7 @@ impl BooksWrite for PgBooks<'_, '_> {
         let from = Self::claim_from(&run, waits.as_ref());
         let row = encode_row(RowTable::Run, &run);
         let (state, ended) = (state_code(run.state), ended_ms(&run));
+        let id = run.id.clone();
         self.execute(
             "write run",
             "INSERT INTO actum_runs (id, claim_from, row, state, ended_ms) \
@@ -644,6 +704,7 @@ impl BooksWrite for PgBooks<'_, '_> {
              state = EXCLUDED.state, ended_ms = EXCLUDED.ended_ms",
             &[&run.id.as_str(), &from, &row, &state, &ended],
         );
+        self.cache.borrow_mut().runs.insert(id, Some(run));
     }
 
     fn put_effect(&mut self, entry: EffectEntry) {
@@ -655,6 +716,10 @@ impl BooksWrite for PgBooks<'_, '_> {
              ON CONFLICT (run, step, kind, attempt) DO UPDATE SET row = EXCLUDED.row",
             &[&run, &step, &kind, &attempt, &row],
         );
+        self.cache
+            .borrow_mut()
+            .effects
+            .insert(entry.key.clone(), Some(entry));
     }
 
     fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
@@ -700,6 +765,10 @@ impl BooksWrite for PgBooks<'_, '_> {
             "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)",
             &[&run.as_str(), &big(entry.seq), &row],
         );
+        self.cache
+            .borrow_mut()
+            .audit_lens
+            .insert(run.clone(), entry.seq);
     }
 
     fn put_waits(&mut self, book: WaitBook) {
@@ -755,6 +824,12 @@ impl BooksWrite for PgBooks<'_, '_> {
     }
 
     fn delete_run(&mut self, run: &RunId) {
+        {
+            let mut cache = self.cache.borrow_mut();
+            cache.runs.insert(run.clone(), None);
+            cache.audit_lens.insert(run.clone(), 0);
+            cache.effects.retain(|key, _| key.run() != run);
+        }
         for (op, sql) in [
             ("delete run", "DELETE FROM actum_runs WHERE id = $1"),
             ("delete ledger", "DELETE FROM actum_effects WHERE run = $1"),

@@ -264,3 +264,82 @@ fn the_calls_of_a_directory_say_so_and_the_rest_answer() {
     let books = engine.snapshot().unwrap();
     assert_eq!(books.runs().count(), 1);
 }
+
+/// How many statements the effect protocol sends to the server through the
+/// `Engine` (docs/PERFORMANCE.md, "The effect protocol on PostgreSQL
+/// through the Engine"): a measurement, read from the server's log, so
+/// ignored by default. `scripts/postgres.sh cargo test -p actum --features
+/// postgres --lib statements_per_protocol -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement: it reads the log of the server scripts/postgres.sh started"]
+fn statements_per_protocol() {
+    use crate::books::{BeginEffect, FinishEffect};
+    let Some(server) = server_url() else { return };
+    let url = fresh_database(&server, "statements");
+    let database = url.rsplit('/').next().unwrap().to_string();
+    let log = std::path::Path::new(&std::env::var("ACTUM_PG_DATA").unwrap())
+        .parent()
+        .unwrap()
+        .join("server.log");
+    let mut admin = postgres::Client::connect(&server, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {database} SET log_statement = 'all'"
+        ))
+        .unwrap();
+    let engine = Engine::open_postgres(&url, EngineOptions::default()).unwrap();
+    create(&engine, "r");
+    let run = RunId::new("r").unwrap();
+    let lease = engine.claim_next(&worker("w"), 600_000).unwrap().unwrap();
+    engine
+        .transition(Transition {
+            run: run.clone(),
+            guard: lease.guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+    let logged = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("LOG:  execute") || l.contains("LOG:  statement:"))
+            .count()
+    };
+    const PROTOCOLS: usize = 20;
+    let before = logged();
+    for n in 0..PROTOCOLS {
+        let begun = engine
+            .begin_effect(BeginEffect {
+                run: run.clone(),
+                step: StepId::new(format!("s{n}")).unwrap(),
+                guard: lease.guard.clone(),
+                tool: "psp.charge".into(),
+                tool_class: ToolClass::Queryable,
+                args_digest: digest_of(&[n as u8]),
+                args: None,
+                rationale: "measure".into(),
+                compensation: None,
+            })
+            .unwrap();
+        let crate::books::Begun::Proceed { key, .. } = begun else {
+            panic!("a fresh step proceeds")
+        };
+        engine
+            .finish_effect(FinishEffect {
+                key,
+                guard: lease.guard.clone(),
+                outcome: Outcome::Confirmed {
+                    receipt: b"ch".to_vec(),
+                },
+            })
+            .unwrap();
+    }
+    let statements = logged() - before;
+    eprintln!(
+        "statements per protocol: {} ({statements} for {PROTOCOLS} protocols)",
+        statements as f64 / PROTOCOLS as f64
+    );
+    assert!(statements >= 2 * PROTOCOLS, "the log was read");
+}

@@ -342,13 +342,13 @@ impl PgStore {
             .isolation_level(IsolationLevel::RepeatableRead)
             .start();
         let mut txn = begun.map_err(|e| self.failed("begin", e))?;
+        let mut books = PgBooks::new(&mut txn, statements);
         let now_ms = match at_ms {
             Some(at_ms) => at_ms,
-            None => {
-                server_now_ms(&mut txn).map_err(|e| self.failed("read the server's clock", e))?
-            }
+            None => books
+                .server_now_ms()
+                .map_err(|e| self.failed("read the server's clock", e))?,
         };
-        let mut books = PgBooks::new(&mut txn, statements);
         let decided = match outside {
             Some(decided) => decided,
             None => decide(&books, cmd, now_ms),
@@ -399,13 +399,13 @@ impl PgStore {
             .read_only(true)
             .start()
             .map_err(|e| self.failed("begin", e))?;
+        let books = PgBooks::reader(&mut read, statements);
         let now_ms = match at_ms {
             Some(at_ms) => at_ms,
-            None => {
-                server_now_ms(&mut read).map_err(|e| self.failed("read the server's clock", e))?
-            }
+            None => books
+                .server_now_ms()
+                .map_err(|e| self.failed("read the server's clock", e))?,
         };
-        let books = PgBooks::reader(&mut read, statements);
         let decided = decide(&books, cmd, now_ms);
         match books.finish() {
             Some(Failed::Query(op, e)) => Err(self.failed(op, e)),
@@ -438,9 +438,10 @@ impl PgStore {
         read: impl FnOnce(&PgBooks<'_, '_>, u64) -> Result<T>,
     ) -> Result<T> {
         self.in_snapshot(|txn, statements| {
-            let now_ms =
-                server_now_ms(txn).map_err(|e| self.error("read the server's clock", false, e))?;
             let books = PgBooks::reader(txn, statements);
+            let now_ms = books
+                .server_now_ms()
+                .map_err(|e| self.error("read the server's clock", false, e))?;
             let value = read(&books, now_ms);
             match books.finish() {
                 Some(Failed::Query(op, e)) => Err(self.error(op, false, e)),
@@ -625,12 +626,4 @@ enum Attempt {
     Retry(postgres::Error),
     /// It failed for good (or was refused by the rules).
     Failed(Error),
-}
-
-fn server_now_ms(txn: &mut postgres::Transaction<'_>) -> std::result::Result<u64, postgres::Error> {
-    let row = txn.query_one(
-        "SELECT floor(extract(epoch FROM now()) * 1000)::bigint",
-        &[],
-    )?;
-    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
 }
