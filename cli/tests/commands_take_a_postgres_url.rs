@@ -17,27 +17,11 @@ use actum::books::{RunId, RunState};
 use actum::engine::{Engine, EngineOptions};
 use support::*;
 
-/// The server to test against, or `None` (skip) when none is named and
-/// none is required.
-fn server_url() -> Option<String> {
-    match std::env::var("ACTUM_PG_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("ACTUM_PG_REQUIRED").is_err(),
-                "ACTUM_PG_REQUIRED is set but ACTUM_PG_URL names no server"
-            );
-            eprintln!("skipped: ACTUM_PG_URL names no PostgreSQL server (scripts/postgres.sh)");
-            None
-        }
-    }
-}
-
 /// A new database holding the known runs ([`support::runs`]), and an
 /// engine open on it, as a worker process would have it open while the
 /// commands run.
 fn known_database(prefix: &str) -> Option<(String, Engine)> {
-    let server = server_url()?;
+    let server = actum::pg::server_for_tests()?;
     let url = actum::pg::scratch_database(&server, prefix).unwrap();
     let engine = Engine::open_postgres(&url, EngineOptions::default()).unwrap();
     fill_known(&engine);
@@ -248,7 +232,7 @@ fn writes_change_the_books_an_open_engine_sees() {
 
 #[test]
 fn directory_commands_refuse_a_url_naming_the_server() {
-    let Some(server) = server_url() else {
+    let Some(server) = actum::pg::server_for_tests() else {
         return;
     };
     let url = actum::pg::scratch_database(&server, "cli_refuse").unwrap();

@@ -9,37 +9,15 @@
 use std::path::Path;
 
 use actum::planted::PlantedBug;
-use actum_sim::pgkill::{KillConfig, KillReport, drive};
+use actum_sim::pgkill::{KillConfig, drive};
 
 /// Whether a server is there to test against.
 fn server() -> bool {
-    if std::env::var("ACTUM_PG_URL").is_ok_and(|url| !url.is_empty()) {
-        return true;
-    }
-    assert!(
-        std::env::var("ACTUM_PG_REQUIRED").is_err(),
-        "ACTUM_PG_REQUIRED is set but ACTUM_PG_URL names no server"
-    );
-    eprintln!("skipped: no PostgreSQL server (run under scripts/postgres.sh)");
-    false
+    actum::pg::server_for_tests().is_some()
 }
 
 fn worker() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_actum-pg-kill"))
-}
-
-fn show(report: &KillReport) -> String {
-    format!(
-        "{} kills, {} crashes, {} cuts, {} exits, {} runs {:?}, {} acts; violations: {:#?}",
-        report.kills,
-        report.crashes,
-        report.cuts,
-        report.exits,
-        report.runs,
-        report.checked.ended,
-        report.checked.acts,
-        report.checked.violations
-    )
 }
 
 /// One test at a time: they crash the one server they share.
@@ -55,21 +33,12 @@ fn three_hundred_kills_and_twenty_server_crashes_break_no_promise() {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let config = KillConfig::quick(1);
     let report = drive(&config, worker()).unwrap();
-    eprintln!("pg-kill quick: {}", show(&report));
-    assert!(
-        report.kills >= 300 && report.crashes >= 20,
-        "{}",
-        show(&report)
-    );
-    assert!(report.checked.violations.is_empty(), "{}", show(&report));
+    eprintln!("pg-kill quick: {}", report);
+    assert!(report.kills >= 300 && report.crashes >= 20, "{}", report);
+    assert!(report.checked.violations.is_empty(), "{}", report);
     let completed = report.checked.ended.get("completed").copied().unwrap_or(0);
-    assert_eq!(
-        completed,
-        report.runs,
-        "every run completed: {}",
-        show(&report)
-    );
-    assert!(report.runs > 100, "the loop did work: {}", show(&report));
+    assert_eq!(completed, report.runs, "every run completed: {}", report);
+    assert!(report.runs > 100, "the loop did work: {}", report);
 }
 
 /// Runs short loops with `bug` planted until one finds a violation (at
@@ -86,7 +55,7 @@ fn caught(bug: PlantedBug, rounds: u64) -> Vec<String> {
             ..KillConfig::quick(seed)
         };
         let report = drive(&config, worker()).unwrap();
-        eprintln!("pg-kill {} seed {seed}: {}", bug.name(), show(&report));
+        eprintln!("pg-kill {} seed {seed}: {}", bug.name(), report);
         if !report.checked.violations.is_empty() {
             return report.checked.violations;
         }

@@ -33,6 +33,19 @@ fn create(engine: &Engine, run: &str) {
         .unwrap();
 }
 
+/// Moves the leased run `guard` names to running.
+fn start(engine: &Engine, guard: &crate::books::Guard) {
+    engine
+        .transition(Transition {
+            run: guard.run.clone(),
+            guard: guard.clone(),
+            to: RunState::Running,
+            expected_version: None,
+            reason: "start".into(),
+        })
+        .unwrap();
+}
+
 fn worker(name: &str) -> WorkerId {
     WorkerId::new(name).unwrap()
 }
@@ -52,14 +65,7 @@ fn two_engines_on_one_database_share_runs_leases_and_the_ledger() {
     const LEASE_MS: u64 = 400;
     let lease = b.claim_next(&worker("b"), LEASE_MS).unwrap().unwrap();
     assert!(a.claim_next(&worker("a"), LEASE_MS).unwrap().is_none());
-    b.transition(Transition {
-        run: run.clone(),
-        guard: lease.guard.clone(),
-        to: RunState::Running,
-        expected_version: None,
-        reason: "start".into(),
-    })
-    .unwrap();
+    start(&b, &lease.guard);
     let step = StepId::new("charge").unwrap();
     let request = |guard| StepRequest {
         guard,
@@ -291,15 +297,7 @@ fn statements_per_protocol() {
     create(&engine, "r");
     let run = RunId::new("r").unwrap();
     let lease = engine.claim_next(&worker("w"), 600_000).unwrap().unwrap();
-    engine
-        .transition(Transition {
-            run: run.clone(),
-            guard: lease.guard.clone(),
-            to: RunState::Running,
-            expected_version: None,
-            reason: "start".into(),
-        })
-        .unwrap();
+    start(&engine, &lease.guard);
     let logged = || {
         std::fs::read_to_string(&log)
             .unwrap()

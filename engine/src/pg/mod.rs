@@ -25,4 +25,4 @@ mod tests;
 pub use books::PgBooks;
 pub use schema::PG_SCHEMA_VERSION;
 pub(crate) use store::Planted;
-pub use store::{PgStore, RETRIES, scratch_database, without_password};
+pub use store::{PgStore, RETRIES, scratch_database, server_for_tests, without_password};

@@ -126,6 +126,28 @@ pub(crate) fn postgres_error(
     }
 }
 
+/// The server tests run against: the URL `ACTUM_PG_URL` names
+/// (scripts/postgres.sh starts a server and sets it), or `None` when it
+/// names none, so the test skips, saying so on stderr.
+///
+/// # Panics
+///
+/// When `ACTUM_PG_REQUIRED` is set (the script sets it) and
+/// `ACTUM_PG_URL` names no server: a test that must run does not skip.
+pub fn server_for_tests() -> Option<String> {
+    match std::env::var("ACTUM_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("ACTUM_PG_REQUIRED").is_err(),
+                "ACTUM_PG_REQUIRED is set but ACTUM_PG_URL names no server"
+            );
+            eprintln!("skipped: ACTUM_PG_URL names no PostgreSQL server (scripts/postgres.sh)");
+            None
+        }
+    }
+}
+
 /// Makes a new, empty database on the server `url` names, for a test or a
 /// bench: `<prefix>_<process id>_<n>`, dropped first if a run before left
 /// it. Returns the URL of the new database (`url` with its database name

@@ -27,20 +27,9 @@ use crate::books::{
 };
 use crate::error::Error;
 
-/// The server to test against, or `None` (skip) when none is named and
-/// none is required.
+/// The server to test against, or `None` (skip).
 pub(crate) fn server_url() -> Option<String> {
-    match std::env::var("ACTUM_PG_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("ACTUM_PG_REQUIRED").is_err(),
-                "ACTUM_PG_REQUIRED is set but ACTUM_PG_URL names no server"
-            );
-            eprintln!("skipped: ACTUM_PG_URL names no PostgreSQL server (scripts/postgres.sh)");
-            None
-        }
-    }
+    super::server_for_tests()
 }
 
 /// A fresh database on the server `url` names, for one test: its URL.

@@ -87,6 +87,30 @@ pub struct KillReport {
     pub checked: Checked,
 }
 
+impl std::fmt::Display for KillReport {
+    /// One line of what the loop did and found, the violations after it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} process kills, {} server crashes, {} connection cuts, {} worker exits; {} runs \
+             ended {:?}; {} acts, {} charges retried after a query; {} violations",
+            self.kills,
+            self.crashes,
+            self.cuts,
+            self.exits,
+            self.runs,
+            self.checked.ended,
+            self.checked.acts,
+            self.checked.charge_retries,
+            self.checked.violations.len()
+        )?;
+        for violation in &self.checked.violations {
+            write!(f, "\n  violation: {violation}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Where the server is, as scripts/postgres.sh exports it.
 struct Server {
     url: String,
