@@ -70,6 +70,9 @@ pub struct PgBooks<'a, 't> {
 #[derive(Default)]
 struct Cache {
     runs: BTreeMap<RunId, Option<Run>>,
+    waits: BTreeMap<RunId, Option<WaitBook>>,
+    budgets: BTreeMap<RunId, Option<BudgetBook>>,
+    sagas: BTreeMap<RunId, Option<SagaBook>>,
     effects: BTreeMap<EffectKey, Option<EffectEntry>>,
     audit_lens: BTreeMap<RunId, u64>,
 }
@@ -376,21 +379,67 @@ impl BooksRead for PgBooks<'_, '_> {
         if let Some(cached) = self.cache.borrow().runs.get(id) {
             return cached.clone();
         }
+        // The run with its wait book, budget and saga, in one statement:
+        // the commands that read a run read these next.
         let sql = if self.locking {
-            "SELECT row FROM actum_runs WHERE id = $1 FOR UPDATE"
+            "SELECT r.row, w.row, b.row, s.row FROM actum_runs r \
+             LEFT JOIN actum_waits w ON w.run = r.id \
+             LEFT JOIN actum_budgets b ON b.run = r.id \
+             LEFT JOIN actum_sagas s ON s.run = r.id \
+             WHERE r.id = $1 FOR UPDATE OF r"
         } else {
-            "SELECT row FROM actum_runs WHERE id = $1"
+            "SELECT r.row, w.row, b.row, s.row FROM actum_runs r \
+             LEFT JOIN actum_waits w ON w.run = r.id \
+             LEFT JOIN actum_budgets b ON b.run = r.id \
+             LEFT JOIN actum_sagas s ON s.run = r.id \
+             WHERE r.id = $1"
         };
-        let run = self.by_text(
-            "read run",
-            sql,
-            id.as_str(),
-            RowTable::Run,
-            || format!("run {id}"),
-            |run: &Run| run.id == *id,
-        );
+        let rows = self.query("read run", sql, &[&id.as_str()]);
+        let Some(row) = rows.first() else {
+            if !self.has_failed() {
+                self.cache.borrow_mut().runs.insert(id.clone(), None);
+            }
+            return None;
+        };
+        let column = |at: usize| row.get::<_, Option<Vec<u8>>>(at);
+        let run = column(0).and_then(|bytes| {
+            self.decode(
+                RowTable::Run,
+                &bytes,
+                || format!("run {id}"),
+                |run: &Run| run.id == *id,
+            )
+        });
+        let waits = column(1).and_then(|bytes| {
+            self.decode(
+                RowTable::Waits,
+                &bytes,
+                || format!("wait book of run {id}"),
+                |b: &WaitBook| b.run == *id,
+            )
+        });
+        let budget = column(2).and_then(|bytes| {
+            self.decode(
+                RowTable::Budgets,
+                &bytes,
+                || format!("budget of run {id}"),
+                |b: &BudgetBook| b.run == *id,
+            )
+        });
+        let saga = column(3).and_then(|bytes| {
+            self.decode(
+                RowTable::Sagas,
+                &bytes,
+                || format!("saga of run {id}"),
+                |b: &SagaBook| b.run == *id,
+            )
+        });
         if !self.has_failed() {
-            self.cache.borrow_mut().runs.insert(id.clone(), run.clone());
+            let mut cache = self.cache.borrow_mut();
+            cache.runs.insert(id.clone(), run.clone());
+            cache.waits.insert(id.clone(), waits);
+            cache.budgets.insert(id.clone(), budget);
+            cache.sagas.insert(id.clone(), saga);
         }
         run
     }
@@ -604,36 +653,66 @@ impl BooksRead for PgBooks<'_, '_> {
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {
-        self.by_text(
+        if let Some(cached) = self.cache.borrow().waits.get(run) {
+            return cached.clone();
+        }
+        let book = self.by_text(
             "read wait book",
             "SELECT row FROM actum_waits WHERE run = $1",
             run.as_str(),
             RowTable::Waits,
             || format!("wait book of run {run}"),
             |b: &WaitBook| b.run == *run,
-        )
+        );
+        if !self.has_failed() {
+            self.cache
+                .borrow_mut()
+                .waits
+                .insert(run.clone(), book.clone());
+        }
+        book
     }
 
     fn budget(&self, run: &RunId) -> Option<BudgetBook> {
-        self.by_text(
+        if let Some(cached) = self.cache.borrow().budgets.get(run) {
+            return cached.clone();
+        }
+        let book = self.by_text(
             "read budget",
             "SELECT row FROM actum_budgets WHERE run = $1",
             run.as_str(),
             RowTable::Budgets,
             || format!("budget of run {run}"),
             |b: &BudgetBook| b.run == *run,
-        )
+        );
+        if !self.has_failed() {
+            self.cache
+                .borrow_mut()
+                .budgets
+                .insert(run.clone(), book.clone());
+        }
+        book
     }
 
     fn saga(&self, run: &RunId) -> Option<SagaBook> {
-        self.by_text(
+        if let Some(cached) = self.cache.borrow().sagas.get(run) {
+            return cached.clone();
+        }
+        let book = self.by_text(
             "read saga",
             "SELECT row FROM actum_sagas WHERE run = $1",
             run.as_str(),
             RowTable::Sagas,
             || format!("saga of run {run}"),
             |b: &SagaBook| b.run == *run,
-        )
+        );
+        if !self.has_failed() {
+            self.cache
+                .borrow_mut()
+                .sagas
+                .insert(run.clone(), book.clone());
+        }
+        book
     }
 
     fn resource(&self, resource: &ResourceId) -> Option<ResourceBook> {
@@ -779,6 +858,10 @@ impl BooksWrite for PgBooks<'_, '_> {
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
             &[&book.run.as_str(), &row],
         );
+        self.cache
+            .borrow_mut()
+            .waits
+            .insert(book.run.clone(), Some(book.clone()));
         // A wait's deadline decides when its run is claimable again.
         self.reindex(&book.run);
     }
@@ -791,6 +874,10 @@ impl BooksWrite for PgBooks<'_, '_> {
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
             &[&book.run.as_str(), &row],
         );
+        self.cache
+            .borrow_mut()
+            .budgets
+            .insert(book.run.clone(), Some(book.clone()));
     }
 
     fn put_saga(&mut self, book: SagaBook) {
@@ -801,6 +888,10 @@ impl BooksWrite for PgBooks<'_, '_> {
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
             &[&book.run.as_str(), &row],
         );
+        self.cache
+            .borrow_mut()
+            .sagas
+            .insert(book.run.clone(), Some(book.clone()));
     }
 
     fn put_resource(&mut self, book: ResourceBook) {
@@ -828,6 +919,9 @@ impl BooksWrite for PgBooks<'_, '_> {
             let mut cache = self.cache.borrow_mut();
             cache.runs.insert(run.clone(), None);
             cache.audit_lens.insert(run.clone(), 0);
+            cache.waits.insert(run.clone(), None);
+            cache.budgets.insert(run.clone(), None);
+            cache.sagas.insert(run.clone(), None);
             cache.effects.retain(|key, _| key.run() != run);
         }
         for (op, sql) in [
