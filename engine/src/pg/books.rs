@@ -75,6 +75,9 @@ struct Cache {
     sagas: BTreeMap<RunId, Option<SagaBook>>,
     effects: BTreeMap<EffectKey, Option<EffectEntry>>,
     audit_lens: BTreeMap<RunId, u64>,
+    /// The latest attempt of a step's side (0: none): every later attempt
+    /// is absent.
+    latest: BTreeMap<(RunId, StepId, EffectKind), u32>,
 }
 
 /// A `u64` of the books as a PostgreSQL `bigint`. Every count, version,
@@ -379,16 +382,20 @@ impl BooksRead for PgBooks<'_, '_> {
         if let Some(cached) = self.cache.borrow().runs.get(id) {
             return cached.clone();
         }
-        // The run with its wait book, budget and saga, in one statement:
-        // the commands that read a run read these next.
+        // The run with its wait book, budget, saga and journal length, in
+        // one statement: the commands that read a run read these next.
         let sql = if self.locking {
-            "SELECT r.row, w.row, b.row, s.row FROM actum_runs r \
+            "SELECT r.row, w.row, b.row, s.row, \
+             (SELECT coalesce(max(a.seq), 0) FROM actum_audit a WHERE a.run = r.id) \
+             FROM actum_runs r \
              LEFT JOIN actum_waits w ON w.run = r.id \
              LEFT JOIN actum_budgets b ON b.run = r.id \
              LEFT JOIN actum_sagas s ON s.run = r.id \
              WHERE r.id = $1 FOR UPDATE OF r"
         } else {
-            "SELECT r.row, w.row, b.row, s.row FROM actum_runs r \
+            "SELECT r.row, w.row, b.row, s.row, \
+             (SELECT coalesce(max(a.seq), 0) FROM actum_audit a WHERE a.run = r.id) \
+             FROM actum_runs r \
              LEFT JOIN actum_waits w ON w.run = r.id \
              LEFT JOIN actum_budgets b ON b.run = r.id \
              LEFT JOIN actum_sagas s ON s.run = r.id \
@@ -434,9 +441,11 @@ impl BooksRead for PgBooks<'_, '_> {
                 |b: &SagaBook| b.run == *id,
             )
         });
+        let audit_len = u64::try_from(row.get::<_, i64>(4)).unwrap_or(0);
         if !self.has_failed() {
             let mut cache = self.cache.borrow_mut();
             cache.runs.insert(id.clone(), run.clone());
+            cache.audit_lens.insert(id.clone(), audit_len);
             cache.waits.insert(id.clone(), waits);
             cache.budgets.insert(id.clone(), budget);
             cache.sagas.insert(id.clone(), saga);
@@ -503,8 +512,19 @@ impl BooksRead for PgBooks<'_, '_> {
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
-        if let Some(cached) = self.cache.borrow().effects.get(key) {
-            return cached.clone();
+        {
+            let cache = self.cache.borrow();
+            if let Some(cached) = cache.effects.get(key) {
+                return cached.clone();
+            }
+            let side = (key.run().clone(), key.step().clone(), key.kind());
+            if cache
+                .latest
+                .get(&side)
+                .is_some_and(|latest| key.attempt() > *latest)
+            {
+                return None;
+            }
         }
         let entry = self.effect_row(key);
         if !self.has_failed() {
@@ -518,18 +538,34 @@ impl BooksRead for PgBooks<'_, '_> {
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
         let code = i16::from(effect_kind_code(kind));
-        let bytes = self.bytes(
-            "read latest ledger entry",
-            "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
-             ORDER BY attempt DESC LIMIT 1",
-            &[&run.as_str(), &step.as_str(), &code],
-        )?;
-        self.decode(
-            RowTable::Effect,
-            &bytes,
-            || format!("latest ledger entry of step {step} of run {run}"),
-            |e: &EffectEntry| e.key.run() == run && e.key.step() == step && e.key.kind() == kind,
-        )
+        let latest = self
+            .bytes(
+                "read latest ledger entry",
+                "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+                 ORDER BY attempt DESC LIMIT 1",
+                &[&run.as_str(), &step.as_str(), &code],
+            )
+            .and_then(|bytes| {
+                self.decode(
+                    RowTable::Effect,
+                    &bytes,
+                    || format!("latest ledger entry of step {step} of run {run}"),
+                    |e: &EffectEntry| {
+                        e.key.run() == run && e.key.step() == step && e.key.kind() == kind
+                    },
+                )
+            });
+        if !self.has_failed() {
+            let mut cache = self.cache.borrow_mut();
+            let attempt = latest.as_ref().map_or(0, |e| e.key.attempt());
+            cache
+                .latest
+                .insert((run.clone(), step.clone(), kind), attempt);
+            if let Some(entry) = &latest {
+                cache.effects.insert(entry.key.clone(), Some(entry.clone()));
+            }
+        }
+        latest
     }
 
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
@@ -795,10 +831,16 @@ impl BooksWrite for PgBooks<'_, '_> {
              ON CONFLICT (run, step, kind, attempt) DO UPDATE SET row = EXCLUDED.row",
             &[&run, &step, &kind, &attempt, &row],
         );
-        self.cache
-            .borrow_mut()
-            .effects
-            .insert(entry.key.clone(), Some(entry));
+        let mut cache = self.cache.borrow_mut();
+        let side = (
+            entry.key.run().clone(),
+            entry.key.step().clone(),
+            entry.key.kind(),
+        );
+        if let Some(latest) = cache.latest.get_mut(&side) {
+            *latest = (*latest).max(entry.key.attempt());
+        }
+        cache.effects.insert(entry.key.clone(), Some(entry));
     }
 
     fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
@@ -923,6 +965,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             cache.budgets.insert(run.clone(), None);
             cache.sagas.insert(run.clone(), None);
             cache.effects.retain(|key, _| key.run() != run);
+            cache.latest.retain(|(r, _, _), _| r != run);
         }
         for (op, sql) in [
             ("delete run", "DELETE FROM actum_runs WHERE id = $1"),
