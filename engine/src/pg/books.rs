@@ -384,22 +384,21 @@ impl BooksRead for PgBooks<'_, '_> {
         }
         // The run with its wait book, budget, saga and journal length, in
         // one statement: the commands that read a run read these next.
+        macro_rules! run_with_books {
+            () => {
+                "SELECT r.row, w.row, b.row, s.row, \
+                 (SELECT coalesce(max(a.seq), 0) FROM actum_audit a WHERE a.run = r.id) \
+                 FROM actum_runs r \
+                 LEFT JOIN actum_waits w ON w.run = r.id \
+                 LEFT JOIN actum_budgets b ON b.run = r.id \
+                 LEFT JOIN actum_sagas s ON s.run = r.id \
+                 WHERE r.id = $1"
+            };
+        }
         let sql = if self.locking {
-            "SELECT r.row, w.row, b.row, s.row, \
-             (SELECT coalesce(max(a.seq), 0) FROM actum_audit a WHERE a.run = r.id) \
-             FROM actum_runs r \
-             LEFT JOIN actum_waits w ON w.run = r.id \
-             LEFT JOIN actum_budgets b ON b.run = r.id \
-             LEFT JOIN actum_sagas s ON s.run = r.id \
-             WHERE r.id = $1 FOR UPDATE OF r"
+            concat!(run_with_books!(), " FOR UPDATE OF r")
         } else {
-            "SELECT r.row, w.row, b.row, s.row, \
-             (SELECT coalesce(max(a.seq), 0) FROM actum_audit a WHERE a.run = r.id) \
-             FROM actum_runs r \
-             LEFT JOIN actum_waits w ON w.run = r.id \
-             LEFT JOIN actum_budgets b ON b.run = r.id \
-             LEFT JOIN actum_sagas s ON s.run = r.id \
-             WHERE r.id = $1"
+            run_with_books!()
         };
         let rows = self.query("read run", sql, &[&id.as_str()]);
         let Some(row) = rows.first() else {
