@@ -8,6 +8,11 @@
 //! - `pg_raw_ceiling`: the server's own ceiling for the same shape, two single-row transactions
 //!   per protocol (an `INSERT`, then an `UPDATE` of that row) from a plain client loop, a
 //!   connection per writer: what no layer above the server can beat;
+//! - `pg_pipelined_ceiling`: the ceiling of the shape a command takes on the store, without the
+//!   store: two transactions per protocol, each two round trips on the store's pipelining
+//!   connection (`START` with one locking read of the run's row and the clock; then one
+//!   statement writing the entry and a journal line, with `COMMIT`): what the store's design
+//!   could reach if its own work cost nothing;
 //! - `actum` and `raw_ceiling`: the embedded engine and the raw two-record ceiling on this
 //!   machine's disk.
 //!
@@ -15,12 +20,13 @@
 //! `scripts/postgres.sh cargo bench -p actum-benches --bench pg_protocol`. Without one it says so
 //! and measures nothing. docs/PERFORMANCE.md, "The effect protocol on PostgreSQL", has figures.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actum::books::{Answer, Begun, Command, Guard, RunId};
 use actum::engine::{Engine, EngineOptions};
-use actum::pg::{PgStore, scratch_database};
+use actum::pg::{Connection, Param, PgStore, Request, scratch_database};
 use actum_benches::group_commit::GroupCommitFile;
 use actum_benches::protocol::{ProtocolEngine, TwoCommits, confirmed, intent, leased_run_on};
 use actum_benches::runner::bench_system;
@@ -233,6 +239,125 @@ impl DurableLog for PgRawCeiling {
     }
 }
 
+/// The run's row, locked, with the server's clock: a command's first round trip.
+const PIPELINED_READ: &str = "SELECT floor(extract(epoch FROM now()) * 1000)::bigint, \
+     (SELECT row FROM runs WHERE id = $1 FOR UPDATE)";
+/// The intent's entry and its journal line, one statement.
+const PIPELINED_INTENT: &str = "WITH e AS (INSERT INTO effects (writer, ticket, row) \
+     VALUES ($1, $2, $3)) INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)";
+/// The outcome written over the entry, and its journal line, one statement.
+const PIPELINED_OUTCOME: &str = "WITH e AS (UPDATE effects SET row = $3 \
+     WHERE writer = $1 AND ticket = $2) INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)";
+
+/// The ceiling of the store's shape: see the module's documentation.
+struct PgPipelinedCeiling {
+    writers: Vec<std::sync::Mutex<PipelinedWriter>>,
+    next_writer: AtomicUsize,
+}
+
+/// A writer of the pipelined ceiling: its run, its connection, its journal's length.
+struct PipelinedWriter {
+    id: i64,
+    connection: Connection,
+    read: postgres::Statement,
+    seq: i64,
+}
+
+impl PgPipelinedCeiling {
+    fn new(server: &str, writers: usize) -> PgPipelinedCeiling {
+        let url = scratch_database(server, "bench_pipelined").expect("a scratch database");
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connecting");
+        client
+            .batch_execute(
+                "CREATE TABLE runs (id bigint PRIMARY KEY, row bytea); \
+                 CREATE TABLE effects (writer bigint, ticket bigint, row bytea, \
+                 PRIMARY KEY (writer, ticket)); \
+                 CREATE TABLE journal (writer bigint, seq bigint, row bytea, \
+                 PRIMARY KEY (writer, seq))",
+            )
+            .expect("the ceiling's tables");
+        let writers = (0..writers)
+            .map(|id| {
+                let id = id as i64;
+                client
+                    .execute(
+                        "INSERT INTO runs (id, row) VALUES ($1, $2)",
+                        &[&id, &&b"run: leased to its writer"[..]],
+                    )
+                    .expect("the writer's run");
+                let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+                let mut connection = Connection::connect(&url, counted)
+                    .expect("a runtime")
+                    .expect("connecting");
+                let read = connection
+                    .prepare(Cow::Borrowed(PIPELINED_READ))
+                    .expect("preparing the read");
+                std::sync::Mutex::new(PipelinedWriter {
+                    id,
+                    connection,
+                    read,
+                    seq: 0,
+                })
+            })
+            .collect();
+        PgPipelinedCeiling {
+            writers,
+            next_writer: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl PipelinedWriter {
+    /// One command: `START` with the read, then the write with `COMMIT`.
+    fn command(&mut self, write: &'static str, ticket: i64, row: &'static [u8]) {
+        let id = self.id;
+        let (begun, read) = self.connection.pipeline(
+            vec![Request::Simple(
+                "START TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            )],
+            &[(&self.read, &[&id])],
+        );
+        assert!(begun.iter().all(Result::is_ok), "the transaction begun");
+        assert!(read.iter().all(Result::is_ok), "the run read");
+        self.seq += 1;
+        let params: Vec<Param> = vec![
+            Box::new(id),
+            Box::new(ticket),
+            Box::new(row.to_vec()),
+            Box::new(self.seq),
+        ];
+        let (done, _) = self.connection.pipeline(
+            vec![
+                Request::Execute {
+                    op: "write",
+                    sql: Cow::Borrowed(write),
+                    params,
+                },
+                Request::Simple("COMMIT"),
+            ],
+            &[],
+        );
+        assert!(done.iter().all(Result::is_ok), "the write and its commit");
+    }
+}
+
+impl DurableLog for PgPipelinedCeiling {
+    type Writer<'a> = usize;
+
+    fn writer(&self) -> usize {
+        self.next_writer.fetch_add(1, Ordering::Relaxed) % self.writers.len()
+    }
+
+    fn commit(&self, t: &mut usize, ticket: u64) {
+        let mut w = self.writers[*t]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ticket = ticket as i64;
+        w.command(PIPELINED_INTENT, ticket, b"intent: stripe.charge");
+        w.command(PIPELINED_OUTCOME, ticket, b"confirmed: ch_0123456789");
+    }
+}
+
 fn pg_protocol(c: &mut Criterion) {
     let server = match std::env::var("ACTUM_PG_URL") {
         Ok(url) if !url.is_empty() => url,
@@ -257,6 +382,9 @@ fn pg_protocol(c: &mut Criterion) {
         });
         bench_system(&mut group, "pg_raw_ceiling", threads, || {
             PgRawCeiling::new(&server, threads)
+        });
+        bench_system(&mut group, "pg_pipelined_ceiling", threads, || {
+            PgPipelinedCeiling::new(&server, threads)
         });
         bench_system(&mut group, "postgres", threads, || {
             PgProtocol::new(&server, threads)

@@ -246,7 +246,7 @@ impl PgBackend {
     /// Runs `read` over one snapshot of the books, as the concrete view.
     pub(crate) fn read_books<T>(
         &self,
-        read: impl FnOnce(&PgBooks<'_, '_>, u64) -> Result<T>,
+        read: impl FnOnce(&PgBooks<'_>, u64) -> Result<T>,
     ) -> Result<T> {
         self.store.read_books(read)
     }

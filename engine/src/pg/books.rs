@@ -19,21 +19,21 @@
 //! transaction it was given; every key column is `COLLATE "C"`, so the
 //! server orders keys as the embedded books do (by bytes).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use postgres::Transaction;
 use postgres::types::ToSql;
 use serde::de::DeserializeOwned;
 
 use super::schema::{ended_ms, state_code};
-use super::store::Statements;
+use super::wire::{Connection, Param, Read, Request};
 use crate::books::{
-    AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DIGEST_LEN_BYTES,
-    DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, ResourceBook, ResourceId, Run,
-    RunId, RunState, SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook, claimable_from_ms,
-    wake_ms,
+    AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, Command,
+    DIGEST_LEN_BYTES, DecisionRecord, Digest, EffectEntry, EffectKey, EffectKind, ResourceBook,
+    ResourceId, Run, RunId, RunState, SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook,
+    claimable_from_ms, wake_ms,
 };
 use crate::error::Error;
 use crate::state::rows::{RowTable, decode_row, effect_kind_code, encode_row};
@@ -49,14 +49,55 @@ pub(crate) enum Failed {
     Corrupt(Error),
 }
 
+/// How a command's transaction ended.
+pub(crate) enum Ended {
+    /// `COMMIT` was answered: every write landed.
+    Committed,
+    /// Nothing landed: a read or a write failed before `COMMIT` ran (the
+    /// server answers a failed transaction's `COMMIT` by rolling it back).
+    Failed(Failed),
+    /// The connection failed with `COMMIT` sent: the transaction may or may
+    /// not have landed, whole.
+    InDoubt(&'static str, postgres::Error),
+}
+
+/// Boxes each value (owned: a queued write is sent after the call that
+/// queued it returned) as a statement's parameter.
+macro_rules! owned {
+    ($($value:expr),* $(,)?) => {
+        vec![$(Box::new($value.to_owned()) as Param),*]
+    };
+}
+
+/// The statement that reads the server's clock at the transaction's start
+/// (`now()`), in milliseconds since the epoch.
+const CLOCK: &str = "SELECT floor(extract(epoch FROM now()) * 1000)::bigint";
+
+/// The statement that reads one ledger entry by its key.
+const EFFECT: &str = "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+     AND attempt = $4";
+
+/// The statement that reads the latest attempt of a step's side.
+const LATEST_EFFECT: &str = "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 \
+     AND kind = $3 ORDER BY attempt DESC LIMIT 1";
+
+/// The statement that looks a blob up.
+const BLOB_EXISTS: &str = "SELECT 1 FROM actum_blobs WHERE digest = $1";
+
 /// The books as the rows of one open transaction.
-pub struct PgBooks<'a, 't> {
+pub struct PgBooks<'a> {
     /// Whether reads lock the runs they read (a command's view) or not (a
     /// read-only view, whose transaction cannot lock).
     locking: bool,
-    txn: RefCell<&'a mut Transaction<'t>>,
-    statements: RefCell<&'a mut Statements>,
+    connection: RefCell<&'a mut Connection>,
+    /// The writes not yet sent: they go to the server with the next read
+    /// that is not cached, or with `COMMIT`, in one round trip (so a read
+    /// still sees every write before it).
+    queued: RefCell<Vec<Request>>,
     failed: RefCell<Option<Failed>>,
+    /// The server's clock at the transaction's start, read with its first
+    /// statements (`None` when not asked for, or if it failed).
+    clock_ms: Option<u64>,
     /// What this transaction read or wrote of the rows a command reads
     /// again and again (its runs, ledger entries and journal lengths), so
     /// each is read from the server once. Sound because every write of the
@@ -78,7 +119,89 @@ struct Cache {
     /// The latest attempt of a step's side (0: none): every later attempt
     /// is absent.
     latest: BTreeMap<(RunId, StepId, EffectKind), u32>,
+    /// Whether a blob is stored.
+    blobs: BTreeMap<Digest, bool>,
 }
+
+/// What a command will read first, read in one statement sent with
+/// `START TRANSACTION`, in one round trip, instead of a statement and a
+/// round trip each (`PgBooks::command`): a guess from the command's fields,
+/// never a rule (what it guessed wrong is read again when asked for, what
+/// it read needlessly is only cached).
+enum Prefetch<'c> {
+    /// The clock alone.
+    Clock,
+    /// A run: its record (locked), wait book, budget, saga and journal
+    /// length.
+    Run(&'c RunId),
+    /// A run, the latest act of a step, and whether a blob is stored (an
+    /// intent).
+    Intent(&'c RunId, &'c StepId, &'c Digest),
+    /// A run and one ledger entry (an outcome, a reconciliation).
+    Entry(&'c EffectKey),
+    /// A run and whether a blob is stored (a run's creation).
+    Create(&'c RunId, &'c Digest),
+}
+
+impl<'c> Prefetch<'c> {
+    fn of(cmd: &'c Command) -> Prefetch<'c> {
+        match cmd {
+            Command::BeginEffect(c) => Prefetch::Intent(&c.run, &c.step, &c.args_digest),
+            Command::FinishEffect(c) => Prefetch::Entry(&c.key),
+            Command::Reconcile(c) => Prefetch::Entry(&c.key),
+            Command::CreateRun(c) => Prefetch::Create(&c.run, &c.input_digest),
+            Command::Transition(c) => Prefetch::Run(&c.run),
+            Command::RenewLease(c) => Prefetch::Run(&c.run),
+            Command::ReleaseLease(c) => Prefetch::Run(&c.run),
+            Command::SaveCheckpoint(c) => Prefetch::Run(&c.run),
+            Command::RecordDecision(c) => Prefetch::Run(&c.run),
+            Command::OpenWait(c) => Prefetch::Run(&c.run),
+            Command::Reserve(c) => Prefetch::Run(&c.run),
+            Command::Settle(c) => Prefetch::Run(&c.run),
+            Command::AcquireLease(c) => Prefetch::Run(&c.run),
+            _ => Prefetch::Clock,
+        }
+    }
+}
+
+/// The columns every prefetch of a run reads, in one statement: the clock
+/// (column 0), then the run's record, locked (`FOR UPDATE` in a sub-select
+/// locks the row it finds), wait book, budget, saga (`NULL` when absent)
+/// and journal length (columns 1 to 5), each one index probe.
+macro_rules! prefetch_run {
+    () => {
+        "SELECT floor(extract(epoch FROM now()) * 1000)::bigint, \
+         (SELECT row FROM actum_runs WHERE id = $1 FOR UPDATE), \
+         (SELECT row FROM actum_waits WHERE run = $1), \
+         (SELECT row FROM actum_budgets WHERE run = $1), \
+         (SELECT row FROM actum_sagas WHERE run = $1), \
+         (SELECT coalesce(max(seq), 0) FROM actum_audit WHERE run = $1)"
+    };
+}
+
+/// [`Prefetch::Run`].
+const PREFETCH_RUN: &str = prefetch_run!();
+
+/// [`Prefetch::Intent`]: then the step's latest act (column 6) and whether
+/// the blob is stored (column 7).
+const PREFETCH_INTENT: &str = concat!(
+    prefetch_run!(),
+    ", (SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+     ORDER BY attempt DESC LIMIT 1), EXISTS (SELECT 1 FROM actum_blobs WHERE digest = $4)"
+);
+
+/// [`Prefetch::Entry`]: then the entry (column 6).
+const PREFETCH_ENTRY: &str = concat!(
+    prefetch_run!(),
+    ", (SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+     AND attempt = $4)"
+);
+
+/// [`Prefetch::Create`]: then whether the blob is stored (column 6).
+const PREFETCH_CREATE: &str = concat!(
+    prefetch_run!(),
+    ", EXISTS (SELECT 1 FROM actum_blobs WHERE digest = $2)"
+);
 
 /// A `u64` of the books as a PostgreSQL `bigint`. Every count, version,
 /// sequence and time the books hold is far below `i64::MAX`; a bound past
@@ -87,60 +210,142 @@ fn big(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-impl<'a, 't> PgBooks<'a, 't> {
-    /// A command's view of `txn`, locking every run it reads, preparing
-    /// its statements once into `statements` (kept with the connection).
-    pub(crate) fn new(
-        txn: &'a mut Transaction<'t>,
-        statements: &'a mut Statements,
-    ) -> PgBooks<'a, 't> {
-        PgBooks::with_locking(true, txn, statements)
+impl<'a> PgBooks<'a> {
+    /// Begins `cmd`'s transaction on `connection` (repeatable read; every
+    /// run it reads is locked), reading in the same round trip the
+    /// server's clock and what `cmd` will read first.
+    pub(crate) fn command(connection: &'a mut Connection, cmd: &Command) -> PgBooks<'a> {
+        let mut books = PgBooks::with_locking(true, connection);
+        books.begin(
+            "START TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            &Prefetch::of(cmd),
+        );
+        books
     }
 
-    /// A read-only view of `txn`: nothing is locked.
-    pub(crate) fn reader(
-        txn: &'a mut Transaction<'t>,
-        statements: &'a mut Statements,
-    ) -> PgBooks<'a, 't> {
-        PgBooks::with_locking(false, txn, statements)
+    /// Begins a read-only snapshot on `connection` (repeatable read;
+    /// nothing is locked) and reads the server's clock with it.
+    pub(crate) fn snapshot(connection: &'a mut Connection) -> PgBooks<'a> {
+        let mut books = PgBooks::with_locking(false, connection);
+        books.begin(
+            "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            &Prefetch::Clock,
+        );
+        books
     }
 
-    fn with_locking(
-        locking: bool,
-        txn: &'a mut Transaction<'t>,
-        statements: &'a mut Statements,
-    ) -> PgBooks<'a, 't> {
+    fn with_locking(locking: bool, connection: &'a mut Connection) -> PgBooks<'a> {
         PgBooks {
             locking,
-            txn: RefCell::new(txn),
-            statements: RefCell::new(statements),
+            connection: RefCell::new(connection),
+            queued: RefCell::new(Vec::new()),
             failed: RefCell::new(None),
+            clock_ms: None,
             cache: RefCell::new(Cache::default()),
         }
     }
 
-    /// The statement for `sql`, prepared on first use.
-    fn statement(&self, sql: &'static str) -> Result<postgres::Statement, postgres::Error> {
-        if let Some(prepared) = self.statements.borrow().get(sql) {
-            return Ok(prepared.clone());
+    /// Sends `start` with the first reads, in one round trip.
+    fn begin(&mut self, start: &'static str, prefetch: &Prefetch<'_>) {
+        self.queued.borrow_mut().push(Request::Simple(start));
+        let act = i16::from(effect_kind_code(EffectKind::Act));
+        let (run, sql, owned): (_, _, Vec<Param>) = match prefetch {
+            Prefetch::Clock => (None, CLOCK, Vec::new()),
+            Prefetch::Run(run) => (Some(*run), PREFETCH_RUN, owned![run.as_str()]),
+            Prefetch::Intent(run, step, digest) => (
+                Some(*run),
+                PREFETCH_INTENT,
+                owned![run.as_str(), step.as_str(), act, digest.0.as_slice()],
+            ),
+            Prefetch::Entry(key) => {
+                let (run, step, kind, attempt) = effect_params(key);
+                (
+                    Some(key.run()),
+                    PREFETCH_ENTRY,
+                    owned![run, step, kind, attempt],
+                )
+            }
+            Prefetch::Create(run, digest) => (
+                Some(*run),
+                PREFETCH_CREATE,
+                owned![run.as_str(), digest.0.as_slice()],
+            ),
+        };
+        let params: Vec<&(dyn ToSql + Sync)> = owned
+            .iter()
+            .map(|param| &**param as &(dyn ToSql + Sync))
+            .collect();
+        let rows = self
+            .fetch(&[("read the command's rows", sql, &params)])
+            .pop()
+            .unwrap_or_default();
+        let Some(row) = rows.first() else { return };
+        self.clock_ms = Some(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        if let Some(id) = run {
+            self.cache_run(id, Some(row), 1);
         }
-        let prepared = self.txn.borrow_mut().prepare(sql)?;
-        self.statements.borrow_mut().insert(sql, prepared.clone());
-        Ok(prepared)
+        match prefetch {
+            Prefetch::Intent(run, step, digest) => {
+                self.cache_latest(run, step, EffectKind::Act, row.get(6));
+                self.cache_blob(digest, row.get(7));
+            }
+            Prefetch::Entry(key) => {
+                self.cache_effect(key, row.get(6));
+            }
+            Prefetch::Create(_, digest) => {
+                self.cache_blob(digest, row.get(6));
+            }
+            Prefetch::Clock | Prefetch::Run(_) => {}
+        }
     }
 
-    /// The server's clock at the transaction's start (`now()`), in
-    /// milliseconds since the epoch; its statement prepared once per
-    /// connection, as every other.
-    pub(crate) fn server_now_ms(&self) -> Result<u64, postgres::Error> {
-        let statement = self.statement("SELECT floor(extract(epoch FROM now()) * 1000)::bigint")?;
-        let row = self.txn.borrow_mut().query_one(&statement, &[])?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    /// The server's clock at the transaction's start, in milliseconds
+    /// since the epoch (read with the transaction's first statements; `0`
+    /// after a failure, which [`Self::finish`] or [`Self::commit`] reports).
+    pub(crate) fn clock_ms(&self) -> u64 {
+        self.clock_ms.unwrap_or(0)
     }
 
-    /// Ends the view: the first failure any read or write met.
+    /// The statement for `sql`, prepared on first use on this connection.
+    fn statement(&self, sql: &'static str) -> Result<postgres::Statement, postgres::Error> {
+        self.connection.borrow_mut().prepare(Cow::Borrowed(sql))
+    }
+
+    /// Ends a view that commits nothing: the first failure any read met.
+    /// (Its transaction is rolled back when its connection goes back to
+    /// the pool.)
     pub(crate) fn finish(self) -> Option<Failed> {
         self.failed.into_inner()
+    }
+
+    /// Sends the queued writes and `COMMIT`, in one round trip, unless a
+    /// read or a write failed before (then nothing is sent and the
+    /// transaction is rolled back with its connection).
+    pub(crate) fn commit(self) -> Ended {
+        if let Some(failed) = self.failed.into_inner() {
+            return Ended::Failed(failed);
+        }
+        let mut requests = merge_writes(self.queued.into_inner());
+        requests.push(Request::Simple("COMMIT"));
+        let (done, _) = self.connection.into_inner().pipeline(requests, &[]);
+        let mut done = done.into_iter();
+        let commit = done.next_back().expect("COMMIT's answer");
+        for write in done {
+            if let Err((op, e)) = write {
+                return match e.code() {
+                    // The server refused it: the transaction failed there,
+                    // and its COMMIT rolled it back.
+                    Some(_) => Ended::Failed(Failed::Query(op, e)),
+                    // The connection broke with COMMIT among what was sent.
+                    None => Ended::InDoubt(op, e),
+                };
+            }
+        }
+        match commit {
+            Ok(()) => Ended::Committed,
+            Err((op, e)) if e.is_closed() || e.code().is_none() => Ended::InDoubt(op, e),
+            Err((op, e)) => Ended::Failed(Failed::Query(op, e)),
+        }
     }
 
     /// Whether a failure is recorded (later reads answer nothing, so what
@@ -156,37 +361,69 @@ impl<'a, 't> PgBooks<'a, 't> {
         }
     }
 
+    /// Runs `reads` after the queued writes, all in one round trip: each
+    /// read's rows (none after a failure, which is recorded).
+    fn fetch(
+        &self,
+        reads: &[(&'static str, &'static str, &[&(dyn ToSql + Sync)])],
+    ) -> Vec<Vec<postgres::Row>> {
+        let nothing = || reads.iter().map(|_| Vec::new()).collect();
+        if self.has_failed() {
+            return nothing();
+        }
+        let mut statements = Vec::with_capacity(reads.len());
+        for (op, sql, _) in reads {
+            match self.statement(sql) {
+                Ok(statement) => statements.push(statement),
+                Err(e) => {
+                    self.fail(Failed::Query(op, e));
+                    return nothing();
+                }
+            }
+        }
+        let pipeline: Vec<Read<'_>> = statements
+            .iter()
+            .zip(reads)
+            .map(|(statement, (_, _, params))| (statement, *params))
+            .collect();
+        let queued = merge_writes(std::mem::take(&mut *self.queued.borrow_mut()));
+        let (done, rows) = self.connection.borrow_mut().pipeline(queued, &pipeline);
+        for write in done {
+            if let Err((op, e)) = write {
+                self.fail(Failed::Query(op, e));
+            }
+        }
+        rows.into_iter()
+            .zip(reads)
+            .map(|(read, (op, ..))| match read {
+                Ok(rows) => rows,
+                Err(e) => {
+                    self.fail(Failed::Query(op, e));
+                    Vec::new()
+                }
+            })
+            .collect()
+    }
+
     fn query(
         &self,
         op: &'static str,
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Vec<postgres::Row> {
-        if self.has_failed() {
-            return Vec::new();
-        }
-        let queried = self
-            .statement(sql)
-            .and_then(|statement| self.txn.borrow_mut().query(&statement, params));
-        match queried {
-            Ok(rows) => rows,
-            Err(e) => {
-                self.fail(Failed::Query(op, e));
-                Vec::new()
-            }
-        }
+        self.fetch(&[(op, sql, params)]).pop().unwrap_or_default()
     }
 
-    fn execute(&self, op: &'static str, sql: &'static str, params: &[&(dyn ToSql + Sync)]) {
+    /// Queues a write: it is sent with the next read or with `COMMIT`.
+    fn execute(&self, op: &'static str, sql: &'static str, params: Vec<Param>) {
         if self.has_failed() {
             return;
         }
-        let executed = self
-            .statement(sql)
-            .and_then(|statement| self.txn.borrow_mut().execute(&statement, params));
-        if let Err(e) = executed {
-            self.fail(Failed::Query(op, e));
-        }
+        self.queued.borrow_mut().push(Request::Execute {
+            op,
+            sql: Cow::Borrowed(sql),
+            params,
+        });
     }
 
     /// The `bytea` column 0 of the first row `sql` returns.
@@ -319,21 +556,63 @@ impl<'a, 't> PgBooks<'a, 't> {
         }
     }
 
-    /// The ledger entry of `key`, read from the server.
-    fn effect_row(&self, key: &EffectKey) -> Option<EffectEntry> {
-        let (run, step, kind, attempt) = effect_params(key);
-        let bytes = self.bytes(
-            "read ledger entry",
-            "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
-             AND attempt = $4",
-            &[&run, &step, &kind, &attempt],
-        )?;
-        self.decode(
-            RowTable::Effect,
-            &bytes,
-            || format!("ledger entry {key}"),
-            |e: &EffectEntry| e.key == *key,
-        )
+    /// Caches the stored row of `key` (`None`: absent); its entry.
+    fn cache_effect(&self, key: &EffectKey, stored: Option<Vec<u8>>) -> Option<EffectEntry> {
+        let entry = stored.and_then(|bytes| {
+            self.decode(
+                RowTable::Effect,
+                &bytes,
+                || format!("ledger entry {key}"),
+                |e: &EffectEntry| e.key == *key,
+            )
+        });
+        if !self.has_failed() {
+            self.cache
+                .borrow_mut()
+                .effects
+                .insert(key.clone(), entry.clone());
+        }
+        entry
+    }
+
+    /// Caches the stored row of a step's side's latest attempt (`None`:
+    /// none); its entry.
+    fn cache_latest(
+        &self,
+        run: &RunId,
+        step: &StepId,
+        kind: EffectKind,
+        stored: Option<Vec<u8>>,
+    ) -> Option<EffectEntry> {
+        let latest = stored.and_then(|bytes| {
+            self.decode(
+                RowTable::Effect,
+                &bytes,
+                || format!("latest ledger entry of step {step} of run {run}"),
+                |e: &EffectEntry| {
+                    e.key.run() == run && e.key.step() == step && e.key.kind() == kind
+                },
+            )
+        });
+        if !self.has_failed() {
+            let mut cache = self.cache.borrow_mut();
+            let attempt = latest.as_ref().map_or(0, |e| e.key.attempt());
+            cache
+                .latest
+                .insert((run.clone(), step.clone(), kind), attempt);
+            if let Some(entry) = &latest {
+                cache.effects.insert(entry.key.clone(), Some(entry.clone()));
+            }
+        }
+        latest
+    }
+
+    /// Caches whether `digest` is stored; that.
+    fn cache_blob(&self, digest: &Digest, exists: bool) -> bool {
+        if !self.has_failed() {
+            self.cache.borrow_mut().blobs.insert(*digest, exists);
+        }
+        exists
     }
 
     /// Every row of a run's ledger, decoded, in key order.
@@ -363,27 +642,13 @@ impl<'a, 't> PgBooks<'a, 't> {
         self.execute(
             "index a claimable run",
             "UPDATE actum_runs SET claim_from = $2 WHERE id = $1",
-            &[&id.as_str(), &from],
+            owned![id.as_str(), from],
         );
     }
-}
-
-fn effect_params(key: &EffectKey) -> (&str, &str, i16, i64) {
-    (
-        key.run().as_str(),
-        key.step().as_str(),
-        i16::from(effect_kind_code(key.kind())),
-        i64::from(key.attempt()),
-    )
-}
-
-impl BooksRead for PgBooks<'_, '_> {
-    fn run(&self, id: &RunId) -> Option<Run> {
-        if let Some(cached) = self.cache.borrow().runs.get(id) {
-            return cached.clone();
-        }
-        // The run with its wait book, budget, saga and journal length, in
-        // one statement: the commands that read a run read these next.
+    /// The statement that reads a run (locked, in a command's view) with
+    /// its wait book, budget, saga and journal length: the commands that
+    /// read a run read these next.
+    fn run_sql(&self) -> &'static str {
         macro_rules! run_with_books {
             () => {
                 "SELECT r.row, w.row, b.row, s.row, \
@@ -395,19 +660,25 @@ impl BooksRead for PgBooks<'_, '_> {
                  WHERE r.id = $1"
             };
         }
-        let sql = if self.locking {
+        if self.locking {
             concat!(run_with_books!(), " FOR UPDATE OF r")
         } else {
             run_with_books!()
-        };
-        let rows = self.query("read run", sql, &[&id.as_str()]);
-        let Some(row) = rows.first() else {
+        }
+    }
+
+    /// Caches what `row` holds of run `id` from its column `at` on (its
+    /// record, wait book, budget, saga and journal length: what
+    /// [`Self::run_sql`] reads from column 0, a prefetch from column 1);
+    /// no row: the run is absent. The run.
+    fn cache_run(&self, id: &RunId, row: Option<&postgres::Row>, at: usize) -> Option<Run> {
+        let Some(row) = row else {
             if !self.has_failed() {
                 self.cache.borrow_mut().runs.insert(id.clone(), None);
             }
             return None;
         };
-        let column = |at: usize| row.get::<_, Option<Vec<u8>>>(at);
+        let column = |n: usize| row.get::<_, Option<Vec<u8>>>(at + n);
         let run = column(0).and_then(|bytes| {
             self.decode(
                 RowTable::Run,
@@ -440,7 +711,7 @@ impl BooksRead for PgBooks<'_, '_> {
                 |b: &SagaBook| b.run == *id,
             )
         });
-        let audit_len = u64::try_from(row.get::<_, i64>(4)).unwrap_or(0);
+        let audit_len = u64::try_from(row.get::<_, i64>(at + 4)).unwrap_or(0);
         if !self.has_failed() {
             let mut cache = self.cache.borrow_mut();
             cache.runs.insert(id.clone(), run.clone());
@@ -450,6 +721,149 @@ impl BooksRead for PgBooks<'_, '_> {
             cache.sagas.insert(id.clone(), saga);
         }
         run
+    }
+}
+
+/// `requests` with each run of writes to different tables made one
+/// statement (`WITH w0 AS (first), w1 AS (second) last`): the server runs
+/// a statement's parts on one snapshot and in no set order, so only writes
+/// that cannot touch one row (different tables; none of them reads a
+/// table) are joined, and the statement goes to the server once instead of
+/// once per write. Writes to one table stay apart, in their order.
+fn merge_writes(requests: Vec<Request>) -> Vec<Request> {
+    let mut merged = Vec::with_capacity(requests.len());
+    let mut run: Vec<(&'static str, Cow<'static, str>, Vec<Param>)> = Vec::new();
+    let mut tables: Vec<&str> = Vec::new();
+    fn close(
+        run: &mut Vec<(&'static str, Cow<'static, str>, Vec<Param>)>,
+        merged: &mut Vec<Request>,
+    ) {
+        match run.len() {
+            0 => {}
+            1 => {
+                let (op, sql, params) = run.pop().expect("one write");
+                merged.push(Request::Execute { op, sql, params });
+            }
+            _ => {
+                let mut sql = String::from("WITH ");
+                let mut params = Vec::new();
+                let last = run.len() - 1;
+                for (at, (_, part, own)) in run.drain(..).enumerate() {
+                    let shifted = shift_parameters(&part, params.len());
+                    if at < last {
+                        if at > 0 {
+                            sql.push_str(", ");
+                        }
+                        sql.push_str(&format!("w{at} AS ({shifted})"));
+                    } else {
+                        sql.push(' ');
+                        sql.push_str(&shifted);
+                    }
+                    params.extend(own);
+                }
+                merged.push(Request::Execute {
+                    op: "write the command's rows",
+                    sql: Cow::Owned(sql),
+                    params,
+                });
+            }
+        }
+    }
+    for request in requests {
+        match request {
+            Request::Execute { op, sql, params } => {
+                let Some(table) = written_table(&sql) else {
+                    // Not a plain write of a known table: on its own.
+                    close(&mut run, &mut merged);
+                    tables.clear();
+                    merged.push(Request::Execute { op, sql, params });
+                    continue;
+                };
+                if tables.contains(&table) {
+                    close(&mut run, &mut merged);
+                    tables.clear();
+                }
+                tables.push(table);
+                run.push((op, sql, params));
+            }
+            simple => {
+                close(&mut run, &mut merged);
+                tables.clear();
+                merged.push(simple);
+            }
+        }
+    }
+    close(&mut run, &mut merged);
+    merged
+}
+
+/// The table a write statement writes (`INSERT INTO t`, `UPDATE t`,
+/// `DELETE FROM t`).
+fn written_table(sql: &str) -> Option<&'static str> {
+    let rest = sql
+        .strip_prefix("INSERT INTO ")
+        .or_else(|| sql.strip_prefix("UPDATE "))
+        .or_else(|| sql.strip_prefix("DELETE FROM "))?;
+    let table = rest.split([' ', '(']).next()?;
+    TABLES.iter().copied().find(|known| *known == table)
+}
+
+/// The books' tables (docs/FORMAT.md, "PostgreSQL tables").
+const TABLES: [&str; 13] = [
+    "actum_runs",
+    "actum_effects",
+    "actum_blobs",
+    "actum_checkpoints",
+    "actum_decisions",
+    "actum_audit",
+    "actum_waits",
+    "actum_budgets",
+    "actum_sagas",
+    "actum_resources",
+    "actum_shared",
+    "actum_blob_holders",
+    "actum_blob_refs",
+];
+
+/// `sql` with every parameter `$n` numbered `$(n + by)`.
+fn shift_parameters(sql: &str, by: usize) -> String {
+    let mut shifted = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        shifted.push(c);
+        if c != '$' {
+            continue;
+        }
+        let mut number = 0usize;
+        let mut digits = false;
+        while let Some(digit) = chars.peek().and_then(|d| d.to_digit(10)) {
+            number = number * 10 + digit as usize;
+            digits = true;
+            chars.next();
+        }
+        if digits {
+            shifted.push_str(&(number + by).to_string());
+        }
+    }
+    shifted
+}
+
+fn effect_params(key: &EffectKey) -> (&str, &str, i16, i64) {
+    (
+        key.run().as_str(),
+        key.step().as_str(),
+        i16::from(effect_kind_code(key.kind())),
+        i64::from(key.attempt()),
+    )
+}
+
+impl BooksRead for PgBooks<'_> {
+    fn run(&self, id: &RunId) -> Option<Run> {
+        if let Some(cached) = self.cache.borrow().runs.get(id) {
+            return cached.clone();
+        }
+        let rows = self.query("read run", self.run_sql(), &[&id.as_str()]);
+        self.cache_run(id, rows.first(), 0)
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
@@ -525,46 +939,34 @@ impl BooksRead for PgBooks<'_, '_> {
                 return None;
             }
         }
-        let entry = self.effect_row(key);
-        if !self.has_failed() {
-            self.cache
-                .borrow_mut()
-                .effects
-                .insert(key.clone(), entry.clone());
-        }
-        entry
+        let (run, step, kind, attempt) = effect_params(key);
+        let rows = self.query("read ledger entry", EFFECT, &[&run, &step, &kind, &attempt]);
+        self.cache_effect(key, rows.first().map(|row| row.get(0)))
     }
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
-        let code = i16::from(effect_kind_code(kind));
-        let latest = self
-            .bytes(
-                "read latest ledger entry",
-                "SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
-                 ORDER BY attempt DESC LIMIT 1",
-                &[&run.as_str(), &step.as_str(), &code],
-            )
-            .and_then(|bytes| {
-                self.decode(
-                    RowTable::Effect,
-                    &bytes,
-                    || format!("latest ledger entry of step {step} of run {run}"),
-                    |e: &EffectEntry| {
-                        e.key.run() == run && e.key.step() == step && e.key.kind() == kind
-                    },
-                )
-            });
-        if !self.has_failed() {
-            let mut cache = self.cache.borrow_mut();
-            let attempt = latest.as_ref().map_or(0, |e| e.key.attempt());
-            cache
-                .latest
-                .insert((run.clone(), step.clone(), kind), attempt);
-            if let Some(entry) = &latest {
-                cache.effects.insert(entry.key.clone(), Some(entry.clone()));
+        {
+            // Known when this transaction read or wrote the side before.
+            let cache = self.cache.borrow();
+            let side = (run.clone(), step.clone(), kind);
+            match cache.latest.get(&side) {
+                Some(0) => return None,
+                Some(attempt) => {
+                    let key = EffectKey::of_kind(run.clone(), step.clone(), kind, *attempt);
+                    if let Some(Some(entry)) = key.ok().and_then(|key| cache.effects.get(&key)) {
+                        return Some(entry.clone());
+                    }
+                }
+                None => {}
             }
         }
-        latest
+        let code = i16::from(effect_kind_code(kind));
+        let rows = self.query(
+            "read latest ledger entry",
+            LATEST_EFFECT,
+            &[&run.as_str(), &step.as_str(), &code],
+        );
+        self.cache_latest(run, step, kind, rows.first().map(|row| row.get(0)))
     }
 
     fn checkpoint_latest(&self, run: &RunId) -> Option<CheckpointMeta> {
@@ -596,13 +998,11 @@ impl BooksRead for PgBooks<'_, '_> {
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
-        !self
-            .query(
-                "look up blob",
-                "SELECT 1 FROM actum_blobs WHERE digest = $1",
-                &[&digest.0.as_slice()],
-            )
-            .is_empty()
+        if let Some(exists) = self.cache.borrow().blobs.get(digest) {
+            return *exists;
+        }
+        let rows = self.query("look up blob", BLOB_EXISTS, &[&digest.0.as_slice()]);
+        self.cache_blob(digest, !rows.is_empty())
     }
 
     fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
@@ -803,7 +1203,7 @@ impl BooksRead for PgBooks<'_, '_> {
     }
 }
 
-impl BooksWrite for PgBooks<'_, '_> {
+impl BooksWrite for PgBooks<'_> {
     fn put_run(&mut self, run: Run) {
         let waits = self.waits(&run.id);
         let from = Self::claim_from(&run, waits.as_ref());
@@ -816,7 +1216,7 @@ impl BooksWrite for PgBooks<'_, '_> {
              VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (id) DO UPDATE SET claim_from = EXCLUDED.claim_from, row = EXCLUDED.row, \
              state = EXCLUDED.state, ended_ms = EXCLUDED.ended_ms",
-            &[&run.id.as_str(), &from, &row, &state, &ended],
+            owned![run.id.as_str(), from, row, state, ended],
         );
         self.cache.borrow_mut().runs.insert(id, Some(run));
     }
@@ -828,7 +1228,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write ledger entry",
             "INSERT INTO actum_effects (run, step, kind, attempt, row) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (run, step, kind, attempt) DO UPDATE SET row = EXCLUDED.row",
-            &[&run, &step, &kind, &attempt, &row],
+            owned![run, step, kind, attempt, row],
         );
         let mut cache = self.cache.borrow_mut();
         let side = (
@@ -847,8 +1247,9 @@ impl BooksWrite for PgBooks<'_, '_> {
         self.execute(
             "write blob",
             "INSERT INTO actum_blobs (digest, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[&digest.0.as_slice(), &bytes],
+            owned![digest.0.as_slice(), bytes],
         );
+        self.cache.borrow_mut().blobs.insert(digest, true);
     }
 
     fn put_checkpoint(&mut self, meta: CheckpointMeta) {
@@ -857,7 +1258,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write checkpoint",
             "INSERT INTO actum_checkpoints (run, version, row) VALUES ($1, $2, $3) \
              ON CONFLICT (run, version) DO UPDATE SET row = EXCLUDED.row",
-            &[&meta.run.as_str(), &big(meta.version), &row],
+            owned![meta.run.as_str(), big(meta.version), row],
         );
     }
 
@@ -867,7 +1268,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write decision",
             "INSERT INTO actum_decisions (run, position, row) VALUES ($1, $2, $3) \
              ON CONFLICT (run, position) DO UPDATE SET row = EXCLUDED.row",
-            &[&record.run.as_str(), &big(record.position), &row],
+            owned![record.run.as_str(), big(record.position), row],
         );
     }
 
@@ -883,7 +1284,7 @@ impl BooksWrite for PgBooks<'_, '_> {
         self.execute(
             "append audit entry",
             "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)",
-            &[&run.as_str(), &big(entry.seq), &row],
+            owned![run.as_str(), big(entry.seq), row],
         );
         self.cache
             .borrow_mut()
@@ -897,7 +1298,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write wait book",
             "INSERT INTO actum_waits (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            &[&book.run.as_str(), &row],
+            owned![book.run.as_str(), row],
         );
         self.cache
             .borrow_mut()
@@ -913,7 +1314,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write budget",
             "INSERT INTO actum_budgets (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            &[&book.run.as_str(), &row],
+            owned![book.run.as_str(), row],
         );
         self.cache
             .borrow_mut()
@@ -927,7 +1328,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write saga",
             "INSERT INTO actum_sagas (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            &[&book.run.as_str(), &row],
+            owned![book.run.as_str(), row],
         );
         self.cache
             .borrow_mut()
@@ -941,7 +1342,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write resource",
             "INSERT INTO actum_resources (id, row) VALUES ($1, $2) \
              ON CONFLICT (id) DO UPDATE SET row = EXCLUDED.row",
-            &[&book.resource.as_str(), &row],
+            owned![book.resource.as_str(), row],
         );
     }
 
@@ -951,7 +1352,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write shared key",
             "INSERT INTO actum_shared (key, row) VALUES ($1, $2) \
              ON CONFLICT (key) DO UPDATE SET row = EXCLUDED.row",
-            &[&entry.key.as_str(), &row],
+            owned![entry.key.as_str(), row],
         );
     }
 
@@ -986,7 +1387,7 @@ impl BooksWrite for PgBooks<'_, '_> {
                 "DELETE FROM actum_blob_refs WHERE run = $1",
             ),
         ] {
-            self.execute(op, sql, &[&run.as_str()]);
+            self.execute(op, sql, owned![run.as_str()]);
         }
     }
 
@@ -994,8 +1395,9 @@ impl BooksWrite for PgBooks<'_, '_> {
         self.execute(
             "delete blob",
             "DELETE FROM actum_blobs WHERE digest = $1",
-            &[&digest.0.as_slice()],
+            owned![digest.0.as_slice()],
         );
+        self.cache.borrow_mut().blobs.insert(*digest, false);
     }
 
     fn put_blob_holders(&mut self, digest: Digest, holders: Option<u64>) {
@@ -1004,12 +1406,12 @@ impl BooksWrite for PgBooks<'_, '_> {
                 "write blob holders",
                 "INSERT INTO actum_blob_holders (digest, holders) VALUES ($1, $2) \
                  ON CONFLICT (digest) DO UPDATE SET holders = EXCLUDED.holders",
-                &[&digest.0.as_slice(), &big(n)],
+                owned![digest.0.as_slice(), big(n)],
             ),
             None => self.execute(
                 "delete blob holders",
                 "DELETE FROM actum_blob_holders WHERE digest = $1",
-                &[&digest.0.as_slice()],
+                owned![digest.0.as_slice()],
             ),
         }
     }
@@ -1020,7 +1422,7 @@ impl BooksWrite for PgBooks<'_, '_> {
             "write blob references",
             "INSERT INTO actum_blob_refs (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            &[&refs.run.as_str(), &row],
+            owned![refs.run.as_str(), row],
         );
     }
 }
@@ -1028,4 +1430,83 @@ impl BooksWrite for PgBooks<'_, '_> {
 /// A digest from a `bytea` key column; `None` if it has the wrong length.
 pub(crate) fn digest_of_key(bytes: &[u8]) -> Option<Digest> {
     <[u8; DIGEST_LEN_BYTES]>::try_from(bytes).ok().map(Digest)
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    fn write(sql: &'static str, params: usize) -> Request {
+        Request::Execute {
+            op: sql,
+            sql: Cow::Borrowed(sql),
+            params: (0..params).map(|n| Box::new(n as i64) as Param).collect(),
+        }
+    }
+
+    fn shape(requests: &[Request]) -> Vec<(String, usize)> {
+        requests
+            .iter()
+            .map(|r| match r {
+                Request::Simple(sql) => ((*sql).to_string(), 0),
+                Request::Execute { sql, params, .. } => (sql.to_string(), params.len()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parameters_are_renumbered_past_the_ones_before() {
+        assert_eq!(
+            shift_parameters("VALUES ($1, $2, $10) -- $", 3),
+            "VALUES ($4, $5, $13) -- $"
+        );
+        assert_eq!(shift_parameters("WHERE id = $1", 0), "WHERE id = $1");
+    }
+
+    #[test]
+    fn writes_to_different_tables_become_one_statement_and_one_table_stays_apart() {
+        let merged = merge_writes(vec![
+            Request::Simple("START TRANSACTION"),
+            write("INSERT INTO actum_effects (run, row) VALUES ($1, $2)", 2),
+            write(
+                "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)",
+                3,
+            ),
+            write("UPDATE actum_runs SET claim_from = $2 WHERE id = $1", 2),
+            // The same table again: a statement of its own, after.
+            write(
+                "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)",
+                3,
+            ),
+            Request::Simple("COMMIT"),
+        ]);
+        assert_eq!(
+            shape(&merged),
+            vec![
+                ("START TRANSACTION".into(), 0),
+                (
+                    "WITH w0 AS (INSERT INTO actum_effects (run, row) VALUES ($1, $2)), \
+                     w1 AS (INSERT INTO actum_audit (run, seq, row) VALUES ($3, $4, $5)) \
+                     UPDATE actum_runs SET claim_from = $7 WHERE id = $6"
+                        .into(),
+                    7
+                ),
+                (
+                    "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)".into(),
+                    3
+                ),
+                ("COMMIT".into(), 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_write_to_an_unknown_table_is_never_joined() {
+        let merged = merge_writes(vec![
+            write("INSERT INTO actum_effects (run) VALUES ($1)", 1),
+            write("INSERT INTO elsewhere (run) VALUES ($1)", 1),
+            write("INSERT INTO actum_audit (run) VALUES ($1)", 1),
+        ]);
+        assert_eq!(merged.len(), 3);
+    }
 }

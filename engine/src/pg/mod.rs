@@ -21,8 +21,13 @@ mod schema;
 mod store;
 #[cfg(test)]
 mod tests;
+mod wire;
 
 pub use books::PgBooks;
 pub use schema::PG_SCHEMA_VERSION;
 pub(crate) use store::Planted;
 pub use store::{PgStore, RETRIES, scratch_database, server_for_tests, without_password};
+/// The pipelining connection under the store, for the benches' ceiling of
+/// its shape (`internals`: not part of the public API).
+#[cfg(feature = "internals")]
+pub use wire::{Connection, Param, Request};

@@ -31,13 +31,14 @@
 //! and it is answered only when that transaction committed.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use postgres::error::SqlState;
-use postgres::{Client, IsolationLevel, NoTls};
 
-use super::books::{Failed, PgBooks, digest_of_key};
+use super::books::{Ended, Failed, PgBooks, digest_of_key};
 use super::schema;
+use super::wire::Connection;
 use crate::books::{Answer, Decided};
 use crate::books::{
     AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, Command,
@@ -63,6 +64,8 @@ pub struct PgStore {
     idle: Mutex<Vec<Connection>>,
     /// Whether the connect that made this store created the tables.
     created: bool,
+    /// The round trips to the server its connections made.
+    round_trips: Arc<AtomicU64>,
     /// The planted bugs of this backend (test-only `planted-bugs`).
     planted: Planted,
 }
@@ -77,17 +80,6 @@ pub(crate) struct Planted {
     /// `PgAnswerBeforeDurable`.
     pub(crate) answer_before_durable: bool,
 }
-
-/// A connection and the statements prepared on it (by SQL text): a
-/// prepared statement costs one round trip to the server once, not on
-/// every use.
-pub(crate) struct Connection {
-    client: Client,
-    statements: Statements,
-}
-
-/// The statements prepared on one connection, by their SQL text.
-pub(crate) type Statements = BTreeMap<&'static str, postgres::Statement>;
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -164,7 +156,7 @@ pub fn scratch_database(url: &str, prefix: &str) -> Result<String> {
         let server = server.clone();
         move |e| postgres_error(&server, op, false, e)
     };
-    let mut admin = Client::connect(url, NoTls).map_err(failed("connect"))?;
+    let mut admin = postgres::Client::connect(url, postgres::NoTls).map_err(failed("connect"))?;
     admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
         .map_err(failed("drop a scratch database"))?;
@@ -202,11 +194,16 @@ impl PgStore {
             server: without_password(url),
             idle: Mutex::new(Vec::new()),
             created: false,
+            round_trips: Arc::new(AtomicU64::new(0)),
             planted: Planted::default(),
         };
-        let mut connection = store.take()?;
-        let found = schema::prepare(&mut connection.client, &store.server)?;
+        // The tables, on a connection of the synchronous client's (once,
+        // at open); commands use the pool's.
+        let mut client = postgres::Client::connect(url, postgres::NoTls)
+            .map_err(|e| store.error("connect", false, e))?;
+        let found = schema::prepare(&mut client, &store.server)?;
         store.created = found == 0;
+        let connection = store.take()?;
         store.give_back(connection);
         Ok(store)
     }
@@ -224,6 +221,13 @@ impl PgStore {
     /// The server, as errors name it.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// How many round trips to the server this store's connections made
+    /// (each a wait for the server's answers to what was sent at once: the
+    /// cost of a command's small statements is in these).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
     }
 
     /// Whether the connect that made this store found no tables and
@@ -244,19 +248,17 @@ impl PgStore {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         match idle {
-            Some(connection) if !connection.client.is_closed() => Ok(connection),
+            Some(connection) if !connection.is_closed() => Ok(connection),
             _ => {
-                let mut client = Client::connect(&self.url, NoTls)
+                let mut connection = Connection::connect(&self.url, Arc::clone(&self.round_trips))
+                    .map_err(|e| Error::io("start a connection's runtime", self.server.clone(), e))?
                     .map_err(|e| self.error("connect", false, e))?;
                 if self.planted.answer_before_durable {
-                    client
+                    connection
                         .batch_execute("SET synchronous_commit = off")
                         .map_err(|e| self.error("connect", false, e))?;
                 }
-                Ok(Connection {
-                    client,
-                    statements: BTreeMap::new(),
-                })
+                Ok(connection)
             }
         }
     }
@@ -266,7 +268,12 @@ impl PgStore {
     /// not always notice a connection the server ended (an
     /// administrator's `pg_terminate_backend`, a restart) until a second
     /// call fails on it, so the next command connects afresh instead.
-    fn give_back(&self, connection: Connection) {
+    /// A transaction still open on it (a refused command's, a read's) is
+    /// rolled back first; a connection that cannot is dropped.
+    fn give_back(&self, mut connection: Connection) {
+        if connection.in_transaction && connection.batch_execute("ROLLBACK").is_err() {
+            return;
+        }
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -352,25 +359,16 @@ impl PgStore {
         at_ms: Option<u64>,
         observe: &dyn Fn(&Decided, &dyn BooksRead) -> D,
     ) -> std::result::Result<(Answer, D), Attempt> {
-        let Connection { client, statements } = connection;
         // (The planted `PgDecideOutsideTransaction`: decided on a snapshot
         // of its own, ended before the command's transaction begins.)
         let outside = match self.planted.decide_outside {
-            true => Some(self.decide_outside(client, statements, cmd, at_ms)?),
+            true => Some(self.decide_outside(connection, cmd, at_ms)?),
             false => None,
         };
-        let begun = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .start();
-        let mut txn = begun.map_err(|e| self.failed("begin", e))?;
-        let mut books = PgBooks::new(&mut txn, statements);
-        let now_ms = match at_ms {
-            Some(at_ms) => at_ms,
-            None => books
-                .server_now_ms()
-                .map_err(|e| self.failed("read the server's clock", e))?,
-        };
+        // The transaction begun, the clock and what `cmd` reads first read,
+        // in one round trip.
+        let mut books = PgBooks::command(connection, cmd);
+        let now_ms = at_ms.unwrap_or_else(|| books.clock_ms());
         let decided = match outside {
             Some(decided) => decided,
             None => decide(&books, cmd, now_ms),
@@ -386,23 +384,28 @@ impl PgStore {
             Ok((decided.answer, seen))
         });
         // A failed read must not pass for an absent row: it decides first.
-        match books.finish() {
-            Some(Failed::Query(op, e)) => return Err(self.failed(op, e)),
-            Some(Failed::Corrupt(error)) => return Err(Attempt::Failed(error)),
-            None => {}
+        // A refused command changes nothing: its transaction is rolled back
+        // with the connection.
+        if let Err(refused) = applied {
+            return match books.finish() {
+                Some(failed) => Err(self.failed_with(failed)),
+                None => Err(Attempt::Failed(refused)),
+            };
         }
-        // A refused command changes nothing: the transaction is dropped,
-        // which rolls it back.
-        let answer = applied.map_err(Attempt::Failed)?;
-        match txn.commit() {
-            Ok(()) => Ok(answer),
-            Err(e) if retryable(&e) => Err(Attempt::Retry(e)),
+        match books.commit() {
+            Ended::Committed => applied.map_err(Attempt::Failed),
+            Ended::Failed(failed) => Err(self.failed_with(failed)),
             // The connection broke with COMMIT in flight: the server may
             // have committed it, whole, or not at all.
-            Err(e) if e.is_closed() || e.code().is_none() => {
-                Err(Attempt::Failed(self.error("commit", true, e)))
-            }
-            Err(e) => Err(Attempt::Failed(self.error("commit", false, e))),
+            Ended::InDoubt(op, e) => Err(Attempt::Failed(self.error(op, true, e))),
+        }
+    }
+
+    /// An attempt that ended on `failed`, before anything landed.
+    fn failed_with(&self, failed: Failed) -> Attempt {
+        match failed {
+            Failed::Query(op, e) => self.failed(op, e),
+            Failed::Corrupt(error) => Attempt::Failed(error),
         }
     }
 
@@ -410,28 +413,19 @@ impl PgStore {
     /// read-only transaction that ends before the command's begins.
     fn decide_outside(
         &self,
-        client: &mut Client,
-        statements: &mut Statements,
+        connection: &mut Connection,
         cmd: &Command,
         at_ms: Option<u64>,
     ) -> std::result::Result<Result<Decided>, Attempt> {
-        let mut read = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(|e| self.failed("begin", e))?;
-        let books = PgBooks::reader(&mut read, statements);
-        let now_ms = match at_ms {
-            Some(at_ms) => at_ms,
-            None => books
-                .server_now_ms()
-                .map_err(|e| self.failed("read the server's clock", e))?,
-        };
+        let books = PgBooks::snapshot(connection);
+        let now_ms = at_ms.unwrap_or_else(|| books.clock_ms());
         let decided = decide(&books, cmd, now_ms);
-        match books.finish() {
-            Some(Failed::Query(op, e)) => Err(self.failed(op, e)),
-            Some(Failed::Corrupt(error)) => Err(Attempt::Failed(error)),
+        let failed = books.finish();
+        connection
+            .batch_execute("ROLLBACK")
+            .map_err(|e| self.failed("end the read", e))?;
+        match failed {
+            Some(failed) => Err(self.failed_with(failed)),
             None => Ok(decided),
         }
     }
@@ -457,13 +451,10 @@ impl PgStore {
     /// [`Self::read`] over the concrete view (its listing queries).
     pub(crate) fn read_books<T>(
         &self,
-        read: impl FnOnce(&PgBooks<'_, '_>, u64) -> Result<T>,
+        read: impl FnOnce(&PgBooks<'_>, u64) -> Result<T>,
     ) -> Result<T> {
-        self.in_snapshot(|txn, statements| {
-            let books = PgBooks::reader(txn, statements);
-            let now_ms = books
-                .server_now_ms()
-                .map_err(|e| self.error("read the server's clock", false, e))?;
+        self.on_snapshot(|books| {
+            let now_ms = books.clock_ms();
             let value = read(&books, now_ms);
             match books.finish() {
                 Some(Failed::Query(op, e)) => Err(self.error(op, false, e)),
@@ -475,8 +466,8 @@ impl PgStore {
 
     /// The engine's counters every process stored, by name.
     pub(crate) fn read_metrics(&self) -> Result<BTreeMap<String, u64>> {
-        self.in_snapshot(|txn, _| {
-            let rows = txn
+        self.in_snapshot(|connection| {
+            let rows = connection
                 .query("SELECT name, value FROM actum_metrics", &[])
                 .map_err(|e| self.error("read the counters", false, e))?;
             Ok(rows
@@ -493,16 +484,16 @@ impl PgStore {
     pub(crate) fn add_metrics(&self, counted: &[(&'static str, u64)]) -> Result<()> {
         let added = self.on_connection(
             |connection| {
-                let mut txn = connection.client.transaction()?;
+                connection.batch_execute("START TRANSACTION")?;
                 for (name, value) in counted.iter().filter(|(_, v)| *v > 0) {
                     let value = i64::try_from(*value).unwrap_or(i64::MAX);
-                    txn.execute(
+                    connection.execute(
                         "INSERT INTO actum_metrics (name, value) VALUES ($1, $2) \
                          ON CONFLICT (name) DO UPDATE SET value = actum_metrics.value + EXCLUDED.value",
                         &[name, &value],
                     )?;
                 }
-                txn.commit()
+                connection.batch_execute("COMMIT")
             },
             Result::is_err,
         )?;
@@ -514,22 +505,26 @@ impl PgStore {
         self.read(|_, now_ms| Ok(now_ms))
     }
 
-    /// Runs `read` in a read-only, repeatable-read transaction on the
-    /// connection; a failure of the server's drops the connection.
-    fn in_snapshot<T>(
-        &self,
-        read: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> Result<T>,
-    ) -> Result<T> {
+    /// Runs `read` over a read-only, repeatable-read snapshot on a
+    /// connection of the pool; a failure of the server's drops the
+    /// connection.
+    fn on_snapshot<T>(&self, read: impl FnOnce(PgBooks<'_>) -> Result<T>) -> Result<T> {
+        self.on_connection(
+            |connection| read(PgBooks::snapshot(connection)),
+            |outcome| matches!(outcome, Err(Error::Postgres { .. })),
+        )?
+    }
+
+    /// Runs `read` on a connection of the pool in a read-only,
+    /// repeatable-read transaction; a failure of the server's drops the
+    /// connection.
+    fn in_snapshot<T>(&self, read: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         self.on_connection(
             |connection| {
-                let Connection { client, statements } = connection;
-                let mut txn = client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
+                connection
+                    .batch_execute("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     .map_err(|e| self.error("begin", false, e))?;
-                read(&mut txn, statements)
+                read(connection)
             },
             |outcome| matches!(outcome, Err(Error::Postgres { .. })),
         )?
@@ -538,12 +533,12 @@ impl PgStore {
     /// Every row of the books, read in one transaction into a [`MemBooks`]
     /// (for checks and tests: it holds the whole database in memory).
     pub fn read_all(&self) -> Result<MemBooks> {
-        self.in_snapshot(|txn, _| self.read_all_in(txn))
+        self.in_snapshot(|connection| self.read_all_in(connection))
     }
 
-    fn read_all_in(&self, txn: &mut postgres::Transaction<'_>) -> Result<MemBooks> {
+    fn read_all_in(&self, txn: &mut Connection) -> Result<MemBooks> {
         let mut books = MemBooks::new();
-        let read = |txn: &mut postgres::Transaction<'_>, sql: &str| {
+        let read = |txn: &mut Connection, sql: &str| {
             txn.query(sql, &[])
                 .map_err(|e| self.error("read every row", false, e))
         };
