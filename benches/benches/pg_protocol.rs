@@ -159,13 +159,37 @@ impl DurableLog for PgEngineProtocol {
     }
 }
 
-/// The server's ceiling for the protocol's shape: two single-row transactions (an insert, then
-/// an update of the row) from a plain client, one connection per writer.
-struct PgRawCeiling {
-    /// One connection per writer, kept across samples (as `PgProtocol`'s stores are).
-    writers: Vec<std::sync::Mutex<RawWriter>>,
+/// The writers of a ceiling, each with its connection kept across samples (as `PgProtocol`'s
+/// stores are), handed to the bench's threads in turn.
+struct Writers<W> {
+    writers: Vec<std::sync::Mutex<W>>,
     next_writer: AtomicUsize,
 }
+
+impl<W> Writers<W> {
+    fn new(writers: impl Iterator<Item = W>) -> Writers<W> {
+        Writers {
+            writers: writers.map(std::sync::Mutex::new).collect(),
+            next_writer: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next writer's number, in turn.
+    fn next(&self) -> usize {
+        self.next_writer.fetch_add(1, Ordering::Relaxed) % self.writers.len()
+    }
+
+    /// Writer `t`.
+    fn lock(&self, t: usize) -> std::sync::MutexGuard<'_, W> {
+        self.writers[t]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The server's ceiling for the protocol's shape: two single-row transactions (an insert, then
+/// an update of the row) from a plain client, one connection per writer.
+struct PgRawCeiling(Writers<RawWriter>);
 
 impl PgRawCeiling {
     fn new(server: &str, writers: usize) -> PgRawCeiling {
@@ -177,13 +201,9 @@ impl PgRawCeiling {
                  PRIMARY KEY (writer, ticket))",
             )
             .expect("the ceiling's table");
-        let writers = (0..writers)
-            .map(|id| std::sync::Mutex::new(RawWriter::connect(&url, id as i64)))
-            .collect();
-        PgRawCeiling {
-            writers,
-            next_writer: AtomicUsize::new(0),
-        }
+        PgRawCeiling(Writers::new(
+            (0..writers).map(|id| RawWriter::connect(&url, id as i64)),
+        ))
     }
 }
 
@@ -217,13 +237,11 @@ impl DurableLog for PgRawCeiling {
     type Writer<'a> = usize;
 
     fn writer(&self) -> usize {
-        self.next_writer.fetch_add(1, Ordering::Relaxed) % self.writers.len()
+        self.0.next()
     }
 
     fn commit(&self, t: &mut usize, ticket: u64) {
-        let mut w = self.writers[*t]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = self.0.lock(*t);
         let w = &mut *w;
         let ticket = ticket as i64;
         // Autocommit: each statement is a transaction of its own, durable when it returns.
@@ -250,10 +268,7 @@ const PIPELINED_OUTCOME: &str = "WITH e AS (UPDATE effects SET row = $3 \
      WHERE writer = $1 AND ticket = $2) INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)";
 
 /// The ceiling of the store's shape: see the module's documentation.
-struct PgPipelinedCeiling {
-    writers: Vec<std::sync::Mutex<PipelinedWriter>>,
-    next_writer: AtomicUsize,
-}
+struct PgPipelinedCeiling(Writers<PipelinedWriter>);
 
 /// A writer of the pipelined ceiling: its run, its connection, its journal's length.
 struct PipelinedWriter {
@@ -276,34 +291,28 @@ impl PgPipelinedCeiling {
                  PRIMARY KEY (writer, seq))",
             )
             .expect("the ceiling's tables");
-        let writers = (0..writers)
-            .map(|id| {
-                let id = id as i64;
-                client
-                    .execute(
-                        "INSERT INTO runs (id, row) VALUES ($1, $2)",
-                        &[&id, &&b"run: leased to its writer"[..]],
-                    )
-                    .expect("the writer's run");
-                let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-                let mut connection = Connection::connect(&url, counted)
-                    .expect("a runtime")
-                    .expect("connecting");
-                let read = connection
-                    .prepare(Cow::Borrowed(PIPELINED_READ))
-                    .expect("preparing the read");
-                std::sync::Mutex::new(PipelinedWriter {
-                    id,
-                    connection,
-                    read,
-                    seq: 0,
-                })
-            })
-            .collect();
-        PgPipelinedCeiling {
-            writers,
-            next_writer: AtomicUsize::new(0),
-        }
+        PgPipelinedCeiling(Writers::new((0..writers).map(|id| {
+            let id = id as i64;
+            client
+                .execute(
+                    "INSERT INTO runs (id, row) VALUES ($1, $2)",
+                    &[&id, &&b"run: leased to its writer"[..]],
+                )
+                .expect("the writer's run");
+            let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let mut connection = Connection::connect(&url, counted)
+                .expect("a runtime")
+                .expect("connecting");
+            let read = connection
+                .prepare(Cow::Borrowed(PIPELINED_READ))
+                .expect("preparing the read");
+            PipelinedWriter {
+                id,
+                connection,
+                read,
+                seq: 0,
+            }
+        })))
     }
 }
 
@@ -345,13 +354,11 @@ impl DurableLog for PgPipelinedCeiling {
     type Writer<'a> = usize;
 
     fn writer(&self) -> usize {
-        self.next_writer.fetch_add(1, Ordering::Relaxed) % self.writers.len()
+        self.0.next()
     }
 
     fn commit(&self, t: &mut usize, ticket: u64) {
-        let mut w = self.writers[*t]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = self.0.lock(*t);
         let ticket = ticket as i64;
         w.command(PIPELINED_INTENT, ticket, b"intent: stripe.charge");
         w.command(PIPELINED_OUTCOME, ticket, b"confirmed: ch_0123456789");

@@ -61,11 +61,13 @@ pub(crate) enum Ended {
     InDoubt(&'static str, postgres::Error),
 }
 
-/// Boxes each value (owned: a queued write is sent after the call that
-/// queued it returned) as a statement's parameter.
+/// Boxes each value as a statement's parameter, owned (a queued write is
+/// sent after the call that queued it returned): the values before a `;`
+/// are borrowed and copied, the one after it (a row's bytes) is moved in,
+/// not copied again.
 macro_rules! owned {
-    ($($value:expr),* $(,)?) => {
-        vec![$(Box::new($value.to_owned()) as Param),*]
+    ($($value:expr),* $(; $moved:expr)?) => {
+        vec![$(Box::new($value.to_owned()) as Param,)* $(Box::new($moved) as Param)?]
     };
 }
 
@@ -1228,7 +1230,7 @@ impl BooksWrite for PgBooks<'_> {
             "write ledger entry",
             "INSERT INTO actum_effects (run, step, kind, attempt, row) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (run, step, kind, attempt) DO UPDATE SET row = EXCLUDED.row",
-            owned![run, step, kind, attempt, row],
+            owned![run, step, kind, attempt; row],
         );
         let mut cache = self.cache.borrow_mut();
         let side = (
@@ -1247,7 +1249,7 @@ impl BooksWrite for PgBooks<'_> {
         self.execute(
             "write blob",
             "INSERT INTO actum_blobs (digest, bytes) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            owned![digest.0.as_slice(), bytes],
+            owned![digest.0.as_slice(); bytes],
         );
         self.cache.borrow_mut().blobs.insert(digest, true);
     }
@@ -1258,7 +1260,7 @@ impl BooksWrite for PgBooks<'_> {
             "write checkpoint",
             "INSERT INTO actum_checkpoints (run, version, row) VALUES ($1, $2, $3) \
              ON CONFLICT (run, version) DO UPDATE SET row = EXCLUDED.row",
-            owned![meta.run.as_str(), big(meta.version), row],
+            owned![meta.run.as_str(), big(meta.version); row],
         );
     }
 
@@ -1268,7 +1270,7 @@ impl BooksWrite for PgBooks<'_> {
             "write decision",
             "INSERT INTO actum_decisions (run, position, row) VALUES ($1, $2, $3) \
              ON CONFLICT (run, position) DO UPDATE SET row = EXCLUDED.row",
-            owned![record.run.as_str(), big(record.position), row],
+            owned![record.run.as_str(), big(record.position); row],
         );
     }
 
@@ -1284,7 +1286,7 @@ impl BooksWrite for PgBooks<'_> {
         self.execute(
             "append audit entry",
             "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)",
-            owned![run.as_str(), big(entry.seq), row],
+            owned![run.as_str(), big(entry.seq); row],
         );
         self.cache
             .borrow_mut()
@@ -1298,7 +1300,7 @@ impl BooksWrite for PgBooks<'_> {
             "write wait book",
             "INSERT INTO actum_waits (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            owned![book.run.as_str(), row],
+            owned![book.run.as_str(); row],
         );
         self.cache
             .borrow_mut()
@@ -1314,7 +1316,7 @@ impl BooksWrite for PgBooks<'_> {
             "write budget",
             "INSERT INTO actum_budgets (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            owned![book.run.as_str(), row],
+            owned![book.run.as_str(); row],
         );
         self.cache
             .borrow_mut()
@@ -1328,7 +1330,7 @@ impl BooksWrite for PgBooks<'_> {
             "write saga",
             "INSERT INTO actum_sagas (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            owned![book.run.as_str(), row],
+            owned![book.run.as_str(); row],
         );
         self.cache
             .borrow_mut()
@@ -1342,7 +1344,7 @@ impl BooksWrite for PgBooks<'_> {
             "write resource",
             "INSERT INTO actum_resources (id, row) VALUES ($1, $2) \
              ON CONFLICT (id) DO UPDATE SET row = EXCLUDED.row",
-            owned![book.resource.as_str(), row],
+            owned![book.resource.as_str(); row],
         );
     }
 
@@ -1352,7 +1354,7 @@ impl BooksWrite for PgBooks<'_> {
             "write shared key",
             "INSERT INTO actum_shared (key, row) VALUES ($1, $2) \
              ON CONFLICT (key) DO UPDATE SET row = EXCLUDED.row",
-            owned![entry.key.as_str(), row],
+            owned![entry.key.as_str(); row],
         );
     }
 
@@ -1422,7 +1424,7 @@ impl BooksWrite for PgBooks<'_> {
             "write blob references",
             "INSERT INTO actum_blob_refs (run, row) VALUES ($1, $2) \
              ON CONFLICT (run) DO UPDATE SET row = EXCLUDED.row",
-            owned![refs.run.as_str(), row],
+            owned![refs.run.as_str(); row],
         );
     }
 }

@@ -225,7 +225,9 @@ impl PgStore {
 
     /// How many round trips to the server this store's connections made
     /// (each a wait for the server's answers to what was sent at once: the
-    /// cost of a command's small statements is in these).
+    /// cost of a command's small statements is in these). An unprepared
+    /// statement of the rare paths (counters, whole-database reads), whose
+    /// prepare and run are two trips, counts as one.
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
     }
