@@ -44,8 +44,13 @@ SCENARIOS_ON_BOTH_BACKENDS=(
 )
 
 if [ "${1:-}" != "--python-only" ]; then
-    cargo test --workspace
-    ACTUM_TEST_BACKEND=postgres cargo test -p actum-tests \
+    # The retention stream's quick length: the files are flat from a tenth
+    # of it on (the test's doc has the default 100,000 and its figures).
+    ACTUM_RETENTION_RUNS=${ACTUM_RETENTION_RUNS:-50000} cargo test --workspace
+    # --workspace, not -p actum-tests: the same feature set as the build
+    # above (tokio's features differ for actum-tests alone), so nothing is
+    # compiled a second time.
+    ACTUM_TEST_BACKEND=postgres cargo test --workspace \
         $(printf -- '--test %s ' "${SCENARIOS_ON_BOTH_BACKENDS[@]}")
 fi
 

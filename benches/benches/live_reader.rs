@@ -47,15 +47,20 @@ impl WithReader {
             Arc::new(AtomicU64::new(0)),
         );
         let (s, r, f) = (Arc::clone(&stop), Arc::clone(&reads), Arc::clone(&failed));
-        let reader = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                match read_everything(&dir) {
-                    Ok(_) => r.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => f.fetch_add(1, Ordering::Relaxed),
-                };
-                std::thread::sleep(READ_EVERY);
-            }
-        });
+        // Named, so a profile of the bench can tell the reader's samples
+        // apart (`perf report --comm live-reader`).
+        let reader = std::thread::Builder::new()
+            .name("live-reader".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    match read_everything(&dir) {
+                        Ok(_) => r.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => f.fetch_add(1, Ordering::Relaxed),
+                    };
+                    std::thread::sleep(READ_EVERY);
+                }
+            })
+            .expect("spawn the reader thread");
         WithReader {
             engine,
             stop,

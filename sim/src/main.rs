@@ -14,16 +14,24 @@
 //! `--planted BUG` plants a known bug to show it is caught. Every failure
 //! prints its seed and the one command that replays it. Output holds no
 //! timings, so a replay prints the same bytes every time.
+//!
+//! Seeds are independent worlds, so a campaign runs them on every core
+//! (`--jobs N` to choose): about a tenth of the seeds at a time, each
+//! tenth's reports added in seed order, so the progress lines, the totals
+//! and the failure reported (the lowest failing seed of its tenth) are the
+//! same bytes whatever the number of jobs.
 
 use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use actum_sim::agents::{self, AgentConfig, AgentReport};
 use actum_sim::campaign::{CampaignConfig, PlantedBug, SeedReport, run_seed};
 
 const USAGE: &str = "usage: actum-sim agents [--seed N [--history] | --seeds COUNT [--from FIRST] | \
-                     --exhaustive] [--events N] [--planted BUG]\n       actum-sim runtime [--seed N [--history] | --seeds COUNT \
-                     [--from FIRST]] [--events N] [--planted BUG]\n       actum-sim storage \
-                     [--seed N | --seeds COUNT [--from FIRST]] [--steps N] [--planted BUG]";
+                     --exhaustive] [--events N] [--planted BUG] [--jobs N]\n       actum-sim runtime [--seed N [--history] | --seeds COUNT \
+                     [--from FIRST]] [--events N] [--planted BUG] [--jobs N]\n       actum-sim storage \
+                     [--seed N | --seeds COUNT [--from FIRST]] [--steps N] [--planted BUG] [--jobs N]";
 
 /// Which campaign, over which seeds.
 struct Args {
@@ -34,6 +42,8 @@ struct Args {
     history: bool,
     exhaustive: bool,
     length: Option<u32>,
+    /// Threads running seeds at once.
+    jobs: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -69,6 +79,7 @@ fn parse_args() -> Result<Args, String> {
         history: false,
         exhaustive: false,
         length: None,
+        jobs: std::thread::available_parallelism().map_or(1, usize::from),
     };
     if let Ok(value) = std::env::var("ACTUM_SEED") {
         args.first_seed = parse_u64("ACTUM_SEED", &value)?;
@@ -94,6 +105,10 @@ fn parse_args() -> Result<Args, String> {
                     PlantedBug::ALL.map(PlantedBug::name).join(", ")
                 ))?;
                 args.planted = Some(bug);
+            }
+            "--jobs" => {
+                let n = parse_u64("--jobs", &value()?)?;
+                args.jobs = usize::try_from(n).map_err(|e| e.to_string())?.max(1);
             }
             "--history" => args.history = true,
             "--exhaustive" => args.exhaustive = true,
@@ -135,6 +150,53 @@ fn progress_due(done: u64, total: u64) -> bool {
     done.is_multiple_of((total / 10).max(1)) || done == total
 }
 
+/// Runs `run(i)` for every `i` in `0..count` on `jobs` threads, a tenth of
+/// the range at a time (the blocks `progress_due` ends), and hands each
+/// result to `each(i, result)` in order of `i`. Stops after the block
+/// holding the first error and returns the error of the lowest `i`, so
+/// what `each` sees, and the error, do not depend on `jobs`.
+fn in_blocks<R: Send, E: Send>(
+    count: u64,
+    jobs: usize,
+    run: impl Fn(u64) -> Result<R, E> + Sync,
+    mut each: impl FnMut(u64, R),
+) -> Result<(), E> {
+    let block = (count / 10).max(1);
+    let mut start = 0;
+    while start < count {
+        let end = start.saturating_add(block).min(count);
+        let next = AtomicU64::new(start);
+        let results: Mutex<Vec<(u64, Result<R, E>)>> = Mutex::new(Vec::new());
+        let threads = usize::try_from(end - start).map_or(jobs, |n| n.min(jobs));
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= end {
+                            break;
+                        }
+                        let result = run(i);
+                        results
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((i, result));
+                    }
+                });
+            }
+        });
+        let mut results = results
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        results.sort_by_key(|(i, _)| *i);
+        for (i, result) in results {
+            each(i, result?);
+        }
+        start = end;
+    }
+    Ok(())
+}
+
 fn agents_campaign(args: &Args) -> bool {
     let config = AgentConfig {
         events: args.length.unwrap_or(AgentConfig::default().events),
@@ -149,22 +211,26 @@ fn agents_campaign(args: &Args) -> bool {
         planted_note(args.planted)
     );
     let mut total = AgentReport::default();
-    for (done, seed) in (args.first_seed..last_seed).enumerate() {
-        match agents::run_agent_seed(seed, &config) {
-            Ok(report) => total.add(&report),
-            Err(failure) => {
-                eprintln!("actum-sim: FAILED {failure}");
-                return false;
+    let count = last_seed - args.first_seed;
+    let outcome = in_blocks(
+        count,
+        args.jobs,
+        |i| agents::run_agent_seed(args.first_seed + i, &config),
+        |i, report| {
+            total.add(&report);
+            let done = i + 1;
+            if progress_due(done, args.seed_count) {
+                println!(
+                    "  {done}/{} seeds passed: {}",
+                    args.seed_count,
+                    total.summary()
+                );
             }
-        }
-        let done = done as u64 + 1;
-        if progress_due(done, args.seed_count) {
-            println!(
-                "  {done}/{} seeds passed: {}",
-                args.seed_count,
-                total.summary()
-            );
-        }
+        },
+    );
+    if let Err(failure) = outcome {
+        eprintln!("actum-sim: FAILED {failure}");
+        return false;
     }
     if args.history && args.seed_count == 1 {
         let recorded = AgentConfig {
@@ -197,22 +263,30 @@ fn runtime_campaign(args: &Args) -> bool {
         planted_note(args.planted)
     );
     let mut total = agents::rt::RuntimeReport::default();
-    for (done, seed) in (args.first_seed..last_seed).enumerate() {
-        match agents::rt::run_runtime_seed(seed, &config) {
-            Ok(report) => total.add(&report),
-            Err(failure) => {
+    let count = last_seed - args.first_seed;
+    let outcome = in_blocks(
+        count,
+        args.jobs,
+        |i| {
+            let seed = args.first_seed + i;
+            agents::rt::run_runtime_seed(seed, &config).map_err(|failure| {
                 // Replayed with its history, so the failure tells its story.
-                let failure = agents::rt::runtime_history(seed, &config)
+                agents::rt::runtime_history(seed, &config)
                     .err()
-                    .unwrap_or(failure);
-                eprintln!("actum-sim: FAILED {failure}");
-                return false;
+                    .unwrap_or(failure)
+            })
+        },
+        |i, report| {
+            total.add(&report);
+            let done = i + 1;
+            if progress_due(done, args.seed_count) {
+                println!("  {done}/{} seeds passed: {total}", args.seed_count);
             }
-        }
-        let done = done as u64 + 1;
-        if progress_due(done, args.seed_count) {
-            println!("  {done}/{} seeds passed: {total}", args.seed_count);
-        }
+        },
+    );
+    if let Err(failure) = outcome {
+        eprintln!("actum-sim: FAILED {failure}");
+        return false;
     }
     if args.history && args.seed_count == 1 {
         match agents::rt::runtime_history(args.first_seed, &config) {
@@ -281,26 +355,34 @@ fn agents_exhaustive(args: &Args) -> bool {
         planted_note(args.planted)
     );
     let mut total = AgentReport::default();
-    for (done, schedule) in schedules.iter().enumerate() {
-        if let Err(failure) = agents::run_agent_schedule(schedule, &config).map(|r| total.add(&r)) {
-            let failure = agents::AgentFailure {
-                origin: agents::Origin::Exhaustive(first + done),
-                ..failure
-            };
-            eprintln!(
-                "actum-sim: FAILED exhaustive schedule {}: {failure}",
-                first + done
-            );
-            return false;
-        }
-        let done = done as u64 + 1;
-        if progress_due(done, schedules.len() as u64) {
-            println!(
-                "  {done}/{} schedules passed: {}",
-                schedules.len(),
-                total.summary()
-            );
-        }
+    let outcome = in_blocks(
+        schedules.len() as u64,
+        args.jobs,
+        |i| {
+            let index = usize::try_from(i).unwrap_or(usize::MAX);
+            agents::run_agent_schedule(&schedules[index], &config).map_err(|failure| {
+                let failure = agents::AgentFailure {
+                    origin: agents::Origin::Exhaustive(first + index),
+                    ..failure
+                };
+                (first + index, failure)
+            })
+        },
+        |i, report| {
+            total.add(&report);
+            let done = i + 1;
+            if progress_due(done, schedules.len() as u64) {
+                println!(
+                    "  {done}/{} schedules passed: {}",
+                    schedules.len(),
+                    total.summary()
+                );
+            }
+        },
+    );
+    if let Err((index, failure)) = outcome {
+        eprintln!("actum-sim: FAILED exhaustive schedule {index}: {failure}");
+        return false;
     }
     if args.history && count == 1 {
         match agents::schedule_history(&schedules[0], &config) {
@@ -332,38 +414,40 @@ fn storage_campaign(args: &Args) -> bool {
     // Seeds whose damaged log a repair cut, the cut still in place after
     // an ordinary reopen.
     let mut repairs = 0u64;
-    for (done, seed) in (args.first_seed..last_seed).enumerate() {
-        match run_seed(seed, &config) {
-            Ok(report) => {
-                total.crashes += report.crashes;
-                total.recoveries += report.recoveries;
-                total.acked_batches += report.acked_batches;
-                total.checkpoints += report.checkpoints;
-                total.grows += report.grows;
-                total.io_errors += report.io_errors;
-                total.rot_detected |= report.rot_detected;
-                repairs += u64::from(report.repaired);
+    let count = last_seed - args.first_seed;
+    let outcome = in_blocks(
+        count,
+        args.jobs,
+        |i| run_seed(args.first_seed + i, &config),
+        |i, report| {
+            total.crashes += report.crashes;
+            total.recoveries += report.recoveries;
+            total.acked_batches += report.acked_batches;
+            total.checkpoints += report.checkpoints;
+            total.grows += report.grows;
+            total.io_errors += report.io_errors;
+            total.rot_detected |= report.rot_detected;
+            repairs += u64::from(report.repaired);
+            let done = i + 1;
+            if progress_due(done, args.seed_count) {
+                println!(
+                    "  {done}/{} seeds passed: {} crashes, {} checked recoveries, {} acknowledged \
+                     appends, {} checkpoints, {} segment grows, {} injected I/O errors, {repairs} \
+                     repairs kept",
+                    args.seed_count,
+                    total.crashes,
+                    total.recoveries,
+                    total.acked_batches,
+                    total.checkpoints,
+                    total.grows,
+                    total.io_errors
+                );
             }
-            Err(failure) => {
-                eprintln!("actum-sim: FAILED {failure}");
-                return false;
-            }
-        }
-        let done = done as u64 + 1;
-        if progress_due(done, args.seed_count) {
-            println!(
-                "  {done}/{} seeds passed: {} crashes, {} checked recoveries, {} acknowledged \
-                 appends, {} checkpoints, {} segment grows, {} injected I/O errors, {repairs} \
-                 repairs kept",
-                args.seed_count,
-                total.crashes,
-                total.recoveries,
-                total.acked_batches,
-                total.checkpoints,
-                total.grows,
-                total.io_errors
-            );
-        }
+        },
+    );
+    if let Err(failure) = outcome {
+        eprintln!("actum-sim: FAILED {failure}");
+        return false;
     }
     println!(
         "actum-sim: all {} seeds kept every invariant: acknowledged appends survive, nothing \

@@ -6,7 +6,9 @@
 //! checkpoint, the database's files stop growing once warm.
 //!
 //! `ACTUM_RETENTION_RUNS` sets the length of the stream (100,000 by
-//! default; `.ci/run` runs the default).
+//! default; the test command, `./test.sh`, runs 50,000: in a run of
+//! 50,000 the files reached their final 37,753,856 bytes at 10,000 runs
+//! and held it, 2026-11-29).
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
