@@ -164,6 +164,11 @@ pub enum PlantedBug {
     /// `synchronous_commit = off`: a command is answered before the server
     /// made it durable, and a server crash can lose it.
     PgAnswerBeforeDurable,
+    /// The PostgreSQL backend judges a command's `COMMIT` by its own answer
+    /// only: a queued write the server refused in the same pipeline (the
+    /// transaction failed there, and its `COMMIT` answered `ROLLBACK`) is
+    /// answered as committed, though nothing landed.
+    PgRefusedWriteAsCommitted,
 }
 
 impl PlantedBug {
@@ -227,13 +232,14 @@ impl PlantedBug {
     ];
 
     /// The bugs of the PostgreSQL backend, which its kill loop catches.
-    pub const POSTGRES: [PlantedBug; 2] = [
+    pub const POSTGRES: [PlantedBug; 3] = [
         PlantedBug::PgDecideOutsideTransaction,
         PlantedBug::PgAnswerBeforeDurable,
+        PlantedBug::PgRefusedWriteAsCommitted,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 47] = [
+    pub const ALL: [PlantedBug; 48] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -281,6 +287,7 @@ impl PlantedBug {
         PlantedBug::RepeatOperatorRequest,
         PlantedBug::PgDecideOutsideTransaction,
         PlantedBug::PgAnswerBeforeDurable,
+        PlantedBug::PgRefusedWriteAsCommitted,
     ];
 
     /// The bug's command-line name.
@@ -333,6 +340,7 @@ impl PlantedBug {
             PlantedBug::RepeatOperatorRequest => "repeat-operator-request",
             PlantedBug::PgDecideOutsideTransaction => "pg-decide-outside-transaction",
             PlantedBug::PgAnswerBeforeDurable => "pg-answer-before-durable",
+            PlantedBug::PgRefusedWriteAsCommitted => "pg-refused-write-as-committed",
         }
     }
 

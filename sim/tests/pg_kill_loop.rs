@@ -1,6 +1,7 @@
 //! The PostgreSQL backend under real faults (`actum_sim::pgkill`): the
-//! kill loop's quick mode finds nothing wrong, and each planted bug of the
-//! backend is caught. Needs a server: scripts/postgres.sh (test.sh runs
+//! kill loop's quick mode (process kills, server crashes, cut connections
+//! and writes the server refuses) finds nothing wrong, and each planted bug
+//! of the backend is caught. Needs a server: scripts/postgres.sh (test.sh runs
 //! this under it) sets ACTUM_PG_URL and what crashing the server takes;
 //! without one the tests skip, unless ACTUM_PG_REQUIRED is set.
 
@@ -87,6 +88,23 @@ fn a_commit_answered_before_it_is_durable_is_caught() {
         found
             .iter()
             .any(|v| v.contains("charged") || v.contains("ledger does not hold")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn a_refused_write_answered_as_committed_is_caught() {
+    if !server() {
+        return;
+    }
+    // The loop's trigger refuses a few of the ledger's writes; answered as
+    // committed, a refused intent or outcome is an act the handler saw
+    // succeed that the ledger never holds.
+    let found = caught(PlantedBug::PgRefusedWriteAsCommitted, 4);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("does not hold it confirmed") || v.contains("charged")),
         "{found:#?}"
     );
 }

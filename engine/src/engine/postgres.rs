@@ -155,6 +155,10 @@ impl Engine {
         store.plant(Planted {
             decide_outside: planted(&options.db.wal, PlantedBug::PgDecideOutsideTransaction),
             answer_before_durable: planted(&options.db.wal, PlantedBug::PgAnswerBeforeDurable),
+            refused_write_as_committed: planted(
+                &options.db.wal,
+                PlantedBug::PgRefusedWriteAsCommitted,
+            ),
         });
         let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
         let server = i64::try_from(store.now_ms()?).unwrap_or(i64::MAX);

@@ -323,7 +323,9 @@ impl<'a> PgBooks<'a> {
     /// Sends the queued writes and `COMMIT`, in one round trip, unless a
     /// read or a write failed before (then nothing is sent and the
     /// transaction is rolled back with its connection).
-    pub(crate) fn commit(self) -> Ended {
+    /// (`planted_ignore_refused`: the planted `PgRefusedWriteAsCommitted`,
+    /// false unless the store plants it.)
+    pub(crate) fn commit(self, planted_ignore_refused: bool) -> Ended {
         if let Some(failed) = self.failed.into_inner() {
             return Ended::Failed(failed);
         }
@@ -334,6 +336,10 @@ impl<'a> PgBooks<'a> {
         let commit = done.next_back().expect("COMMIT's answer");
         for write in done {
             if let Err((op, e)) = write {
+                if planted_ignore_refused && e.code().is_some() {
+                    // The planted `PgRefusedWriteAsCommitted`.
+                    continue;
+                }
                 return match e.code() {
                     // The server refused it: the transaction failed there,
                     // and its COMMIT rolled it back.

@@ -79,6 +79,8 @@ pub(crate) struct Planted {
     pub(crate) decide_outside: bool,
     /// `PgAnswerBeforeDurable`.
     pub(crate) answer_before_durable: bool,
+    /// `PgRefusedWriteAsCommitted`.
+    pub(crate) refused_write_as_committed: bool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -394,7 +396,7 @@ impl PgStore {
                 None => Err(Attempt::Failed(refused)),
             };
         }
-        match books.commit() {
+        match books.commit(self.planted.refused_write_as_committed) {
             Ended::Committed => applied.map_err(Attempt::Failed),
             Ended::Failed(failed) => Err(self.failed_with(failed)),
             // The connection broke with COMMIT in flight: the server may

@@ -3,7 +3,8 @@
 //! in the environment that script sets):
 //!
 //! - `actum-pg-kill drive [--quick | --long] [--seed N] [--kills N]
-//!   [--crashes N] [--processes N] [--threads N] [--planted BUG]` runs the
+//!   [--crashes N] [--processes N] [--threads N] [--refusals PER_MILLE]
+//!   [--planted BUG]` runs the
 //!   loop and checks the world; exits 1 on a violation, printing the seed
 //!   and the command that runs the same schedule again.
 //! - `actum-pg-kill worker ...` is one worker process (the driver starts
@@ -17,7 +18,8 @@ use actum_sim::pgkill::worker::{EXIT_FAILED, EXIT_TRANSIENT, WorkerArgs, serve};
 use actum_sim::pgkill::{KillConfig, drive};
 
 const USAGE: &str = "usage: actum-pg-kill drive [--quick | --long] [--seed N] [--kills N] \
-                     [--crashes N] [--processes N] [--threads N] [--planted BUG]\n       \
+                     [--crashes N] [--processes N] [--threads N] [--refusals PER_MILLE] \
+                     [--planted BUG]\n       \
                      actum-pg-kill worker --url URL --world DIR --name NAME --threads N \
                      --lease-ms MS [--planted BUG]";
 
@@ -80,6 +82,9 @@ fn run_drive(words: &[String]) -> Result<ExitCode, String> {
             "--threads" => {
                 config.threads = number(value(words, &mut at, flag)?, flag)?.max(1) as usize;
             }
+            "--refusals" => {
+                config.refusals_per_mille = number(value(words, &mut at, flag)?, flag)?;
+            }
             "--planted" => config.planted = Some(bug(value(words, &mut at, flag)?)?),
             _ => return Err(format!("unknown argument {flag:?}\n{USAGE}")),
         }
@@ -97,9 +102,9 @@ fn run_drive(words: &[String]) -> Result<ExitCode, String> {
         .unwrap_or_default();
     println!(
         "  again: scripts/postgres.sh cargo run --release -p actum-sim --bin actum-pg-kill -- \
-         drive {mode} --seed {} --kills {} --crashes {}{planted} (real time: the same schedule, \
-         not the same interleaving)",
-        config.seed, config.kills, config.crashes
+         drive {mode} --seed {} --kills {} --crashes {} --refusals {}{planted} (real time: the \
+         same schedule, not the same interleaving)",
+        config.seed, config.kills, config.crashes, config.refusals_per_mille
     );
     Ok(ExitCode::FAILURE)
 }

@@ -1,9 +1,11 @@
 //! The kill loop's driver: starts the worker processes on one PostgreSQL
 //! database, feeds them runs, and meanwhile kills them (SIGKILL, at random
 //! moments, each restarted), crashes the server (`pg_ctl stop -m
-//! immediate`, then starts it again) and cuts connections
-//! (`pg_terminate_backend`); then lets every run end with no faults, and
-//! checks the world against the books ([`super::check`]).
+//! immediate`, then starts it again), cuts connections
+//! (`pg_terminate_backend`) and has the server refuse writes (a trigger
+//! that fails a few of the ledger's writes, [`KillConfig::refusals_per_mille`]);
+//! then lets every run end with no faults, and checks the world against the
+//! books ([`super::check`]).
 //!
 //! The schedule of faults is drawn from a seed, but the processes and the
 //! server keep real time, so a seed does not replay exactly: a failure
@@ -40,6 +42,11 @@ pub struct KillConfig {
     pub lease_ms: u64,
     /// A planted bug of the backend's, if any.
     pub planted: Option<PlantedBug>,
+    /// Of every thousand writes to the ledger's table, how many the server
+    /// refuses while the faults last (a trigger raises an error, as a full
+    /// disk or a timeout would): the command's transaction fails whole, the
+    /// statements after the refused one in its pipeline with it.
+    pub refusals_per_mille: u64,
 }
 
 impl KillConfig {
@@ -53,6 +60,7 @@ impl KillConfig {
             crashes: 20,
             lease_ms: 1_000,
             planted: None,
+            refusals_per_mille: 20,
         }
     }
 
@@ -75,6 +83,8 @@ pub struct KillReport {
     pub crashes: u64,
     /// Connections cut with `pg_terminate_backend`.
     pub cuts: u64,
+    /// Writes the server refused (the trigger's count).
+    pub refusals: u64,
     /// Worker processes that exited on their own (the server was down when
     /// they started, say) and were started again.
     pub exits: u64,
@@ -92,11 +102,12 @@ impl std::fmt::Display for KillReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} process kills, {} server crashes, {} connection cuts, {} worker exits; {} runs \
-             ended {:?}; {} acts, {} charges retried after a query; {} violations",
+            "{} process kills, {} server crashes, {} connection cuts, {} refused writes, {} worker \
+             exits; {} runs ended {:?}; {} acts, {} charges retried after a query; {} violations",
             self.kills,
             self.crashes,
             self.cuts,
+            self.refusals,
             self.exits,
             self.runs,
             self.checked.ended,
@@ -202,6 +213,50 @@ impl Server {
         Ok(())
     }
 
+    /// Has the server refuse `per_mille` of every thousand writes to the
+    /// ledger's table of the database `url` names, counting them in a
+    /// sequence (a sequence's count survives the transaction the refusal
+    /// rolls back). `per_mille` 0 takes the trigger away.
+    fn refuse_writes(url: &str, per_mille: u64) -> Result<(), String> {
+        let mut client = postgres::Client::connect(url, postgres::NoTls)
+            .map_err(|e| format!("connect to set the refusals: {e}"))?;
+        let sql = if per_mille == 0 {
+            "DROP TRIGGER IF EXISTS actum_kill_refuse ON actum_effects".to_string()
+        } else {
+            format!(
+                "CREATE SEQUENCE IF NOT EXISTS actum_kill_refusals;
+                 CREATE OR REPLACE FUNCTION actum_kill_refuse() RETURNS trigger
+                 LANGUAGE plpgsql AS $$
+                 BEGIN
+                     IF random() * 1000 < {per_mille} THEN
+                         PERFORM nextval('actum_kill_refusals');
+                         RAISE EXCEPTION 'the kill loop refuses this write';
+                     END IF;
+                     RETURN NEW;
+                 END $$;
+                 DROP TRIGGER IF EXISTS actum_kill_refuse ON actum_effects;
+                 CREATE TRIGGER actum_kill_refuse BEFORE INSERT OR UPDATE ON actum_effects
+                     FOR EACH ROW EXECUTE FUNCTION actum_kill_refuse();"
+            )
+        };
+        client
+            .batch_execute(&sql)
+            .map_err(|e| format!("set the refusals: {e}"))
+    }
+
+    /// How many writes the trigger of [`Server::refuse_writes`] refused.
+    fn refused(url: &str) -> Result<u64, String> {
+        let mut client = postgres::Client::connect(url, postgres::NoTls)
+            .map_err(|e| format!("connect to count the refusals: {e}"))?;
+        let row = client
+            .query_one(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM actum_kill_refusals",
+                &[],
+            )
+            .map_err(|e| format!("count the refusals: {e}"))?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
     /// Cuts every connection to `database` but the caller's; how many.
     fn cut(&self, database: &str) -> u64 {
         let Ok(mut client) = postgres::Client::connect(&self.url, postgres::NoTls) else {
@@ -247,6 +302,9 @@ pub fn drive(config: &KillConfig, worker_exe: &Path) -> Result<KillReport, Strin
     options.db.wal.planted_bug = config.planted;
     let engine = Engine::open_postgres(&url, options)
         .map_err(|e| format!("open the loop's database: {e}"))?;
+    if config.refusals_per_mille > 0 {
+        Server::refuse_writes(&url, config.refusals_per_mille)?;
+    }
     let mut rng = Rng::new(config.seed);
     let mut report = KillReport::default();
     let spawn = |slot: usize, generation: u64| -> Result<Child, String> {
@@ -331,7 +389,12 @@ pub fn drive(config: &KillConfig, worker_exe: &Path) -> Result<KillReport, Strin
         }
     }
     report.runs = created;
-    // The faults stop: every run must end.
+    // The faults stop: every run must end. (The server is up: the last
+    // round's crash started it again.)
+    if config.refusals_per_mille > 0 {
+        report.refusals = Server::refused(&url)?;
+        Server::refuse_writes(&url, 0)?;
+    }
     let ended = quiesce(
         &engine,
         &world_dir,
