@@ -457,3 +457,45 @@ fn storage_campaign(args: &Args) -> bool {
     );
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::in_blocks;
+
+    /// What `in_blocks` hands on, and the error it returns, for `count`
+    /// items on `jobs` threads, item `i` failing when `fails(i)`.
+    fn seen(count: u64, jobs: usize, fails: fn(u64) -> bool) -> (Vec<u64>, Result<(), u64>) {
+        let mut order = Vec::new();
+        let outcome = in_blocks(
+            count,
+            jobs,
+            |i| if fails(i) { Err(i) } else { Ok(i * 10) },
+            |i, r| {
+                assert_eq!(r, i * 10, "each result reaches its own index");
+                order.push(i);
+            },
+        );
+        (order, outcome)
+    }
+
+    #[test]
+    fn blocks_hand_on_results_in_order_whatever_the_jobs() {
+        let all = seen(57, 1, |_| false);
+        assert_eq!(all, ((0..57).collect(), Ok(())));
+        for jobs in [2, 3, 8, 64] {
+            assert_eq!(seen(57, jobs, |_| false), all, "{jobs} jobs");
+        }
+    }
+
+    #[test]
+    fn the_lowest_failure_of_its_block_is_returned_after_the_items_before_it() {
+        // Blocks of 5 (50 items): items 23 and 21 fail, both in the block
+        // 20..25; everything before 21 is handed on, nothing after it.
+        let fails = |i: u64| i == 23 || i == 21;
+        let one = seen(50, 1, fails);
+        assert_eq!(one, ((0..21).collect(), Err(21)));
+        for jobs in [2, 4, 16] {
+            assert_eq!(seen(50, jobs, fails), one, "{jobs} jobs");
+        }
+    }
+}
