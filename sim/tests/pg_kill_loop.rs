@@ -36,6 +36,11 @@ fn three_hundred_kills_and_twenty_server_crashes_break_no_promise() {
     let report = drive(&config, worker()).unwrap();
     eprintln!("pg-kill quick: {}", report);
     assert!(report.kills >= 300 && report.crashes >= 20, "{}", report);
+    assert!(
+        report.refusals >= 50,
+        "the server refused writes: {}",
+        report
+    );
     assert!(report.checked.violations.is_empty(), "{}", report);
     let completed = report.checked.ended.get("completed").copied().unwrap_or(0);
     assert_eq!(completed, report.runs, "every run completed: {}", report);

@@ -3,7 +3,8 @@
 //! moments, each restarted), crashes the server (`pg_ctl stop -m
 //! immediate`, then starts it again), cuts connections
 //! (`pg_terminate_backend`) and has the server refuse writes (a trigger
-//! that fails a few of the ledger's writes, [`KillConfig::refusals_per_mille`]);
+//! that fails a few of the writes to runs and to the ledger,
+//! [`KillConfig::refusals_per_mille`]);
 //! then lets every run end with no faults, and checks the world against the
 //! books ([`super::check`]).
 //!
@@ -42,8 +43,8 @@ pub struct KillConfig {
     pub lease_ms: u64,
     /// A planted bug of the backend's, if any.
     pub planted: Option<PlantedBug>,
-    /// Of every thousand writes to the ledger's table, how many the server
-    /// refuses while the faults last (a trigger raises an error, as a full
+    /// Of every thousand writes to the runs' and the ledger's tables, how
+    /// many the server refuses while the faults last (a trigger raises an error, as a full
     /// disk or a timeout would): the command's transaction fails whole, the
     /// statements after the refused one in its pipeline with it.
     pub refusals_per_mille: u64,
@@ -83,7 +84,7 @@ pub struct KillReport {
     pub crashes: u64,
     /// Connections cut with `pg_terminate_backend`.
     pub cuts: u64,
-    /// Writes the server refused (the trigger's count).
+    /// Writes the server refused (its log's count of the trigger's errors).
     pub refusals: u64,
     /// Worker processes that exited on their own (the server was down when
     /// they started, say) and were started again.
@@ -121,6 +122,9 @@ impl std::fmt::Display for KillReport {
         Ok(())
     }
 }
+
+/// The error the kill loop's trigger refuses a write with.
+const REFUSAL: &str = "the kill loop refuses this write";
 
 /// Where the server is, as scripts/postgres.sh exports it.
 struct Server {
@@ -214,28 +218,31 @@ impl Server {
     }
 
     /// Has the server refuse `per_mille` of every thousand writes to the
-    /// ledger's table of the database `url` names, counting them in a
-    /// sequence (a sequence's count survives the transaction the refusal
-    /// rolls back). `per_mille` 0 takes the trigger away.
+    /// runs' and the ledger's tables of the database `url` names (each
+    /// refusal an error in the server's log, [`REFUSAL`]). `per_mille` 0
+    /// takes the trigger away.
     fn refuse_writes(url: &str, per_mille: u64) -> Result<(), String> {
         let mut client = postgres::Client::connect(url, postgres::NoTls)
             .map_err(|e| format!("connect to set the refusals: {e}"))?;
         let sql = if per_mille == 0 {
-            "DROP TRIGGER IF EXISTS actum_kill_refuse ON actum_effects".to_string()
+            "DROP TRIGGER IF EXISTS actum_kill_refuse ON actum_effects;
+             DROP TRIGGER IF EXISTS actum_kill_refuse ON actum_runs"
+                .to_string()
         } else {
             format!(
-                "CREATE SEQUENCE IF NOT EXISTS actum_kill_refusals;
-                 CREATE OR REPLACE FUNCTION actum_kill_refuse() RETURNS trigger
+                "CREATE OR REPLACE FUNCTION actum_kill_refuse() RETURNS trigger
                  LANGUAGE plpgsql AS $$
                  BEGIN
                      IF random() * 1000 < {per_mille} THEN
-                         PERFORM nextval('actum_kill_refusals');
-                         RAISE EXCEPTION 'the kill loop refuses this write';
+                         RAISE EXCEPTION '{REFUSAL}';
                      END IF;
                      RETURN NEW;
                  END $$;
                  DROP TRIGGER IF EXISTS actum_kill_refuse ON actum_effects;
                  CREATE TRIGGER actum_kill_refuse BEFORE INSERT OR UPDATE ON actum_effects
+                     FOR EACH ROW EXECUTE FUNCTION actum_kill_refuse();
+                 DROP TRIGGER IF EXISTS actum_kill_refuse ON actum_runs;
+                 CREATE TRIGGER actum_kill_refuse BEFORE INSERT OR UPDATE ON actum_runs
                      FOR EACH ROW EXECUTE FUNCTION actum_kill_refuse();"
             )
         };
@@ -244,17 +251,20 @@ impl Server {
             .map_err(|e| format!("set the refusals: {e}"))
     }
 
-    /// How many writes the trigger of [`Server::refuse_writes`] refused.
-    fn refused(url: &str) -> Result<u64, String> {
-        let mut client = postgres::Client::connect(url, postgres::NoTls)
-            .map_err(|e| format!("connect to count the refusals: {e}"))?;
-        let row = client
-            .query_one(
-                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM actum_kill_refusals",
-                &[],
-            )
-            .map_err(|e| format!("count the refusals: {e}"))?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    /// How many refusals of [`Server::refuse_writes`] the server's log
+    /// holds (every test on this server counted: take the difference). A
+    /// count kept in the database would not do: a sequence jumps ahead at
+    /// every crash recovery, and a row goes with the refused transaction.
+    fn refusals_logged(&self) -> u64 {
+        let log = self
+            .data
+            .parent()
+            .unwrap_or(Path::new("/tmp"))
+            .join("server.log");
+        let needle = format!("ERROR:  {REFUSAL}");
+        std::fs::read_to_string(log).map_or(0, |text| {
+            text.lines().filter(|l| l.contains(&needle)).count() as u64
+        })
     }
 
     /// Cuts every connection to `database` but the caller's; how many.
@@ -302,6 +312,7 @@ pub fn drive(config: &KillConfig, worker_exe: &Path) -> Result<KillReport, Strin
     options.db.wal.planted_bug = config.planted;
     let engine = Engine::open_postgres(&url, options)
         .map_err(|e| format!("open the loop's database: {e}"))?;
+    let refusals_before = server.refusals_logged();
     if config.refusals_per_mille > 0 {
         Server::refuse_writes(&url, config.refusals_per_mille)?;
     }
@@ -392,8 +403,17 @@ pub fn drive(config: &KillConfig, worker_exe: &Path) -> Result<KillReport, Strin
     // The faults stop: every run must end. (The server is up: the last
     // round's crash started it again.)
     if config.refusals_per_mille > 0 {
-        report.refusals = Server::refused(&url)?;
-        Server::refuse_writes(&url, 0)?;
+        // (The server was started again just now: a few tries.)
+        let mut dropped = Server::refuse_writes(&url, 0);
+        for _ in 0..20 {
+            if dropped.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+            dropped = Server::refuse_writes(&url, 0);
+        }
+        dropped?;
+        report.refusals = server.refusals_logged().saturating_sub(refusals_before);
     }
     let ended = quiesce(
         &engine,
