@@ -16,10 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use actum::books::{RUNS_PAGE_MAX, RunId};
-use actum::engine::{Engine, EngineOptions};
+use actum::engine::EngineOptions;
 use actum_benches::DurableLog;
-use actum_benches::protocol::ProtocolEngine;
+use actum_benches::protocol::{ProtocolEngine, look_at_live};
 use actum_benches::runner::bench_system;
 use criterion::{Criterion, SamplingMode, Throughput};
 
@@ -53,7 +52,7 @@ impl WithReader {
             .name("live-reader".into())
             .spawn(move || {
                 while !s.load(Ordering::Relaxed) {
-                    match read_everything(&dir) {
+                    match look_at_live(&dir, EngineOptions::default()) {
                         Ok(_) => r.fetch_add(1, Ordering::Relaxed),
                         Err(_) => f.fetch_add(1, Ordering::Relaxed),
                     };
@@ -67,21 +66,6 @@ impl WithReader {
             reads,
             failed,
             reader: Some(reader),
-        }
-    }
-}
-
-/// What `actum inspect` reads: a snapshot, then every run, page by page.
-fn read_everything(dir: &std::path::Path) -> actum::Result<u64> {
-    let snapshot = Engine::open_snapshot(dir, EngineOptions::default())?;
-    let mut after: Option<RunId> = None;
-    let mut runs = 0u64;
-    loop {
-        let page = snapshot.runs(None, after.as_ref(), RUNS_PAGE_MAX)?;
-        runs += page.len() as u64;
-        match page.last() {
-            Some(last) => after = Some(last.id.clone()),
-            None => return Ok(runs),
         }
     }
 }

@@ -5,29 +5,10 @@
 //! Run: `cargo run --release -p actum-benches --example empty_database_size -- [DIR]`
 //! (default: a new directory under the system temp dir, removed after).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use actum::{Engine, EngineOptions};
-
-/// Every file under `dir` with its length, sorted by path.
-fn files(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    // Bounded by the directory tree, a handful of entries.
-    while let Some(at) = todo.pop() {
-        for entry in std::fs::read_dir(&at).expect("read_dir") {
-            let entry = entry.expect("entry");
-            let meta = entry.metadata().expect("metadata");
-            if meta.is_dir() {
-                todo.push(entry.path());
-            } else {
-                found.push((entry.path(), meta.len()));
-            }
-        }
-    }
-    found.sort();
-    found
-}
+use actum_benches::files_under;
 
 fn main() {
     let temp = tempfile::tempdir().expect("tempdir");
@@ -36,7 +17,7 @@ fn main() {
         .map_or_else(|| temp.path().join("db"), PathBuf::from);
     let engine = Engine::open(&dir, EngineOptions::default()).expect("create");
     engine.close().expect("close");
-    let listing = files(&dir);
+    let listing = files_under(&dir);
     for (path, len) in &listing {
         println!(
             "{len:>10}  {}",

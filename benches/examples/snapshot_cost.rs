@@ -18,51 +18,15 @@
 //!
 //! Run: `cargo run --release -p actum-benches --example snapshot_cost -- [PROTOCOLS] [LOOKS]`
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use actum::books::{RUNS_PAGE_MAX, RunId};
 use actum::engine::{Engine, EngineOptions};
-use actum_benches::protocol::{ProtocolEngine, run_protocols};
+use actum_benches::files_under;
+use actum_benches::protocol::{ProtocolEngine, look_at_live, run_protocols};
 
 /// Writer threads, and runs (as in the `live_reader` bench).
 const THREADS: usize = 16;
-
-/// A snapshot, then every run, page by page (the bench's reader).
-fn look(dir: &Path, options: &EngineOptions) -> u64 {
-    let snapshot = Engine::open_snapshot(dir, options.clone()).expect("a snapshot");
-    let mut after: Option<RunId> = None;
-    let mut runs = 0u64;
-    loop {
-        let page = snapshot
-            .runs(None, after.as_ref(), RUNS_PAGE_MAX)
-            .expect("a page of runs");
-        runs += page.len() as u64;
-        match page.last() {
-            Some(last) => after = Some(last.id.clone()),
-            None => return runs,
-        }
-    }
-}
-
-/// Every file under `dir`, with its length, in name order.
-fn files(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let mut found = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("list the directory")
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            found.extend(files(&path));
-        } else {
-            let len = std::fs::metadata(&path).expect("a file's length").len();
-            found.push((path, len));
-        }
-    }
-    found
-}
 
 fn median(mut times: Vec<Duration>) -> f64 {
     times.sort();
@@ -80,7 +44,7 @@ fn main() {
         "{protocols} protocols on {THREADS} threads in {:.1} s; the engine stays open",
         built.as_secs_f64()
     );
-    let listed = files(&dir);
+    let listed = files_under(&dir);
     let mut total = 0;
     for (path, len) in &listed {
         let name = path.strip_prefix(&dir).unwrap_or(path).display();
@@ -108,10 +72,16 @@ fn main() {
     let (mut snap, mut snap_unchecked, mut read) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..looks {
         let at = Instant::now();
-        assert_eq!(look(&dir, &checked), THREADS as u64);
+        assert_eq!(
+            look_at_live(&dir, checked.clone()).expect("a look"),
+            THREADS as u64
+        );
         snap.push(at.elapsed());
         let at = Instant::now();
-        assert_eq!(look(&dir, &unchecked), THREADS as u64);
+        assert_eq!(
+            look_at_live(&dir, unchecked.clone()).expect("a look"),
+            THREADS as u64
+        );
         snap_unchecked.push(at.elapsed());
         let at = Instant::now();
         let bytes: usize = copied

@@ -56,6 +56,27 @@ pub fn settle_scratch() {
     raw::sync_dir(&parent);
 }
 
+/// Every file under `dir` with its length, sorted by path (the examples
+/// that report a database's files).
+pub fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    // Bounded by the directory tree, a handful of entries.
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let meta = entry.metadata().expect("metadata");
+            if meta.is_dir() {
+                todo.push(entry.path());
+            } else {
+                found.push((entry.path(), meta.len()));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// A record's payload: 256 bytes derived from its ticket, so no two adjacent records are equal.
 pub fn record(ticket: u64) -> [u8; RECORD_BYTES] {
     let mut bytes = [0u8; RECORD_BYTES];

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use actum::books::RUNS_PAGE_MAX;
 use actum::books::{
     AcquireLease, Answer, BeginEffect, Command, CreateRun, EffectKey, FinishEffect, Guard,
     LEASE_TTL_MS_MAX, Outcome, RunId, RunState, StepId, ToolClass, Transition, WorkerId, digest_of,
@@ -229,6 +230,24 @@ impl PeerWork for TwoCommits {
 pub fn run_protocols(setup: &ProtocolEngine, threads: usize, protocols: u64) -> Duration {
     assert!(threads <= setup.guards.len(), "one run per writer thread");
     run_writers(setup, threads, 0, protocols)
+}
+
+/// A look at a live database, as `actum inspect` takes one: a snapshot of
+/// `dir` (`Engine::open_snapshot`), then every run, page by page. Returns
+/// how many runs it read. (The `live_reader` bench's reader, and the
+/// `snapshot_cost` example's.)
+pub fn look_at_live(dir: &std::path::Path, options: EngineOptions) -> actum::Result<u64> {
+    let snapshot = Engine::open_snapshot(dir, options)?;
+    let mut after: Option<RunId> = None;
+    let mut runs = 0u64;
+    loop {
+        let page = snapshot.runs(None, after.as_ref(), RUNS_PAGE_MAX)?;
+        runs += page.len() as u64;
+        match page.last() {
+            Some(last) => after = Some(last.id.clone()),
+            None => return Ok(runs),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -102,9 +102,9 @@ fn a_refused_write_answered_as_committed_is_caught() {
     if !server() {
         return;
     }
-    // The loop's trigger refuses a few of the ledger's writes; answered as
-    // committed, a refused intent or outcome is an act the handler saw
-    // succeed that the ledger never holds.
+    // The loop's trigger refuses a few writes to runs and to the ledger;
+    // answered as committed, a refused intent or outcome is an act the
+    // handler saw succeed that the ledger never holds.
     let found = caught(PlantedBug::PgRefusedWriteAsCommitted, 4);
     assert!(
         found

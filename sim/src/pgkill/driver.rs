@@ -191,10 +191,16 @@ impl Server {
         Ok(())
     }
 
+    /// The directory scripts/postgres.sh made for the server: its socket
+    /// and its log (`server.log`) are there.
+    fn home(&self) -> &Path {
+        self.data.parent().unwrap_or(Path::new("/tmp"))
+    }
+
     /// Starts the server again (it recovers from its WAL), waiting until
     /// it accepts connections.
     fn start(&self) -> Result<(), String> {
-        let dir = self.data.parent().unwrap_or(Path::new("/tmp"));
+        let dir = self.home();
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
             self.port,
@@ -256,11 +262,7 @@ impl Server {
     /// count kept in the database would not do: a sequence jumps ahead at
     /// every crash recovery, and a row goes with the refused transaction.
     fn refusals_logged(&self) -> u64 {
-        let log = self
-            .data
-            .parent()
-            .unwrap_or(Path::new("/tmp"))
-            .join("server.log");
+        let log = self.home().join("server.log");
         let needle = format!("ERROR:  {REFUSAL}");
         std::fs::read_to_string(log).map_or(0, |text| {
             text.lines().filter(|l| l.contains(&needle)).count() as u64
@@ -400,10 +402,9 @@ pub fn drive(config: &KillConfig, worker_exe: &Path) -> Result<KillReport, Strin
         }
     }
     report.runs = created;
-    // The faults stop: every run must end. (The server is up: the last
-    // round's crash started it again.)
+    // The faults stop: every run must end. The trigger goes first (the
+    // last round's crash started the server again just now: a few tries).
     if config.refusals_per_mille > 0 {
-        // (The server was started again just now: a few tries.)
         let mut dropped = Server::refuse_writes(&url, 0);
         for _ in 0..20 {
             if dropped.is_ok() {
