@@ -29,8 +29,8 @@ pub const DEDUP_WINDOW_MS: u64 = 86_400_000;
 
 /// An engine in a scratch directory, with leased runs handed to writer threads in turn.
 pub struct ProtocolEngine {
-    /// The engine.
-    pub engine: Engine,
+    /// The engine (shared, so it can serve its operator channel).
+    pub engine: Arc<Engine>,
     guards: Vec<(RunId, Guard)>,
     next_writer: AtomicUsize,
     stats_at_open: WalStats,
@@ -157,7 +157,7 @@ impl ProtocolEngine {
             .collect();
         let stats_at_open = engine.wal_stats();
         ProtocolEngine {
-            engine,
+            engine: Arc::new(engine),
             guards,
             next_writer: AtomicUsize::new(0),
             stats_at_open,

@@ -2,23 +2,27 @@
 //! runs by state and by agent (kind and version), the leases held now, effects whose outcome is pending
 //! (intended) or unknown, open waits, and what the files weigh.
 //!
-//! **Invariant:** reads only, page by page through the engine's public
-//! reads, so the counts are the books as recovery rebuilds them.
+//! The books are one [`Engine::look`](actum::engine::Engine::look): on a
+//! directory no one has open, the look of a read-only open; on a live
+//! database, the look its engine serves through its operator channel (no
+//! file copied), or, if it serves none, the look of a snapshot.
+//!
+//! **Invariant:** reads only, one consistent look as of one LSN, which the
+//! command names on a live database.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use actum::books::{EffectEntry, EffectStatus, RUNS_PAGE_MAX, Run, RunId, RunState};
-use actum::engine::Engine;
+use actum::books::{EffectEntry, EffectStatus, RunState};
+use actum::engine::Look;
 use actum::storage::FsStorage;
 use actum::verify::{DiskUsage, disk_usage};
 use serde::Serialize;
 
 use crate::failure::CliError;
-use crate::live::open_to_read;
-use crate::progress;
+use crate::live::look_to_read;
 use crate::text::{Table, fmt_bytes, fmt_duration, fmt_time};
 
 /// How many rows of each list a table shows (`--json` shows them all).
@@ -68,8 +72,11 @@ struct Inspection {
     now_ms: u64,
     durable_lsn: u64,
     /// Set when another process's engine holds the directory: the LSN of
-    /// the snapshot read (equal to `durable_lsn`).
+    /// the books read (equal to `durable_lsn`).
     live_lsn: Option<u64>,
+    /// True if that engine read them itself, served through its operator
+    /// channel; false if they are a snapshot this command took.
+    served: bool,
     /// Set when the books are in PostgreSQL: the server, as its URL names
     /// it without the password (no LSN, no files: `durable_lsn` is 0 and
     /// `sizes` all zero).
@@ -89,11 +96,11 @@ struct Inspection {
 /// Runs `inspect`.
 pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
-    let reading = open_to_read(dir).map_err(fail)?;
-    let mut found = gather(&reading.engine, dir).map_err(fail)?;
-    found.live_lsn = reading.live_lsn;
-    found.postgres = reading.postgres.clone();
-    drop(reading);
+    let looked = look_to_read(dir).map_err(fail)?;
+    let mut found = Inspection::of(dir, &looked.look);
+    found.live_lsn = looked.live_lsn;
+    found.served = looked.served;
+    found.postgres = looked.postgres;
     if found.postgres.is_none() {
         found.sizes = disk_usage(&FsStorage::new(), dir, None).map_err(fail)?;
     }
@@ -107,88 +114,82 @@ pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Reads every run, page by page.
-fn gather(engine: &Engine, dir: &Path) -> actum::Result<Inspection> {
-    let now_ms = engine.clock().now_ms();
-    let mut found = Inspection {
-        dir: crate::place::shown(dir),
-        now_ms,
-        durable_lsn: engine.durable_lsn().0,
-        live_lsn: None,
-        postgres: None,
-        runs: 0,
-        runs_by_state: RunState::ALL.iter().map(|s| (s.name(), 0)).collect(),
-        runs_by_agent: BTreeMap::new(),
-        leases: Vec::new(),
-        effects_pending: Vec::new(),
-        effects_unknown: Vec::new(),
-        waits: Vec::new(),
-        sizes: DiskUsage::default(),
-    };
-    let bar = progress::counter("runs read");
-    let mut after: Option<RunId> = None;
-    // Bounded by the number of runs: each page moves past its last id.
-    loop {
-        let page = engine.runs(None, after.as_ref(), RUNS_PAGE_MAX)?;
-        for run in &page {
-            note_run(engine, run, now_ms, &mut found)?;
-            bar.inc(1);
+impl Inspection {
+    /// The tables of `look`, the books of `dir`.
+    fn of(dir: &Path, look: &Look) -> Inspection {
+        let runs_by_state: BTreeMap<&'static str, u64> = RunState::ALL
+            .iter()
+            .map(|s| {
+                (
+                    s.name(),
+                    look.runs_by_state.get(s.name()).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        let runs = runs_by_state.values().sum();
+        assert_eq!(runs, look.runs(), "every state is one of RunState::ALL");
+        let row = |entry: &EffectEntry, reason| EffectRow {
+            key: entry.key.to_string(),
+            tool: entry.tool.clone(),
+            since_ms: entry.settled_ms.unwrap_or(entry.intended_ms),
+            reason,
+        };
+        let mut effects_pending = Vec::new();
+        let mut effects_unknown = Vec::new();
+        for entry in &look.open_effects {
+            match &entry.status {
+                EffectStatus::Intended => effects_pending.push(row(entry, None)),
+                EffectStatus::Unknown { reason } => {
+                    effects_unknown.push(row(entry, Some(reason.clone())));
+                }
+                _ => {}
+            }
         }
-        if page.len() < RUNS_PAGE_MAX {
-            break;
+        Inspection {
+            dir: crate::place::shown(dir),
+            now_ms: look.now_ms,
+            durable_lsn: look.lsn,
+            live_lsn: None,
+            served: false,
+            postgres: None,
+            runs,
+            runs_by_state,
+            runs_by_agent: look
+                .runs_by_agent
+                .iter()
+                .map(|(agent, r)| {
+                    let row = AgentRow {
+                        runs: r.runs,
+                        not_over: r.not_over,
+                    };
+                    (agent.clone(), row)
+                })
+                .collect(),
+            leases: look
+                .leases
+                .iter()
+                .map(|(run, lease)| LeaseRow {
+                    run: run.to_string(),
+                    worker: lease.worker.to_string(),
+                    token: lease.token.0,
+                    expires_ms: lease.expires_ms,
+                })
+                .collect(),
+            effects_pending,
+            effects_unknown,
+            waits: look
+                .waits
+                .iter()
+                .map(|(run, wait)| WaitRow {
+                    run: run.to_string(),
+                    step: wait.step.to_string(),
+                    waits_for: wait.wait_for.to_string(),
+                    since_ms: wait.opened_ms,
+                    deadline_ms: wait.deadline_ms,
+                })
+                .collect(),
+            sizes: DiskUsage::default(),
         }
-        after = page.last().map(|r| r.id.clone());
-    }
-    bar.finish_and_clear();
-    assert_eq!(found.runs_by_state.values().sum::<u64>(), found.runs);
-    Ok(found)
-}
-
-fn note_run(engine: &Engine, run: &Run, now_ms: u64, found: &mut Inspection) -> actum::Result<()> {
-    found.runs += 1;
-    *found.runs_by_state.entry(run.state.name()).or_default() += 1;
-    let agent = found
-        .runs_by_agent
-        .entry(run.agent_version.clone())
-        .or_default();
-    agent.runs += 1;
-    agent.not_over += u64::from(!run.state.is_terminal());
-    if let Some(lease) = run.lease.as_ref().filter(|l| l.is_live(now_ms)) {
-        found.leases.push(LeaseRow {
-            run: run.id.to_string(),
-            worker: lease.worker.to_string(),
-            token: lease.token.0,
-            expires_ms: lease.expires_ms,
-        });
-    }
-    for entry in engine.effects(&run.id)? {
-        note_effect(entry, found);
-    }
-    if !run.state.is_terminal()
-        && let Some(wait) = engine.waits(&run.id)?.open_wait()
-    {
-        found.waits.push(WaitRow {
-            run: run.id.to_string(),
-            step: wait.step.to_string(),
-            waits_for: wait.wait_for.to_string(),
-            since_ms: wait.opened_ms,
-            deadline_ms: wait.deadline_ms,
-        });
-    }
-    Ok(())
-}
-
-fn note_effect(entry: EffectEntry, found: &mut Inspection) {
-    let row = |reason| EffectRow {
-        key: entry.key.to_string(),
-        tool: entry.tool.clone(),
-        since_ms: entry.settled_ms.unwrap_or(entry.intended_ms),
-        reason,
-    };
-    match &entry.status {
-        EffectStatus::Intended => found.effects_pending.push(row(None)),
-        EffectStatus::Unknown { reason } => found.effects_unknown.push(row(Some(reason.clone()))),
-        _ => {}
     }
 }
 
@@ -204,10 +205,14 @@ fn write_tables(found: &Inspection, out: &mut dyn Write) -> std::io::Result<()> 
         return write_books(found, out);
     }
     if let Some(lsn) = found.live_lsn {
+        let how = if found.served {
+            "the books as that engine read them, through its operator channel"
+        } else {
+            "this is a consistent snapshot"
+        };
         writeln!(
             out,
-            "  as of LSN {lsn} (live database: another process has it open; this is a \
-             consistent snapshot)"
+            "  as of LSN {lsn} (live database: another process has it open; {how})"
         )?;
     }
     writeln!(

@@ -7,13 +7,17 @@
 //! (`place::open_postgres`): each of the engine's reads is one read-only
 //! snapshot of the server's, and the command says which server it read.
 //!
+//! A command that wants only the whole books at a glance (`inspect`) asks a
+//! live database's engine for its look through the operator channel
+//! ([`look_to_read`]) when it serves one: nothing copied, nothing replayed.
+//!
 //! **Invariant:** either way nothing in the directory is written, and a
 //! command on a live database says which LSN (or server) it saw.
 
 use std::path::Path;
 
 use actum::Error;
-use actum::engine::{Engine, EngineOptions};
+use actum::engine::{Engine, EngineOptions, Look};
 
 /// An engine open to read, and whether it is a snapshot of a live database.
 pub struct Reading {
@@ -66,15 +70,78 @@ pub fn open_to_read(dir: &Path) -> actum::Result<Reading> {
             live_lsn: None,
             postgres: None,
         }),
+        Err(Error::Locked { .. }) => snapshot(dir),
+        Err(error) => Err(error),
+    }
+}
+
+/// [`open_to_read`], except that a live database whose engine serves its
+/// operator channel answers a look through it (`Err(look)`).
+fn open_to_read_unless_served(dir: &Path) -> actum::Result<Result<Reading, Look>> {
+    if crate::place::postgres_url(dir).is_some() {
+        return open_to_read(dir).map(Ok);
+    }
+    match Engine::open_read_only(dir, EngineOptions::default()) {
+        Ok(engine) => Ok(Ok(Reading {
+            engine,
+            live_lsn: None,
+            postgres: None,
+        })),
         Err(Error::Locked { .. }) => {
-            let engine = Engine::open_snapshot(dir, EngineOptions::default())?;
-            let live_lsn = engine.snapshot_lsn().map(|lsn| lsn.0);
-            Ok(Reading {
-                engine,
-                live_lsn,
-                postgres: None,
-            })
+            #[cfg(unix)]
+            if let Some(look) = actum::operator::channel::look(dir)? {
+                return Ok(Err(look));
+            }
+            snapshot(dir).map(Ok)
         }
         Err(error) => Err(error),
     }
+}
+
+/// A snapshot of the live database in `dir`.
+fn snapshot(dir: &Path) -> actum::Result<Reading> {
+    let engine = Engine::open_snapshot(dir, EngineOptions::default())?;
+    let live_lsn = engine.snapshot_lsn().map(|lsn| lsn.0);
+    Ok(Reading {
+        engine,
+        live_lsn,
+        postgres: None,
+    })
+}
+
+/// A look at the books ([`Engine::look`]), and where it came from.
+pub struct Looked {
+    /// The look.
+    pub look: Look,
+    /// `Some(lsn)` if another process's engine holds the directory.
+    pub live_lsn: Option<u64>,
+    /// True if that engine served the look through its operator channel.
+    pub served: bool,
+    /// `Some(server)` if the books are in PostgreSQL.
+    pub postgres: Option<String>,
+}
+
+/// A look at the books of `dir`: on a live database, through the
+/// operator channel of the engine that holds it if it serves one (no file
+/// copied, no log replayed), else of a snapshot; otherwise the look of
+/// [`open_to_read`]'s engine.
+pub fn look_to_read(dir: &Path) -> actum::Result<Looked> {
+    let reading = match open_to_read_unless_served(dir)? {
+        Ok(reading) => reading,
+        Err(look) => {
+            return Ok(Looked {
+                live_lsn: Some(look.lsn),
+                look,
+                served: true,
+                postgres: None,
+            });
+        }
+    };
+    let look = reading.engine.look()?;
+    Ok(Looked {
+        look,
+        live_lsn: reading.live_lsn,
+        served: false,
+        postgres: reading.postgres,
+    })
 }

@@ -2,7 +2,10 @@
 //! in this process holds and keeps committing to (runs created and
 //! completed, checkpoints every few records): each answers from a
 //! consistent snapshot, says the LSN it is as of, and sees at least what
-//! was acknowledged before it started.
+//! was acknowledged before it started. And `inspect` on an engine that
+//! serves its operator channel: the engine's own look, exactly the books
+//! at the LSN it names (the runs ended meanwhile read from the state store,
+//! the others from memory).
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
@@ -107,4 +110,91 @@ fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
         assert!(writer.join().unwrap() > 0);
     });
     engine.close().unwrap();
+}
+
+/// The runs, and the cancelled ones among them, once the writer of
+/// `inspect_asks_a_live_engine_that_serves_its_channel` has made `lsn`
+/// records: run `n` created (one record), then cancelled if `n` is even
+/// (one more).
+fn runs_at(lsn: u64) -> (u64, u64) {
+    let (mut at, mut runs, mut cancelled) = (0u64, 0u64, 0u64);
+    // Bounded by `lsn`: each turn moves `at` on.
+    while at < lsn {
+        at += 1;
+        runs += 1;
+        if (runs - 1).is_multiple_of(2) && at < lsn {
+            at += 1;
+            cancelled += 1;
+        }
+    }
+    (runs, cancelled)
+}
+
+#[test]
+fn inspect_asks_a_live_engine_that_serves_its_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = EngineOptions {
+        checkpoint_every_records: 8,
+        ..EngineOptions::default()
+    };
+    let engine = std::sync::Arc::new(open_retrying(|| Engine::open(dir.path(), options.clone())));
+    engine.serve_operators().unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut n = 0u64;
+            // Bounded by the reader, which stops it, and by RUNS_MAX.
+            while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
+                let run = RunId::new(format!("served-{n:05}")).unwrap();
+                engine
+                    .create_run(CreateRun {
+                        run: run.clone(),
+                        input_digest: digest_of(&n.to_le_bytes()),
+                        agent_version: "1".into(),
+                        trace_id: "t".into(),
+                        parent: None,
+                        input: None,
+                    })
+                    .unwrap();
+                // Every other run ends at once: a checkpoint lets it go
+                // from memory, so the look reads it from the state store.
+                if n.is_multiple_of(2) {
+                    engine
+                        .operate(&run, actum::books::OperatorAction::Cancel, "test", "ends")
+                        .unwrap();
+                }
+                n += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            n
+        });
+        let _stop = StopOnDrop(&stop);
+        for _ in 0..5 {
+            let acknowledged = engine.durable_lsn().0;
+            let inspected = actum_on(dir.path(), &["inspect", "{}", "--json"]);
+            assert_eq!(code(&inspected), 0, "{}", stderr(&inspected));
+            let json: serde_json::Value = serde_json::from_str(&stdout(&inspected)).unwrap();
+            assert_eq!(json["served"], true, "{json}");
+            let live = json["live_lsn"].as_u64().expect("read from a live engine");
+            assert!(live >= acknowledged, "{live} < {acknowledged}");
+            assert_eq!(json["durable_lsn"].as_u64(), Some(live));
+            // The books at exactly that LSN: the look is consistent.
+            let (runs, cancelled) = runs_at(live);
+            assert_eq!(json["runs"].as_u64(), Some(runs), "at {live}: {json}");
+            assert_eq!(
+                json["runs_by_state"]["cancelled"].as_u64(),
+                Some(cancelled),
+                "at {live}: {json}"
+            );
+            assert_eq!(
+                json["runs_by_state"]["pending"].as_u64(),
+                Some(runs - cancelled),
+                "at {live}: {json}"
+            );
+            let text = stdout(&actum_on(dir.path(), &["inspect", "{}"]));
+            assert!(text.contains("through its operator channel"), "{text}");
+        }
+        drop(_stop);
+        assert!(writer.join().unwrap() > 0);
+    });
 }

@@ -97,15 +97,16 @@ fn writes_reach_the_engine_that_serves_its_channel_once_per_request_id() {
     // Bytes that are no request change nothing: a frame of another version
     // is dropped unanswered, a body that does not decode is answered with
     // an error, and the next request is served.
+    let version = actum::operator::channel::FRAME_VERSION;
     for (garbage, answered) in [
-        (&b"\x09\0\0\0\0"[..], false),
-        (&b"\x01\x03\0\0\0abc"[..], true),
+        (vec![9, 0, 0, 0, 0], false),
+        ([&[version, 3, 0, 0, 0][..], b"abc"].concat(), true),
     ] {
         let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
-        stream.write_all(garbage).unwrap();
+        stream.write_all(&garbage).unwrap();
         let mut reply = Vec::new();
         stream.read_to_end(&mut reply).unwrap();
-        assert_eq!(reply.first() == Some(&1), answered, "{reply:?}");
+        assert_eq!(reply.first() == Some(&version), answered, "{reply:?}");
     }
     assert_eq!(
         engine.run(&run).unwrap().unwrap().version,

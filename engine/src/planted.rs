@@ -156,6 +156,10 @@ pub enum PlantedBug {
     /// again: the engine reads the request's mark but does not take it for
     /// "done", so a retried signal lands twice.
     RepeatOperatorRequest,
+    /// The engine's look at its books reads the state store's copy of
+    /// every run, the runs memory holds too, so a run in memory is counted
+    /// twice, once as the last checkpoint left it.
+    LookCountsStoredCopies,
     /// The PostgreSQL backend decides a command on a snapshot read in a
     /// transaction of its own, then applies its ops in another: the lease
     /// and the ledger it checked may have changed in between.
@@ -184,7 +188,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 28] = [
+    pub const ENGINE: [PlantedBug; 29] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -213,6 +217,7 @@ impl PlantedBug {
         PlantedBug::MigrationKeepsByteOrder,
         PlantedBug::AppendDropsBase,
         PlantedBug::RepeatOperatorRequest,
+        PlantedBug::LookCountsStoredCopies,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -239,7 +244,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 48] = [
+    pub const ALL: [PlantedBug; 49] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -285,6 +290,7 @@ impl PlantedBug {
         PlantedBug::GrowFromStaleSize,
         PlantedBug::RepairCutDoesNotLast,
         PlantedBug::RepeatOperatorRequest,
+        PlantedBug::LookCountsStoredCopies,
         PlantedBug::PgDecideOutsideTransaction,
         PlantedBug::PgAnswerBeforeDurable,
         PlantedBug::PgRefusedWriteAsCommitted,
@@ -338,6 +344,7 @@ impl PlantedBug {
             PlantedBug::GrowFromStaleSize => "grow-fills-from-stale-size",
             PlantedBug::RepairCutDoesNotLast => "repair-cut-does-not-last",
             PlantedBug::RepeatOperatorRequest => "repeat-operator-request",
+            PlantedBug::LookCountsStoredCopies => "look-counts-stored-copies",
             PlantedBug::PgDecideOutsideTransaction => "pg-decide-outside-transaction",
             PlantedBug::PgAnswerBeforeDurable => "pg-answer-before-durable",
             PlantedBug::PgRefusedWriteAsCommitted => "pg-refused-write-as-committed",

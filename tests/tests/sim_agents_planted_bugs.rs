@@ -394,3 +394,15 @@ fn an_operator_request_carried_out_again_is_caught_by_the_request_check() {
         "an operator's request is carried out once, however often it is sent"
     );
 }
+
+#[test]
+fn a_look_that_counts_the_stored_copies_of_runs_in_memory_is_caught() {
+    // Every run a checkpoint wrote and memory still holds is counted a
+    // second time, from the state store: the first operator's look after a
+    // checkpoint disagrees with the books (seed 0 of every block of 100).
+    let (_, invariant) = caught(PlantedBug::LookCountsStoredCopies);
+    assert_eq!(
+        invariant,
+        "the engine's look at its live books is theirs at its LSN"
+    );
+}

@@ -21,6 +21,7 @@ mod core;
 mod existing;
 mod leases_at_open;
 mod log_reads;
+mod look;
 mod operations;
 mod options;
 #[cfg(feature = "postgres")]
@@ -45,6 +46,7 @@ pub use coordination::ResourceGrant;
 pub use core::Engine;
 pub(crate) use existing::require_database;
 pub use log_reads::LoggedCommit;
+pub use look::{AgentRuns, Look};
 pub use operations::{Metrics, Stuck, StuckReason, WAIT_SAMPLES_MAX};
 pub use options::{
     CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,

@@ -55,6 +55,13 @@ impl<'a> ColdReader<'a> {
         }
     }
 
+    /// Begins the read transaction now, if it has not begun: the reads
+    /// that follow see the state store as it is at this instant (a failure
+    /// is kept, as any read's).
+    pub(crate) fn begin(&self) {
+        let _ = self.txn();
+    }
+
     /// The run `id` as the state store holds it.
     pub(crate) fn run(&self, id: &RunId) -> Option<Run> {
         if self.remembered(id) == Some(false) {

@@ -6,14 +6,17 @@
 //! database directory, inside a directory only the engine's owner may
 //! enter (mode 0700), so a caller without permission on it gets nothing.
 //!
-//! One request per connection, each way one frame: a version byte
+//! One message per connection, each way one frame: a version byte
 //! ([`FRAME_VERSION`]), the body's length (4 bytes, little-endian, at most
-//! [`FRAME_BYTES_MAX`]) and the body, postcard of a [`Request`] one way and
-//! of a [`Reply`] the other (docs/FORMAT.md, "Operator channel"). The
-//! engine carries the request out with [`Engine::carry_out`], under its
-//! lock as the command it is, and answers once it is durable. A sender
-//! whose answer is lost sends the same request (the same id) again: it is
-//! carried out once.
+//! [`FRAME_BYTES_MAX`]) and the body, postcard of a [`Message`] one way and
+//! of a [`Response`] the other (docs/FORMAT.md, "Operator channel"). A
+//! request ([`send`]) is carried out with [`Engine::carry_out`], under the
+//! engine's lock as the command it is, and answered once it is durable; a
+//! sender whose answer is lost sends the same request (the same id) again:
+//! it is carried out once. A look ([`look`]) is answered with
+//! [`Engine::look`]: the whole books as of a durable LSN, read by the
+//! engine itself, so a reader of a live database copies no file and
+//! replays no log.
 //!
 //! **Invariant:** the socket exists only while an engine serves it; an
 //! engine that stops serving (closed, dropped) removes it, and one that
@@ -28,16 +31,18 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::{Done, Request};
-use crate::engine::Engine;
+use crate::engine::{Engine, Look};
 use crate::error::{Error, Result};
 
 /// The directory, inside the database directory, that holds the socket.
 pub const CHANNEL_DIR: &str = "operator";
 /// The socket's name in [`CHANNEL_DIR`].
 pub const SOCKET_NAME: &str = "socket";
-/// The first byte of every frame.
-pub const FRAME_VERSION: u8 = 1;
+/// The first byte of every frame (1: the body was a bare `Request`).
+pub const FRAME_VERSION: u8 = 2;
 /// The largest frame body: a request carries at most a receipt or a
 /// signal's payload.
 pub const FRAME_BYTES_MAX: u32 = 16 << 20;
@@ -52,6 +57,25 @@ pub const CONNECT: &str = "connect to the operator socket";
 /// What the engine answers: what the request did, or why it was refused
 /// or failed (the engine's error, as text).
 pub type Reply = std::result::Result<Done, String>;
+
+/// What a caller sends (postcard encodes a variant by its index: variants
+/// are only ever appended).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// Carry out an operator's request.
+    Carry(Request),
+    /// Look at the whole books ([`Engine::look`]).
+    Look,
+}
+
+/// What the engine answers a [`Message`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The reply to [`Message::Carry`].
+    Carried(Reply),
+    /// The look, or why it failed (the engine's error, as text).
+    Looked(std::result::Result<Look, String>),
+}
 
 /// The socket of the database in `dir`.
 pub fn socket_path(dir: &Path) -> PathBuf {
@@ -234,26 +258,34 @@ fn answer(stream: &mut UnixStream, engine: &Weak<Engine>) -> std::result::Result
     let Ok(body) = read else {
         return Ok(());
     };
-    let reply: Reply = match postcard::from_bytes::<Request>(&body) {
-        Ok(request) => {
+    let response = match postcard::from_bytes::<Message>(&body) {
+        Ok(Message::Carry(request)) => {
             let engine = engine.upgrade().ok_or(Gone)?;
             let done = engine.carry_out(&request).map_err(|e| e.to_string());
             drop(engine);
-            done
+            Response::Carried(done)
         }
-        Err(e) => Err(format!("the request could not be read: {e}")),
+        Ok(Message::Look) => {
+            let engine = engine.upgrade().ok_or(Gone)?;
+            let look = engine.look().map_err(|e| e.to_string());
+            drop(engine);
+            Response::Looked(look)
+        }
+        Err(e) => Response::Carried(Err(format!("the message could not be read: {e}"))),
     };
-    let _ = write_frame(stream, &reply);
+    if let Err(e) = write_frame(stream, &response) {
+        // Too large for a frame: say so, in one that fits.
+        let _ = write_frame(
+            stream,
+            &Response::Looked(Err(format!("the answer could not be sent: {e}"))),
+        );
+    }
     Ok(())
 }
 
-/// Sends `request` to the engine serving the database in `dir`, and
-/// returns its reply; `Ok(None)` if no engine serves a channel there (no
-/// socket, or one a process that died left). An `Io` error names the
-/// socket: no permission, or the engine went away before it answered (the
-/// request may or may not have been carried out; send it again, with the
-/// same id).
-pub fn send(dir: &Path, request: &Request) -> Result<Option<Reply>> {
+/// Sends `message` to the engine serving the database in `dir`, and
+/// returns its response; `Ok(None)` if no engine serves a channel there.
+fn exchange(dir: &Path, message: &Message) -> Result<Option<Response>> {
     let path = socket_path(dir);
     let io = |op: &'static str, source: std::io::Error| Error::Io {
         op,
@@ -278,15 +310,74 @@ pub fn send(dir: &Path, request: &Request) -> Result<Option<Reply>> {
         .set_read_timeout(Some(FRAME_WAIT))
         .and_then(|()| stream.set_write_timeout(Some(FRAME_WAIT)))
         .map_err(|e| io("set the operator socket's timeouts", e))?;
-    write_frame(&mut stream, request).map_err(|e| io("send an operator request", e))?;
+    write_frame(&mut stream, message).map_err(|e| io("send an operator request", e))?;
     let body = read_frame(&mut stream)
         .map_err(|e| io("read the engine's reply (the request may or may not have been carried out; send it again with the same id)", e))?;
-    let reply = postcard::from_bytes::<Reply>(&body).map_err(|e| Error::Corrupt {
+    let response = postcard::from_bytes::<Response>(&body).map_err(|e| Error::Corrupt {
         file: path.clone(),
         offset: 0,
         reason: format!("the engine's reply does not decode ({e})"),
     })?;
-    Ok(Some(reply))
+    Ok(Some(response))
+}
+
+/// The answer of another kind than the message's.
+fn mismatched(dir: &Path) -> Error {
+    Error::Corrupt {
+        file: socket_path(dir),
+        offset: 0,
+        reason: "the engine answered with a response of another kind than the message's"
+            .to_string(),
+    }
+}
+
+/// Asks the engine serving the database in `dir` for a look at its whole
+/// books ([`Engine::look`]): as of a durable LSN, read by the engine, no
+/// file copied. `Ok(None)` if no engine serves a channel there; the
+/// engine's error, as text, in an `Io` error naming the socket if the look
+/// failed there.
+///
+/// ```
+/// use std::sync::Arc;
+/// use actum::books::{CreateRun, RunId, digest_of};
+/// use actum::engine::{Engine, EngineOptions};
+/// use actum::operator::channel;
+///
+/// let dir = tempfile::tempdir()?;
+/// let engine = Arc::new(Engine::open(dir.path(), EngineOptions::default())?);
+/// engine.create_run(CreateRun { run: RunId::new("audit-1")?, input_digest: digest_of(b"1"),
+///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
+/// assert!(channel::look(dir.path())?.is_none(), "not served yet");
+/// engine.serve_operators()?;
+/// let look = channel::look(dir.path())?.expect("the engine serves its channel");
+/// assert_eq!((look.runs(), look.lsn), (1, engine.durable_lsn().0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn look(dir: &Path) -> Result<Option<Look>> {
+    match exchange(dir, &Message::Look)? {
+        None => Ok(None),
+        Some(Response::Looked(Ok(look))) => Ok(Some(look)),
+        Some(Response::Looked(Err(reason))) => Err(Error::Io {
+            op: "look at the live books",
+            path: socket_path(dir),
+            source: std::io::Error::other(reason),
+        }),
+        Some(Response::Carried(_)) => Err(mismatched(dir)),
+    }
+}
+
+/// Sends `request` to the engine serving the database in `dir`, and
+/// returns its reply; `Ok(None)` if no engine serves a channel there (no
+/// socket, or one a process that died left). An `Io` error names the
+/// socket: no permission, or the engine went away before it answered (the
+/// request may or may not have been carried out; send it again, with the
+/// same id).
+pub fn send(dir: &Path, request: &Request) -> Result<Option<Reply>> {
+    match exchange(dir, &Message::Carry(request.clone()))? {
+        None => Ok(None),
+        Some(Response::Carried(reply)) => Ok(Some(reply)),
+        Some(Response::Looked(_)) => Err(mismatched(dir)),
+    }
 }
 
 fn write_frame(stream: &mut UnixStream, value: &impl serde::Serialize) -> std::io::Result<()> {

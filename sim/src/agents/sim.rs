@@ -18,7 +18,7 @@ use actum::books::{
     SetBudget, Settle, apply, decide, digest_of,
 };
 use actum::db::DbOptions;
-use actum::engine::FinishedStep;
+use actum::engine::{FinishedStep, Look};
 use actum::wal::WalOptions;
 use actum::{DatabaseId, Engine, EngineOptions, Error, Storage};
 
@@ -618,6 +618,9 @@ impl<'s> Sim<'s> {
         }
         let seen = snapshot.snapshot();
         let live = engine.snapshot();
+        if let Ok(books) = &live {
+            self.check_look(books, durable.0)?;
+        }
         match (seen, live) {
             (Ok(seen), Ok(live)) if seen == live => {}
             (Ok(seen), Ok(live)) => {
@@ -638,6 +641,62 @@ impl<'s> Sim<'s> {
         }
         self.note(|| format!("   an operator's snapshot at LSN {durable} holds the live books"));
         Ok(())
+    }
+
+    /// The operator's other read of the live database: the engine's own
+    /// look at its books (`Engine::look`, what the operator channel serves
+    /// `actum inspect`), which reads the runs in memory under the lock and
+    /// the rest from the state store after it, must be the look at `books`,
+    /// the live books as of `durable`, at the same instant.
+    fn check_look(&mut self, books: &MemBooks, durable: u64) -> Result<(), AgentFailure> {
+        const INVARIANT: &str = "the engine's look at its live books is theirs at its LSN";
+        self.report.checked(INVARIANT);
+        let engine = self.engine.as_ref().expect("a process is up");
+        let look = engine
+            .look()
+            .map_err(|e| self.fail(INVARIANT, format!("the look failed: {e}")))?;
+        let want = Look::of_books(books, durable, self.clock.now_ms());
+        if look == want {
+            return Ok(());
+        }
+        let differs = if look.lsn != want.lsn {
+            format!(
+                "as of LSN {} beside books durable to {}",
+                look.lsn, want.lsn
+            )
+        } else if look.runs_by_state != want.runs_by_state {
+            format!(
+                "runs by state {:?}, the books {:?}",
+                look.runs_by_state, want.runs_by_state
+            )
+        } else if look.runs_by_agent != want.runs_by_agent {
+            format!(
+                "runs by agent {:?}, the books {:?}",
+                look.runs_by_agent, want.runs_by_agent
+            )
+        } else if look.leases != want.leases {
+            format!(
+                "{} live leases, the books {}",
+                look.leases.len(),
+                want.leases.len()
+            )
+        } else if look.open_effects != want.open_effects {
+            let keys = |l: &Look| -> Vec<String> {
+                l.open_effects.iter().map(|e| e.key.to_string()).collect()
+            };
+            format!(
+                "open effects {:?}, the books {:?}",
+                keys(&look),
+                keys(&want)
+            )
+        } else {
+            format!(
+                "{} open waits, the books {}",
+                look.waits.len(),
+                want.waits.len()
+            )
+        };
+        Err(self.fail(INVARIANT, format!("at LSN {durable}: {differs}")))
     }
 
     /// True if every run (children included) is terminal in the model's
