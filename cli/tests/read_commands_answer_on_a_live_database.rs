@@ -34,6 +34,22 @@ fn as_of(text: &str) -> Option<u64> {
     tail.starts_with("(live database").then(|| n.parse().ok())?
 }
 
+/// Creates run number `n` named with `prefix`.
+fn create(engine: &Engine, prefix: &str, n: u64) -> RunId {
+    let run = RunId::new(format!("{prefix}-{n:05}")).unwrap();
+    engine
+        .create_run(CreateRun {
+            run: run.clone(),
+            input_digest: digest_of(&n.to_le_bytes()),
+            agent_version: "1".into(),
+            trace_id: "t".into(),
+            parent: None,
+            input: None,
+        })
+        .unwrap();
+    run
+}
+
 /// Runs the writer creates at most.
 const RUNS_MAX: u64 = 20_000;
 
@@ -51,17 +67,7 @@ fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
             let mut n = 0u64;
             // Bounded by the reader, which stops it, and by RUNS_MAX.
             while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
-                let run = RunId::new(format!("live-{n:05}")).unwrap();
-                engine
-                    .create_run(CreateRun {
-                        run,
-                        input_digest: digest_of(&n.to_le_bytes()),
-                        agent_version: "1".into(),
-                        trace_id: "t".into(),
-                        parent: None,
-                        input: None,
-                    })
-                    .unwrap();
+                create(&engine, "live", n);
                 n += 1;
                 // A steady load, not a flood: a checkpoint every few
                 // milliseconds, and a store that stays small.
@@ -145,17 +151,7 @@ fn inspect_asks_a_live_engine_that_serves_its_channel() {
             let mut n = 0u64;
             // Bounded by the reader, which stops it, and by RUNS_MAX.
             while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
-                let run = RunId::new(format!("served-{n:05}")).unwrap();
-                engine
-                    .create_run(CreateRun {
-                        run: run.clone(),
-                        input_digest: digest_of(&n.to_le_bytes()),
-                        agent_version: "1".into(),
-                        trace_id: "t".into(),
-                        parent: None,
-                        input: None,
-                    })
-                    .unwrap();
+                let run = create(&engine, "served", n);
                 // Every other run ends at once: a checkpoint lets it go
                 // from memory, so the look reads it from the state store.
                 if n.is_multiple_of(2) {

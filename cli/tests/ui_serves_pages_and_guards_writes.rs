@@ -227,6 +227,41 @@ fn metrics_are_in_prometheus_text_format() {
 }
 
 #[test]
+fn metrics_of_a_live_engine_that_serves_its_channel_are_its_own() {
+    // A wait's time is kept only in the memory of the engine that ended
+    // it: a snapshot of the live database has none, the engine's own
+    // metrics, served through its channel, have it.
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(build_known(dir.path()));
+    let run = wait_for_approval(&engine, "a1", ARGS, "a refund");
+    let step = actum::books::StepId::new("refund").unwrap();
+    assert!(
+        engine
+            .decide_approval(&run, &step, digest_of(ARGS), "ann", "finance", true, "ok")
+            .unwrap()
+    );
+    engine.serve_operators().unwrap();
+    let live = engine.metrics(3_600_000).unwrap();
+    assert_eq!(live.waits_ended, 1);
+    let ui = Ui::start(dir.path());
+    let (status, text) = ui.get("/metrics");
+    assert_eq!(status, 200, "{text}");
+    for line in [
+        format!("actum_commits {}\n", live.commits),
+        format!("actum_waits_ended {}\n", live.waits_ended),
+        format!("actum_wait_p50_ms {}\n", live.wait_p50_ms),
+        "actum_runs{state=\"running\"} ".to_string(),
+    ] {
+        assert!(text.contains(&line), "{line} missing: {text}");
+    }
+    let look = engine.look().unwrap();
+    for (state, count) in &look.runs_by_state {
+        let line = format!("actum_runs{{state=\"{state}\"}} {count}\n");
+        assert!(text.contains(&line), "{line} missing: {text}");
+    }
+}
+
+#[test]
 fn a_write_without_the_token_is_refused_and_changes_nothing() {
     let db = db_with_an_approval();
     let ui = Ui::start(db.path());

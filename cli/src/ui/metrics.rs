@@ -1,6 +1,8 @@
 //! `/metrics`: the engine's `Metrics` (`Engine::metrics`: the counters as
 //! the last checkpoint stored them, `metric.NAME` in the state store's meta
-//! table, plus what this open counted) and the runs by state, in
+//! table, plus what this open counted; on a live database whose engine
+//! serves its operator channel, that engine's own, live) and the runs by
+//! state (`Engine::look`), in
 //! Prometheus' text exposition format: a `# HELP` and a `# TYPE` line, then
 //! `actum_NAME VALUE`.
 //!
@@ -8,11 +10,13 @@
 //! included (with a plain help line until it is described here); every
 //! state appears in `actum_runs`, with 0 when no run is in it.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::Path;
 
 use actum::books::RunState;
-use actum::engine::Engine;
+use actum::engine::{Engine, Look, Metrics};
+
+use crate::live::open_to_read;
 
 /// How long a run must be stuck to count in `actum_stuck`: `actum stuck`'s
 /// default.
@@ -47,11 +51,35 @@ fn described(name: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// The metrics of the database in `dir` and its runs by state, as
+/// Prometheus reads them: from the engine that has it open, through its
+/// operator channel, if it serves one (its live counters and wait times);
+/// else from an engine [`open_to_read`] opened (a snapshot of a live
+/// database holds the counters its last checkpoint stored).
+pub fn of_dir(dir: &Path) -> actum::Result<String> {
+    #[cfg(unix)]
+    if crate::place::postgres_url(dir).is_none()
+        && let Some(metrics) = actum::operator::channel::metrics(dir, STUCK_AFTER_MS)?
+        && let Some(look) = actum::operator::channel::look(dir)?
+    {
+        return Ok(exposition(&metrics, &look));
+    }
+    let reading = open_to_read(dir)?;
+    of_engine(&reading.engine)
+}
+
 /// The metrics of `engine` and its runs by state, as Prometheus reads them.
-pub fn exposition(engine: &Engine) -> actum::Result<String> {
-    let metrics = engine.metrics(STUCK_AFTER_MS)?;
+pub fn of_engine(engine: &Engine) -> actum::Result<String> {
+    Ok(exposition(
+        &engine.metrics(STUCK_AFTER_MS)?,
+        &engine.look()?,
+    ))
+}
+
+/// `metrics` and the runs by state of `look`, in the text format.
+fn exposition(metrics: &Metrics, look: &Look) -> String {
     // `Metrics` is a struct of numbers: it serializes as an object.
-    let fields = serde_json::to_value(&metrics)
+    let fields = serde_json::to_value(metrics)
         .ok()
         .and_then(|v| v.as_object().cloned())
         .unwrap_or_default();
@@ -65,17 +93,12 @@ pub fn exposition(engine: &Engine) -> actum::Result<String> {
             "# HELP actum_{name} {help}\n# TYPE actum_{name} {kind}\nactum_{name} {value}"
         );
     }
-    let mut by_state: BTreeMap<&'static str, u64> =
-        RunState::ALL.iter().map(|s| (s.name(), 0)).collect();
-    crate::runs::each_run(engine, None, |run| {
-        *by_state.entry(run.state.name()).or_default() += 1;
-        Ok(())
-    })?;
     out.push_str("# HELP actum_runs Runs by state.\n# TYPE actum_runs gauge\n");
-    for (state, count) in &by_state {
-        let _ = writeln!(out, "actum_runs{{state=\"{state}\"}} {count}");
+    for state in RunState::ALL {
+        let count = look.runs_by_state.get(state.name()).copied().unwrap_or(0);
+        let _ = writeln!(out, "actum_runs{{state=\"{}\"}} {count}", state.name());
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -87,7 +110,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary directory: {e}"));
         let engine = Engine::open(dir.path(), actum::engine::EngineOptions::default())
             .unwrap_or_else(|e| panic!("{}: {e}", dir.path().display()));
-        let text = exposition(&engine).unwrap_or_else(|e| panic!("metrics: {e}"));
+        let text = of_engine(&engine).unwrap_or_else(|e| panic!("metrics: {e}"));
         assert!(
             !text.contains("see actum::engine::Metrics"),
             "a metric has no help line of its own: {text}"

@@ -242,8 +242,7 @@ async fn engine_page(
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let shown = tokio::task::spawn_blocking(move || {
-        let reading = open_to_read(&app.dir).map_err(|e| engine_failed(&app, e))?;
-        metrics::exposition(&reading.engine).map_err(|e| engine_failed(&app, e))
+        metrics::of_dir(&app.dir).map_err(|e| engine_failed(&app, e))
     })
     .await
     .unwrap_or_else(|e| Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string())));

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::books::{
     Answer, AuditWhat, Begun, BooksRead, Command, EffectKey, EffectKind, EffectStatus, Op, RunId,
@@ -188,7 +188,7 @@ impl Counters {
 /// A snapshot of what the engine did since the database was created (as of
 /// the last checkpoint before this open, plus since; see the module docs),
 /// and of what is stuck now.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metrics {
     /// Records logged (each a commit of one or more commands).
     pub commits: u64,

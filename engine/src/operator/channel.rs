@@ -16,7 +16,8 @@
 //! it is carried out once. A look ([`look`]) is answered with
 //! [`Engine::look`]: the whole books as of a durable LSN, read by the
 //! engine itself, so a reader of a live database copies no file and
-//! replays no log.
+//! replays no log; the metrics ([`metrics`]) with [`Engine::metrics`], the
+//! live counters.
 //!
 //! **Invariant:** the socket exists only while an engine serves it; an
 //! engine that stops serving (closed, dropped) removes it, and one that
@@ -34,7 +35,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Done, Request};
-use crate::engine::{Engine, Look};
+use crate::engine::{Engine, Look, Metrics};
 use crate::error::{Error, Result};
 
 /// The directory, inside the database directory, that holds the socket.
@@ -66,6 +67,12 @@ pub enum Message {
     Carry(Request),
     /// Look at the whole books ([`Engine::look`]).
     Look,
+    /// The engine's counters, live ([`Engine::metrics`]), with the runs
+    /// stuck for `stuck_after_ms` or longer.
+    Metrics {
+        /// The SLA past which a run counts as stuck.
+        stuck_after_ms: u64,
+    },
 }
 
 /// What the engine answers a [`Message`].
@@ -75,6 +82,8 @@ pub enum Response {
     Carried(Reply),
     /// The look, or why it failed (the engine's error, as text).
     Looked(std::result::Result<Look, String>),
+    /// The metrics, or why they could not be read.
+    Metrics(std::result::Result<Metrics, String>),
 }
 
 /// The socket of the database in `dir`.
@@ -271,6 +280,12 @@ fn answer(stream: &mut UnixStream, engine: &Weak<Engine>) -> std::result::Result
             drop(engine);
             Response::Looked(look)
         }
+        Ok(Message::Metrics { stuck_after_ms }) => {
+            let engine = engine.upgrade().ok_or(Gone)?;
+            let metrics = engine.metrics(stuck_after_ms).map_err(|e| e.to_string());
+            drop(engine);
+            Response::Metrics(metrics)
+        }
         Err(e) => Response::Carried(Err(format!("the message could not be read: {e}"))),
     };
     if let Err(e) = write_frame(stream, &response) {
@@ -362,7 +377,42 @@ pub fn look(dir: &Path) -> Result<Option<Look>> {
             path: socket_path(dir),
             source: std::io::Error::other(reason),
         }),
-        Some(Response::Carried(_)) => Err(mismatched(dir)),
+        Some(_) => Err(mismatched(dir)),
+    }
+}
+
+/// Asks the engine serving the database in `dir` for its metrics
+/// ([`Engine::metrics`] with `stuck_after_ms`): its live counters and wait
+/// times, which only the engine that has the database open holds (a
+/// snapshot has the counters its last checkpoint stored, and no wait
+/// times). `Ok(None)` if no engine serves a channel there.
+///
+/// ```
+/// use std::sync::Arc;
+/// use actum::books::{CreateRun, RunId, digest_of};
+/// use actum::engine::{Engine, EngineOptions};
+/// use actum::operator::channel;
+///
+/// let dir = tempfile::tempdir()?;
+/// let engine = Arc::new(Engine::open(dir.path(), EngineOptions::default())?);
+/// engine.create_run(CreateRun { run: RunId::new("audit-2")?, input_digest: digest_of(b"2"),
+///     agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
+/// engine.serve_operators()?;
+/// let served = channel::metrics(dir.path(), 3_600_000)?.expect("served");
+/// assert_eq!(served, engine.metrics(3_600_000)?);
+/// assert!(served.commits >= 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn metrics(dir: &Path, stuck_after_ms: u64) -> Result<Option<Metrics>> {
+    match exchange(dir, &Message::Metrics { stuck_after_ms })? {
+        None => Ok(None),
+        Some(Response::Metrics(Ok(metrics))) => Ok(Some(metrics)),
+        Some(Response::Metrics(Err(reason))) => Err(Error::Io {
+            op: "read the live engine's metrics",
+            path: socket_path(dir),
+            source: std::io::Error::other(reason),
+        }),
+        Some(_) => Err(mismatched(dir)),
     }
 }
 
@@ -376,7 +426,7 @@ pub fn send(dir: &Path, request: &Request) -> Result<Option<Reply>> {
     match exchange(dir, &Message::Carry(request.clone()))? {
         None => Ok(None),
         Some(Response::Carried(reply)) => Ok(Some(reply)),
-        Some(Response::Looked(_)) => Err(mismatched(dir)),
+        Some(_) => Err(mismatched(dir)),
     }
 }
 
