@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::failure::CliError;
 use crate::live::look_to_read;
+use crate::progress;
 use crate::text::{Table, fmt_bytes, fmt_duration, fmt_time};
 
 /// How many rows of each list a table shows (`--json` shows them all).
@@ -96,7 +97,9 @@ struct Inspection {
 /// Runs `inspect`.
 pub fn run(dir: &Path, json: bool) -> Result<ExitCode, CliError> {
     let fail = |e| CliError::engine(dir, e);
+    let spinner = progress::spinner("reading the books");
     let looked = look_to_read(dir).map_err(fail)?;
+    spinner.finish_and_clear();
     let mut found = Inspection::of(dir, &looked.look);
     found.live_lsn = looked.live_lsn;
     found.served = looked.served;

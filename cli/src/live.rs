@@ -89,8 +89,15 @@ fn open_to_read_unless_served(dir: &Path) -> actum::Result<Result<Reading, Look>
         })),
         Err(Error::Locked { .. }) => {
             #[cfg(unix)]
-            if let Some(look) = actum::operator::channel::look(dir)? {
-                return Ok(Err(look));
+            match actum::operator::channel::look(dir) {
+                Ok(Some(look)) => return Ok(Err(look)),
+                Ok(None) => {}
+                // The channel is there but gave no look (an engine going
+                // away, a look too large for a frame): a snapshot still
+                // answers, and the person is told why it was taken.
+                Err(error) => eprintln!(
+                    "actum: the live engine's look failed ({error}); reading a snapshot instead"
+                ),
             }
             snapshot(dir).map(Ok)
         }

@@ -1,5 +1,5 @@
 //! Progress on stderr for long work (indicatif): a counter of runs read,
-//! or a bar towards a known total. Drawn only when stderr is a terminal,
+//! a spinner for one long call, or a bar towards a known total. Drawn only when stderr is a terminal,
 //! so pipes, logs and tests see nothing of it.
 //!
 //! **Invariant:** progress never writes to stdout, which carries the
@@ -22,6 +22,17 @@ pub fn visible() -> bool {
 pub fn counter(what: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(None, target());
     let style = ProgressStyle::with_template(&format!("{{spinner}} {{pos}} {what} {{msg}}"))
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(TICK_MS));
+    bar
+}
+
+/// A spinner for one long call whose progress cannot be counted (the
+/// engine reading its books), with the time it has taken.
+pub fn spinner(what: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, target());
+    let style = ProgressStyle::with_template(&format!("{{spinner}} {what} {{elapsed}}"))
         .unwrap_or_else(|_| ProgressStyle::default_spinner());
     bar.set_style(style);
     bar.enable_steady_tick(Duration::from_millis(TICK_MS));

@@ -194,3 +194,32 @@ fn inspect_asks_a_live_engine_that_serves_its_channel() {
         assert!(writer.join().unwrap() > 0);
     });
 }
+
+#[test]
+fn inspect_takes_a_snapshot_when_the_live_engines_channel_gives_no_look() {
+    // A socket where the channel's is that accepts and hangs up: the look
+    // through it fails, and inspect answers from a snapshot, saying why.
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_retrying(|| Engine::open(dir.path(), EngineOptions::default()));
+    create(&engine, "held", 1);
+    let socket = actum::operator::channel::socket_path(dir.path());
+    std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let hang_up = std::thread::spawn(move || {
+        if let Ok((stream, _)) = listener.accept() {
+            drop(stream);
+        }
+    });
+    let inspected = actum_on(dir.path(), &["inspect", "{}", "--json"]);
+    hang_up.join().unwrap();
+    assert_eq!(code(&inspected), 0, "{}", stderr(&inspected));
+    assert!(
+        stderr(&inspected).contains("reading a snapshot instead"),
+        "{}",
+        stderr(&inspected)
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(&inspected)).unwrap();
+    assert_eq!(json["served"], false, "{json}");
+    assert_eq!(json["runs"].as_u64(), Some(1), "{json}");
+    engine.close().unwrap();
+}

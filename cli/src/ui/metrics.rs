@@ -58,11 +58,19 @@ fn described(name: &str) -> (&'static str, &'static str) {
 /// database holds the counters its last checkpoint stored).
 pub fn of_dir(dir: &Path) -> actum::Result<String> {
     #[cfg(unix)]
-    if crate::place::postgres_url(dir).is_none()
-        && let Some(metrics) = actum::operator::channel::metrics(dir, STUCK_AFTER_MS)?
-        && let Some(look) = actum::operator::channel::look(dir)?
-    {
-        return Ok(exposition(&metrics, &look));
+    if crate::place::postgres_url(dir).is_none() {
+        use actum::operator::channel;
+        let served = channel::metrics(dir, STUCK_AFTER_MS)
+            .and_then(|metrics| Ok(metrics.zip(channel::look(dir)?)));
+        match served {
+            Ok(Some((metrics, look))) => return Ok(exposition(&metrics, &look)),
+            Ok(None) => {}
+            // A channel that gave no answer: the books still do, read as
+            // `open_to_read` reads them.
+            Err(error) => eprintln!(
+                "actum ui: the live engine's metrics failed ({error}); reading the books instead"
+            ),
+        }
     }
     let reading = open_to_read(dir)?;
     of_engine(&reading.engine)
