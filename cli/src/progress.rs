@@ -20,32 +20,37 @@ pub fn visible() -> bool {
 
 /// A counter of `what` done so far (the total is not known up front).
 pub fn counter(what: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(None, target());
-    let style = ProgressStyle::with_template(&format!("{{spinner}} {{pos}} {what} {{msg}}"))
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    bar.set_style(style);
-    bar.enable_steady_tick(Duration::from_millis(TICK_MS));
-    bar
+    drawn(
+        None,
+        &format!("{{spinner}} {{pos}} {what} {{msg}}"),
+        ProgressStyle::default_spinner,
+    )
 }
 
 /// A spinner for one long call whose progress cannot be counted (the
 /// engine reading its books), with the time it has taken.
 pub fn spinner(what: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(None, target());
-    let style = ProgressStyle::with_template(&format!("{{spinner}} {what} {{elapsed}}"))
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    bar.set_style(style);
-    bar.enable_steady_tick(Duration::from_millis(TICK_MS));
-    bar
+    drawn(
+        None,
+        &format!("{{spinner}} {what} {{elapsed}}"),
+        ProgressStyle::default_spinner,
+    )
 }
 
 /// A bar towards `total`.
 pub fn bar(total: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(total), target());
-    let template = format!("[{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {what} {{msg}}");
-    let style =
-        ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_style(style);
+    drawn(
+        Some(total),
+        &format!("[{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {what} {{msg}}"),
+        ProgressStyle::default_bar,
+    )
+}
+
+/// A progress bar of `len` (`None`: unknown) drawn with `template` (or
+/// `fallback`'s style if it does not parse), ticking by itself.
+fn drawn(len: Option<u64>, template: &str, fallback: fn() -> ProgressStyle) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(len, target());
+    bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| fallback()));
     bar.enable_steady_tick(Duration::from_millis(TICK_MS));
     bar
 }
