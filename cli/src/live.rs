@@ -70,50 +70,44 @@ pub fn open_to_read(dir: &Path) -> actum::Result<Reading> {
             live_lsn: None,
             postgres: None,
         }),
-        Err(Error::Locked { .. }) => snapshot(dir),
-        Err(error) => Err(error),
-    }
-}
-
-/// [`open_to_read`], except that a live database whose engine serves its
-/// operator channel answers a look through it (`Err(look)`).
-fn open_to_read_unless_served(dir: &Path) -> actum::Result<Result<Reading, Look>> {
-    if crate::place::postgres_url(dir).is_some() {
-        return open_to_read(dir).map(Ok);
-    }
-    match Engine::open_read_only(dir, EngineOptions::default()) {
-        Ok(engine) => Ok(Ok(Reading {
-            engine,
-            live_lsn: None,
-            postgres: None,
-        })),
         Err(Error::Locked { .. }) => {
-            #[cfg(unix)]
-            match actum::operator::channel::look(dir) {
-                Ok(Some(look)) => return Ok(Err(look)),
-                Ok(None) => {}
-                // The channel is there but gave no look (an engine going
-                // away, a look too large for a frame): a snapshot still
-                // answers, and the person is told why it was taken.
-                Err(error) => eprintln!(
-                    "actum: the live engine's look failed ({error}); reading a snapshot instead"
-                ),
-            }
-            snapshot(dir).map(Ok)
+            let engine = Engine::open_snapshot(dir, EngineOptions::default())?;
+            let live_lsn = engine.snapshot_lsn().map(|lsn| lsn.0);
+            Ok(Reading {
+                engine,
+                live_lsn,
+                postgres: None,
+            })
         }
         Err(error) => Err(error),
     }
 }
 
-/// A snapshot of the live database in `dir`.
-fn snapshot(dir: &Path) -> actum::Result<Reading> {
-    let engine = Engine::open_snapshot(dir, EngineOptions::default())?;
-    let live_lsn = engine.snapshot_lsn().map(|lsn| lsn.0);
-    Ok(Reading {
-        engine,
-        live_lsn,
-        postgres: None,
-    })
+/// What the engine serving `dir`'s operator channel answers `ask` (one of
+/// `actum::operator::channel`'s reads), if one serves it: `None` when none
+/// does, or when the channel gave no answer (an engine going away, an
+/// answer too large for a frame), which is said on stderr with `what`, so
+/// the caller reads a snapshot ([`open_to_read`]) and the person knows
+/// why. Never on a PostgreSQL URL (no channel there).
+pub fn served<T>(
+    dir: &Path,
+    what: &str,
+    ask: impl FnOnce(&Path) -> actum::Result<Option<T>>,
+) -> Option<T> {
+    if crate::place::postgres_url(dir).is_some() {
+        return None;
+    }
+    match ask(dir) {
+        Ok(answer) => answer,
+        Err(error) => {
+            // The channel answers only while its engine holds the
+            // directory, so open_to_read takes a snapshot.
+            eprintln!(
+                "actum: the live engine's {what} failed ({error}); reading a snapshot instead"
+            );
+            None
+        }
+    }
 }
 
 /// A look at the books ([`Engine::look`]), and where it came from.
@@ -128,22 +122,19 @@ pub struct Looked {
     pub postgres: Option<String>,
 }
 
-/// A look at the books of `dir`: on a live database, through the
-/// operator channel of the engine that holds it if it serves one (no file
-/// copied, no log replayed), else of a snapshot; otherwise the look of
-/// [`open_to_read`]'s engine.
+/// A look at the books of `dir`: through the operator channel of the
+/// engine that holds it, if it serves one ([`served`]: no file copied, no
+/// log replayed); else the look of [`open_to_read`]'s engine.
 pub fn look_to_read(dir: &Path) -> actum::Result<Looked> {
-    let reading = match open_to_read_unless_served(dir)? {
-        Ok(reading) => reading,
-        Err(look) => {
-            return Ok(Looked {
-                live_lsn: Some(look.lsn),
-                look,
-                served: true,
-                postgres: None,
-            });
-        }
-    };
+    if let Some(look) = served(dir, "look", actum::operator::channel::look) {
+        return Ok(Looked {
+            live_lsn: Some(look.lsn),
+            look,
+            served: true,
+            postgres: None,
+        });
+    }
+    let reading = open_to_read(dir)?;
     let look = reading.engine.look()?;
     Ok(Looked {
         look,

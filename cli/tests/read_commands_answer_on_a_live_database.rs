@@ -50,6 +50,34 @@ fn create(engine: &Engine, prefix: &str, n: u64) -> RunId {
     run
 }
 
+/// Calls `step` with 0, 1, 2, ... a millisecond apart (a steady load, not
+/// a flood: a checkpoint every few milliseconds, and a store that stays
+/// small) until `stop` is set or `RUNS_MAX` steps; returns how many.
+fn write_until(stop: &AtomicBool, mut step: impl FnMut(u64)) -> u64 {
+    let mut n = 0u64;
+    // Bounded by the reader, which stops it, and by RUNS_MAX.
+    while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
+        step(n);
+        n += 1;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    n
+}
+
+/// `actum inspect --json` on the live database in `dir`, which `engine`
+/// writes: its answer, and the LSN it names, which must hold everything
+/// acknowledged before it ran.
+fn inspect_live(dir: &std::path::Path, engine: &Engine) -> (serde_json::Value, u64) {
+    let acknowledged = engine.durable_lsn().0;
+    let inspected = actum_on(dir, &["inspect", "{}", "--json"]);
+    assert_eq!(code(&inspected), 0, "{}", stderr(&inspected));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&inspected)).unwrap();
+    let live = json["live_lsn"].as_u64().expect("read as a live database");
+    assert!(live >= acknowledged, "{live} < {acknowledged}");
+    assert_eq!(json["durable_lsn"].as_u64(), Some(live));
+    (json, live)
+}
+
 /// Runs the writer creates at most.
 const RUNS_MAX: u64 = 20_000;
 
@@ -64,26 +92,14 @@ fn read_commands_answer_on_a_database_a_live_engine_is_writing() {
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
-            let mut n = 0u64;
-            // Bounded by the reader, which stops it, and by RUNS_MAX.
-            while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
+            write_until(&stop, |n| {
                 create(&engine, "live", n);
-                n += 1;
-                // A steady load, not a flood: a checkpoint every few
-                // milliseconds, and a store that stays small.
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            n
+            })
         });
         let _stop = StopOnDrop(&stop);
         for _ in 0..3 {
-            let acknowledged = engine.durable_lsn().0;
-            let inspected = actum_on(dir.path(), &["inspect", "{}", "--json"]);
-            assert_eq!(code(&inspected), 0, "{}", stderr(&inspected));
-            let json: serde_json::Value = serde_json::from_str(&stdout(&inspected)).unwrap();
-            let live = json["live_lsn"].as_u64().expect("read as a live snapshot");
-            assert!(live >= acknowledged, "{live} < {acknowledged}");
-            assert_eq!(json["durable_lsn"].as_u64(), Some(live));
+            let (json, live) = inspect_live(dir.path(), &engine);
+            assert_eq!(json["served"], false, "{json}");
             // Each record created one run.
             assert_eq!(json["runs"].as_u64(), Some(live));
 
@@ -148,9 +164,7 @@ fn inspect_asks_a_live_engine_that_serves_its_channel() {
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
-            let mut n = 0u64;
-            // Bounded by the reader, which stops it, and by RUNS_MAX.
-            while !stop.load(Ordering::SeqCst) && n < RUNS_MAX {
+            write_until(&stop, |n| {
                 let run = create(&engine, "served", n);
                 // Every other run ends at once: a checkpoint lets it go
                 // from memory, so the look reads it from the state store.
@@ -159,21 +173,12 @@ fn inspect_asks_a_live_engine_that_serves_its_channel() {
                         .operate(&run, actum::books::OperatorAction::Cancel, "test", "ends")
                         .unwrap();
                 }
-                n += 1;
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            n
+            })
         });
         let _stop = StopOnDrop(&stop);
         for _ in 0..5 {
-            let acknowledged = engine.durable_lsn().0;
-            let inspected = actum_on(dir.path(), &["inspect", "{}", "--json"]);
-            assert_eq!(code(&inspected), 0, "{}", stderr(&inspected));
-            let json: serde_json::Value = serde_json::from_str(&stdout(&inspected)).unwrap();
+            let (json, live) = inspect_live(dir.path(), &engine);
             assert_eq!(json["served"], true, "{json}");
-            let live = json["live_lsn"].as_u64().expect("read from a live engine");
-            assert!(live >= acknowledged, "{live} < {acknowledged}");
-            assert_eq!(json["durable_lsn"].as_u64(), Some(live));
             // The books at exactly that LSN: the look is consistent.
             let (runs, cancelled) = runs_at(live);
             assert_eq!(json["runs"].as_u64(), Some(runs), "at {live}: {json}");

@@ -15,8 +15,9 @@ use std::path::Path;
 
 use actum::books::RunState;
 use actum::engine::{Engine, Look, Metrics};
+use actum::operator::channel;
 
-use crate::live::open_to_read;
+use crate::live::{open_to_read, served};
 
 /// How long a run must be stuck to count in `actum_stuck`: `actum stuck`'s
 /// default.
@@ -57,20 +58,12 @@ fn described(name: &str) -> (&'static str, &'static str) {
 /// else from an engine [`open_to_read`] opened (a snapshot of a live
 /// database holds the counters its last checkpoint stored).
 pub fn of_dir(dir: &Path) -> actum::Result<String> {
-    #[cfg(unix)]
-    if crate::place::postgres_url(dir).is_none() {
-        use actum::operator::channel;
-        let served = channel::metrics(dir, STUCK_AFTER_MS)
-            .and_then(|metrics| Ok(metrics.zip(channel::look(dir)?)));
-        match served {
-            Ok(Some((metrics, look))) => return Ok(exposition(&metrics, &look)),
-            Ok(None) => {}
-            // A channel that gave no answer: the books still do, read as
-            // `open_to_read` reads them.
-            Err(error) => eprintln!(
-                "actum ui: the live engine's metrics failed ({error}); reading the books instead"
-            ),
-        }
+    let live = served(dir, "metrics", |dir| {
+        let metrics = channel::metrics(dir, STUCK_AFTER_MS)?;
+        Ok(metrics.zip(channel::look(dir)?))
+    });
+    if let Some((metrics, look)) = live {
+        return Ok(exposition(&metrics, &look));
     }
     let reading = open_to_read(dir)?;
     of_engine(&reading.engine)

@@ -120,7 +120,10 @@ impl Look {
     /// Counts `run` as `books` hold it.
     fn note_from(&mut self, books: &dyn BooksRead, run: &Run) {
         let effects = books.effects_of(&run.id);
-        let book = books.waits(&run.id);
+        // A run over has no open wait to show: its wait book is not read.
+        let book = (!run.state.is_terminal())
+            .then(|| books.waits(&run.id))
+            .flatten();
         self.note(run, &effects, book.as_ref().and_then(|b| b.open_wait()));
     }
 

@@ -86,6 +86,30 @@ pub enum Response {
     Metrics(std::result::Result<Metrics, String>),
 }
 
+impl Response {
+    /// A response of the same kind saying `reason`.
+    fn failed(&self, reason: String) -> Response {
+        match self {
+            Response::Carried(_) => Response::Carried(Err(reason)),
+            Response::Looked(_) => Response::Looked(Err(reason)),
+            Response::Metrics(_) => Response::Metrics(Err(reason)),
+        }
+    }
+}
+
+/// What `engine` answers `message`: the engine's errors as text.
+fn respond(engine: &Engine, message: Message) -> Response {
+    match message {
+        Message::Carry(request) => {
+            Response::Carried(engine.carry_out(&request).map_err(|e| e.to_string()))
+        }
+        Message::Look => Response::Looked(engine.look().map_err(|e| e.to_string())),
+        Message::Metrics { stuck_after_ms } => {
+            Response::Metrics(engine.metrics(stuck_after_ms).map_err(|e| e.to_string()))
+        }
+    }
+}
+
 /// The socket of the database in `dir`.
 pub fn socket_path(dir: &Path) -> PathBuf {
     dir.join(CHANNEL_DIR).join(SOCKET_NAME)
@@ -268,23 +292,11 @@ fn answer(stream: &mut UnixStream, engine: &Weak<Engine>) -> std::result::Result
         return Ok(());
     };
     let response = match postcard::from_bytes::<Message>(&body) {
-        Ok(Message::Carry(request)) => {
+        Ok(message) => {
             let engine = engine.upgrade().ok_or(Gone)?;
-            let done = engine.carry_out(&request).map_err(|e| e.to_string());
+            let response = respond(&engine, message);
             drop(engine);
-            Response::Carried(done)
-        }
-        Ok(Message::Look) => {
-            let engine = engine.upgrade().ok_or(Gone)?;
-            let look = engine.look().map_err(|e| e.to_string());
-            drop(engine);
-            Response::Looked(look)
-        }
-        Ok(Message::Metrics { stuck_after_ms }) => {
-            let engine = engine.upgrade().ok_or(Gone)?;
-            let metrics = engine.metrics(stuck_after_ms).map_err(|e| e.to_string());
-            drop(engine);
-            Response::Metrics(metrics)
+            response
         }
         Err(e) => Response::Carried(Err(format!("the message could not be read: {e}"))),
     };
@@ -292,7 +304,7 @@ fn answer(stream: &mut UnixStream, engine: &Weak<Engine>) -> std::result::Result
         // Too large for a frame: say so, in one that fits.
         let _ = write_frame(
             stream,
-            &Response::Looked(Err(format!("the answer could not be sent: {e}"))),
+            &response.failed(format!("the answer could not be sent: {e}")),
         );
     }
     Ok(())
@@ -369,15 +381,31 @@ fn mismatched(dir: &Path) -> Error {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn look(dir: &Path) -> Result<Option<Look>> {
-    match exchange(dir, &Message::Look)? {
-        None => Ok(None),
-        Some(Response::Looked(Ok(look))) => Ok(Some(look)),
-        Some(Response::Looked(Err(reason))) => Err(Error::Io {
-            op: "look at the live books",
+    read(dir, &Message::Look, "look at the live books", |r| match r {
+        Response::Looked(look) => Some(look),
+        _ => None,
+    })
+}
+
+/// Sends the read `message` and takes its answer with `pick` (`None`: an
+/// answer of another kind); the engine's error in an `Io` error whose
+/// `op` is `op`, naming the socket.
+fn read<T>(
+    dir: &Path,
+    message: &Message,
+    op: &'static str,
+    pick: fn(Response) -> Option<std::result::Result<T, String>>,
+) -> Result<Option<T>> {
+    let Some(response) = exchange(dir, message)? else {
+        return Ok(None);
+    };
+    match pick(response).ok_or_else(|| mismatched(dir))? {
+        Ok(answer) => Ok(Some(answer)),
+        Err(reason) => Err(Error::Io {
+            op,
             path: socket_path(dir),
             source: std::io::Error::other(reason),
         }),
-        Some(_) => Err(mismatched(dir)),
     }
 }
 
@@ -404,16 +432,16 @@ pub fn look(dir: &Path) -> Result<Option<Look>> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn metrics(dir: &Path, stuck_after_ms: u64) -> Result<Option<Metrics>> {
-    match exchange(dir, &Message::Metrics { stuck_after_ms })? {
-        None => Ok(None),
-        Some(Response::Metrics(Ok(metrics))) => Ok(Some(metrics)),
-        Some(Response::Metrics(Err(reason))) => Err(Error::Io {
-            op: "read the live engine's metrics",
-            path: socket_path(dir),
-            source: std::io::Error::other(reason),
-        }),
-        Some(_) => Err(mismatched(dir)),
-    }
+    let message = Message::Metrics { stuck_after_ms };
+    read(
+        dir,
+        &message,
+        "read the live engine's metrics",
+        |r| match r {
+            Response::Metrics(metrics) => Some(metrics),
+            _ => None,
+        },
+    )
 }
 
 /// Sends `request` to the engine serving the database in `dir`, and
