@@ -304,6 +304,20 @@ impl Wal {
     /// returns the oldest live segment. Record the result in the manifest
     /// (see `docs/DURABILITY.md`).
     pub fn remove_covered_segments(&self, covered: Lsn) -> Result<SegmentId> {
+        self.remove_covered_segments_before(covered, None)
+    }
+
+    /// [`Wal::remove_covered_segments`], removing none from `keep` on: what
+    /// a checkpoint calls once the manifest names `keep` as the oldest live
+    /// segment ([`Wal::first_live_segment_after`]). Commits go on
+    /// meanwhile, and if the active segment ended exactly at `covered`, a
+    /// rotation in between makes it covered too: removed, the manifest
+    /// would name a segment that is gone.
+    pub fn remove_covered_segments_before(
+        &self,
+        covered: Lsn,
+        keep: Option<SegmentId>,
+    ) -> Result<SegmentId> {
         let durable = self.durable_lsn();
         if covered > durable {
             return Err(Error::InvalidConfig {
@@ -312,7 +326,14 @@ impl Wal {
         }
         let (doomed, first) = {
             let mut table = self.ctx.table();
-            let count = covered_segment_count(&table.live, covered);
+            let covered_count = covered_segment_count(&table.live, covered);
+            let count = match keep {
+                Some(keep) => table.live[..covered_count]
+                    .iter()
+                    .take_while(|s| s.id < keep)
+                    .count(),
+                None => covered_count,
+            };
             let doomed: Vec<SegmentId> = table.live.drain(..count).map(|s| s.id).collect();
             (doomed, table.live[0].id)
         };

@@ -667,6 +667,44 @@ fn lsns_and_bytes(wal: &Wal, from: Lsn) -> Vec<(Lsn, u8)> {
         .expect("records read back")
 }
 
+/// A checkpoint names the oldest live segment in the manifest, then removes
+/// the segments before it, while commits go on: a rotation in between,
+/// when the active segment ended exactly at the covered LSN, makes that
+/// segment covered too, and it must stay (the manifest names it). Found by
+/// `snapshots_of_a_live_database`, where the engine asserted that the
+/// removal matched the manifest.
+#[test]
+fn a_rotation_between_naming_the_oldest_live_segment_and_removing_keeps_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::create(fs(), dir.path(), DB, small(8 * 1024, 1024)).expect("create");
+    // Four records of 1024 bytes fill a segment: 12 fill segments 1..=3.
+    let payload = |byte: u8| [byte; 1024 - RECORD_HEADER_BYTES];
+    for k in 1..=12u8 {
+        wal.append(&[&payload(k)]).expect("append");
+    }
+    let named = wal.first_live_segment_after(Lsn(12));
+    assert_eq!(named, SegmentId(3), "segment 3 is still the active one");
+    // The rotation: record 13 opens segment 4, and segment 3 is covered.
+    wal.append(&[&payload(13)]).expect("append");
+    assert_eq!(wal.first_live_segment_after(Lsn(12)), SegmentId(4));
+    assert_eq!(
+        wal.remove_covered_segments_before(Lsn(12), Some(named))
+            .expect("gc"),
+        named
+    );
+    assert!(
+        FsStorage::new()
+            .exists(&seg_path(dir.path(), 3))
+            .expect("exists")
+    );
+    let kept = wal
+        .read_from(Lsn(9))
+        .expect("records 9.. are live")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("records");
+    assert_eq!(kept.len(), 5, "records 9..=13 stay");
+}
+
 #[test]
 fn covered_segments_become_spares_that_later_rotations_recycle() {
     let dir = tempfile::tempdir().expect("tempdir");
