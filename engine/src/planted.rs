@@ -160,6 +160,10 @@ pub enum PlantedBug {
     /// every run, the runs memory holds too, so a run in memory is counted
     /// twice, once as the last checkpoint left it.
     LookCountsStoredCopies,
+    /// The state store keeps the read transaction its readers share past
+    /// a checkpoint's commit, so a run the checkpoint let leave memory is
+    /// read as the store held it before (or not at all).
+    SharedReadOutlivesCommit,
     /// The PostgreSQL backend decides a command on a snapshot read in a
     /// transaction of its own, then applies its ops in another: the lease
     /// and the ledger it checked may have changed in between.
@@ -188,7 +192,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 29] = [
+    pub const ENGINE: [PlantedBug; 30] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -218,6 +222,7 @@ impl PlantedBug {
         PlantedBug::AppendDropsBase,
         PlantedBug::RepeatOperatorRequest,
         PlantedBug::LookCountsStoredCopies,
+        PlantedBug::SharedReadOutlivesCommit,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -244,7 +249,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 49] = [
+    pub const ALL: [PlantedBug; 50] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -291,6 +296,7 @@ impl PlantedBug {
         PlantedBug::RepairCutDoesNotLast,
         PlantedBug::RepeatOperatorRequest,
         PlantedBug::LookCountsStoredCopies,
+        PlantedBug::SharedReadOutlivesCommit,
         PlantedBug::PgDecideOutsideTransaction,
         PlantedBug::PgAnswerBeforeDurable,
         PlantedBug::PgRefusedWriteAsCommitted,
@@ -345,6 +351,7 @@ impl PlantedBug {
             PlantedBug::RepairCutDoesNotLast => "repair-cut-does-not-last",
             PlantedBug::RepeatOperatorRequest => "repeat-operator-request",
             PlantedBug::LookCountsStoredCopies => "look-counts-stored-copies",
+            PlantedBug::SharedReadOutlivesCommit => "shared-read-outlives-commit",
             PlantedBug::PgDecideOutsideTransaction => "pg-decide-outside-transaction",
             PlantedBug::PgAnswerBeforeDurable => "pg-answer-before-durable",
             PlantedBug::PgRefusedWriteAsCommitted => "pg-refused-write-as-committed",

@@ -34,7 +34,7 @@ use actum::books::{
     SharedEntry, SharedKeyId, SignalRecord, StepId, StoredReceipt, ToolClass, Usage, WaitBook,
     WaitFor, WaitRecord, WaitStatus, WorkerId, decode_ops, encode_ops,
 };
-use actum::state::rows::{RowTable, decode_row, encode_row};
+use actum::state::rows::{RowTable, decode_audit_row, decode_row, encode_audit_row, encode_row};
 
 /// The committed bytes: one fixture a line, its name then its hex.
 /// Rewritten in place by `ACTUM_BLESS_GOLDEN=1` (see the module docs).
@@ -120,6 +120,7 @@ row.audit.shared_set                  746f1a4c15987501031407646e633a6334320201d0
 row.audit.version_moved               3c67dfb31698750103150673686f7040310673686f704032086f70732d616e6e610179
 row.audit.retried                     c03a878d17987501031601027231047368697000020103086f70732d616e6e610179
 row.audit.forked                      dc7ee94a18987500170272310102086f70732d616e6e610179
+row.audit_chunk                       4aa60849020198750000026131101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f017902987501030101050179
 row.waits                             1c8a99cc02723102027332020201a846f02e03037768790103616e6e026f6b01d8360273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e030377687900000104047061696402beef03707370882704
 row.budgets                           9ff5e5850272310101a08d060001c096b10201280180dddb011e1f202114151617010102733314151617e05d030202027231027031d0860301e0d403
 row.sagas                             e7e4351a027231020273310273320106
@@ -1245,9 +1246,20 @@ fn cases() -> Vec<Case> {
         RowTable::Decision,
         decision_record()
     ));
-    for (name, entry) in audit_entries() {
+    let entries = audit_entries();
+    // Since schema 12 a checkpoint writes a run's new entries as one row
+    // (table 12); the one-entry rows above (table 5) are what older stores
+    // hold, and are still read.
+    let chunk: Vec<AuditEntry> = entries.iter().take(2).map(|(_, e)| e.clone()).collect();
+    for (name, entry) in entries {
         cases.push(row_case!(name, RowTable::Audit, entry));
     }
+    cases.push(case(
+        "row.audit_chunk",
+        chunk,
+        |entries| encode_audit_row(entries),
+        |bytes| decode_audit_row(bytes, 2),
+    ));
     cases.push(row_case!("row.waits", RowTable::Waits, wait_book()));
     cases.push(row_case!("row.budgets", RowTable::Budgets, budget_book()));
     cases.push(row_case!("row.sagas", RowTable::Sagas, saga_book()));

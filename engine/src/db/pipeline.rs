@@ -136,7 +136,12 @@ impl Pipeline {
     ) -> Result<Recovering> {
         let (db, report) = Db::open(Arc::clone(&storage), clock, dir, options.db.clone())?;
         let state_path: PathBuf = dir.join(db.manifest().state_file);
-        let state = StateStore::open(&storage, &state_path, options.verify_state_on_open)?;
+        #[cfg_attr(not(feature = "planted-bugs"), expect(unused_mut, reason = "planted only"))]
+        let mut state = StateStore::open(&storage, &state_path, options.verify_state_on_open)?;
+        #[cfg(feature = "planted-bugs")]
+        if planted(&options.db.wal, PlantedBug::SharedReadOutlivesCommit) {
+            state.plant_stale_shared_read();
+        }
         check_state_against_log(&db, &state)?;
         let state_lsn_at_open = state.applied_lsn();
         Ok(Recovering {

@@ -159,7 +159,7 @@ impl Engine {
         let mut inner = self.lock();
         // One read transaction of the state store for the whole batch: no
         // checkpoint lets anything leave memory while the lock is held.
-        let cold = ColdReader::new(self.local().pipeline.state());
+        let cold = ColdReader::shared(self.local().pipeline.state());
         let decisions = cmds
             .into_iter()
             .map(

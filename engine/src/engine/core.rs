@@ -14,7 +14,7 @@
 //! WAL's durable LSN; `unmaterialized` lists, in order, every record in
 //! between.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use redb::WriteTransaction;
 
 use crate::books::{
-    Command, Op, Overlay, PAYLOAD_VERSIONS_READ, Writes, apply, decode_ops,
+    Command, EffectKey, Op, Overlay, PAYLOAD_VERSIONS_READ, Writes, apply, decode_ops,
     unsupported_payload_version,
 };
 use crate::clock::{Clock, SystemClock};
@@ -729,7 +729,15 @@ pub(crate) fn apply_ops<'a>(
     ops: impl Iterator<Item = &'a Op>,
     shared_blobs_go: bool,
 ) -> Result<()> {
-    let books = RedbBooks::writer(txn, path);
+    let ops: Vec<&Op> = ops.collect();
+    let fresh: BTreeSet<&EffectKey> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::EffectIntended { entry } => Some(&entry.key),
+            _ => None,
+        })
+        .collect();
+    let books = RedbBooks::writer_of_fresh(txn, path, &fresh);
     let mut overlay = Overlay::new(&books);
     for op in ops {
         if let (Op::RunPruned { run, .. }, true) = (op, shared_blobs_go) {

@@ -58,7 +58,7 @@ impl Engine {
         let (value, rests_on) = {
             let mut inner = self.lock();
             self.check_running(&mut inner)?;
-            let cold = ColdReader::new(self.local().pipeline.state());
+            let cold = ColdReader::shared(self.local().pipeline.state());
             let value = read(&inner.hot, &cold);
             cold.finish()?;
             (value, inner.last_applied)

@@ -20,19 +20,21 @@
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::VecDeque;
-
-use redb::ReadTransaction;
+use std::sync::Arc;
 
 use crate::books::{BooksRead, MemBooks, Run, RunId};
 use crate::error::{Error, Result};
-use crate::state::{ReadTables, RedbBooks, StateStore, drop_guarded, read_books};
+use crate::state::{RedbBooks, SharedRead, StateStore, read_books};
 
 /// Lazy reads of the state store.
 pub(crate) struct ColdReader<'a> {
     state: &'a StateStore,
-    txn: OnceCell<ReadTransaction>,
-    /// The tables of `txn` read so far, kept open for the reader's life.
-    tables: ReadTables,
+    /// Whether the reader takes the state store's shared transaction
+    /// ([`StateStore::shared_read`]) or begins one of its own.
+    shared: bool,
+    /// The transaction, and the tables read through it so far, kept open
+    /// for the reader's life.
+    txn: OnceCell<Arc<SharedRead>>,
     error: RefCell<Option<Error>>,
     /// The last runs looked up (at most [`RECENT_RUNS_MAX`], the newest
     /// first), and whether the snapshot holds each.
@@ -44,14 +46,28 @@ pub(crate) struct ColdReader<'a> {
 const RECENT_RUNS_MAX: usize = 8;
 
 impl<'a> ColdReader<'a> {
-    /// A reader of `state` that has not opened a transaction yet.
+    /// A reader of `state` that has not opened a transaction yet, and will
+    /// begin one of its own.
     pub(crate) fn new(state: &'a StateStore) -> ColdReader<'a> {
         ColdReader {
             state,
+            shared: false,
             txn: OnceCell::new(),
-            tables: ReadTables::default(),
             error: RefCell::new(None),
             runs: RefCell::new(VecDeque::new()),
+        }
+    }
+
+    /// A reader of `state` that will take the transaction the engine's
+    /// readers share until the state store next commits: for a caller that
+    /// holds the engine lock. The snapshot may predate a checkpoint's
+    /// commit under way, as a new transaction begun now could; the runs
+    /// that commit wrote are in the hot books until it evicts them, under
+    /// the lock, after the shared transaction has been forgotten.
+    pub(crate) fn shared(state: &'a StateStore) -> ColdReader<'a> {
+        ColdReader {
+            shared: true,
+            ..ColdReader::new(state)
         }
     }
 
@@ -120,9 +136,14 @@ impl<'a> ColdReader<'a> {
         }
     }
 
-    fn txn(&self) -> Option<&ReadTransaction> {
+    fn txn(&self) -> Option<&SharedRead> {
         if self.txn.get().is_none() {
-            match self.state.read() {
+            let read = if self.shared {
+                self.state.shared_read()
+            } else {
+                self.state.own_read()
+            };
+            match read {
                 Ok(txn) => {
                     let _ = self.txn.set(txn);
                 }
@@ -132,16 +153,16 @@ impl<'a> ColdReader<'a> {
                 }
             }
         }
-        self.txn.get()
+        self.txn.get().map(|read| &**read)
     }
 
     /// Runs `read` over the state store's books; a failure is kept and
     /// `read` is answered with the default ("absent").
     pub(crate) fn with<T: Default>(&self, read: impl FnOnce(&RedbBooks<'_>) -> T) -> T {
-        let Some(txn) = self.txn() else {
+        let Some(shared) = self.txn() else {
             return T::default();
         };
-        let view = RedbBooks::reader_keeping(txn, self.state.path(), &self.tables);
+        let view = RedbBooks::reader_keeping(shared.txn(), self.state.path(), shared.tables());
         let value = read(&view);
         match view.finish() {
             Ok(()) => value,
@@ -159,10 +180,10 @@ impl<'a> ColdReader<'a> {
 
     /// Every table of the state store, as a `MemBooks`.
     pub(crate) fn read_all(&self) -> Result<MemBooks> {
-        let Some(txn) = self.txn() else {
+        let Some(read) = self.txn() else {
             return Err(self.take_error());
         };
-        self.state.note(read_books(txn, self.state.path()))
+        self.state.note(read_books(read.txn(), self.state.path()))
     }
 
     fn take_error(&self) -> Error {
@@ -188,17 +209,6 @@ impl<'a> ColdReader<'a> {
         match self.error.take() {
             None => Ok(()),
             Some(error) => Err(error),
-        }
-    }
-}
-
-impl Drop for ColdReader<'_> {
-    fn drop(&mut self) {
-        // redb's read transaction ends in its destructor: through the
-        // state store's guard, like every call into redb; its tables first.
-        drop_guarded(std::mem::take(&mut self.tables));
-        if let Some(txn) = self.txn.take() {
-            drop_guarded(txn);
         }
     }
 }

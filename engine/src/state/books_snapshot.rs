@@ -14,11 +14,11 @@ use serde::de::DeserializeOwned;
 use super::rows::{
     AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable,
-    SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
+    SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_audit_row, decode_row,
 };
 use super::guard::guarded;
 use crate::books::{
-    AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
+    BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
     EffectEntry, MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook,
 };
 use crate::error::{Error, Result};
@@ -204,25 +204,26 @@ fn push_audit(txn: &ReadTransaction, path: &Path, books: &mut MemBooks) -> Resul
         let run = RunId::new(run).map_err(|e| {
             Error::corrupt(path, 0, format!("the audit table names an invalid run: {e}"))
         })?;
-        let entry: AuditEntry = decode(path, RowTable::Audit, &bytes, "audit entry")?;
-        if entry.seq != seq {
-            return Err(Error::corrupt(
+        let entries = decode_audit_row(&bytes, seq).map_err(|e| {
+            Error::corrupt(
                 path,
                 0,
-                format!("audit entry {seq} of run {run} carries seq {}", entry.seq),
-            ));
+                format!("the stored audit of run {run} (row {seq}) is damaged: {e}"),
+            )
+        })?;
+        for entry in entries {
+            // A run's entries are numbered from 1 without a gap; a row moved
+            // by damage breaks the count (and `push_audit` asserts it).
+            let held = books.audit_len(&run);
+            if entry.seq != held + 1 {
+                return Err(Error::corrupt(
+                    path,
+                    0,
+                    format!("audit entry {} of run {run} follows entry {held}", entry.seq),
+                ));
+            }
+            books.push_audit(&run, entry);
         }
-        // A run's entries are numbered from 1 without a gap; a key moved by
-        // damage breaks the count (and `push_audit` asserts it).
-        let held = books.audit_len(&run);
-        if seq != held + 1 {
-            return Err(Error::corrupt(
-                path,
-                0,
-                format!("audit entry {seq} of run {run} follows entry {held}"),
-            ));
-        }
-        books.push_audit(&run, entry);
     }
     Ok(())
 }

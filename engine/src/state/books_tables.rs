@@ -15,8 +15,9 @@
 //! after every decide and apply and refuses the result if anything failed,
 //! so a storage error is never mistaken for an empty table.
 
-use std::cell::{OnceCell, RefCell};
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use redb::{
@@ -28,8 +29,8 @@ use serde::de::DeserializeOwned;
 use super::rows::{
     AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
-    RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
-    effect_kind_code, effect_row_key,
+    RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_audit_row,
+    decode_row, effect_kind_code, effect_row_key,
 };
 use super::guard::{drop_guarded, guard};
 use super::store::state_error;
@@ -62,6 +63,9 @@ pub struct RedbBooks<'a> {
     /// one read transaction ([`RedbBooks::reader_keeping`]); `None`: each
     /// read opens its table.
     pub(crate) read_tables: Option<&'a ReadTables>,
+    /// Ledger keys a checkpoint's write view answers "absent" for without
+    /// a lookup ([`RedbBooks::writer_of_fresh`]).
+    pub(crate) fresh_effects: Option<&'a BTreeSet<&'a EffectKey>>,
 }
 
 /// Opens `$def` in the view's transaction (a write view keeps it open in
@@ -141,7 +145,7 @@ impl Drop for RedbBooks<'_> {
 
 /// A redb table of the books, opened once in a read transaction: `None`
 /// inside when the table does not exist in that snapshot.
-pub(crate) type ReadTable<K, V> = OnceCell<Option<ReadOnlyTable<K, V>>>;
+pub(crate) type ReadTable<K, V> = OnceLock<Option<ReadOnlyTable<K, V>>>;
 
 /// The tables of one read transaction, each opened on its first read and
 /// kept for every later view of the same transaction: a replay reads the
@@ -149,7 +153,8 @@ pub(crate) type ReadTable<K, V> = OnceCell<Option<ReadOnlyTable<K, V>>>;
 /// than the lookup (docs/PERFORMANCE.md, "Open time after a crash"). A
 /// read-only table is a snapshot of its transaction, so keeping it open
 /// changes no answer. Drop it through `drop_guarded`, like every redb
-/// handle.
+/// handle. (`OnceLock`, not `OnceCell`: the engine's readers share one
+/// transaction and its tables, `StateStore::shared_read`.)
 #[derive(Default)]
 pub(crate) struct ReadTables {
     runs: ReadTable<&'static str, &'static [u8]>,
@@ -256,6 +261,7 @@ impl<'a> RedbBooks<'a> {
             audit_lens: RefCell::new(BTreeMap::new()),
             tables: RefCell::new(None),
             read_tables,
+            fresh_effects: None,
         }
     }
 
@@ -268,7 +274,24 @@ impl<'a> RedbBooks<'a> {
             audit_lens: RefCell::new(BTreeMap::new()),
             tables: RefCell::new(None),
             read_tables: None,
+            fresh_effects: None,
         }
+    }
+
+    /// [`RedbBooks::writer`] for a checkpoint's records, which intend the
+    /// ledger entries `fresh`: the view answers "absent" for each of them
+    /// without a lookup. Each was intended on the hot books, which answer
+    /// for the state store too, only after they found no entry under its
+    /// key, so the state store (as the last checkpoint left it) holds none;
+    /// the lookup was an empty read of a B-tree per intent.
+    pub(crate) fn writer_of_fresh(
+        txn: &'a WriteTransaction,
+        path: &'a Path,
+        fresh: &'a BTreeSet<&'a EffectKey>,
+    ) -> RedbBooks<'a> {
+        let mut books = RedbBooks::writer(txn, path);
+        books.fresh_effects = Some(fresh);
+        books
     }
 
     /// Ends the view: `Err` with the first failure any read or write met.
@@ -553,6 +576,9 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
+        if self.fresh_effects.is_some_and(|fresh| fresh.contains(key)) {
+            return None;
+        }
         let k = effect_row_key(key);
         let bytes = with_table!(self, EFFECTS_TABLE => effects, "read effect", |t| t
             .get(k)
@@ -664,6 +690,8 @@ impl BooksRead for RedbBooks<'_> {
 
     fn audit(&self, run: &RunId, from_seq: u64) -> Vec<AuditEntry> {
         let r = run.as_str();
+        // A row is keyed by its last entry's seq, so the first row at or
+        // after `from_seq` is the one that holds it.
         let all = with_table!(self, AUDIT_TABLE => audit, "read audit", |t| {
             t.range((r, from_seq)..=(r, u64::MAX)).and_then(|iter| {
                 iter.map(|item| item.map(|(k, v)| (k.value().1, v.value().to_vec())))
@@ -671,16 +699,21 @@ impl BooksRead for RedbBooks<'_> {
             })
         })
         .unwrap_or_default();
-        all.iter()
-            .filter_map(|(seq, bytes)| {
-                let entry: AuditEntry =
-                    self.decode(RowTable::Audit, bytes, &format!("audit entry of run {run}"))?;
-                let same = entry.seq == *seq;
-                self.keyed(entry, same, || {
-                    format!("the row of audit entry {seq} of run {run}")
-                })
-            })
-            .collect()
+        let mut entries = Vec::new();
+        for (seq, bytes) in &all {
+            match decode_audit_row(bytes, *seq) {
+                Ok(row) => entries.extend(row.into_iter().filter(|e| e.seq >= from_seq)),
+                Err(e) => {
+                    self.fail(Error::corrupt(
+                        self.path,
+                        0,
+                        format!("the stored audit of run {run} (row {seq}) is damaged: {e}"),
+                    ));
+                    break;
+                }
+            }
+        }
+        entries
     }
 
     fn budget(&self, run: &RunId) -> Option<BudgetBook> {
@@ -746,7 +779,7 @@ mod tests {
     use super::*;
     use crate::books::{Digest, FencingToken, RunState};
     use crate::state::rows::encode_row;
-    use redb::ReadableDatabase;
+    use redb::{ReadableDatabase, ReadableTableMetadata};
 
     fn run(name: &str) -> Run {
         Run {
@@ -772,6 +805,95 @@ mod tests {
             parts: Vec::new(),
             saved_ms: 1,
             token: FencingToken::FIRST,
+        }
+    }
+
+    fn entry(seq: u64) -> AuditEntry {
+        AuditEntry {
+            seq,
+            at_ms: 100 + seq,
+            token: Some(FencingToken::FIRST),
+            what: crate::books::AuditWhat::LeaseReleased,
+            why: format!("line {seq}"),
+        }
+    }
+
+    /// A store written before schema 12 holds one row per audit entry
+    /// (table 5); a checkpoint since writes one row per run (table 12)
+    /// beside them. Both are read as one journal, from any seq, by the
+    /// view, by a checkpoint's overlay and by the whole-books snapshot.
+    #[test]
+    fn audit_rows_of_one_entry_and_of_many_are_read_as_one_journal() {
+        use crate::books::{BooksWrite, MemBooks, Overlay};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let db = redb::Database::create(&path).unwrap();
+        let id = RunId::new("r1").unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut audit = txn.open_table(AUDIT_TABLE).unwrap();
+            for seq in 1..=3 {
+                let row = encode_row(RowTable::Audit, &entry(seq));
+                audit.insert(("r1", seq), row.as_slice()).unwrap();
+            }
+        }
+        // Two checkpoints' worth, through the checkpoint's own path.
+        for appended in [4..=6, 7..=7] {
+            let books = RedbBooks::writer(&txn, &path);
+            let mut overlay = Overlay::new(&books);
+            for seq in appended {
+                overlay.push_audit(&id, entry(seq));
+            }
+            let writes = overlay.into_writes();
+            books.put_writes(writes);
+            books.finish().unwrap();
+        }
+        txn.commit().unwrap();
+        let txn = db.begin_read().unwrap();
+        let rows = txn.open_table(AUDIT_TABLE).unwrap().len().unwrap();
+        assert_eq!(rows, 5, "three old rows, one per checkpoint since");
+
+        let view = RedbBooks::reader(&txn, &path);
+        assert_eq!(view.audit_len(&id), 7);
+        for from in 0..=8 {
+            let expected: Vec<_> = (from.max(1)..=7).map(entry).collect();
+            assert_eq!(view.audit(&id, from), expected, "from {from}");
+        }
+        view.finish().unwrap();
+
+        let snapshot = crate::state::books_snapshot::read_books(&txn, &path).unwrap();
+        let mut reference = MemBooks::new();
+        for seq in 1..=7 {
+            reference.push_audit(&id, entry(seq));
+        }
+        assert_eq!(snapshot.audit(&id, 0), reference.audit(&id, 0));
+    }
+
+    /// A row of entries stored under a seq other than its last entry's,
+    /// or with a gap inside, is `Corrupt` naming the run and the row.
+    #[test]
+    fn an_audit_row_under_another_seq_or_with_a_gap_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let db = redb::Database::create(&path).unwrap();
+        for (key, entries) in [(4, vec![entry(1), entry(2), entry(3)]), (3, vec![entry(1), entry(3)])] {
+            let txn = db.begin_write().unwrap();
+            {
+                let mut audit = txn.open_table(AUDIT_TABLE).unwrap();
+                audit.retain(|_, _| false).unwrap();
+                let row = encode_row(RowTable::AuditChunk, &entries);
+                audit.insert(("r1", key), row.as_slice()).unwrap();
+            }
+            txn.commit().unwrap();
+            let txn = db.begin_read().unwrap();
+            let view = RedbBooks::reader(&txn, &path);
+            assert_eq!(view.audit(&RunId::new("r1").unwrap(), 1), Vec::new());
+            let err = view.finish().unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+            let message = err.to_string();
+            assert!(message.contains("audit of run r1 (row"), "{message}");
+            let err = crate::state::books_snapshot::read_books(&txn, &path).unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "{err}");
         }
     }
 

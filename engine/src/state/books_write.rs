@@ -19,7 +19,7 @@ use super::rows::{
     AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
     RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
-    effect_row_key, encode_row,
+    effect_row_key, encode_audit_row, encode_row,
 };
 use crate::books::{
     AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord,
@@ -116,9 +116,7 @@ fn write_all<'a>(
         table.insert((record.run.as_str(), record.position), row.as_slice())?;
     }
     for (run, entries) in &audit {
-        for entry in entries {
-            put_audit(txn, tables, run, entry)?;
-        }
+        put_audit(txn, tables, run, entries)?;
     }
     for book in waits.values() {
         let row = encode_row(RowTable::Waits, book);
@@ -270,15 +268,20 @@ fn put_shared<'a>(
     Ok(())
 }
 
+/// One row for `entries`, the audit entries appended to `run` (numbered
+/// without a gap), under the last one's seq; nothing for none.
 fn put_audit<'a>(
     txn: &'a WriteTransaction,
     tables: &mut OpenTables<'a>,
     run: &RunId,
-    entry: &AuditEntry,
+    entries: &[AuditEntry],
 ) -> Result<(), redb::Error> {
-    let row = encode_row(RowTable::Audit, entry);
+    let Some(last) = entries.last() else {
+        return Ok(());
+    };
+    let row = encode_audit_row(entries);
     let table = open_in(txn, &mut tables.audit, AUDIT_TABLE)?;
-    table.insert((run.as_str(), entry.seq), row.as_slice())?;
+    table.insert((run.as_str(), last.seq), row.as_slice())?;
     Ok(())
 }
 
@@ -333,7 +336,7 @@ impl BooksWrite for RedbBooks<'_> {
             "audit of run {run} out of sequence"
         );
         self.write_with("write audit entry", |txn, tables| {
-            put_audit(txn, tables, run, &entry)
+            put_audit(txn, tables, run, std::slice::from_ref(&entry))
         });
         self.audit_lens.borrow_mut().insert(run.clone(), entry.seq);
     }

@@ -22,7 +22,7 @@ mod store;
 
 pub use books_snapshot::read_books;
 pub use books_tables::RedbBooks;
-pub(crate) use books_tables::ReadTables;
 pub use guard::RedbPanicked;
 pub(crate) use guard::{drop_guarded, guarded};
+pub(crate) use store::SharedRead;
 pub use store::{META_TABLE, METRIC_KEY_PREFIX, STATE_SCHEMA_VERSION, StateStore, write_metrics};

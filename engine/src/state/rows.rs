@@ -25,7 +25,7 @@ use redb::TableDefinition;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::books::{EffectKey, EffectKind};
+use crate::books::{AuditEntry, EffectKey, EffectKind};
 
 /// Runs, by run id.
 pub const RUNS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_runs");
@@ -115,6 +115,9 @@ pub enum RowTable {
     Shared = 10,
     /// [`BLOB_REFS_TABLE`].
     BlobRefs = 11,
+    /// [`AUDIT_TABLE`] since schema 12: the audit entries one checkpoint
+    /// appended to one run, in one row ([`encode_audit_row`]).
+    AuditChunk = 12,
 }
 
 /// Bytes of a row's checksum.
@@ -163,9 +166,95 @@ pub fn decode_row<T: DeserializeOwned>(table: RowTable, row: &[u8]) -> Result<T,
     Ok(value)
 }
 
+/// The row of `entries`, audit entries of one run numbered without a gap,
+/// stored under (run, the last one's seq): one row per run per checkpoint
+/// instead of one per entry, the checkpoint's inserts being its cost
+/// (docs/FORMAT.md, "State store tables").
+pub fn encode_audit_row(entries: &[AuditEntry]) -> Vec<u8> {
+    assert!(!entries.is_empty(), "an audit row holds an entry");
+    assert!(
+        entries.windows(2).all(|w| w[1].seq == w[0].seq + 1),
+        "an audit row's entries are numbered without a gap"
+    );
+    encode_row(RowTable::AuditChunk, &entries)
+}
+
+/// The audit entries of the row stored under (run, `key_seq`) of
+/// [`AUDIT_TABLE`]: a chunk (table 12, written since schema 12) or a
+/// single entry (table 5, written before), told apart by the seed their
+/// checksum matches. `Err` says what is wrong: a row of neither table, no
+/// entry, a gap in the numbering, or a last seq other than the key's.
+pub fn decode_audit_row(row: &[u8], key_seq: u64) -> Result<Vec<AuditEntry>, String> {
+    let entries = if crc_matches(RowTable::AuditChunk, row) {
+        decode_row::<Vec<AuditEntry>>(RowTable::AuditChunk, row)?
+    } else {
+        let one = decode_row::<AuditEntry>(RowTable::Audit, row).map_err(|e| {
+            format!("neither a chunk of entries (table 12) nor one entry (table 5): {e}")
+        })?;
+        vec![one]
+    };
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+        return Err("an audit row that holds no entry".to_string());
+    };
+    if let Some(gap) = entries.windows(2).find(|w| w[1].seq != w[0].seq.wrapping_add(1)) {
+        return Err(format!(
+            "audit entry {} follows entry {} in one row",
+            gap[1].seq, gap[0].seq
+        ));
+    }
+    if last.seq != key_seq {
+        return Err(format!(
+            "a row holding audit entries {} to {} is stored under entry {key_seq}",
+            first.seq, last.seq
+        ));
+    }
+    Ok(entries)
+}
+
+/// Whether `row`'s checksum is that of a row of `table`.
+fn crc_matches(table: RowTable, row: &[u8]) -> bool {
+    row.split_first_chunk::<ROW_CRC_BYTES>()
+        .is_some_and(|(crc, body)| u32::from_le_bytes(*crc) == row_crc(table, body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(seq: u64) -> AuditEntry {
+        AuditEntry {
+            seq,
+            at_ms: seq * 10,
+            token: None,
+            what: crate::books::AuditWhat::LeaseReleased,
+            why: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_audit_row_holds_many_entries_or_one_written_before_and_nothing_else() {
+        let chunk = vec![entry(4), entry(5), entry(6)];
+        let row = encode_audit_row(&chunk);
+        assert_eq!(decode_audit_row(&row, 6), Ok(chunk.clone()));
+        // The key is the last entry's seq, never another.
+        assert!(decode_audit_row(&row, 4).expect_err("refused").contains("stored under entry 4"));
+        // A one-entry row of an older store.
+        let old = encode_row(RowTable::Audit, &entry(3));
+        assert_eq!(decode_audit_row(&old, 3), Ok(vec![entry(3)]));
+        // A row of another table, or damaged, is neither.
+        let other = encode_row(RowTable::Decision, &chunk);
+        assert!(decode_audit_row(&other, 6).expect_err("refused").contains("neither"));
+        for bit in 0..row.len() * 8 {
+            let mut bad = row.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_audit_row(&bad, 6).is_err(), "bit {bit}");
+        }
+        // A gap, or no entry at all, is refused even under a good checksum.
+        let gap = encode_row(RowTable::AuditChunk, &vec![entry(4), entry(6)]);
+        assert!(decode_audit_row(&gap, 6).expect_err("refused").contains("follows"));
+        let empty = encode_row(RowTable::AuditChunk, &Vec::<AuditEntry>::new());
+        assert!(decode_audit_row(&empty, 0).expect_err("refused").contains("no entry"));
+    }
 
     #[test]
     fn rows_round_trip_and_any_flipped_bit_or_other_table_is_refused() {

@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redb::{Durability, ReadableDatabase, TableDefinition, WriteTransaction};
+use redb::{Durability, ReadTransaction, ReadableDatabase, TableDefinition, WriteTransaction};
 
+use super::books_tables::ReadTables;
 use super::guard::{RedbPanicked, drop_guarded, guard, guarded};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
@@ -60,15 +61,17 @@ pub const METRIC_KEY_PREFIX: &str = "metric.";
 /// layout-2 row with an empty marker, so rows of both layouts are read side
 /// by side and an older store needs no rewrite. Version 11 writes them in
 /// layout 3, where a chunked part's digest names its chunk list; layout-2
-/// rows are still read.
-pub const STATE_SCHEMA_VERSION: u64 = 11;
+/// rows are still read. Version 12 writes a checkpoint's audit entries of a
+/// run as one row keyed by the last one's seq (table 12); the one-entry rows
+/// of older versions (table 5) are keyed the same way and read beside them.
+pub const STATE_SCHEMA_VERSION: u64 = 12;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited, had a budget or compensated), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 11] =
-    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 12] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -100,6 +103,49 @@ pub struct StateStore {
     /// that (over pages known to be damaged) into a file that is to be
     /// examined. The store is let go unclosed instead.
     refused: bool,
+    /// The read transaction the engine's readers share until the next
+    /// commit ([`StateStore::shared_read`]).
+    shared: Mutex<Option<Arc<SharedRead>>>,
+    /// The planted `SharedReadOutlivesCommit`: commits do not forget the
+    /// shared read transaction.
+    stale_shared_read: bool,
+}
+
+/// One read transaction of the state store and the tables opened in it,
+/// shared by every reader that asks between two commits. The store changes
+/// only when it commits, so a transaction begun after the last commit sees
+/// what a new one would, and beginning one (and opening the tables a read
+/// needs, and ending it) cost more than the lookups of a batch of commands:
+/// `ColdReader::begin`, `open_table` and their drops were 7% of a
+/// protocol's instructions (docs/PERFORMANCE.md, "Instruction counts per
+/// protocol").
+pub(crate) struct SharedRead {
+    /// `Some` until dropped (through the guard, tables first).
+    txn: Option<ReadTransaction>,
+    tables: ReadTables,
+}
+
+impl SharedRead {
+    /// The transaction.
+    pub(crate) fn txn(&self) -> &ReadTransaction {
+        self.txn.as_ref().expect("a shared read holds its transaction until dropped")
+    }
+
+    /// The tables opened in it so far.
+    pub(crate) fn tables(&self) -> &ReadTables {
+        &self.tables
+    }
+}
+
+impl Drop for SharedRead {
+    fn drop(&mut self) {
+        // redb's read transaction ends in its destructor: through the
+        // guard, like every call into redb; its tables first.
+        drop_guarded(std::mem::take(&mut self.tables));
+        if let Some(txn) = self.txn.take() {
+            drop_guarded(txn);
+        }
+    }
 }
 
 impl std::fmt::Debug for StateStore {
@@ -153,6 +199,8 @@ impl StateStore {
             durable_lsn: AtomicU64::new(0),
             panicked: Mutex::new(None),
             refused: false,
+            shared: Mutex::new(None),
+            stale_shared_read: false,
         };
         if verify {
             let db = store.db.as_mut().expect("open until dropped");
@@ -255,6 +303,46 @@ impl StateStore {
         self.note(guarded(&self.path, "begin read", || self.db().begin_read()))
     }
 
+    /// A new read transaction of its own, with no table opened yet.
+    pub(crate) fn own_read(&self) -> Result<Arc<SharedRead>> {
+        Ok(Arc::new(SharedRead {
+            txn: Some(self.read()?),
+            tables: ReadTables::default(),
+        }))
+    }
+
+    /// The read transaction shared until the next commit, begun now if no
+    /// reader has asked since the last one: it sees exactly what a new
+    /// transaction would (every commit forgets it). A reader that holds it
+    /// past a commit keeps reading the snapshot it began with.
+    pub(crate) fn shared_read(&self) -> Result<Arc<SharedRead>> {
+        let mut slot = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(read) = slot.as_ref() {
+            return Ok(Arc::clone(read));
+        }
+        let read = self.own_read()?;
+        *slot = Some(Arc::clone(&read));
+        Ok(read)
+    }
+
+    /// Plants `SharedReadOutlivesCommit`: commits no longer forget the
+    /// shared read transaction.
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) fn plant_stale_shared_read(&mut self) {
+        self.stale_shared_read = true;
+    }
+
+    /// Forgets the shared read transaction: the next reader begins a new one.
+    fn forget_shared_read(&self) {
+        let read = self
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // Ended (if no reader still holds it) outside the lock.
+        drop(read);
+    }
+
     /// `result`, noting first whether its error is a panic inside redb.
     /// Every caller that reads or writes through this store's handles
     /// passes its results through here.
@@ -294,7 +382,22 @@ impl StateStore {
         durability: Durability,
         apply: impl FnOnce(&WriteTransaction) -> Result<()>,
     ) -> Result<()> {
+        // Before and after. A checkpoint commits without the engine lock,
+        // while commands are decided: a reader that asks meanwhile may get
+        // the snapshot before this commit, which is right for it (the hot
+        // books hold every run the commit's records touch until they evict
+        // them, under the lock, after this call returns). The forget after
+        // the commit takes the lock a reader stores a new transaction under,
+        // so from then on the cache is empty or holds a snapshot with this
+        // commit in it, and every reader after the eviction sees it.
+        let forget = !self.stale_shared_read;
+        if forget {
+            self.forget_shared_read();
+        }
         let committed = self.commit_unnoted(span, durability, apply);
+        if forget {
+            self.forget_shared_read();
+        }
         self.note(committed)
     }
 
@@ -346,6 +449,9 @@ static UNCLOSED: Mutex<Vec<redb::Database>> = Mutex::new(Vec::new());
 
 impl Drop for StateStore {
     fn drop(&mut self) {
+        // The shared read (if no reader holds it, and none can: the engine
+        // is gone) ends before the database closes.
+        self.forget_shared_read();
         let Some(db) = self.db.take() else {
             return;
         };
@@ -621,17 +727,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(12));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 12");
+        set_schema_version(&storage, &path, Some(13));
+        let err = StateStore::open(&storage, &path, true).expect_err("version 13");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 12, supported: 11 } if file == &path
+                Error::UnsupportedFormat { file, found: 13, supported: 12 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 11"),
+            err.to_string().contains("this build reads version 12"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));
@@ -642,7 +748,7 @@ mod tests {
         // tables), and so is version 2 (it lacks the budget books table).
         set_schema_version(&storage, &path, None);
         StateStore::open(&storage, &path, true).expect("no version recorded");
-        for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, STATE_SCHEMA_VERSION] {
+        for version in STATE_SCHEMA_VERSIONS_READ {
             set_schema_version(&storage, &path, Some(version));
             StateStore::open(&storage, &path, true).expect("an older version opens");
         }

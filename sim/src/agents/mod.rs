@@ -35,7 +35,7 @@ pub use failure::{AgentFailure, Origin};
 pub use history::History;
 pub use migration::{MIGRATION_KEEPS_STATE, SCHEMA_1, SCHEMA_2};
 pub use report::AgentReport;
-pub use run::{replay_history, run_agent_schedule, run_agent_seed, schedule_history};
+pub use run::{PANICKED, replay_history, run_agent_schedule, run_agent_seed, schedule_history};
 pub use schedule::{
     AgentSchedule, ApproverMove, CRASH_AFTER_OPS_MAX, EdgeAge, Event, JUMP_MS_MAX, RUNS_MAX,
     SignalMove, TICK_MS_MAX, WORKERS_MAX,

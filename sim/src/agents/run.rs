@@ -107,12 +107,36 @@ fn run_once(
     schedule: &AgentSchedule,
     config: &AgentConfig,
 ) -> Result<(AgentReport, Vec<String>), AgentFailure> {
-    let mut sim = Sim::new(schedule, config);
-    sim.start()?;
-    sim.fault_phase()?;
-    sim.calm_phase()?;
-    sim.finish()
+    // An assertion of the engine that fails (a bug it caught in itself) is
+    // a failure of this schedule, reported with its seed and replay
+    // command like any invariant, not the end of the whole campaign.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut sim = Sim::new(schedule, config);
+        sim.start()?;
+        sim.fault_phase()?;
+        sim.calm_phase()?;
+        sim.finish()
+    }))
+    .unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_else(|| "a panic without a message".to_string());
+        Err(AgentFailure {
+            seed: schedule.seed,
+            invariant: PANICKED,
+            detail: format!("the run panicked: {message}"),
+            planted: config.planted,
+            history: Vec::new(),
+            origin: Origin::Schedule(Box::new(schedule.clone())),
+        })
+    })
 }
+
+/// The invariant a schedule fails when the engine (or the harness) panics:
+/// an assertion caught a state no rule allows.
+pub const PANICKED: &str = "no assertion of the engine fails";
 
 /// What a probe run of a schedule (which must pass) shows: where a crash
 /// can fall.
