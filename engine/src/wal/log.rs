@@ -304,38 +304,31 @@ impl Wal {
     /// returns the oldest live segment. Record the result in the manifest
     /// (see `docs/DURABILITY.md`).
     pub fn remove_covered_segments(&self, covered: Lsn) -> Result<SegmentId> {
-        self.remove_covered_segments_before(covered, None)
-    }
-
-    /// [`Wal::remove_covered_segments`], removing none from `keep` on: what
-    /// a checkpoint calls once the manifest names `keep` as the oldest live
-    /// segment ([`Wal::first_live_segment_after`]). Commits go on
-    /// meanwhile, and if the active segment ended exactly at `covered`, a
-    /// rotation in between makes it covered too: removed, the manifest
-    /// would name a segment that is gone.
-    pub fn remove_covered_segments_before(
-        &self,
-        covered: Lsn,
-        keep: Option<SegmentId>,
-    ) -> Result<SegmentId> {
         let durable = self.durable_lsn();
         if covered > durable {
             return Err(Error::InvalidConfig {
                 reason: format!("cannot cover {covered}: only up to {durable} is durable"),
             });
         }
-        let (doomed, first) = {
+        self.remove_segments_before(self.first_live_segment_after(covered))
+    }
+
+    /// Drops the live segments older than `first`, the oldest live segment
+    /// a checkpoint named in the manifest ([`Wal::first_live_segment_after`]),
+    /// as [`Wal::remove_covered_segments`] does; returns `first`. The
+    /// segment is named once, before the manifest update: commits go on
+    /// meanwhile, and if the active segment ended exactly at the covered
+    /// LSN, a rotation since makes it covered too, and working out the
+    /// covered segments again would remove the one the manifest names.
+    pub fn remove_segments_before(&self, first: SegmentId) -> Result<SegmentId> {
+        let doomed = {
             let mut table = self.ctx.table();
-            let covered_count = covered_segment_count(&table.live, covered);
-            let count = match keep {
-                Some(keep) => table.live[..covered_count]
-                    .iter()
-                    .take_while(|s| s.id < keep)
-                    .count(),
-                None => covered_count,
-            };
-            let doomed: Vec<SegmentId> = table.live.drain(..count).map(|s| s.id).collect();
-            (doomed, table.live[0].id)
+            let count = table.live.iter().take_while(|s| s.id < first).count();
+            assert!(
+                table.live.get(count).is_some_and(|s| s.id == first),
+                "segment {first:?} is live"
+            );
+            table.live.drain(..count).map(|s| s.id).collect::<Vec<SegmentId>>()
         };
         let mut removed = false;
         for &id in &doomed {
@@ -356,7 +349,6 @@ impl Wal {
                 .sync_dir(dir)
                 .map_err(|e| Error::io("sync wal directory", dir, e))?;
         }
-        assert!(doomed.iter().all(|&id| id < first));
         Ok(first)
     }
 
