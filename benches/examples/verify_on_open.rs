@@ -1,8 +1,13 @@
 //! What `verify_state_on_open` costs: builds a database of RUNS completed
 //! runs (default 100,000: a state store of about 1.1 GiB), each holding a
 //! checkpoint of its own (a 4 KiB part) and one confirmed effect, closes it,
-//! then times `Engine::open` with the option off and on, OPENS times each
-//! (default 3), alternating. The page cache is warm after the build; where
+//! then times `Engine::open` OPENS times each way (default 3), alternating:
+//! with the option off; on, after a clean close (the page sums it left let
+//! each page be checked as it is read, so nothing is read at open); and on
+//! with the sums file removed first, as after a crash or for a store copied
+//! without it (redb's whole check, a read of every page). Each open is
+//! closed cleanly, so it leaves sums for the next. The page cache is warm
+//! after the build; where
 //! this process may write `/proc/sys/vm/drop_caches`, one cold open of
 //! each kind is timed too. Files go to `$ACTUM_BENCH_DIR` (default: the
 //! system temp dir).
@@ -81,6 +86,15 @@ fn one_run(engine: &Engine, n: u64, worker: usize) {
 
 /// One open and close of `dir`, with the page checks `verify`; its time.
 fn open_once(dir: &std::path::Path, verify: bool) -> Duration {
+    open_timed(dir, verify, false)
+}
+
+/// One open (closed cleanly after), timed; with `without_sums`, the page
+/// sums of the last clean close are removed first.
+fn open_timed(dir: &std::path::Path, verify: bool, without_sums: bool) -> Duration {
+    if without_sums {
+        std::fs::remove_file(dir.join("state.redb.sums")).expect("the sums of a clean close");
+    }
     let options = EngineOptions {
         verify_state_on_open: verify,
         ..EngineOptions::default()
@@ -132,9 +146,11 @@ fn main() {
     );
     let mut off = Vec::new();
     let mut on = Vec::new();
+    let mut whole = Vec::new();
     for _ in 0..opens {
         off.push(open_once(dir.path(), false));
         on.push(open_once(dir.path(), true));
+        whole.push(open_timed(dir.path(), true, true));
     }
     let mean = |times: &[Duration]| times.iter().sum::<Duration>() / times.len().max(1) as u32;
     println!(
@@ -142,14 +158,23 @@ fn main() {
         mean(&off)
     );
     println!(
-        "warm page cache, {opens} opens each: verify on  mean {:.2?} {on:.2?}",
+        "warm page cache, {opens} opens each: verify on, pages checked as read  mean {:.2?} {on:.2?}",
         mean(&on)
+    );
+    println!(
+        "warm page cache, {opens} opens each: verify on, no sums (whole check)  mean {:.2?} {whole:.2?}",
+        mean(&whole)
     );
     if drop_page_cache() {
         let cold_off = open_once(dir.path(), false);
         drop_page_cache();
         let cold_on = open_once(dir.path(), true);
-        println!("cold page cache: verify off {cold_off:.2?}, verify on {cold_on:.2?}");
+        drop_page_cache();
+        let cold_whole = open_timed(dir.path(), true, true);
+        println!(
+            "cold page cache: verify off {cold_off:.2?}, verify on (as read) {cold_on:.2?}, \
+             verify on (whole check) {cold_whole:.2?}"
+        );
     } else {
         println!("cold page cache: not measured (/proc/sys/vm/drop_caches is not writable)");
     }

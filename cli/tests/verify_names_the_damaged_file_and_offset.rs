@@ -195,10 +195,20 @@ fn a_flipped_byte_in_a_state_store_row_is_named() {
         .collect();
     assert!(!at.is_empty(), "the run's row holds its trace id");
     // Every copy redb keeps of the row's page, so the live one is hit.
-    for i in at {
+    for &i in &at {
         bytes[i + 3] ^= 0x01;
     }
     std::fs::write(&state, bytes).unwrap();
+    // The clean close left page sums: the 4 KiB block is named.
+    let blocks: Vec<u64> = at.iter().map(|&i| (i as u64 + 3) / 4096 * 4096).collect();
+    let found = damaged(copy.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, state);
+    let offset = found[0].1.expect("the block's offset");
+    assert!(blocks.contains(&offset), "{offset} not in {blocks:?}");
+    // Without them (a crash, or a store copied without its sums), redb's
+    // own check finds the page but says no offset.
+    std::fs::remove_file(copy.path().join("state.redb.sums")).unwrap();
     assert_eq!(damaged(copy.path()), [(state, None)]);
 }
 

@@ -164,6 +164,11 @@ pub enum PlantedBug {
     /// a checkpoint's commit, so a run the checkpoint let leave memory is
     /// read as the store held it before (or not at all).
     SharedReadOutlivesCommit,
+    /// A read of the state store whose block does not match the sum kept
+    /// for it is handed to redb as it is, so after a clean close (when the
+    /// open checks pages as they are read, not all at once) damage at rest
+    /// is read as data.
+    PageSumsUnchecked,
     /// The PostgreSQL backend decides a command on a snapshot read in a
     /// transaction of its own, then applies its ops in another: the lease
     /// and the ledger it checked may have changed in between.
@@ -181,7 +186,7 @@ pub enum PlantedBug {
 
 impl PlantedBug {
     /// The bugs of the storage core, which the storage campaign catches.
-    pub const STORAGE: [PlantedBug; 7] = [
+    pub const STORAGE: [PlantedBug; 8] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -189,6 +194,7 @@ impl PlantedBug {
         PlantedBug::RecycleKeepsOldHeader,
         PlantedBug::GrowFromStaleSize,
         PlantedBug::RepairCutDoesNotLast,
+        PlantedBug::PageSumsUnchecked,
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
@@ -249,7 +255,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 50] = [
+    pub const ALL: [PlantedBug; 51] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -297,6 +303,7 @@ impl PlantedBug {
         PlantedBug::RepeatOperatorRequest,
         PlantedBug::LookCountsStoredCopies,
         PlantedBug::SharedReadOutlivesCommit,
+        PlantedBug::PageSumsUnchecked,
         PlantedBug::PgDecideOutsideTransaction,
         PlantedBug::PgAnswerBeforeDurable,
         PlantedBug::PgRefusedWriteAsCommitted,
@@ -352,6 +359,7 @@ impl PlantedBug {
             PlantedBug::RepeatOperatorRequest => "repeat-operator-request",
             PlantedBug::LookCountsStoredCopies => "look-counts-stored-copies",
             PlantedBug::SharedReadOutlivesCommit => "shared-read-outlives-commit",
+            PlantedBug::PageSumsUnchecked => "page-sums-unchecked",
             PlantedBug::PgDecideOutsideTransaction => "pg-decide-outside-transaction",
             PlantedBug::PgAnswerBeforeDurable => "pg-answer-before-durable",
             PlantedBug::PgRefusedWriteAsCommitted => "pg-refused-write-as-committed",

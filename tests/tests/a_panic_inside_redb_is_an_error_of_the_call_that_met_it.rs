@@ -8,6 +8,12 @@
 //! could panic while unwinding, which aborts). With `verify_state_on_open`
 //! the same damage is refused at open.
 //!
+//! The clean image carries the page sums its close wrote, and reads are
+//! checked against them whatever the option says, so the damage reaches
+//! redb only once they are gone (a crash, or a store copied without them):
+//! the search removes them. With them, the same damage is an error of the
+//! read that meets it, and no panic at all.
+//!
 //! The damage is searched for, not hard-coded: one byte of the state store
 //! of the `state_store` fuzz target's clean image set to 0xff, at offsets
 //! spread over the file, until a read meets a panic inside redb. The test
@@ -33,6 +39,12 @@ fn input(offset: u32) -> Vec<u8> {
     out
 }
 
+/// Removes the page sums the clean image's close wrote.
+fn without_sums(storage: &Arc<dyn actum::Storage>) {
+    let sums = std::path::Path::new(DIR).join("state.redb.sums");
+    storage.remove_file(&sums).unwrap();
+}
+
 fn redb_panicked(error: &Error) -> Option<&RedbPanicked> {
     match error {
         Error::StateStore { source, file, .. } if file.ends_with("state.redb") => {
@@ -54,6 +66,7 @@ fn a_panic_inside_redb_is_a_state_store_error_and_verify_on_open_refuses_the_dam
             "the default checks the pages"
         );
         db.options.verify_state_on_open = false;
+        without_sums(&db.storage);
         let Ok(engine) = Engine::open_with(db.storage, clock(), DIR, db.options) else {
             continue;
         };
@@ -80,9 +93,31 @@ fn a_panic_inside_redb_is_a_state_store_error_and_verify_on_open_refuses_the_dam
         break;
     }
     let offset = found.expect("some damaged byte of the state store made redb panic");
-    // The same damage, opened with the defaults: every page checksum
-    // checked first.
+    // The same damage with the page sums of the clean close, even with the
+    // check off: the read that meets it fails, naming the file and the
+    // block, and redb never sees the bytes.
+    let mut db = damaged(&input(offset));
+    db.options.verify_state_on_open = false;
+    if let Ok(engine) = Engine::open_with(Arc::clone(&db.storage), clock(), DIR, db.options) {
+        let errors = read_everything(&engine);
+        assert!(
+            errors.iter().all(|e| redb_panicked(e).is_none()),
+            "{errors:?}"
+        );
+        let named = errors.iter().any(|e| {
+            let text = e.to_string();
+            text.contains("state.redb") && text.contains("does not match the checksum kept for it")
+        });
+        assert!(
+            named,
+            "the damaged block is an error of its read: {errors:?}"
+        );
+        drop(engine);
+    }
+    // The same damage without the sums, opened with the defaults: every
+    // page checksum checked first.
     let db = damaged(&input(offset));
+    without_sums(&db.storage);
     let opened = Engine::open_with(Arc::clone(&db.storage), clock(), DIR, db.options);
     match opened {
         Err(Error::Corrupt { file, .. } | Error::StateStore { file, .. }) => {

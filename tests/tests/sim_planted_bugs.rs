@@ -94,3 +94,11 @@ fn growing_a_segment_from_a_stale_size_is_caught() {
         "recovery succeeds without faults",
     );
 }
+
+#[test]
+fn reading_a_page_whose_sum_does_not_match_is_caught() {
+    assert_caught(
+        PlantedBug::PageSumsUnchecked,
+        "damage gives an error, never wrong data",
+    );
+}

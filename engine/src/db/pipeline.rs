@@ -39,7 +39,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
-use crate::state::StateStore;
+use crate::state::{PageCheck, StateStore};
 use crate::storage::Storage;
 
 use super::open::{Db, DbOptions, OpenReport};
@@ -136,8 +136,14 @@ impl Pipeline {
     ) -> Result<Recovering> {
         let (db, report) = Db::open(Arc::clone(&storage), clock, dir, options.db.clone())?;
         let state_path: PathBuf = dir.join(db.manifest().state_file);
+        let check = if options.verify_state_on_open {
+            PageCheck::AtOpen
+        } else {
+            PageCheck::Off
+        };
+        let unchecked = planted(&options.db.wal, PlantedBug::PageSumsUnchecked);
         #[cfg_attr(not(feature = "planted-bugs"), expect(unused_mut, reason = "planted only"))]
-        let mut state = StateStore::open(&storage, &state_path, options.verify_state_on_open)?;
+        let mut state = StateStore::open_with(&storage, &state_path, check, unchecked)?;
         #[cfg(feature = "planted-bugs")]
         if planted(&options.db.wal, PlantedBug::SharedReadOutlivesCommit) {
             state.plant_stale_shared_read();

@@ -34,15 +34,19 @@ pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 16 << 20;
 pub struct EngineOptions {
     /// Database directory options (WAL segment size, record limit, id).
     pub db: DbOptions,
-    /// Check every page checksum of the state store on open (redb's
-    /// `check_integrity`): a read of the whole file, so open time grows
-    /// with the state store's size. On by default: redb trusts a page
-    /// whose checksum nobody asked for, and damaged bytes there make redb
-    /// miss rows, panic (the engine's guard turns that into an `Err`), or,
-    /// when redb panics again while unwinding, abort the process past any
-    /// guard (docs/DURABILITY.md, "State store checks", has the numbers).
-    /// Turn it off only for a store too large to read at every open, and
-    /// run `actum verify` after any disk error.
+    /// Check the state store's pages before redb uses them. After a clean
+    /// close, each page as redb reads it, against the CRC-32 per 4 KiB
+    /// block that close wrote (`state.redb.sums`): nothing is read at open.
+    /// After a crash, or for a store without those sums, every page checksum
+    /// at open (redb's `check_integrity`): a read of the whole file, so that
+    /// open's time grows with the state store's size. On by default: redb
+    /// trusts a page whose checksum nobody asked for, and damaged bytes
+    /// there make redb miss rows, panic (the engine's guard turns that into
+    /// an `Err`), or, when redb panics again while unwinding, abort the
+    /// process past any guard (docs/DURABILITY.md, "State store checks",
+    /// has the numbers). Off, reads are still checked against sums a clean
+    /// close left, but nothing is read at open; run `actum verify` after any
+    /// disk error.
     pub verify_state_on_open: bool,
     /// Run a checkpoint (durable redb commit, manifest update, WAL GC)
     /// after this many commits since the last one; 0 disables the count.

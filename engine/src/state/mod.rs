@@ -25,4 +25,7 @@ pub use books_tables::RedbBooks;
 pub use guard::RedbPanicked;
 pub(crate) use guard::{drop_guarded, guarded};
 pub(crate) use store::SharedRead;
-pub use store::{META_TABLE, METRIC_KEY_PREFIX, STATE_SCHEMA_VERSION, StateStore, write_metrics};
+pub use store::{
+    CheckedAtOpen, META_TABLE, METRIC_KEY_PREFIX, PageCheck, STATE_SCHEMA_VERSION, StateStore,
+    sums_path, write_metrics,
+};

@@ -22,7 +22,42 @@ use super::books_tables::ReadTables;
 use super::guard::{RedbPanicked, drop_guarded, guard, guarded};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
+use crate::storage::page_sums::{Loaded, PageSums};
 use crate::storage::{OpenMode, RedbBackend, Storage};
+
+/// How a state store's pages are checked when it is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageCheck {
+    /// No whole check at open; reads are still checked against the sums a
+    /// clean close left, where there are any.
+    Off,
+    /// The whole check (redb's `check_integrity`, a read of every page),
+    /// unless the last close was clean and left page sums that rest on a
+    /// whole check: then each page is checked as it is read.
+    AtOpen,
+    /// The whole check, whatever the sums say (`actum verify`).
+    Whole,
+}
+
+/// How a state store's pages were checked when it was opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckedAtOpen {
+    /// Every page, by redb's whole check.
+    Whole,
+    /// None at open: each page as it is read, against the sums of the last
+    /// clean close.
+    AsRead,
+    /// Not checked (the check was off and no sums rest on one).
+    Unchecked,
+}
+
+/// The page sums file of the state store at `path`: `state.redb` keeps
+/// them in `state.redb.sums`.
+pub fn sums_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".sums");
+    PathBuf::from(name)
+}
 
 /// The table holding the state store's own bookkeeping.
 pub const META_TABLE: TableDefinition<&str, u64> = TableDefinition::new("actum_meta");
@@ -109,6 +144,11 @@ pub struct StateStore {
     /// The planted `SharedReadOutlivesCommit`: commits do not forget the
     /// shared read transaction.
     stale_shared_read: bool,
+    /// The sum of every block, checked on every read (shared with redb's
+    /// backend, which writes them back at a clean close).
+    sums: Arc<PageSums>,
+    /// How the pages were checked at open.
+    checked_at_open: CheckedAtOpen,
 }
 
 /// One read transaction of the state store and the tables opened in it,
@@ -166,12 +206,22 @@ impl StateStore {
     /// temporary name, which is renamed into place and the directory synced,
     /// so a crash never leaves a half-initialised store under `path`.
     ///
-    /// With `verify`, every page checksum is checked before the store is
-    /// used (redb's `check_integrity`): redb checks them only there, not on
-    /// every read, so without it a flipped bit in a page can be read back as
-    /// wrong data (docs/SIMULATION.md, findings). It costs a read of the
-    /// whole file.
-    pub fn open(storage: &Arc<dyn Storage>, path: &Path, verify: bool) -> Result<StateStore> {
+    /// `check` says how its pages are checked (see [`PageCheck`]); a read
+    /// whose block does not match the sum kept for it fails naming the file
+    /// and the block's offset (`storage::page_sums`).
+    pub fn open(storage: &Arc<dyn Storage>, path: &Path, check: PageCheck) -> Result<StateStore> {
+        Self::open_with(storage, path, check, false)
+    }
+
+    /// [`StateStore::open`]; with `unchecked`, a read whose block does not
+    /// match its sum is handed to redb as it is (the planted
+    /// `PageSumsUnchecked`).
+    pub(crate) fn open_with(
+        storage: &Arc<dyn Storage>,
+        path: &Path,
+        check: PageCheck,
+        unchecked: bool,
+    ) -> Result<StateStore> {
         let exists = storage
             .exists(path)
             .map_err(|e| Error::io("look for state store", path, e))?;
@@ -185,11 +235,25 @@ impl StateStore {
         // durable; make them so before redb (and replay) trusts them.
         file.sync_data()
             .map_err(|e| Error::io("sync state store", path, e))?;
-        let db = guarded(path, "open", || {
+        let sums_path = sums_path(path);
+        let sums_file = storage
+            .open(&sums_path, OpenMode::OpenOrCreate)
+            .map_err(|e| Error::io("open page sums", &sums_path, e))?;
+        let (mut sums, loaded) = PageSums::load(path, &*file, Some(sums_file))
+            .map_err(|e| Error::io("load page sums", &sums_path, e))?;
+        sums.plant_unchecked(unchecked);
+        let sums = Arc::new(sums);
+        let whole_check = match check {
+            PageCheck::Off => false,
+            PageCheck::AtOpen => loaded != Loaded::Checked,
+            PageCheck::Whole => true,
+        };
+        let opened = guarded(path, "open", || {
             redb::Database::builder()
                 .set_cache_size(STATE_CACHE_BYTES)
-                .create_with_backend(RedbBackend::new(file))
-        })?;
+                .create_with_backend(RedbBackend::with_sums(file, Arc::clone(&sums)))
+        });
+        let db = opened.map_err(|e| sums.corrupt_or(e))?;
         // From here on the store's destructor drops redb through the guard,
         // whichever check below refuses it.
         let mut store = StateStore {
@@ -201,8 +265,16 @@ impl StateStore {
             refused: false,
             shared: Mutex::new(None),
             stale_shared_read: false,
+            sums: Arc::clone(&sums),
+            checked_at_open: if whole_check {
+                CheckedAtOpen::Whole
+            } else if loaded == Loaded::Checked && check != PageCheck::Off {
+                CheckedAtOpen::AsRead
+            } else {
+                CheckedAtOpen::Unchecked
+            },
         };
-        if verify {
+        if whole_check {
             let db = store.db.as_mut().expect("open until dropped");
             let checked = guard(path, "verify page checksums", || db.check_integrity());
             // A check that failed on an I/O error found no damage, and redb
@@ -217,8 +289,9 @@ impl StateStore {
             );
             let checked = checked
                 .and_then(|result| result.map_err(|e| state_error(path, "verify page checksums", e)));
-            let intact = store.note(checked)?;
+            let intact = store.note(checked).map_err(|e| sums.corrupt_or(e))?;
             if !intact {
+                sums.note_failed();
                 return Err(Error::corrupt(
                     path,
                     0,
@@ -226,12 +299,27 @@ impl StateStore {
                      (the file is left as it was; `actum verify` reports it)",
                 ));
             }
+            sums.note_checked();
         }
-        store.note(check_schema_version(store.db(), path))?;
-        let applied_lsn = store.note(read_applied_lsn(store.db(), path))?;
+        store
+            .note(check_schema_version(store.db(), path))
+            .map_err(|e| sums.corrupt_or(e))?;
+        let applied_lsn = store
+            .note(read_applied_lsn(store.db(), path))
+            .map_err(|e| sums.corrupt_or(e))?;
         store.applied_lsn.store(applied_lsn.0, Ordering::SeqCst);
         store.durable_lsn.store(applied_lsn.0, Ordering::SeqCst);
         Ok(store)
+    }
+
+    /// How the pages were checked when the store was opened.
+    pub fn checked_at_open(&self) -> CheckedAtOpen {
+        self.checked_at_open
+    }
+
+    /// How many blocks of the store have a known sum, of how many.
+    pub fn known_blocks(&self) -> (usize, usize) {
+        self.sums.known_blocks()
     }
 
     fn db(&self) -> &redb::Database {
@@ -360,6 +448,8 @@ impl StateStore {
         {
             let mut first = self.panicked.lock().unwrap_or_else(PoisonError::into_inner);
             first.get_or_insert_with(|| (op, panicked.clone()));
+            // redb's state is in doubt: no sums vouch for this file.
+            self.sums.note_failed();
         }
     }
 
@@ -645,7 +735,7 @@ mod tests {
         let path = dir.path().join("state.redb");
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
         {
-            let store = StateStore::open(&storage, &path, true).expect("open");
+            let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("open");
             assert_eq!(store.applied_lsn(), Lsn::ZERO);
             store.apply(Lsn(1), |t| put(t, 1, 10)).expect("apply 1");
             store.apply(Lsn(2), |t| put(t, 2, 20)).expect("apply 2");
@@ -656,7 +746,7 @@ mod tests {
         }
         // Dropping redb flushes it cleanly, so the reopened store may cover
         // lsn 3 as well; what it must never do is cover less than lsn 2.
-        let store = StateStore::open(&storage, &path, true).expect("reopen");
+        let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("reopen");
         assert!(store.applied_lsn() >= Lsn(2));
         let txn = store.read().expect("read");
         let table = txn.open_table(KV).expect("kv");
@@ -668,7 +758,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
         let path = dir.path().join("g.redb");
-        let store = StateStore::open(&storage, &path, false).expect("open");
+        let store = StateStore::open(&storage, &path, PageCheck::Off).expect("open");
         store.apply(Lsn(1), |t| put(t, 1, 10)).expect("apply 1");
         store
             .apply_group(Lsn(2), Lsn(4), |t| {
@@ -680,11 +770,122 @@ mod tests {
         assert_eq!(store.applied_lsn(), Lsn(4));
         assert_eq!(store.checkpoint().expect("checkpoint"), Lsn(4));
         drop(store);
-        let store = StateStore::open(&storage, &path, true).expect("reopen");
+        let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("reopen");
         assert_eq!(store.applied_lsn(), Lsn(4));
         let txn = store.read().expect("read");
         let table = txn.open_table(KV).expect("kv");
         assert_eq!(table.get(4).expect("get").map(|v| v.value()), Some(40));
+    }
+
+    /// A store with `rows` rows `k -> MARK + k`, closed cleanly.
+    const MARK: u64 = 0x5eed_f00d_0000_0000;
+
+    fn store_with_rows(storage: &Arc<dyn Storage>, path: &Path, rows: u64) {
+        let store = StateStore::open(storage, path, PageCheck::AtOpen).expect("open");
+        assert_eq!(store.checked_at_open(), CheckedAtOpen::Whole, "a new store");
+        store
+            .apply(Lsn(1), |t| {
+                for k in 0..rows {
+                    put(t, k, MARK + k)?;
+                }
+                Ok(())
+            })
+            .expect("apply");
+        store.checkpoint().expect("checkpoint");
+    }
+
+    fn read_all(store: &StateStore, rows: u64) -> Result<()> {
+        let txn = store.read()?;
+        let table = txn
+            .open_table(KV)
+            .map_err(|e| state_error(store.path(), "open kv", e))?;
+        for k in 0..rows {
+            let value = table
+                .get(k)
+                .map_err(|e| state_error(store.path(), "get", e))?
+                .map(|v| v.value());
+            assert_eq!(value, Some(MARK + k));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn after_a_clean_close_pages_are_checked_as_read_and_after_a_crash_all_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+        let path = dir.path().join("state.redb");
+        store_with_rows(&storage, &path, 2_000);
+        let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("reopen");
+        assert_eq!(store.checked_at_open(), CheckedAtOpen::AsRead);
+        read_all(&store, 2_000).expect("every row reads back");
+        let (known, blocks) = store.known_blocks();
+        assert!(known > 0 && known <= blocks, "{known} of {blocks}");
+        store.apply(Lsn(2), |t| put(t, 5, MARK + 5)).expect("apply");
+        // A crash: the handle is never closed.
+        std::mem::forget(store);
+        let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("after a crash");
+        assert_eq!(store.checked_at_open(), CheckedAtOpen::Whole);
+        read_all(&store, 2_000).expect("rows");
+        drop(store);
+        let store = StateStore::open(&storage, &path, PageCheck::Whole).expect("asked for all");
+        assert_eq!(store.checked_at_open(), CheckedAtOpen::Whole);
+        drop(store);
+        let store = StateStore::open(&storage, &path, PageCheck::Off).expect("off");
+        assert_eq!(
+            store.checked_at_open(),
+            CheckedAtOpen::Unchecked,
+            "off is off, though reads are checked against the sums"
+        );
+        drop(store);
+        // An open with the check off and no sums vouches for nothing: the
+        // next open checks the whole store again.
+        std::fs::write(sums_path(&path), b"").expect("lose the sums");
+        drop(StateStore::open(&storage, &path, PageCheck::Off).expect("off"));
+        let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("at open");
+        assert_eq!(store.checked_at_open(), CheckedAtOpen::Whole);
+    }
+
+    #[test]
+    fn damage_at_rest_after_a_clean_close_is_refused_at_the_first_read_naming_its_block() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+        let path = dir.path().join("state.redb");
+        store_with_rows(&storage, &path, 2_000);
+        // Damage every copy of row 1,234's value in the file.
+        let mut bytes = std::fs::read(&path).expect("read the store");
+        let needle = (MARK + 1_234).to_le_bytes();
+        let at = bytes
+            .windows(8)
+            .enumerate()
+            .filter(|(_, w)| *w == needle)
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>();
+        assert!(!at.is_empty(), "the value is in the file");
+        for &i in &at {
+            bytes[i] ^= 0x40;
+        }
+        std::fs::write(&path, &bytes).expect("damage");
+        let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("no whole check");
+        assert_eq!(store.checked_at_open(), CheckedAtOpen::AsRead);
+        let err = read_all(&store, 2_000).expect_err("the damaged row is refused, not misread");
+        let message = err.to_string();
+        assert!(message.contains("state.redb"), "{message}");
+        assert!(
+            message.contains("does not match the checksum kept for it"),
+            "{message}"
+        );
+        let offset = (at[0] as u64 / 4096) * 4096;
+        let named = at
+            .iter()
+            .any(|&i| message.contains(&format!("offset {}", (i as u64 / 4096) * 4096)));
+        assert!(named, "names the damaged block (e.g. offset {offset}): {message}");
+        drop(store);
+        // The mismatch kept the sums from being written back: the next
+        // open checks the whole store and refuses it.
+        let Err(err) = StateStore::open(&storage, &path, PageCheck::AtOpen) else {
+            panic!("refused at open");
+        };
+        assert!(matches!(err, Error::Corrupt { .. } | Error::StateStore { .. }), "{err}");
     }
 
     fn set_schema_version(storage: &Arc<dyn Storage>, path: &Path, version: Option<u64>) {
@@ -710,7 +911,7 @@ mod tests {
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
         let path = dir.path().join("state.redb");
         {
-            let store = StateStore::open(&storage, &path, true).expect("create");
+            let store = StateStore::open(&storage, &path, PageCheck::AtOpen).expect("create");
             store.apply(Lsn(1), |t| put(t, 1, 10)).expect("apply 1");
             store.checkpoint().expect("checkpoint");
         }
@@ -728,7 +929,7 @@ mod tests {
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
         set_schema_version(&storage, &path, Some(13));
-        let err = StateStore::open(&storage, &path, true).expect_err("version 13");
+        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("version 13");
         assert!(
             matches!(
                 &err,
@@ -741,16 +942,16 @@ mod tests {
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));
-        let err = StateStore::open(&storage, &path, true).expect_err("garbage");
+        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("garbage");
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
         // A store from before the version was recorded is version 1, which
         // this build still opens (it lacks only the wait and budget books
         // tables), and so is version 2 (it lacks the budget books table).
         set_schema_version(&storage, &path, None);
-        StateStore::open(&storage, &path, true).expect("no version recorded");
+        StateStore::open(&storage, &path, PageCheck::AtOpen).expect("no version recorded");
         for version in STATE_SCHEMA_VERSIONS_READ {
             set_schema_version(&storage, &path, Some(version));
-            StateStore::open(&storage, &path, true).expect("an older version opens");
+            StateStore::open(&storage, &path, PageCheck::AtOpen).expect("an older version opens");
         }
     }
 
@@ -759,7 +960,7 @@ mod tests {
     fn a_group_that_skips_an_lsn_is_a_bug() {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
-        let store = StateStore::open(&storage, &dir.path().join("s.redb"), false).expect("open");
+        let store = StateStore::open(&storage, &dir.path().join("s.redb"), PageCheck::Off).expect("open");
         let _ = store.apply_group(Lsn(2), Lsn(3), |_| Ok(()));
     }
 
@@ -768,7 +969,7 @@ mod tests {
     fn applying_out_of_order_is_a_bug() {
         let dir = tempfile::tempdir().expect("tempdir");
         let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
-        let store = StateStore::open(&storage, &dir.path().join("s.redb"), false).expect("open");
+        let store = StateStore::open(&storage, &dir.path().join("s.redb"), PageCheck::Off).expect("open");
         let _ = store.apply(Lsn(2), |_| Ok(()));
     }
 }

@@ -12,6 +12,7 @@
 
 pub(crate) mod frozen;
 mod fs;
+pub(crate) mod page_sums;
 mod read_only;
 mod redb_backend;
 mod traits;

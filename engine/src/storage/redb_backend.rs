@@ -3,19 +3,41 @@
 //! disk under test).
 
 use std::io;
+use std::sync::Arc;
 
+use super::page_sums::PageSums;
 use super::traits::StorageFile;
 
 /// Adapts any [`StorageFile`] to redb's [`redb::StorageBackend`].
 #[derive(Debug)]
 pub struct RedbBackend {
     file: Box<dyn StorageFile>,
+    /// A sum per block, checked on every read (the state store's).
+    sums: Option<Arc<PageSums>>,
 }
 
 impl RedbBackend {
     /// Wraps `file`; redb takes ownership of its contents.
     pub fn new(file: Box<dyn StorageFile>) -> Self {
-        RedbBackend { file }
+        RedbBackend { file, sums: None }
+    }
+
+    /// Wraps `file`, checking every read against `sums` and keeping them
+    /// with every write; a clean close (redb dropping its backend after
+    /// its last sync) writes them back.
+    pub(crate) fn with_sums(file: Box<dyn StorageFile>, sums: Arc<PageSums>) -> Self {
+        RedbBackend {
+            file,
+            sums: Some(sums),
+        }
+    }
+}
+
+impl Drop for RedbBackend {
+    fn drop(&mut self) {
+        if let Some(sums) = &self.sums {
+            sums.close(&*self.file);
+        }
     }
 }
 
@@ -25,19 +47,31 @@ impl redb::StorageBackend for RedbBackend {
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
-        self.file.read_at(offset, out)
+        match &self.sums {
+            Some(sums) => sums.read(&*self.file, offset, out),
+            None => self.file.read_at(offset, out),
+        }
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        self.file.set_len(len)
+        match &self.sums {
+            Some(sums) => sums.set_len(&*self.file, len),
+            None => self.file.set_len(len),
+        }
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        self.file.sync_data()
+        match &self.sums {
+            Some(sums) => sums.sync_data(&*self.file),
+            None => self.file.sync_data(),
+        }
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        self.file.write_at(offset, data)
+        match &self.sums {
+            Some(sums) => sums.write(&*self.file, offset, data),
+            None => self.file.write_at(offset, data),
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use crate::state::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
     RUNS_TABLE, WAITS_TABLE,
 };
-use crate::state::{StateStore, drop_guarded, guarded, read_books};
+use crate::state::{PageCheck, StateStore, drop_guarded, guarded, read_books};
 use crate::storage::Storage;
 
 /// Checks the state store of `dir`: the file `manifest` names (the
@@ -92,7 +92,7 @@ fn check_store(
     manifest: Option<&Manifest>,
     durable: Option<Lsn>,
 ) -> Result<std::result::Result<u64, Damage>> {
-    let store = StateStore::open(storage, path, true)?;
+    let store = StateStore::open(storage, path, PageCheck::Whole)?;
     let covered = store.applied_lsn();
     if let Some(m) = manifest.filter(|m| covered < m.applied_lsn) {
         return Ok(Err(Damage(format!(

@@ -434,7 +434,39 @@ impl World {
         if !written.is_empty() && self.crashes.chance_ppm(PPM_ONE / 2) {
             return self.crashes.pick(&written).clone();
         }
+        // Half of the rest: the bytes of a value the state store holds (its
+        // live copy, or one an older page kept), which only a check of
+        // each page as it is read stands between and a wrong answer.
+        let held = state_store_values(&files, self.model.state());
+        if !held.is_empty() && self.crashes.chance_ppm(PPM_ONE / 2) {
+            return self.crashes.pick(&held).clone();
+        }
         let (path, _) = self.crashes.pick(&files);
         (path.clone(), 0..u64::MAX)
     }
+}
+
+/// Where the state store's file holds one of `values` (those of 8 bytes or
+/// more, so a match is theirs, not chance): every occurrence, by value in
+/// key order, then by offset.
+fn state_store_values(
+    files: &[(String, Vec<u8>)],
+    values: &std::collections::BTreeMap<u64, Vec<u8>>,
+) -> Vec<(String, std::ops::Range<u64>)> {
+    let Some((path, bytes)) = files.iter().find(|(path, _)| path.ends_with(".redb")) else {
+        return Vec::new();
+    };
+    let mut spots = Vec::new();
+    for value in values.values().filter(|v| v.len() >= 8) {
+        let mut from = 0;
+        while let Some(at) = bytes.get(from..).and_then(|rest| {
+            rest.windows(value.len())
+                .position(|w| w == value.as_slice())
+        }) {
+            let start = (from + at) as u64;
+            spots.push((path.clone(), start..start + value.len() as u64));
+            from += at + 1;
+        }
+    }
+    spots
 }

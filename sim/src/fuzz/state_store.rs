@@ -21,8 +21,12 @@
 //! database opened is there when it is opened again (an `Err` is allowed;
 //! `Ok(None)` is a lost acknowledgement).
 //!
-//! The options are the defaults, so the state store's pages are checked
-//! at open. With the check off, a store damaged at rest can abort the
+//! The options are the defaults, so the state store's pages are checked:
+//! the clean image carries the page sums its close wrote, so its pages are
+//! checked as they are read; the crashed one has none, so all of them at
+//! open (docs/DURABILITY.md, "Page sums"). An edit may land in the sums
+//! file too (then it is refused whole and the open checks every page).
+//! With the check off and no sums, a store damaged at rest can abort the
 //! process past any guard when redb commits or closes it (a second panic
 //! while unwinding from a first: docs/DURABILITY.md, "State store
 //! checks"), so that setting is not fuzzed: the guard on reads of an
