@@ -228,12 +228,13 @@ fn write_tables(found: &Inspection, out: &mut dyn Write) -> std::io::Result<()> 
     let s = &found.sizes;
     writeln!(
         out,
-        "  files: {} (manifest {}, {} WAL segment(s) {}, state store {})\n",
+        "  files: {} (manifest {}, {} WAL segment(s) {}, state store {}, its page sums {})\n",
         fmt_bytes(s.total_bytes),
         fmt_bytes(s.manifest_bytes),
         s.wal_segments,
         fmt_bytes(s.wal_bytes),
-        fmt_bytes(s.state_bytes)
+        fmt_bytes(s.state_bytes),
+        fmt_bytes(s.page_sums_bytes)
     )?;
     write_books(found, out)
 }

@@ -1,5 +1,5 @@
 //! What a database directory's files weigh: the manifest copies, the WAL
-//! segments and the state store, read without writing.
+//! segments, the state store and its page sums, read without writing.
 //!
 //! **Invariant:** sizes are of the files on the disk as they are, read
 //! through the storage given (never through a recovery that would change
@@ -26,6 +26,9 @@ pub struct DiskUsage {
     pub wal_bytes: u64,
     /// The state store file.
     pub state_bytes: u64,
+    /// The state store's page sums (`state.redb.sums`: written at a clean
+    /// close, empty while an engine has the database open).
+    pub page_sums_bytes: u64,
     /// All of the above.
     pub total_bytes: u64,
 }
@@ -63,8 +66,37 @@ pub fn disk_usage(
         usage.wal_segments += 1;
         usage.wal_bytes += size_of(storage, &wal_dir.join(name))?;
     }
-    usage.state_bytes = size_of(storage, &dir.join(state_file.unwrap_or(STATE_FILE)))?;
-    usage.total_bytes = usage.manifest_bytes + usage.wal_bytes + usage.state_bytes;
+    let state = dir.join(state_file.unwrap_or(STATE_FILE));
+    usage.state_bytes = size_of(storage, &state)?;
+    usage.page_sums_bytes = size_of(storage, &crate::state::sums_path(&state))?;
+    usage.total_bytes =
+        usage.manifest_bytes + usage.wal_bytes + usage.state_bytes + usage.page_sums_bytes;
     assert!(usage.total_bytes >= usage.wal_bytes);
     Ok(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Engine, EngineOptions};
+    use crate::storage::FsStorage;
+
+    #[test]
+    fn the_page_sums_count_once_written_and_every_file_is_in_the_total() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let engine = Engine::open(dir.path(), EngineOptions::default()).expect("open");
+        let open = disk_usage(&FsStorage::new(), dir.path(), None).expect("usage");
+        assert_eq!(open.page_sums_bytes, 0, "emptied while the engine has it");
+        engine.close().expect("close");
+        let closed = disk_usage(&FsStorage::new(), dir.path(), None).expect("usage");
+        let sums = std::fs::metadata(dir.path().join("state.redb.sums"))
+            .expect("written at the close")
+            .len();
+        assert!(sums > 0);
+        assert_eq!(closed.page_sums_bytes, sums);
+        assert_eq!(
+            closed.total_bytes,
+            closed.manifest_bytes + closed.wal_bytes + closed.state_bytes + sums
+        );
+    }
 }
