@@ -79,6 +79,10 @@ pub enum PlantedBug {
     /// The sweep of stuck runs looks only at the runs in memory, missing
     /// the parked runs that wait longest.
     SweepSkipsParked,
+    /// An open parks the live runs no lease holds out of memory without
+    /// their entries in the claim index, so a pending or orphaned run the
+    /// state store held is never claimed again after a restart.
+    ParkAtOpenUnindexed,
     /// `saga_next` walks a saga's steps first to last, so compensations
     /// run in the order the acts did, not backwards.
     UndoFirstStepFirst,
@@ -198,7 +202,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 30] = [
+    pub const ENGINE: [PlantedBug; 31] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -218,6 +222,7 @@ impl PlantedBug {
         PlantedBug::ReplyWithoutOutcome,
         PlantedBug::ForgetParkedDeadlines,
         PlantedBug::SweepSkipsParked,
+        PlantedBug::ParkAtOpenUnindexed,
         PlantedBug::UndoFirstStepFirst,
         PlantedBug::EndWithoutCompensating,
         PlantedBug::ResourceIgnoresHolder,
@@ -255,7 +260,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 51] = [
+    pub const ALL: [PlantedBug; 52] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -280,6 +285,7 @@ impl PlantedBug {
         PlantedBug::ReplyWithoutOutcome,
         PlantedBug::ForgetParkedDeadlines,
         PlantedBug::SweepSkipsParked,
+        PlantedBug::ParkAtOpenUnindexed,
         PlantedBug::UndoFirstStepFirst,
         PlantedBug::EndWithoutCompensating,
         PlantedBug::ResourceIgnoresHolder,
@@ -336,6 +342,7 @@ impl PlantedBug {
             PlantedBug::ReplyWithoutOutcome => "reply-without-outcome",
             PlantedBug::ForgetParkedDeadlines => "forget-parked-deadlines",
             PlantedBug::SweepSkipsParked => "sweep-skips-parked",
+            PlantedBug::ParkAtOpenUnindexed => "park-at-open-unindexed",
             PlantedBug::UndoFirstStepFirst => "undo-first-step-first",
             PlantedBug::EndWithoutCompensating => "end-without-compensating",
             PlantedBug::ResourceIgnoresHolder => "resource-ignores-holder",

@@ -349,11 +349,19 @@ class ActumSaver(BaseCheckpointSaver[str]):
         ``Engine.open`` does) and yields a saver over it; closes the
         database on the way out."""
         engine = Engine.open(path)
+        saver = None
         try:
-            yield cls(engine, serde=serde)
+            saver = cls(engine, serde=serde)
+            yield saver
         finally:
-            _forget_books(engine)
-            engine.close()
+            try:
+                # The thread leases go before the database closes, so the
+                # next open reads no thread it is not asked for.
+                if saver is not None and not engine.closed:
+                    saver._books.calls.release()
+            finally:
+                _forget_books(engine)
+                engine.close()
 
     # ----- loading and writing a thread -----
 

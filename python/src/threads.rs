@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use actum::books::{
-    BooksRead, CheckpointMeta, CreateRun, Guard, LEASE_TTL_MS_MAX, PRUNE_RUNS_MAX, Part, PartBase,
-    RunId, RunState, SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
-    load_parts,
+    BATCH_COMMANDS_MAX, BooksRead, CheckpointMeta, Command, CreateRun, Guard, LEASE_TTL_MS_MAX,
+    PRUNE_RUNS_MAX, Part, PartBase, ReleaseLease, RunId, RunState, SaveCheckpoint, StepId,
+    ToolClass, Transition, WorkerId, digest_of, load_parts,
 };
 use actum::engine::{StepPlan, StepRequest, StepResult, ToolSpec};
 use actum::{Engine, Error};
@@ -187,11 +187,15 @@ impl ThreadBooks {
         py.detach(|| {
             let mut found = Vec::new();
             let mut after = start;
+            // A thread has a run or two: the first page is small (each run
+            // in it is read whole), and the pages grow from there.
+            let mut page_len = 4;
             loop {
-                let page = engine.runs(None, Some(&after), PAGE)?;
+                let page = engine.runs(None, Some(&after), page_len)?;
                 let Some(last) = page.last() else { break };
                 after = last.id.clone();
-                let full = page.len() == PAGE;
+                let full = page.len() == page_len;
+                page_len = (page_len * 4).min(PAGE);
                 let mut past = false;
                 for run in page {
                     if !run.id.as_str().starts_with(prefix) {
@@ -381,6 +385,52 @@ impl ThreadBooks {
                 }
             }
             Ok(())
+        })
+        .map_err(|e: Error| error_to_py(py, &e))
+    }
+
+    /// Lets go of every thread run's lease this saver holds, in batches of
+    /// one commit each: called as the saver's database closes, so the next
+    /// open has no lease of this process to release and leaves every thread
+    /// out of memory until it is used. A lease refused because it ran out or
+    /// was taken meanwhile is left out; returns how many were released.
+    fn release(&self, py: Python<'_>) -> PyResult<u64> {
+        let engine = self.engine()?;
+        let guards: Vec<Guard> =
+            std::mem::take(&mut *self.guards.lock().unwrap_or_else(PoisonError::into_inner))
+                .into_values()
+                .collect();
+        py.detach(|| {
+            let mut released = 0;
+            for chunk in guards.chunks(BATCH_COMMANDS_MAX) {
+                let mut chunk = chunk.to_vec();
+                // Each refusal leaves one lease out, so this ends.
+                while !chunk.is_empty() {
+                    let batch = chunk
+                        .iter()
+                        .map(|guard| {
+                            Command::ReleaseLease(ReleaseLease {
+                                run: guard.run.clone(),
+                                guard: guard.clone(),
+                            })
+                        })
+                        .collect();
+                    match engine.commit_batch(batch) {
+                        Ok(answers) => {
+                            released += answers.len() as u64;
+                            break;
+                        }
+                        Err(Error::BatchRefused { index, cause })
+                            if matches!(*cause, Error::LeaseLost { .. } | Error::Fenced { .. })
+                                && index < chunk.len() =>
+                        {
+                            chunk.remove(index);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            Ok(released)
         })
         .map_err(|e: Error| error_to_py(py, &e))
     }

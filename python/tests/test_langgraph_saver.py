@@ -58,6 +58,41 @@ def test_a_graph_resumes_from_the_books_after_reopening(tmp_path):
         assert graph.get_state(config).values["count"] == 2
 
 
+def test_the_saver_lets_go_of_its_thread_leases_as_its_database_closes(tmp_path):
+    # The saver holds a lease on each thread it wrote; releasing them as
+    # the database closes leaves the next open nothing to release, so it
+    # reads no thread until one is asked for.
+    released = []
+
+    class Spy:
+        def __init__(self, calls):
+            self.calls = calls
+
+        def __getattr__(self, name):
+            return getattr(self.calls, name)
+
+        def release(self):
+            released.append(self.calls.release())
+            return released[-1]
+
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        graph = build().compile(checkpointer=saver)
+        for n in range(3):
+            graph.invoke({"log": [], "count": 0}, {"configurable": {"thread_id": f"t-{n}"}})
+        # Asked directly: every lease once, then none.
+        assert saver._books.calls.release() == 3
+        assert saver._books.calls.release() == 0
+        # A save takes its thread's lease again.
+        graph.invoke({"log": [], "count": 0}, {"configurable": {"thread_id": "t-1"}})
+        saver._books.calls = Spy(saver._books.calls)
+    assert released == [1], "the close released t-1's lease"
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        graph = build().compile(checkpointer=saver)
+        assert graph.get_state({"configurable": {"thread_id": "t-1"}}).values["count"] == 2
+        graph.invoke({"log": [], "count": 5}, {"configurable": {"thread_id": "t-2"}})
+        assert graph.get_state({"configurable": {"thread_id": "t-2"}}).values["count"] == 7
+
+
 def put(saver, thread_id, n, ns=""):
     parent = None
     for i in range(n):

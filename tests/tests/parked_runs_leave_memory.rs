@@ -109,10 +109,14 @@ fn parked_runs_leave_memory_at_a_checkpoint_and_come_back_when_woken() {
     assert!(engine.claim_next(&wid("w2"), LEASE_MS).unwrap().is_none());
 
     // A restart keeps them out of memory, and their deadlines in the
-    // claim index.
+    // claim index; the paused run, which no lease holds, stays out too.
     engine.close().unwrap();
     let engine = open_fs(dir.path(), &clock);
-    assert_eq!(engine.runs_in_memory(), 3, "the woken and the paused");
+    assert_eq!(
+        engine.runs_in_memory(),
+        2,
+        "the woken, whose leases the open released"
+    );
     clock.advance_ms(WEEK_MS);
     let mut claimed = Vec::new();
     while let Some(grant) = engine.claim_next(&wid("w3"), LEASE_MS).unwrap() {
@@ -135,7 +139,8 @@ fn parked_runs_leave_memory_at_a_checkpoint_and_come_back_when_woken() {
     }
     // The runs still waiting for a signal or a reply are still out of
     // memory; the books hold every run.
-    assert_eq!(engine.runs_in_memory(), 3 + sleepers.len());
+    assert_eq!(engine.runs_in_memory(), 2 + sleepers.len());
+    assert_eq!(state_of(&engine, 5), RunState::Paused);
     assert_eq!(engine.runs(None, None, 1000).unwrap().len(), RUNS);
     assert_eq!(
         engine
@@ -144,4 +149,71 @@ fn parked_runs_leave_memory_at_a_checkpoint_and_come_back_when_woken() {
             .len(),
         RUNS - 3 - sleepers.len()
     );
+}
+
+#[test]
+fn an_open_leaves_runs_no_lease_holds_out_of_memory_claimable_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open_fs(dir.path(), &clock);
+    // Queued runs, created a second apart; one started and then let go
+    // (running, claimable at once); one held.
+    for n in 0..RUNS {
+        engine
+            .create_run(create_cmd(&format!("queued-{n:03}")))
+            .unwrap();
+        clock.advance_ms(1_000);
+    }
+    let orphan = create_and_lease(&engine, "orphan", "w1");
+    engine.release_lease(&rid("orphan"), &orphan.guard).unwrap();
+    clock.advance_ms(1_000);
+    let held = create_and_lease(&engine, "held", "w1");
+    engine.close().unwrap();
+
+    // Only the held run comes into memory (to have its lease released).
+    let engine = open_fs(dir.path(), &clock);
+    assert_eq!(engine.recovery().leases_released, 1);
+    assert_eq!(engine.runs_in_memory(), 1);
+    // Reads reach the runs out of memory without bringing them in.
+    assert_eq!(
+        engine
+            .runs(Some(RunState::Pending), None, 1000)
+            .unwrap()
+            .len(),
+        RUNS
+    );
+    assert_eq!(
+        engine.run(&rid("orphan")).unwrap().unwrap().state,
+        RunState::Running
+    );
+    assert_eq!(engine.runs_in_memory(), 1);
+    // The claim order is the order they became claimable, as before the
+    // restart: the queue first to last, then the orphan, then the held run
+    // (released at open, so claimable from then on).
+    let first = engine.claim_next(&wid("w2"), LEASE_MS).unwrap().unwrap();
+    assert_eq!(first.run, rid("queued-000"));
+    assert_eq!(engine.runs_in_memory(), 2, "a claim brings its run in");
+    // A crash (no close) before a checkpoint: the replayed claim is in
+    // memory again, the queue stays out.
+    drop(engine);
+    let engine = open_fs(dir.path(), &clock);
+    assert_eq!(engine.recovery().leases_released, 1, "queued-000's");
+    let mut claimed = Vec::new();
+    while let Some(grant) = engine.claim_next(&wid("w3"), LEASE_MS).unwrap() {
+        if grant.run == rid("held") {
+            assert!(
+                grant.guard.token > held.guard.token,
+                "the old token stays fenced"
+            );
+        }
+        claimed.push(grant.run);
+    }
+    // The rest of the queue, the orphan, then the two runs whose leases an
+    // open released at the same instant, by name.
+    let expected: Vec<_> = (1..RUNS)
+        .map(|n| rid(&format!("queued-{n:03}")))
+        .chain([rid("orphan"), rid("held"), rid("queued-000")])
+        .collect();
+    assert_eq!(claimed, expected);
+    assert_eq!(engine.runs_in_memory(), RUNS + 2);
 }

@@ -266,6 +266,24 @@ fn a_parked_run_that_forgets_its_deadline_is_caught() {
 }
 
 #[test]
+fn an_open_that_parks_runs_without_their_claim_entries_is_caught() {
+    // A run pending or let go when the process died, and written by a
+    // checkpoint, stays out of memory after the restart; without its claim
+    // index entry no worker claims it again (first caught at seeds 15,
+    // 1009, 2006, 3000, ... of blocks of 100).
+    let (_, invariant) = caught(PlantedBug::ParkAtOpenUnindexed);
+    assert!(
+        [
+            "the engine decides as the reference model does",
+            "after every recovery the books equal the model",
+            "every run ends once the faults stop",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
 fn a_sweep_that_skips_parked_runs_is_caught() {
     let (_, invariant) = caught(PlantedBug::SweepSkipsParked);
     assert_eq!(invariant, "the stuck runs swept are the books'");

@@ -221,7 +221,10 @@ impl Engine {
         // One read transaction serves the load and the whole replay: the
         // state store does not change until the first checkpoint.
         let cold = ColdReader::new(recovering.state());
-        let hot = HotState::load(&cold);
+        let hot = HotState::load(
+            &cold,
+            planted(&options.db.wal, PlantedBug::ParkAtOpenUnindexed),
+        );
         cold.check()?;
         let counters = super::operations::Counters::stored(&recovering.state().read_metrics()?);
         let mut inner = Inner {
@@ -351,8 +354,11 @@ impl Engine {
         self.local().pipeline.durable_lsn()
     }
 
-    /// How many runs the hot books hold in memory (every run that is not
-    /// terminal, and terminal ones no checkpoint has written yet).
+    /// How many runs the hot books hold in memory: every run a command
+    /// touched since the open, unless a checkpoint has written it since and
+    /// it ended or parked in a wait, and every run a lease held at the open
+    /// (which the open released). A run out of memory is read from the
+    /// state store and brought back by the first command on it.
     ///
     /// ```
     /// use actum::books::{CreateRun, OperatorAction, RunId, RunState, digest_of};

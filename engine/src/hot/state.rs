@@ -14,12 +14,15 @@
 //! it: it costs its stored bytes and, if its wait has a deadline, one entry
 //! of the claim index. Whatever changes it (an approval, a signal, a
 //! reply, a claim at its deadline, an operator) brings it back first, as it
-//! brings back any run that left.
+//! brings back any run that left. An open parks every live run the state
+//! store holds without a lease the same way (pending, running or waiting):
+//! it comes into memory when a command first touches it.
 //!
 //! **Invariant:** the claim index holds exactly `(claimable_from_ms, id)`
 //! of every run in memory that has a claimable instant (from its record
 //! and its open wait's deadline), and each run remembers its entry, and of
-//! every parked run out of memory whose wait has a deadline, remembered in
+//! every parked run out of memory that has one (a waiting run's deadline,
+//! or the instant a run left unleased became claimable), remembered in
 //! `parked`; a run's `last_lsn`
 //! is the LSN of the last record that changed anything of it (`ZERO` if
 //! loaded from the state store unchanged); every ledger entry of a run in
@@ -232,7 +235,7 @@ pub(crate) struct HotState {
     pub(crate) blob_holders: BTreeMap<Digest, (Option<u64>, Lsn)>,
     /// The runs holding something a checkpoint may let go of (each once).
     listed: Vec<RunId>,
-    /// Parked runs out of memory whose wait has a deadline: the instant
+    /// Parked runs out of memory with a claimable instant: the instant
     /// under which the claim index holds each.
     parked: BTreeMap<RunId, u64>,
 }
@@ -245,21 +248,32 @@ fn parks(run: &Run) -> bool {
 }
 
 impl HotState {
-    /// The hot books of a state store: every run it lists as live.
-    pub(crate) fn load(cold: &ColdReader<'_>) -> HotState {
+    /// The hot books of a state store: every run it lists as live that
+    /// holds a lease (the open releases those leases, which changes the
+    /// runs). Every other live run stays out of memory, parked, until a
+    /// command touches it: only its claim index entry, if it has a
+    /// claimable instant, is kept. (A database of many live runs, say a
+    /// LangGraph thread each, opens without reading each run's books.)
+    /// (`unindexed`: the planted `ParkAtOpenUnindexed`, which parks a run
+    /// no wait holds without its claim index entry.)
+    pub(crate) fn load(cold: &ColdReader<'_>, unindexed: bool) -> HotState {
         let mut hot = HotState::default();
         for id in cold.live_runs() {
             let Some(run) = cold.run(&id) else {
                 continue;
             };
-            if parks(&run) {
-                // A parked run stays out of memory; only its deadline, if
-                // it has one, joins the claim index.
-                let waits = cold.with(|books| {
-                    use crate::books::BooksRead;
-                    books.waits(&id)
-                });
-                hot.park(id, claimable_from_ms(&run, wake_ms(waits.as_ref())));
+            if run.lease.is_none() {
+                // Only a waiting run's wait can move its claimable instant.
+                let waits = parks(&run)
+                    .then(|| {
+                        cold.with(|books| {
+                            use crate::books::BooksRead;
+                            books.waits(&id)
+                        })
+                    })
+                    .flatten();
+                let from_ms = claimable_from_ms(&run, wake_ms(waits.as_ref()));
+                hot.park(id, from_ms.filter(|_| !unindexed || parks(&run)));
             } else {
                 hot.bring_in(run, cold);
             }

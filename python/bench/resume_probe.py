@@ -1,0 +1,63 @@
+"""Where a resume's time goes: the parts of langgraph_savers.py's resume, timed
+apart, over the databases a run of it left.
+
+    target/venv/bin/python python/bench/langgraph_savers.py --dir /tmp/lgb
+    target/venv/bin/python python/bench/resume_probe.py /tmp/lgb
+
+For each durable saver (``actum``, ``sqlite``), RESTARTS times, each of
+another thread: the saver's open (``open_saver``, as the bench opens it), the
+graph's compile, ``get_state``, and the close the bench does not time. Prints
+the median of each part in ms, one line per saver and part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import langgraph_savers as bench  # noqa: E402
+
+PARTS = ("open", "compile", "get_state", "close")
+
+
+def probe(kind: str, where: Path, restarts: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {part: [] for part in PARTS}
+    for k in range(restarts):
+        config = {"configurable": {"thread_id": f"thread-{100 + k}"}}
+        t0 = time.perf_counter()
+        with bench.open_saver(kind, where) as saver:
+            t1 = time.perf_counter()
+            graph = bench.build().compile(checkpointer=saver)
+            t2 = time.perf_counter()
+            state = graph.get_state(config)
+            t3 = time.perf_counter()
+            assert state.values["messages"], f"thread-{100 + k} of {where} is empty"
+        t4 = time.perf_counter()
+        for part, took in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            times[part].append(took * 1000)
+    return {part: round(statistics.median(ms), 2) for part, ms in times.items()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", help="the --dir of a finished langgraph_savers.py run")
+    p.add_argument("--restarts", type=int, default=15)
+    args = p.parse_args()
+    root = Path(args.dir)
+    for kind in ("sqlite", "actum"):
+        if not (root / kind).exists():
+            print(f"resume_probe: no {root / kind}: run langgraph_savers.py --dir {root} first",
+                  file=sys.stderr)
+            return 2
+        for part, ms in probe(kind, root / kind, args.restarts).items():
+            print(f"{kind:7} {part:10} {ms:7.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
