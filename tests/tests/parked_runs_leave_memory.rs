@@ -217,3 +217,43 @@ fn an_open_leaves_runs_no_lease_holds_out_of_memory_claimable_in_order() {
     assert_eq!(claimed, expected);
     assert_eq!(engine.runs_in_memory(), RUNS + 2);
 }
+
+#[test]
+fn a_claim_for_some_agents_finds_its_run_behind_thousands_parked_of_others() {
+    const OTHERS: usize = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let open = || open_fs(dir.path(), &clock);
+    let engine = open();
+    // Runs of another agent, claimable and claimed first by anyone, then
+    // one of ours.
+    for n in 0..OTHERS {
+        let mut cmd = create_cmd(&format!("thread-{n:04}"));
+        cmd.agent_version = "langgraph-thread".into();
+        engine.create_run(cmd).unwrap();
+    }
+    clock.advance_ms(1_000);
+    engine.create_run(create_cmd("mine")).unwrap();
+    engine.close().unwrap();
+
+    let engine = open();
+    assert_eq!(engine.runs_in_memory(), 0);
+    let ours = ["agent 1.0".to_string()];
+    // (The others are passed by on the agent version the claim index keeps
+    // for a parked run, unread: `hot::view`'s unit test.)
+    let grant = engine
+        .claim_next_of(&wid("w1"), LEASE_MS, &ours)
+        .unwrap()
+        .unwrap();
+    assert_eq!(grant.run, rid("mine"));
+    assert!(
+        engine
+            .claim_next_of(&wid("w1"), LEASE_MS, &ours)
+            .unwrap()
+            .is_none(),
+        "nothing else of ours"
+    );
+    // A claim for every agent still finds the others, oldest first.
+    let any = engine.claim_next(&wid("w2"), LEASE_MS).unwrap().unwrap();
+    assert_eq!(any.run, rid("thread-0000"));
+}

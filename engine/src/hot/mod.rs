@@ -1,11 +1,13 @@
-//! The hot books: the engine's decision state, in memory. Every run that is
-//! not terminal is held whole (its record, every ledger entry, every
+//! The hot books: the engine's decision state, in memory. Every run being
+//! worked on is held whole (its record, every ledger entry, every
 //! decision, its newest checkpoint's metadata, its audit length), with an
-//! index of claimable runs in claim order; what changed since the last
+//! index of every claimable run in claim order; what changed since the last
 //! checkpoint but is not needed to decide (blob bytes, older checkpoint
 //! metadata, audit entries) is held until the checkpoint writes it to the
-//! state store. Terminal runs leave memory once a checkpoint has written
-//! them, and are read from the state store when asked.
+//! state store. Terminal runs and runs parked in a wait leave memory once a
+//! checkpoint has written them, an open leaves every live run no lease
+//! holds in the state store, and such runs are read from there when asked
+//! and brought back by the first command on them.
 //!
 //! `state` holds the data, `cold` reads the state store for what memory
 //! does not hold, `view` joins the two behind the books traits, so
@@ -16,6 +18,7 @@
 //! and unchanged since the checkpoint that wrote it; nothing that is not in
 //! the state store has left memory.
 
+mod claims;
 mod cold;
 mod state;
 mod view;

@@ -18,20 +18,20 @@
 //! store holds without a lease the same way (pending, running or waiting):
 //! it comes into memory when a command first touches it.
 //!
-//! **Invariant:** the claim index holds exactly `(claimable_from_ms, id)`
-//! of every run in memory that has a claimable instant (from its record
-//! and its open wait's deadline), and each run remembers its entry, and of
-//! every parked run out of memory that has one (a waiting run's deadline,
-//! or the instant a run left unleased became claimable), remembered in
-//! `parked`; a run's `last_lsn`
+//! **Invariant:** the claim index holds exactly `(claimable_from_ms, id)`,
+//! under the run's agent version, of every run in memory that has a
+//! claimable instant (from its record and its open wait's deadline), and
+//! each run remembers its slot, and of every parked run out of memory that
+//! has one (a waiting run's deadline, or the instant a run left unleased
+//! became claimable), remembered in `parked`; a run's `last_lsn`
 //! is the LSN of the last record that changed anything of it (`ZERO` if
 //! loaded from the state store unchanged); every ledger entry of a run in
 //! memory is either in `effects` or in the state store with its step's
 //! fingerprint in `cold_steps`; every decision at a position below
 //! `decision_count` is in `decisions` or in the state store.
 
+use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
@@ -41,6 +41,7 @@ use crate::books::{
 use crate::error::Result;
 use crate::ids::Lsn;
 
+use super::claims::{ClaimIndex, ClaimSlot};
 use super::cold::ColdReader;
 
 /// One run held in memory.
@@ -74,8 +75,9 @@ pub(crate) struct HotRun {
     pub(crate) saga: Option<Box<SagaBook>>,
     /// The counted blobs the run references, boxed like its wait book.
     pub(crate) blob_refs: Option<Box<BlobRefs>>,
-    /// The instant under which the claim index holds the run, if it does.
-    claim_from: Option<u64>,
+    /// Where the claim index holds the run (its agent version's number
+    /// and the instant), if it does.
+    claim_from: Option<ClaimSlot>,
     /// True while the run is on the list a checkpoint looks at to evict.
     listed: bool,
 }
@@ -159,18 +161,20 @@ pub(crate) fn step_fingerprint(step: &StepId, kind: EffectKind) -> u32 {
 
 /// Puts the claim index `claims` in step with `hot`: its entry moves to
 /// the instant the run's record and open wait now give, or goes.
-fn reindex_run(claims: &mut BTreeSet<(u64, RunId)>, hot: &mut HotRun) {
-    let now = hot.claimable_from_ms();
+fn reindex_run(claims: &mut ClaimIndex, hot: &mut HotRun) {
+    let now = hot
+        .claimable_from_ms()
+        .map(|from_ms| (claims.agent(&hot.run.agent_version), from_ms));
     if now == hot.claim_from {
         return;
     }
     let id = &hot.run.id;
-    if let Some(from_ms) = hot.claim_from {
-        let removed = claims.remove(&(from_ms, id.clone()));
+    if let Some(slot) = hot.claim_from {
+        let removed = claims.remove(slot, id);
         assert!(removed, "the claim index held run {id}");
     }
-    if let Some(from_ms) = now {
-        claims.insert((from_ms, id.clone()));
+    if let Some(slot) = now {
+        claims.insert(slot, id.clone());
     }
     hot.claim_from = now;
 }
@@ -216,7 +220,7 @@ pub(crate) struct Forget {
 #[derive(Debug, Default)]
 pub(crate) struct HotState {
     pub(crate) runs: BTreeMap<RunId, HotRun>,
-    pub(crate) claims: BTreeSet<(u64, RunId)>,
+    pub(crate) claims: ClaimIndex,
     /// Blobs not yet in the state store.
     pub(crate) blobs: BTreeMap<Digest, (Vec<u8>, Lsn)>,
     /// Resource lease books changed since the state store was written,
@@ -235,9 +239,9 @@ pub(crate) struct HotState {
     pub(crate) blob_holders: BTreeMap<Digest, (Option<u64>, Lsn)>,
     /// The runs holding something a checkpoint may let go of (each once).
     listed: Vec<RunId>,
-    /// Parked runs out of memory with a claimable instant: the instant
-    /// under which the claim index holds each.
-    parked: BTreeMap<RunId, u64>,
+    /// Parked runs out of memory with a claimable instant: where the claim
+    /// index holds each.
+    pub(crate) parked: BTreeMap<RunId, ClaimSlot>,
 }
 
 /// True for a run that may wait out of memory: waiting for a person or a
@@ -273,7 +277,11 @@ impl HotState {
                     })
                     .flatten();
                 let from_ms = claimable_from_ms(&run, wake_ms(waits.as_ref()));
-                hot.park(id, from_ms.filter(|_| !unindexed || parks(&run)));
+                hot.park(
+                    id,
+                    &run.agent_version,
+                    from_ms.filter(|_| !unindexed || parks(&run)),
+                );
             } else {
                 hot.bring_in(run, cold);
             }
@@ -281,12 +289,15 @@ impl HotState {
         hot
     }
 
-    /// Keeps the parked run `id`, out of memory, in the claim index under
-    /// `from_ms`, if it has a claimable instant.
-    fn park(&mut self, id: RunId, from_ms: Option<u64>) {
+    /// Keeps the parked run `id` of the agent version `agent`, out of
+    /// memory, in the claim index under `from_ms`, if it has a claimable
+    /// instant.
+    fn park(&mut self, id: RunId, agent: &str, from_ms: Option<u64>) {
         if let Some(from_ms) = from_ms {
-            self.claims.insert((from_ms, id.clone()));
-            self.parked.insert(id, from_ms);
+            let slot = (self.claims.agent(agent), from_ms);
+            let added = self.claims.insert(slot, id.clone());
+            assert!(added, "run {id} is parked once");
+            self.parked.insert(id, slot);
         }
     }
 
@@ -309,8 +320,8 @@ impl HotState {
         let Some(run) = cold.run(id) else {
             return;
         };
-        if let Some(from_ms) = self.parked.remove(id) {
-            let removed = self.claims.remove(&(from_ms, id.clone()));
+        if let Some(slot) = self.parked.remove(id) {
+            let removed = self.claims.remove(slot, id);
             assert!(removed, "the claim index held parked run {id}");
         }
         self.bring_in(run, cold);
@@ -376,13 +387,13 @@ impl HotState {
     /// still be held).
     fn forget_run(&mut self, id: &RunId) {
         if let Some(hot) = self.runs.remove(id)
-            && let Some(from_ms) = hot.claim_from
+            && let Some(slot) = hot.claim_from
         {
-            let removed = self.claims.remove(&(from_ms, id.clone()));
+            let removed = self.claims.remove(slot, id);
             assert!(removed, "the claim index held run {id}");
         }
-        if let Some(from_ms) = self.parked.remove(id) {
-            self.claims.remove(&(from_ms, id.clone()));
+        if let Some(slot) = self.parked.remove(id) {
+            self.claims.remove(slot, id);
         }
         assert!(!self.runs.contains_key(id));
     }
@@ -581,12 +592,15 @@ impl HotState {
             } else if parks(&hot.run) && hot.last_lsn <= lsn && !still_held {
                 // Its claim index entry, if any, stays where it is.
                 let hot = self.runs.remove(&id).expect("looked up above");
-                assert_eq!(hot.claim_from, hot.claimable_from_ms());
-                if let Some(from_ms) = hot.claim_from {
+                assert_eq!(
+                    hot.claim_from.map(|(_, from_ms)| from_ms),
+                    hot.claimable_from_ms()
+                );
+                if let Some(slot) = hot.claim_from {
                     if forget.deadlines {
-                        self.claims.remove(&(from_ms, id.clone()));
+                        self.claims.remove(slot, &id);
                     } else {
-                        self.parked.insert(id, from_ms);
+                        self.parked.insert(id, slot);
                     }
                 }
                 gone += 1;

@@ -43,6 +43,36 @@ impl HotView<'_> {
     }
 }
 
+impl HotView<'_> {
+    /// Visits the claim index's runs of the agent versions `serves`
+    /// accepts (all if `None`): a claimable run is in memory, or parked out
+    /// of it (in a wait until its deadline, or unleased since the open),
+    /// read from the state store, where it is as the checkpoint that let
+    /// it go wrote it.
+    fn visit_indexed(
+        &self,
+        now_ms: u64,
+        serves: Option<&dyn Fn(&str) -> bool>,
+        visit: &mut dyn FnMut(&Run) -> bool,
+    ) {
+        let served = |run: &Run| {
+            let served = serves.is_none_or(|serves| serves(&run.agent_version));
+            assert!(served, "run {} is indexed under its agent version", run.id);
+            served
+        };
+        self.hot
+            .claims
+            .visit(now_ms, serves, &mut |id| match self.hot.runs.get(id) {
+                Some(hot) => served(&hot.run) && visit(&hot.run),
+                None => match self.cold.run(id) {
+                    Some(run) => served(&run) && visit(&run),
+                    // A failed read; the reader reports it.
+                    None => false,
+                },
+            });
+    }
+}
+
 impl BooksRead for HotView<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
         match self.hot_run(id) {
@@ -53,25 +83,19 @@ impl BooksRead for HotView<'_> {
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
-        // A claimable run is in memory, or parked out of it until its
-        // wait's deadline: read from the state store, where it is as the
-        // checkpoint that let it go wrote it.
-        for (from_ms, id) in &self.hot.claims {
-            if *from_ms > now_ms {
-                return;
-            }
-            let keep_going = match self.hot.runs.get(id) {
-                Some(hot) => visit(&hot.run),
-                None => match self.cold.run(id) {
-                    Some(run) => visit(&run),
-                    // A failed read; the reader reports it.
-                    None => false,
-                },
-            };
-            if !keep_going {
-                return;
-            }
-        }
+        self.visit_indexed(now_ms, None, visit);
+    }
+
+    fn visit_claimable_served(
+        &self,
+        now_ms: u64,
+        serves: &dyn Fn(&str) -> bool,
+        visit: &mut dyn FnMut(&Run) -> bool,
+    ) {
+        // The claim index keeps each agent version's runs apart: a worker
+        // claiming for its agents walks theirs only, and never reads the
+        // runs of others (a LangGraph thread, say, between its puts).
+        self.visit_indexed(now_ms, Some(serves), visit);
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
@@ -237,5 +261,71 @@ impl BooksRead for HotView<'_> {
             Some(hot) => hot.blob_refs.as_deref().cloned(),
             None => self.cold_of(run, |b| b.blob_refs(run)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::books::{BooksRead, CreateRun, RunId, digest_of};
+    use crate::engine::{Engine, EngineOptions};
+    use crate::hot::ColdReader;
+
+    use super::HotView;
+
+    fn create(engine: &Engine, name: &str, agent: &str) {
+        engine
+            .create_run(CreateRun {
+                run: RunId::new(name).expect("a valid name"),
+                input_digest: digest_of(name.as_bytes()),
+                agent_version: agent.into(),
+                trace_id: String::new(),
+                parent: None,
+                input: None,
+            })
+            .expect("created");
+    }
+
+    /// The claims a visit for `agent` finds, in order, up to 10.
+    fn claims_for(engine: &Engine, agent: &str) -> Vec<String> {
+        let inner = engine.lock();
+        let cold = ColdReader::new(engine.local().pipeline.state());
+        let view = HotView {
+            hot: &inner.hot,
+            cold: &cold,
+        };
+        let mut found = Vec::new();
+        view.visit_claimable_served(u64::MAX, &|a| a == agent, &mut |run| {
+            found.push(run.id.to_string());
+            found.len() < 10
+        });
+        found
+    }
+
+    #[test]
+    fn a_visit_for_some_agents_walks_their_runs_and_never_reads_the_others() {
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let engine = Engine::open(dir.path(), EngineOptions::default()).expect("opened");
+        create(&engine, "other-a", "langgraph-thread");
+        create(&engine, "mine", "agent 1");
+        create(&engine, "other-b", "langgraph-thread");
+        engine.close().expect("closed");
+        let engine = Engine::open(dir.path(), EngineOptions::default()).expect("reopened");
+        assert_eq!(engine.runs_in_memory(), 0, "all three parked");
+        assert_eq!(claims_for(&engine, "agent 1"), ["mine"]);
+        assert_eq!(
+            claims_for(&engine, "langgraph-thread"),
+            ["other-a", "other-b"]
+        );
+        // A parked entry of another agent whose row the state store does not
+        // hold: a visit that read it would stop at the failed read and find
+        // nothing; one that passes it by on its agent finds ours.
+        {
+            let mut inner = engine.lock();
+            let ghost = RunId::new("another-ghost").expect("a valid name");
+            let slot = (inner.hot.claims.agent("langgraph-thread"), 0);
+            assert!(inner.hot.claims.insert(slot, ghost.clone()));
+            inner.hot.parked.insert(ghost, slot);
+        }
+        assert_eq!(claims_for(&engine, "agent 1"), ["mine"]);
     }
 }

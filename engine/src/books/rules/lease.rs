@@ -120,18 +120,17 @@ pub(crate) fn decide_acquire(
 pub(crate) fn decide_claim(state: &dyn BooksRead, cmd: &ClaimNext, now_ms: u64) -> Result<Decided> {
     let expires_ms = expiry_ms(cmd.ttl_ms, now_ms)?;
     let mut best: Option<Run> = None;
-    let served = |run: &Run| {
-        cmd.agents
-            .as_ref()
-            .is_none_or(|agents| agents.contains(&run.agent_version))
-    };
-    state.visit_claimable(now_ms, &mut |run: &Run| {
-        if !served(run) {
-            return true;
-        }
+    let mut take = |run: &Run| {
         best = Some(run.clone());
         false
-    });
+    };
+    match &cmd.agents {
+        None => state.visit_claimable(now_ms, &mut take),
+        Some(agents) => {
+            let serves = |agent: &str| agents.iter().any(|a| a == agent);
+            state.visit_claimable_served(now_ms, &serves, &mut take);
+        }
+    }
     match best {
         None => Ok(Decided {
             ops: Vec::new(),

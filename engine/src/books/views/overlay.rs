@@ -162,15 +162,15 @@ impl Overlay<'_> {
     }
 }
 
-impl BooksRead for Overlay<'_> {
-    fn run(&self, id: &RunId) -> Option<Run> {
-        self.runs
-            .get(id)
-            .cloned()
-            .or_else(|| self.base_of(id)?.run(id))
-    }
-
-    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+impl Overlay<'_> {
+    /// The claimable runs of the overlay and its base merged in claim
+    /// order, of the agent versions `serves` accepts (all if `None`).
+    fn visit_merged(
+        &self,
+        now_ms: u64,
+        serves: Option<&dyn Fn(&str) -> bool>,
+        visit: &mut dyn FnMut(&Run) -> bool,
+    ) {
         // Merge, in claim order, the overlay's own claimable runs with the
         // base's, skipping base runs the overlay has rewritten (their
         // record or their wait book, on which claimability depends) or
@@ -184,6 +184,7 @@ impl BooksRead for Overlay<'_> {
         let mut mine: Vec<(u64, Run)> = rewritten
             .iter()
             .filter_map(|id| self.run(id))
+            .filter(|run| serves.is_none_or(|serves| serves(&run.agent_version)))
             .filter_map(|run| {
                 let wake = wake_ms(self.waits(&run.id).as_ref());
                 claimable_from_ms(&run, wake)
@@ -194,7 +195,7 @@ impl BooksRead for Overlay<'_> {
         mine.sort_by(|(a, x), (b, y)| (a, &x.id).cmp(&(b, &y.id)));
         let mut mine = mine.into_iter().peekable();
         let mut going = true;
-        self.base.visit_claimable(now_ms, &mut |run: &Run| {
+        let mut merge = |run: &Run| {
             let base_wake = wake_ms(self.base.waits(&run.id).as_ref());
             let order = claim_order(run, base_wake);
             while let Some((_, next)) = mine.next_if(|(from_ms, m)| Some((*from_ms, &m.id)) < order)
@@ -208,7 +209,11 @@ impl BooksRead for Overlay<'_> {
                 going = visit(run);
             }
             going
-        });
+        };
+        match serves {
+            None => self.base.visit_claimable(now_ms, &mut merge),
+            Some(serves) => self.base.visit_claimable_served(now_ms, serves, &mut merge),
+        }
         if going {
             for (_, run) in mine {
                 if !visit(&run) {
@@ -216,6 +221,28 @@ impl BooksRead for Overlay<'_> {
                 }
             }
         }
+    }
+}
+
+impl BooksRead for Overlay<'_> {
+    fn run(&self, id: &RunId) -> Option<Run> {
+        self.runs
+            .get(id)
+            .cloned()
+            .or_else(|| self.base_of(id)?.run(id))
+    }
+
+    fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
+        self.visit_merged(now_ms, None, visit);
+    }
+
+    fn visit_claimable_served(
+        &self,
+        now_ms: u64,
+        serves: &dyn Fn(&str) -> bool,
+        visit: &mut dyn FnMut(&Run) -> bool,
+    ) {
+        self.visit_merged(now_ms, Some(serves), visit);
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {

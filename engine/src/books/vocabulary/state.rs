@@ -33,6 +33,21 @@ pub trait BooksRead {
     /// ([`wake_ms`](crate::books::wake_ms)).
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool);
 
+    /// [`visit_claimable`](BooksRead::visit_claimable) over the runs whose
+    /// agent version `serves` accepts: a claim for some agents. A view that
+    /// indexes its claimable runs by agent version (the hot books) walks
+    /// the served ones only, and never reads the others.
+    fn visit_claimable_served(
+        &self,
+        now_ms: u64,
+        serves: &dyn Fn(&str) -> bool,
+        visit: &mut dyn FnMut(&Run) -> bool,
+    ) {
+        self.visit_claimable(now_ms, &mut |run: &Run| {
+            !serves(&run.agent_version) || visit(run)
+        });
+    }
+
     /// The ledger entry with `key`.
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry>;
 
