@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use actum::books::{
-    BATCH_COMMANDS_MAX, BooksRead, CheckpointMeta, Command, CreateRun, Guard, LEASE_TTL_MS_MAX,
-    PRUNE_RUNS_MAX, Part, PartBase, ReleaseLease, RunId, RunState, SaveCheckpoint, StepId,
-    ToolClass, Transition, WorkerId, digest_of, load_parts,
+    BooksRead, CheckpointMeta, CreateRun, Guard, LEASE_TTL_MS_MAX, PRUNE_RUNS_MAX, Part, PartBase,
+    RunId, RunState, SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
+    load_parts,
 };
 use actum::engine::{StepPlan, StepRequest, StepResult, ToolSpec};
 use actum::{Engine, Error};
@@ -400,39 +400,8 @@ impl ThreadBooks {
             std::mem::take(&mut *self.guards.lock().unwrap_or_else(PoisonError::into_inner))
                 .into_values()
                 .collect();
-        py.detach(|| {
-            let mut released = 0;
-            for chunk in guards.chunks(BATCH_COMMANDS_MAX) {
-                let mut chunk = chunk.to_vec();
-                // Each refusal leaves one lease out, so this ends.
-                while !chunk.is_empty() {
-                    let batch = chunk
-                        .iter()
-                        .map(|guard| {
-                            Command::ReleaseLease(ReleaseLease {
-                                run: guard.run.clone(),
-                                guard: guard.clone(),
-                            })
-                        })
-                        .collect();
-                    match engine.commit_batch(batch) {
-                        Ok(answers) => {
-                            released += answers.len() as u64;
-                            break;
-                        }
-                        Err(Error::BatchRefused { index, cause })
-                            if matches!(*cause, Error::LeaseLost { .. } | Error::Fenced { .. })
-                                && index < chunk.len() =>
-                        {
-                            chunk.remove(index);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-            Ok(released)
-        })
-        .map_err(|e: Error| error_to_py(py, &e))
+        py.detach(|| engine.release_leases(&guards))
+            .map_err(|e: Error| error_to_py(py, &e))
     }
 
     /// One exactly-once call through the ledger of the thread run `name`

@@ -49,8 +49,44 @@ impl Engine {
                 .filter(|g| stored_only.is_none_or(|s| s.contains(&(g.run.clone(), g.token))))
                 .collect()
         };
+        let released = self.release_leases(&guards)?;
+        // A checkpoint the commit was followed by may have failed, halting
+        // the engine: the open fails then, as it would have failed itself.
+        self.check_running(&mut self.lock())?;
+        Ok(released)
+    }
+
+    /// Releases the lease of each of `guards`, as few commits as the log's
+    /// record size allows (one batch of up to `BATCH_COMMANDS_MAX`
+    /// releases a commit, halved while a record would be too large), each
+    /// journaled in its run's audit; a lease that ran out, or was taken
+    /// over, before its batch was decided is left out. Returns how many
+    /// were released. What a process that holds many leases does before it
+    /// goes (the LangGraph saver, as its database closes), and what a
+    /// writable open does for the leases of the process before it.
+    ///
+    /// ```
+    /// use actum::books::{CreateRun, RunId, WorkerId, digest_of};
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// let mut guards = Vec::new();
+    /// for name in ["a", "b"] {
+    ///     let run = RunId::new(name)?;
+    ///     engine.create_run(CreateRun { run: run.clone(), input_digest: digest_of(b"x"),
+    ///         agent_version: "1".into(), trace_id: "t".into(), parent: None, input: None })?;
+    ///     guards.push(engine.acquire_lease(&run, &WorkerId::new("w1")?, 30_000)?.guard);
+    /// }
+    /// assert_eq!(engine.release_leases(&guards)?, 2);
+    /// // Released already: nothing to release, and no error.
+    /// assert_eq!(engine.release_leases(&guards)?, 0);
+    /// assert!(engine.run(&RunId::new("a")?)?.expect("created").lease.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn release_leases(&self, guards: &[Guard]) -> Result<u64> {
         let mut released = 0;
-        let mut rest = guards.as_slice();
+        let mut rest = guards;
         let mut chunk_max = BATCH_COMMANDS_MAX;
         while !rest.is_empty() {
             let take = chunk_max.min(rest.len());
@@ -68,15 +104,12 @@ impl Engine {
             released <= guards.len() as u64,
             "each lease is released once"
         );
-        // A checkpoint the commit was followed by may have failed, halting
-        // the engine: the open fails then, as it would have failed itself.
-        self.check_running(&mut self.lock())?;
         Ok(released)
     }
 
     /// Commits the release of each of `guards`' leases in one batch,
-    /// leaving out a lease the batch is refused for because it ran out
-    /// meanwhile; returns how many were released.
+    /// leaving out a lease the batch is refused for because it ran out or
+    /// was taken over meanwhile; returns how many were released.
     fn release_batch(&self, mut guards: Vec<Guard>) -> Result<u64> {
         // Each refusal leaves one lease out, so this ends.
         for _ in 0..=guards.len() {
@@ -101,7 +134,8 @@ impl Engine {
                     return Ok(guards.len() as u64);
                 }
                 Err(Error::BatchRefused { index, cause })
-                    if matches!(*cause, Error::LeaseLost { .. }) && index < guards.len() =>
+                    if matches!(*cause, Error::LeaseLost { .. } | Error::Fenced { .. })
+                        && index < guards.len() =>
                 {
                     guards.remove(index);
                 }
