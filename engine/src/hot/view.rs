@@ -41,9 +41,7 @@ impl HotView<'_> {
             T::default()
         }
     }
-}
 
-impl HotView<'_> {
     /// Visits the claim index's runs of the agent versions `serves`
     /// accepts (all if `None`): a claimable run is in memory, or parked out
     /// of it (in a wait until its deadline, or unleased since the open),
