@@ -25,21 +25,57 @@ import langgraph_savers as bench  # noqa: E402
 PARTS = ("open", "compile", "get_state", "close")
 
 
+class TimedCalls:
+    """Stands in for a saver's ``_ThreadBooks``: each method call is timed
+    into ``spent`` (ms by method name) and passed on."""
+
+    def __init__(self, calls, spent: dict[str, float]) -> None:
+        self._calls = calls
+        self._spent = spent
+
+    def __getattr__(self, name: str):
+        real = getattr(self._calls, name)
+        if not callable(real):
+            return real
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                took = (time.perf_counter() - t0) * 1000
+                self._spent[name] = self._spent.get(name, 0.0) + took
+
+        return timed
+
+
 def probe(kind: str, where: Path, restarts: int) -> dict[str, float]:
     times: dict[str, list[float]] = {part: [] for part in PARTS}
     for k in range(restarts):
         config = {"configurable": {"thread_id": f"thread-{100 + k}"}}
+        spent: dict[str, float] = {}
         t0 = time.perf_counter()
         with bench.open_saver(kind, where) as saver:
             t1 = time.perf_counter()
             graph = bench.build().compile(checkpointer=saver)
+            books = getattr(saver, "_books", None)
+            if books is not None:
+                real_calls, books.calls = books.calls, TimedCalls(books.calls, spent)
             t2 = time.perf_counter()
-            state = graph.get_state(config)
+            try:
+                state = graph.get_state(config)
+            finally:
+                if books is not None:
+                    books.calls = real_calls
             t3 = time.perf_counter()
             assert state.values["messages"], f"thread-{100 + k} of {where} is empty"
         t4 = time.perf_counter()
         for part, took in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             times[part].append(took * 1000)
+        if books is not None:
+            for name, ms in spent.items():
+                times.setdefault(f"  {name}", []).append(ms)
+            times.setdefault("  (rest)", []).append((t3 - t2) * 1000 - sum(spent.values()))
     return {part: round(statistics.median(ms), 2) for part, ms in times.items()}
 
 
