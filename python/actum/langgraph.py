@@ -194,11 +194,20 @@ class _Thread:
         self.frames.clear()
 
     def fold(self, record: dict, version: int) -> None:
-        """Applies one record; part references in it are to ``version``."""
+        """Applies one record (and keeps it: the caller gives it up); part
+        references in it are to ``version``."""
         ns = record["ns"]
         if record["t"] == "p":
+            # Kept without its value references (folded into ``blobs``
+            # below; a rewrite builds them again from there) and with tuples
+            # for its two lists: what a thread keeps then holds no list, so
+            # Python's collector stops tracking it and its full collections
+            # do not walk every thread's history.
+            refs = record.pop("bl")
+            record["cp"] = tuple(record["cp"])
+            record["md"] = tuple(record["md"])
             self.checkpoints.setdefault(ns, {})[record["id"]] = record
-            for channel, ver, ref in record["bl"]:
+            for channel, ver, ref in refs:
                 located = _located(ref, version)
                 self.blobs[(ns, channel, _hashable(ver))] = located
                 if located[0] == "p" and located[3] is not None:
@@ -206,12 +215,12 @@ class _Thread:
         elif record["t"] == "w":
             writes = self.writes.setdefault((ns, record["id"]), {})
             for idx, channel, ref in record["w"]:
-                writes[(record["task"], idx)] = [
+                writes[(record["task"], idx)] = (
                     record["task"],
                     channel,
                     _located(ref, version),
                     record["path"],
-                ]
+                )
         else:
             raise ValueError(f"thread {self.thread_id!r}: unknown record kind {record['t']!r}")
 
@@ -224,23 +233,26 @@ def _hashable(version: Any) -> Any:
 # channel in new_versions without a value), or ``["p", part, type, list]``: a
 # part of the checkpoint that holds the record, where ``list`` is None or,
 # for a list stored as frames, ``[items, bytes, sha256 hex of the bytes]``.
-# In memory a part reference also carries the checkpoint's version
-# (``_located``), and on its way into a rewrite the run (``_absolute``).
+# In memory a reference is a tuple (so what a thread keeps is not tracked by
+# Python's collector) and a part reference also carries the checkpoint's
+# version (``_located``); on its way into a rewrite it carries the run too
+# (``_absolute``).
 
 
-def _absolute(ref: list, run: str | None) -> list:
+def _absolute(ref: Sequence, run: str | None) -> Sequence:
     """A located part reference with the run that holds it."""
     if ref[0] == "p":
         return [*ref, run]
     return ref
 
 
-def _located(ref: list, version: int) -> list:
-    """A part reference as stored, with the version of the checkpoint that
-    holds it."""
+def _located(ref: Sequence, version: int) -> tuple:
+    """A reference as stored, as a tuple; a part reference with the version
+    of the checkpoint that holds it."""
     if ref[0] == "p" and len(ref) == 4:
-        return [*ref, version]
-    return ref
+        listed = ref[3]
+        return (ref[0], ref[1], ref[2], None if listed is None else tuple(listed), version)
+    return tuple(ref)
 
 
 class _ListCache(NamedTuple):

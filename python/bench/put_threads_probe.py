@@ -1,0 +1,135 @@
+"""What bounds ActumSaver's puts with many writer threads: the bench's
+16-thread phase (langgraph_savers.py) alone, with the engine's part taken out
+or the collector's pauses counted.
+
+    target/venv/bin/python python/bench/put_threads_probe.py               # 200 threads, 16 writers
+    target/venv/bin/python python/bench/put_threads_probe.py --stub        # the engine's save stubbed
+    target/venv/bin/python python/bench/put_threads_probe.py --no-gc       # Python's collector off
+
+The workload's puts are recorded from an ActumSaver running the bench's graph
+(so the checkpoints carry the saver's own channel versions, as in the
+bench), then replayed on a fresh database by WRITERS threads, each thread's
+puts in order. ``--stub`` replaces the engine call of each put
+(``_ThreadBooks.save``) with one that returns the next version at once: what
+is left is the saver's Python, the GIL and the threads, the most any engine
+under this saver could give. Prints puts per second and, per generation, how
+many collections Python's cyclic collector made and how long they took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import langgraph_savers as bench  # noqa: E402
+from langchain_core.messages import HumanMessage  # noqa: E402
+
+
+class StubSave:
+    """Stands in for a saver's ``_ThreadBooks``: ``save`` answers the next
+    version of the run without the engine; everything else is passed on."""
+
+    def __init__(self, calls) -> None:
+        self.calls = calls
+        self.versions: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        return getattr(self.calls, name)
+
+    def save(self, name: str, _input: bytes, _parts: list) -> tuple[int, int]:
+        with self.lock:
+            self.versions[name] = self.versions.get(name, 0) + 1
+            return self.versions[name], 0
+
+
+def record(threads: int, where: Path) -> list[list[tuple]]:
+    """Each thread's puts, in order, from the bench's graph on an ActumSaver."""
+    with bench.open_saver("actum", where) as saver:
+        timed = bench.Timed(saver)
+        graph = bench.build().compile(checkpointer=saver)
+        for i in range(threads):
+            graph.invoke(
+                {"messages": [HumanMessage(f"task {i}: {bench.KB}")]},
+                {"configurable": {"thread_id": f"thread-{i}"}},
+                durability="sync",
+            )
+    by_thread: dict[str, list[tuple]] = {}
+    for call in timed.calls:
+        by_thread.setdefault(call[0]["configurable"]["thread_id"], []).append(call)
+    return list(by_thread.values())
+
+
+def replay(calls: list[list[tuple]], writers: int, where: Path, stub: bool) -> tuple[float, list]:
+    per: list[list] = [[] for _ in range(writers)]
+    for n, thread_calls in enumerate(calls):
+        per[n % writers].append(thread_calls)
+    pauses: list[tuple[int, float]] = []
+    started = [0.0]
+
+    def collected(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append((info["generation"], time.perf_counter() - started[0]))
+
+    with bench.open_saver("actum", where) as saver:
+        if stub:
+            saver._books.calls = StubSave(saver._books.calls)
+        ready = threading.Barrier(writers + 1)
+
+        def writer(batches: list) -> None:
+            ready.wait()
+            for thread_calls in batches:
+                for config, checkpoint, metadata, versions in thread_calls:
+                    saver.put(config, checkpoint, metadata, versions)
+
+        workers = [threading.Thread(target=writer, args=(b,)) for b in per]
+        for w in workers:
+            w.start()
+        gc.callbacks.append(collected)
+        try:
+            ready.wait()
+            t0 = time.perf_counter()
+            for w in workers:
+                w.join()
+            took = time.perf_counter() - t0
+        finally:
+            gc.callbacks.remove(collected)
+            if stub:
+                saver._books.calls = saver._books.calls.calls
+    return sum(len(c) for c in calls) / took, pauses
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=200, help="graph threads recorded")
+    p.add_argument("--writers", type=int, default=16)
+    p.add_argument("--stub", action="store_true", help="stub the engine's save out")
+    p.add_argument("--no-gc", action="store_true", help="turn Python's cyclic collector off")
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="put-threads-"))
+    calls = record(args.threads, root / "recorded")
+    if args.no_gc:
+        gc.disable()
+    for k in range(args.repeat):
+        rate, pauses = replay(calls, args.writers, root / f"replay-{k}", args.stub)
+        by_gen = {g: [s for gen, s in pauses if gen == g] for g in (0, 1, 2)}
+        collections = ", ".join(
+            f"gen{g} {len(s)} ({sum(s) * 1000:.0f} ms)" for g, s in by_gen.items()
+        )
+        mode = "stub" if args.stub else "engine"
+        print(f"{mode} {args.writers} writers: {rate:,.0f} puts/s; collections: {collections}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
