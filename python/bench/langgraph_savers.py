@@ -121,6 +121,38 @@ class Timed:
 
         saver.put = put
 
+    def by_thread(self) -> list[list[tuple]]:
+        """The recorded calls, grouped by thread id, each thread's in order."""
+        threads: dict[str, list[tuple]] = {}
+        for call in self.calls:
+            threads.setdefault(call[0]["configurable"]["thread_id"], []).append(call)
+        return list(threads.values())
+
+
+def replay_puts(saver, threads_calls: list[list[tuple]], writers: int) -> float:
+    """Puts each thread's recorded calls again on ``saver``, in order, the
+    threads dealt out to ``writers`` threads writing at once; returns the
+    seconds from the start signal to the last put."""
+    per: list[list] = [[] for _ in range(writers)]
+    for n, calls in enumerate(threads_calls):
+        per[n % writers].append(calls)
+    ready = threading.Barrier(writers + 1)
+
+    def writer(batches):
+        ready.wait()
+        for calls in batches:
+            for config, checkpoint, metadata, versions in calls:
+                saver.put(config, checkpoint, metadata, versions)
+
+    workers = [threading.Thread(target=writer, args=(b,)) for b in per]
+    for w in workers:
+        w.start()
+    ready.wait()
+    t0 = time.perf_counter()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - t0
+
 
 def open_saver(kind: str, where: Path):
     if kind == "actum":
@@ -169,31 +201,9 @@ def run(kind: str, threads: int, root: Path) -> dict:
         workload_s = time.perf_counter() - start
     on_disk = disk_bytes(where) - empty if kind != "memory" else 0
     puts = len(timed.times)
-    # 16 writers at once, on a fresh database: the workload's puts again,
-    # each thread's in order, the threads dealt out to the writers.
-    by_thread: dict[str, list] = {}
-    for call in timed.calls:
-        by_thread.setdefault(call[0]["configurable"]["thread_id"], []).append(call)
-    per = [[] for _ in range(16)]
-    for n, calls in enumerate(by_thread.values()):
-        per[n % 16].append(calls)
-    ready = threading.Barrier(17)
+    # 16 writers at once, on a fresh database: the workload's puts again.
     with open_saver(kind, root / f"{kind}-parallel") as saver:
-
-        def writer(batches):
-            ready.wait()
-            for calls in batches:
-                for config, checkpoint, metadata, versions in calls:
-                    saver.put(config, checkpoint, metadata, versions)
-
-        workers = [threading.Thread(target=writer, args=(b,)) for b in per]
-        for w in workers:
-            w.start()
-        ready.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        parallel_s = time.perf_counter() - t0
+        parallel_s = replay_puts(saver, timed.by_thread(), 16)
     resume_ms = resume_first_ms = None
     if kind != "memory":
         # The median of RESUMES restarts, each of another thread (the first,

@@ -61,16 +61,12 @@ def record(threads: int, where: Path) -> list[list[tuple]]:
                 {"configurable": {"thread_id": f"thread-{i}"}},
                 durability="sync",
             )
-    by_thread: dict[str, list[tuple]] = {}
-    for call in timed.calls:
-        by_thread.setdefault(call[0]["configurable"]["thread_id"], []).append(call)
-    return list(by_thread.values())
+    return timed.by_thread()
 
 
 def replay(calls: list[list[tuple]], writers: int, where: Path, stub: bool) -> tuple[float, list]:
-    per: list[list] = [[] for _ in range(writers)]
-    for n, thread_calls in enumerate(calls):
-        per[n % writers].append(thread_calls)
+    """The bench's replay (``replay_puts``) on a fresh database, with the
+    collector's passes timed."""
     pauses: list[tuple[int, float]] = []
     started = [0.0]
 
@@ -83,24 +79,9 @@ def replay(calls: list[list[tuple]], writers: int, where: Path, stub: bool) -> t
     with bench.open_saver("actum", where) as saver:
         if stub:
             saver._books.calls = StubSave(saver._books.calls)
-        ready = threading.Barrier(writers + 1)
-
-        def writer(batches: list) -> None:
-            ready.wait()
-            for thread_calls in batches:
-                for config, checkpoint, metadata, versions in thread_calls:
-                    saver.put(config, checkpoint, metadata, versions)
-
-        workers = [threading.Thread(target=writer, args=(b,)) for b in per]
-        for w in workers:
-            w.start()
         gc.callbacks.append(collected)
         try:
-            ready.wait()
-            t0 = time.perf_counter()
-            for w in workers:
-                w.join()
-            took = time.perf_counter() - t0
+            took = bench.replay_puts(saver, calls, writers)
         finally:
             gc.callbacks.remove(collected)
             if stub:

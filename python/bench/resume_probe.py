@@ -49,10 +49,12 @@ class TimedCalls:
         return timed
 
 
-def probe(kind: str, where: Path, restarts: int) -> dict[str, float]:
+def probe(kind: str, where: Path, restarts: int, threads: int) -> dict[str, float]:
     times: dict[str, list[float]] = {part: [] for part in PARTS}
     for k in range(restarts):
-        config = {"configurable": {"thread_id": f"thread-{100 + k}"}}
+        # From the middle of the bench's threads, as the bench picks them.
+        tid = f"thread-{(threads // 2 + k) % threads}"
+        config = {"configurable": {"thread_id": tid}}
         spent: dict[str, float] = {}
         t0 = time.perf_counter()
         with bench.open_saver(kind, where) as saver:
@@ -68,7 +70,7 @@ def probe(kind: str, where: Path, restarts: int) -> dict[str, float]:
                 if books is not None:
                     books.calls = real_calls
             t3 = time.perf_counter()
-            assert state.values["messages"], f"thread-{100 + k} of {where} is empty"
+            assert state.values.get("messages"), f"{tid} of {where} is empty"
         t4 = time.perf_counter()
         for part, took in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             times[part].append(took * 1000)
@@ -83,6 +85,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", help="the --dir of a finished langgraph_savers.py run")
     p.add_argument("--restarts", type=int, default=15)
+    p.add_argument("--threads", type=int, default=200, help="the bench run's --threads")
     args = p.parse_args()
     root = Path(args.dir)
     for kind in ("sqlite", "actum"):
@@ -90,7 +93,7 @@ def main() -> int:
             print(f"resume_probe: no {root / kind}: run langgraph_savers.py --dir {root} first",
                   file=sys.stderr)
             return 2
-        for part, ms in probe(kind, root / kind, args.restarts).items():
+        for part, ms in probe(kind, root / kind, args.restarts, args.threads).items():
             print(f"{kind:7} {part:10} {ms:7.2f} ms")
     return 0
 
