@@ -83,6 +83,11 @@ pub enum PlantedBug {
     /// their entries in the claim index, so a pending or orphaned run the
     /// state store held is never claimed again after a restart.
     ParkAtOpenUnindexed,
+    /// A claim walks each agent version's claimable runs in turn (in the
+    /// order the claim index numbered the versions) instead of merging
+    /// them by claim order, so a run of one agent claimable earlier waits
+    /// behind a later run of another.
+    ClaimAgentsInTurn,
     /// `saga_next` walks a saga's steps first to last, so compensations
     /// run in the order the acts did, not backwards.
     UndoFirstStepFirst,
@@ -202,7 +207,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 31] = [
+    pub const ENGINE: [PlantedBug; 32] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -223,6 +228,7 @@ impl PlantedBug {
         PlantedBug::ForgetParkedDeadlines,
         PlantedBug::SweepSkipsParked,
         PlantedBug::ParkAtOpenUnindexed,
+        PlantedBug::ClaimAgentsInTurn,
         PlantedBug::UndoFirstStepFirst,
         PlantedBug::EndWithoutCompensating,
         PlantedBug::ResourceIgnoresHolder,
@@ -260,7 +266,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 52] = [
+    pub const ALL: [PlantedBug; 53] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -286,6 +292,7 @@ impl PlantedBug {
         PlantedBug::ForgetParkedDeadlines,
         PlantedBug::SweepSkipsParked,
         PlantedBug::ParkAtOpenUnindexed,
+        PlantedBug::ClaimAgentsInTurn,
         PlantedBug::UndoFirstStepFirst,
         PlantedBug::EndWithoutCompensating,
         PlantedBug::ResourceIgnoresHolder,
@@ -343,6 +350,7 @@ impl PlantedBug {
             PlantedBug::ForgetParkedDeadlines => "forget-parked-deadlines",
             PlantedBug::SweepSkipsParked => "sweep-skips-parked",
             PlantedBug::ParkAtOpenUnindexed => "park-at-open-unindexed",
+            PlantedBug::ClaimAgentsInTurn => "claim-agents-in-turn",
             PlantedBug::UndoFirstStepFirst => "undo-first-step-first",
             PlantedBug::EndWithoutCompensating => "end-without-compensating",
             PlantedBug::ResourceIgnoresHolder => "resource-ignores-holder",

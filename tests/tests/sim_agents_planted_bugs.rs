@@ -284,6 +284,26 @@ fn an_open_that_parks_runs_without_their_claim_entries_is_caught() {
 }
 
 #[test]
+fn a_claim_that_walks_each_agent_in_turn_is_caught() {
+    // The claim index keeps each agent version's runs apart; a claim that
+    // walks them one agent after another, not merged by claim order, hands
+    // out another run than the model's claim (first caught at seeds 0,
+    // 1000, 2000, 3000, 4003, ... of blocks of 100). Once the model and
+    // the engine disagree on who holds which run, the lease check or the
+    // recovered books can be the first to see it.
+    let (_, invariant) = caught(PlantedBug::ClaimAgentsInTurn);
+    assert!(
+        [
+            "the engine decides as the reference model does",
+            "after every recovery the books equal the model",
+            "no mutation accepted from a stale lease",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
 fn a_sweep_that_skips_parked_runs_is_caught() {
     let (_, invariant) = caught(PlantedBug::SweepSkipsParked);
     assert_eq!(invariant, "the stuck runs swept are the books'");

@@ -224,6 +224,7 @@ impl Engine {
         let hot = HotState::load(
             &cold,
             planted(&options.db.wal, PlantedBug::ParkAtOpenUnindexed),
+            planted(&options.db.wal, PlantedBug::ClaimAgentsInTurn),
         );
         cold.check()?;
         let counters = super::operations::Counters::stored(&recovering.state().read_metrics()?);

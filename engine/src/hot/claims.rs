@@ -30,9 +30,21 @@ pub(crate) struct ClaimIndex {
     agents: BTreeMap<String, u32>,
     /// By number: the agent version's claimable runs, `(from_ms, id)`.
     sets: Vec<BTreeSet<(u64, RunId)>>,
+    /// The planted `ClaimAgentsInTurn`: a visit walks each agent's set in
+    /// turn instead of merging them.
+    in_turn: bool,
 }
 
 impl ClaimIndex {
+    /// An empty index; `in_turn` plants `ClaimAgentsInTurn` (false but in
+    /// the simulator's campaigns).
+    pub(crate) fn new(in_turn: bool) -> ClaimIndex {
+        ClaimIndex {
+            in_turn,
+            ..ClaimIndex::default()
+        }
+    }
+
     /// The number of the agent version `name`, given it on first sight.
     pub(crate) fn agent(&mut self, name: &str) -> u32 {
         if let Some(&number) = self.agents.get(name) {
@@ -72,6 +84,27 @@ impl ClaimIndex {
             .filter(|(name, _)| serves.is_none_or(|serves| serves(name)))
             .map(|(_, &number)| self.sets[number as usize].iter().peekable())
             .collect();
+        if self.in_turn {
+            // The planted bug: each chosen agent's runs in turn, by number.
+            let mut numbers: Vec<u32> = self
+                .agents
+                .iter()
+                .filter(|(name, _)| serves.is_none_or(|serves| serves(name)))
+                .map(|(_, &number)| number)
+                .collect();
+            numbers.sort_unstable();
+            for number in numbers {
+                for (from_ms, id) in &self.sets[number as usize] {
+                    if *from_ms > now_ms {
+                        break;
+                    }
+                    if !visit(id) {
+                        return;
+                    }
+                }
+            }
+            return;
+        }
         loop {
             // The head that comes first in claim order (a few agents: a
             // scan of the heads is cheaper than a heap).

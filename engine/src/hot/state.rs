@@ -259,9 +259,13 @@ impl HotState {
     /// claimable instant, is kept. (A database of many live runs, say a
     /// LangGraph thread each, opens without reading each run's books.)
     /// (`unindexed`: the planted `ParkAtOpenUnindexed`, which parks a run
-    /// no wait holds without its claim index entry.)
-    pub(crate) fn load(cold: &ColdReader<'_>, unindexed: bool) -> HotState {
-        let mut hot = HotState::default();
+    /// no wait holds without its claim index entry; `in_turn`: the planted
+    /// `ClaimAgentsInTurn`, see [`ClaimIndex::new`].)
+    pub(crate) fn load(cold: &ColdReader<'_>, unindexed: bool, in_turn: bool) -> HotState {
+        let mut hot = HotState {
+            claims: ClaimIndex::new(in_turn),
+            ..HotState::default()
+        };
         for id in cold.live_runs() {
             let Some(run) = cold.run(&id) else {
                 continue;
