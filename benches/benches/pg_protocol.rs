@@ -365,6 +365,194 @@ impl DurableLog for PgPipelinedCeiling {
     }
 }
 
+/// The optimistic shape's read: the clock, the run's row and its journal's length, in autocommit
+/// (no lock, no transaction kept open).
+const OPTIMISTIC_READ: &str = "SELECT floor(extract(epoch FROM now()) * 1000)::bigint, \
+     (SELECT row FROM runs WHERE id = $1), \
+     (SELECT coalesce(max(seq), 0) FROM journal WHERE writer = $1)";
+/// The intent's entry and its journal line in one autocommit statement, guarded: the run's row
+/// is locked and must be the one read (else a division by zero fails the statement), and the
+/// journal line's key is the next after the length read (else a unique violation does).
+const OPTIMISTIC_INTENT: &str = "WITH g AS (SELECT 1 FROM runs WHERE id = $1 AND row = $5 FOR UPDATE), \
+     e AS (INSERT INTO effects (writer, ticket, row) VALUES ($1, $2, $3)), \
+     j AS (INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)) \
+     SELECT 1 / count(*) FROM g";
+/// The outcome over the entry and its journal line, guarded as the intent.
+const OPTIMISTIC_OUTCOME: &str = "WITH g AS (SELECT 1 FROM runs WHERE id = $1 AND row = $5 FOR UPDATE), \
+     e AS (UPDATE effects SET row = $3 WHERE writer = $1 AND ticket = $2), \
+     j AS (INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)) \
+     SELECT 1 / count(*) FROM g";
+
+/// The ceiling of an optimistic command's shape: two autocommit statements per command (a read
+/// of what the command decides on, then its writes guarded by what it read), no transaction
+/// begun or committed by a message of its own.
+struct PgOptimisticCeiling(Writers<OptimisticWriter>);
+
+/// A writer of the optimistic ceiling.
+struct OptimisticWriter {
+    id: i64,
+    connection: Connection,
+    read: postgres::Statement,
+}
+
+impl PgOptimisticCeiling {
+    fn new(server: &str, writers: usize) -> PgOptimisticCeiling {
+        let url = scratch_database(server, "bench_optimistic").expect("a scratch database");
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connecting");
+        client
+            .batch_execute(
+                "CREATE TABLE runs (id bigint PRIMARY KEY, row bytea); \
+                 CREATE TABLE effects (writer bigint, ticket bigint, row bytea, \
+                 PRIMARY KEY (writer, ticket)); \
+                 CREATE TABLE journal (writer bigint, seq bigint, row bytea, \
+                 PRIMARY KEY (writer, seq))",
+            )
+            .expect("the ceiling's tables");
+        PgOptimisticCeiling(Writers::new((0..writers).map(|id| {
+            let id = id as i64;
+            client
+                .execute(
+                    "INSERT INTO runs (id, row) VALUES ($1, $2)",
+                    &[&id, &&b"run: leased to its writer"[..]],
+                )
+                .expect("the writer's run");
+            let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let mut connection = Connection::connect(&url, counted)
+                .expect("a runtime")
+                .expect("connecting");
+            let read = connection
+                .prepare(Cow::Borrowed(OPTIMISTIC_READ))
+                .expect("preparing the read");
+            OptimisticWriter {
+                id,
+                connection,
+                read,
+            }
+        })))
+    }
+}
+
+impl OptimisticWriter {
+    /// One command: the read, then the guarded write, each in autocommit.
+    fn command(&mut self, write: &'static str, ticket: i64, row: &'static [u8]) {
+        let id = self.id;
+        let (_, mut read) = self
+            .connection
+            .pipeline(Vec::new(), &[(&self.read, &[&id])]);
+        let rows = read.pop().expect("one read").expect("the run read");
+        let run: Vec<u8> = rows[0].get(1);
+        let seq: i64 = rows[0].get(2);
+        let params: Vec<Param> = vec![
+            Box::new(id),
+            Box::new(ticket),
+            Box::new(row.to_vec()),
+            Box::new(seq + 1),
+            Box::new(run),
+        ];
+        let (done, _) = self.connection.pipeline(
+            vec![Request::Execute {
+                op: "write",
+                sql: Cow::Borrowed(write),
+                params,
+            }],
+            &[],
+        );
+        assert!(done.iter().all(Result::is_ok), "the guarded write");
+    }
+}
+
+impl DurableLog for PgOptimisticCeiling {
+    type Writer<'a> = usize;
+
+    fn writer(&self) -> usize {
+        self.0.next()
+    }
+
+    fn commit(&self, t: &mut usize, ticket: u64) {
+        let mut w = self.0.lock(*t);
+        let ticket = ticket as i64;
+        w.command(OPTIMISTIC_INTENT, ticket, b"intent: stripe.charge");
+        w.command(OPTIMISTIC_OUTCOME, ticket, b"confirmed: ch_0123456789");
+    }
+}
+
+/// The intent as one autocommit statement with nothing read before it: the guard of
+/// [`OPTIMISTIC_INTENT`], and the server's clock within a second of the writer's estimate, and
+/// the step without an entry yet.
+const CACHED_INTENT: &str = "WITH g AS (SELECT 1 FROM runs WHERE id = $1 AND row = $5 \
+     AND abs(floor(extract(epoch FROM now()) * 1000)::bigint - $6) < 1000 \
+     AND NOT EXISTS (SELECT 1 FROM effects WHERE writer = $1 AND ticket = $2) FOR UPDATE), \
+     e AS (INSERT INTO effects (writer, ticket, row) VALUES ($1, $2, $3)), \
+     j AS (INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)) \
+     SELECT 1 / count(*) FROM g";
+/// The outcome as one autocommit statement, guarded as [`CACHED_INTENT`] but for the step.
+const CACHED_OUTCOME: &str = "WITH g AS (SELECT 1 FROM runs WHERE id = $1 AND row = $5 \
+     AND abs(floor(extract(epoch FROM now()) * 1000)::bigint - $6) < 1000 FOR UPDATE), \
+     e AS (UPDATE effects SET row = $3 WHERE writer = $1 AND ticket = $2), \
+     j AS (INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)) \
+     SELECT 1 / count(*) FROM g";
+
+/// The ceiling of a command decided on what the writer already holds: one guarded autocommit
+/// statement per command.
+struct PgCachedCeiling(Writers<(OptimisticWriter, i64)>);
+
+impl PgCachedCeiling {
+    fn new(server: &str, writers: usize) -> PgCachedCeiling {
+        let PgOptimisticCeiling(writers) = PgOptimisticCeiling::new(server, writers);
+        PgCachedCeiling(Writers::new(
+            writers
+                .writers
+                .into_iter()
+                .map(|w| (w.into_inner().expect("a writer"), 0)),
+        ))
+    }
+}
+
+impl DurableLog for PgCachedCeiling {
+    type Writer<'a> = usize;
+
+    fn writer(&self) -> usize {
+        self.0.next()
+    }
+
+    fn commit(&self, t: &mut usize, ticket: u64) {
+        let mut guard = self.0.lock(*t);
+        let (w, seq) = &mut *guard;
+        let ticket = ticket as i64;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_millis() as i64;
+        for (write, row) in [
+            (CACHED_INTENT, &b"intent: stripe.charge"[..]),
+            (CACHED_OUTCOME, &b"confirmed: ch_0123456789"[..]),
+        ] {
+            *seq += 1;
+            let params: Vec<Param> = vec![
+                Box::new(w.id),
+                Box::new(ticket),
+                Box::new(row.to_vec()),
+                Box::new(*seq),
+                Box::new(b"run: leased to its writer".to_vec()),
+                Box::new(now_ms),
+            ];
+            let (done, _) = w.connection.pipeline(
+                vec![Request::Execute {
+                    op: "write",
+                    sql: Cow::Borrowed(write),
+                    params,
+                }],
+                &[],
+            );
+            for d in &done {
+                if let Err((_, e)) = d {
+                    panic!("the guarded write: {e:?}");
+                }
+            }
+        }
+    }
+}
+
 fn pg_protocol(c: &mut Criterion) {
     let server = match std::env::var("ACTUM_PG_URL") {
         Ok(url) if !url.is_empty() => url,
@@ -392,6 +580,12 @@ fn pg_protocol(c: &mut Criterion) {
         });
         bench_system(&mut group, "pg_pipelined_ceiling", threads, || {
             PgPipelinedCeiling::new(&server, threads)
+        });
+        bench_system(&mut group, "pg_optimistic_ceiling", threads, || {
+            PgOptimisticCeiling::new(&server, threads)
+        });
+        bench_system(&mut group, "pg_cached_ceiling", threads, || {
+            PgCachedCeiling::new(&server, threads)
         });
         bench_system(&mut group, "postgres", threads, || {
             PgProtocol::new(&server, threads)

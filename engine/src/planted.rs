@@ -189,8 +189,14 @@ pub enum PlantedBug {
     /// The PostgreSQL backend judges a command's `COMMIT` by its own answer
     /// only: a queued write the server refused in the same pipeline (the
     /// transaction failed there, and its `COMMIT` answered `ROLLBACK`) is
-    /// answered as committed, though nothing landed.
+    /// answered as committed, though nothing landed; and an optimistic
+    /// command's write the server refused (for another cause than its
+    /// guard) is answered as committed too.
     PgRefusedWriteAsCommitted,
+    /// An optimistic command whose write the server refused because its
+    /// run changed since its read (the guard failed) is answered as
+    /// committed instead of run again in a transaction.
+    PgStaleWriteAsCommitted,
 }
 
 impl PlantedBug {
@@ -259,14 +265,15 @@ impl PlantedBug {
     ];
 
     /// The bugs of the PostgreSQL backend, which its kill loop catches.
-    pub const POSTGRES: [PlantedBug; 3] = [
+    pub const POSTGRES: [PlantedBug; 4] = [
         PlantedBug::PgDecideOutsideTransaction,
         PlantedBug::PgAnswerBeforeDurable,
         PlantedBug::PgRefusedWriteAsCommitted,
+        PlantedBug::PgStaleWriteAsCommitted,
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 53] = [
+    pub const ALL: [PlantedBug; 54] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -320,6 +327,7 @@ impl PlantedBug {
         PlantedBug::PgDecideOutsideTransaction,
         PlantedBug::PgAnswerBeforeDurable,
         PlantedBug::PgRefusedWriteAsCommitted,
+        PlantedBug::PgStaleWriteAsCommitted,
     ];
 
     /// The bug's command-line name.
@@ -378,6 +386,7 @@ impl PlantedBug {
             PlantedBug::PgDecideOutsideTransaction => "pg-decide-outside-transaction",
             PlantedBug::PgAnswerBeforeDurable => "pg-answer-before-durable",
             PlantedBug::PgRefusedWriteAsCommitted => "pg-refused-write-as-committed",
+            PlantedBug::PgStaleWriteAsCommitted => "pg-stale-write-as-committed",
         }
     }
 

@@ -113,3 +113,21 @@ fn a_refused_write_answered_as_committed_is_caught() {
         "{found:#?}"
     );
 }
+
+#[test]
+fn a_stale_optimistic_write_answered_as_committed_is_caught() {
+    if !server() {
+        return;
+    }
+    // An intent or an outcome decided on a read its run's lease keeper
+    // renewed behind (or another worker claimed behind) is refused by the
+    // write's guard; answered as committed, the handler acts on an intent
+    // the ledger never holds, or sees an outcome the ledger never holds.
+    let found = caught(PlantedBug::PgStaleWriteAsCommitted, 4);
+    assert!(
+        found.iter().any(|v| v.contains("does not hold")
+            || v.contains("charged")
+            || v.contains("without a durable intent")),
+        "{found:#?}"
+    );
+}

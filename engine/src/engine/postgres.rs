@@ -159,6 +159,7 @@ impl Engine {
                 &options.db.wal,
                 PlantedBug::PgRefusedWriteAsCommitted,
             ),
+            stale_write_as_committed: planted(&options.db.wal, PlantedBug::PgStaleWriteAsCommitted),
         });
         let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
         let server = i64::try_from(store.now_ms()?).unwrap_or(i64::MAX);
@@ -207,6 +208,32 @@ impl Engine {
             return;
         };
         self.prune_after_checkpoint(after_ms, PRUNE_BATCHES_PER_PASS);
+    }
+
+    /// The store under a PostgreSQL engine (`internals`: for the kill
+    /// loop's fault injection, not part of the public API); `None` on a
+    /// directory.
+    ///
+    /// ```
+    /// use actum::engine::{Engine, EngineOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let engine = Engine::open(dir.path(), EngineOptions::default())?;
+    /// assert!(engine.pg_store().is_none(), "a directory has no store of PostgreSQL's");
+    /// # let Ok(server) = std::env::var("ACTUM_PG_URL") else {
+    /// #     assert!(std::env::var("ACTUM_PG_REQUIRED").is_err(), "no ACTUM_PG_URL");
+    /// #     return Ok(());
+    /// # };
+    /// # let url = actum::pg::scratch_database(&server, "doc_pg_store")?;
+    /// let engine = Engine::open_postgres(&url, EngineOptions::default())?;
+    /// let store = engine.pg_store().expect("the books are in PostgreSQL");
+    /// assert_eq!(store.optimistic_counts(), (0, 0), "no command run yet");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn pg_store(&self) -> Option<&PgStore> {
+        self.postgres().map(|pg| &pg.store)
     }
 
     /// The PostgreSQL backend, if the books are there.

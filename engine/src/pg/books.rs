@@ -20,10 +20,11 @@
 //! server orders keys as the embedded books do (by bytes).
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use postgres::error::SqlState;
 use postgres::types::ToSql;
 use serde::de::DeserializeOwned;
 
@@ -107,6 +108,14 @@ pub struct PgBooks<'a> {
     /// commit meanwhile is not in its snapshot (or, for a locked run, cannot
     /// happen).
     cache: RefCell<Cache>,
+    /// An optimistic command's view (see [`PgBooks::optimistic`]): its run
+    /// and that run's stored record as its read found it, the bytes its
+    /// write checks are still there.
+    optimistic: Option<(RunId, Vec<u8>)>,
+    /// Whether an optimistic command's view was asked for a row its read
+    /// did not hold (it answered nothing: the command runs again in a
+    /// transaction).
+    missed: Cell<bool>,
 }
 
 /// The rows a [`PgBooks`] read or wrote, by key (`None`: absent).
@@ -167,43 +176,104 @@ impl<'c> Prefetch<'c> {
 }
 
 /// The columns every prefetch of a run reads, in one statement: the clock
-/// (column 0), then the run's record, locked (`FOR UPDATE` in a sub-select
-/// locks the row it finds), wait book, budget, saga (`NULL` when absent)
-/// and journal length (columns 1 to 5), each one index probe.
+/// (column 0), then the run's record, locked in a command's transaction
+/// (`FOR UPDATE` in a sub-select locks the row it finds; an optimistic
+/// command's read locks nothing), wait book, budget, saga (`NULL` when
+/// absent) and journal length (columns 1 to 5), each one index probe.
 macro_rules! prefetch_run {
-    () => {
-        "SELECT floor(extract(epoch FROM now()) * 1000)::bigint, \
-         (SELECT row FROM actum_runs WHERE id = $1 FOR UPDATE), \
-         (SELECT row FROM actum_waits WHERE run = $1), \
-         (SELECT row FROM actum_budgets WHERE run = $1), \
-         (SELECT row FROM actum_sagas WHERE run = $1), \
-         (SELECT coalesce(max(seq), 0) FROM actum_audit WHERE run = $1)"
+    ($lock:literal) => {
+        concat!(
+            "SELECT floor(extract(epoch FROM now()) * 1000)::bigint, \
+             (SELECT row FROM actum_runs WHERE id = $1",
+            $lock,
+            "), \
+             (SELECT row FROM actum_waits WHERE run = $1), \
+             (SELECT row FROM actum_budgets WHERE run = $1), \
+             (SELECT row FROM actum_sagas WHERE run = $1), \
+             (SELECT coalesce(max(seq), 0) FROM actum_audit WHERE run = $1)"
+        )
     };
 }
 
-/// [`Prefetch::Run`].
-const PREFETCH_RUN: &str = prefetch_run!();
+/// The prefetch statements, locking the run (a command's transaction) or
+/// not (an optimistic command's read, in autocommit).
+macro_rules! prefetches {
+    ($lock:literal) => {
+        Prefetches {
+            run: prefetch_run!($lock),
+            // Then the step's latest act (column 6) and whether the blob
+            // is stored (column 7).
+            intent: concat!(
+                prefetch_run!($lock),
+                ", (SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+                 ORDER BY attempt DESC LIMIT 1), EXISTS (SELECT 1 FROM actum_blobs WHERE digest = $4)"
+            ),
+            // Then the entry (column 6).
+            entry: concat!(
+                prefetch_run!($lock),
+                ", (SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
+                 AND attempt = $4)"
+            ),
+            // Then whether the blob is stored (column 6).
+            create: concat!(
+                prefetch_run!($lock),
+                ", EXISTS (SELECT 1 FROM actum_blobs WHERE digest = $2)"
+            ),
+        }
+    };
+}
 
-/// [`Prefetch::Intent`]: then the step's latest act (column 6) and whether
-/// the blob is stored (column 7).
-const PREFETCH_INTENT: &str = concat!(
-    prefetch_run!(),
-    ", (SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
-     ORDER BY attempt DESC LIMIT 1), EXISTS (SELECT 1 FROM actum_blobs WHERE digest = $4)"
-);
+/// The statements of the prefetches of [`Prefetch::Run`],
+/// [`Prefetch::Intent`], [`Prefetch::Entry`] and [`Prefetch::Create`].
+struct Prefetches {
+    run: &'static str,
+    intent: &'static str,
+    entry: &'static str,
+    create: &'static str,
+}
 
-/// [`Prefetch::Entry`]: then the entry (column 6).
-const PREFETCH_ENTRY: &str = concat!(
-    prefetch_run!(),
-    ", (SELECT row FROM actum_effects WHERE run = $1 AND step = $2 AND kind = $3 \
-     AND attempt = $4)"
-);
+/// A command's prefetches, in its transaction: the run locked.
+const LOCKING: Prefetches = prefetches!(" FOR UPDATE");
 
-/// [`Prefetch::Create`]: then whether the blob is stored (column 6).
-const PREFETCH_CREATE: &str = concat!(
-    prefetch_run!(),
-    ", EXISTS (SELECT 1 FROM actum_blobs WHERE digest = $2)"
-);
+/// An optimistic command's prefetches, in autocommit: nothing locked.
+const UNLOCKED: Prefetches = prefetches!("");
+
+/// The tables an optimistic command may write (see
+/// [`PgBooks::commit_optimistic`]): the rows of its own run that only a
+/// command journaled on that run changes. A command that writes anything
+/// else (the run's record, its waits and claim instant, blobs and their
+/// holders, resources, shared keys) runs in a transaction.
+const OPTIMISTIC_TABLES: [&str; 5] = [
+    "actum_effects",
+    "actum_audit",
+    "actum_sagas",
+    "actum_budgets",
+    "actum_decisions",
+];
+
+/// Whether `cmd` is run optimistically first (see [`PgBooks::optimistic`]).
+pub(crate) fn optimistic_command(cmd: &Command) -> bool {
+    match cmd {
+        Command::BeginEffect(c) => c.args.is_none(),
+        Command::FinishEffect(_) | Command::Reconcile(_) => true,
+        _ => false,
+    }
+}
+
+/// How an optimistic command ended (see [`PgBooks::commit_optimistic`]).
+pub(crate) enum Optimistic {
+    /// Its writes landed (or it had none: answered from its read).
+    Committed,
+    /// Nothing landed, and the command must run in a transaction instead:
+    /// it needed a row its read did not hold, or wrote a table it may not.
+    Stale,
+    /// Nothing landed: its run changed after its read (the write's guard
+    /// failed); it must run again, in a transaction.
+    Changed,
+    /// As a transaction's end (nothing landed, or the write was in flight
+    /// when the connection broke).
+    Ended(Ended),
+}
 
 /// A `u64` of the books as a PostgreSQL `bigint`. Every count, version,
 /// sequence and time the books hold is far below `i64::MAX`; a bound past
@@ -219,10 +289,41 @@ impl<'a> PgBooks<'a> {
     pub(crate) fn command(connection: &'a mut Connection, cmd: &Command) -> PgBooks<'a> {
         let mut books = PgBooks::with_locking(true, connection);
         books.begin(
-            "START TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            Some("START TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
             &Prefetch::of(cmd),
+            &LOCKING,
         );
         books
+    }
+
+    /// An optimistic view of `cmd` on `connection`, if `cmd` reads a run
+    /// first: no transaction is begun; one statement, in autocommit, reads
+    /// the server's clock and what `cmd` reads first (its run unlocked),
+    /// and the view answers only from what that read and what the command
+    /// wrote. `cmd` is decided and applied on it as on a transaction's
+    /// view, then [`Self::commit_optimistic`] sends its writes as one
+    /// statement that lands only if the run is as read.
+    /// `None` for a command that is not run so: one that writes the run's
+    /// record (a lease's, a state's change) or its waits, stores blobs
+    /// (an intent with its arguments: their holders are counted across
+    /// runs), or reads more than its first read holds (a decision reads
+    /// the count of the run's decisions).
+    pub(crate) fn optimistic(connection: &'a mut Connection, cmd: &Command) -> Option<PgBooks<'a>> {
+        if !optimistic_command(cmd) {
+            return None;
+        }
+        let prefetch = Prefetch::of(cmd);
+        let run = match &prefetch {
+            Prefetch::Run(run) | Prefetch::Intent(run, ..) => (*run).clone(),
+            Prefetch::Entry(key) => key.run().clone(),
+            Prefetch::Clock | Prefetch::Create(..) => return None,
+        };
+        let mut books = PgBooks::with_locking(false, connection);
+        let read = books.begin(None, &prefetch, &UNLOCKED);
+        // The run absent (or the read failed): a transaction decides.
+        books.missed.set(read.is_none());
+        books.optimistic = Some((run, read.unwrap_or_default()));
+        Some(books)
     }
 
     /// Begins a read-only snapshot on `connection` (repeatable read;
@@ -230,8 +331,9 @@ impl<'a> PgBooks<'a> {
     pub(crate) fn snapshot(connection: &'a mut Connection) -> PgBooks<'a> {
         let mut books = PgBooks::with_locking(false, connection);
         books.begin(
-            "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            Some("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             &Prefetch::Clock,
+            &LOCKING,
         );
         books
     }
@@ -244,32 +346,43 @@ impl<'a> PgBooks<'a> {
             failed: RefCell::new(None),
             clock_ms: None,
             cache: RefCell::new(Cache::default()),
+            optimistic: None,
+            missed: Cell::new(false),
         }
     }
 
-    /// Sends `start` with the first reads, in one round trip.
-    fn begin(&mut self, start: &'static str, prefetch: &Prefetch<'_>) {
-        self.queued.borrow_mut().push(Request::Simple(start));
+    /// Sends `start` (if any) with the first reads, in one round trip, the
+    /// run's read from `prefetches`; the stored bytes of the run's record,
+    /// if one was read.
+    fn begin(
+        &mut self,
+        start: Option<&'static str>,
+        prefetch: &Prefetch<'_>,
+        prefetches: &Prefetches,
+    ) -> Option<Vec<u8>> {
+        if let Some(start) = start {
+            self.queued.borrow_mut().push(Request::Simple(start));
+        }
         let act = i16::from(effect_kind_code(EffectKind::Act));
         let (run, sql, owned): (_, _, Vec<Param>) = match prefetch {
             Prefetch::Clock => (None, CLOCK, Vec::new()),
-            Prefetch::Run(run) => (Some(*run), PREFETCH_RUN, owned![run.as_str()]),
+            Prefetch::Run(run) => (Some(*run), prefetches.run, owned![run.as_str()]),
             Prefetch::Intent(run, step, digest) => (
                 Some(*run),
-                PREFETCH_INTENT,
+                prefetches.intent,
                 owned![run.as_str(), step.as_str(), act, digest.0.as_slice()],
             ),
             Prefetch::Entry(key) => {
                 let (run, step, kind, attempt) = effect_params(key);
                 (
                     Some(key.run()),
-                    PREFETCH_ENTRY,
+                    prefetches.entry,
                     owned![run, step, kind, attempt],
                 )
             }
             Prefetch::Create(run, digest) => (
                 Some(*run),
-                PREFETCH_CREATE,
+                prefetches.create,
                 owned![run.as_str(), digest.0.as_slice()],
             ),
         };
@@ -281,8 +394,9 @@ impl<'a> PgBooks<'a> {
             .fetch(&[("read the command's rows", sql, &params)])
             .pop()
             .unwrap_or_default();
-        let Some(row) = rows.first() else { return };
+        let row = rows.first()?;
         self.clock_ms = Some(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        let stored = run.and_then(|_| row.get::<_, Option<Vec<u8>>>(1));
         if let Some(id) = run {
             self.cache_run(id, Some(row), 1);
         }
@@ -299,6 +413,7 @@ impl<'a> PgBooks<'a> {
             }
             Prefetch::Clock | Prefetch::Run(_) => {}
         }
+        stored
     }
 
     /// The server's clock at the transaction's start, in milliseconds
@@ -359,7 +474,105 @@ impl<'a> PgBooks<'a> {
     /// Whether a failure is recorded (later reads answer nothing, so what
     /// is decided or applied after it is meaningless and is thrown away).
     pub(crate) fn has_failed(&self) -> bool {
-        self.failed.borrow().is_some()
+        self.failed.borrow().is_some() || self.missed.get()
+    }
+
+    /// Whether an optimistic view was asked for a row its read did not
+    /// hold: what was decided on it means nothing, and the command runs
+    /// again in a transaction.
+    pub(crate) fn missed(&self) -> bool {
+        self.missed.get()
+    }
+
+    /// Ends an optimistic command (see [`Self::optimistic`]): its writes
+    /// sent as one statement, in autocommit, that first locks the run's
+    /// record and fails unless its bytes are still the ones read (a
+    /// division by zero when none is left), and whose journal line is the
+    /// next after the length read (another command's line there is a
+    /// unique violation): either way the statement lands whole or not at
+    /// all. Every command that changes a row of the run's it may write
+    /// journals on the run (`describe`), and one that deletes the run
+    /// deletes its record, so a write that lands decided on the run as it
+    /// still was: as if the command had run in a transaction begun at its
+    /// read. A command with no writes is answered from its read.
+    /// (`planted_ignore_refused`: the planted `PgRefusedWriteAsCommitted`.)
+    pub(crate) fn commit_optimistic(self, planted_ignore_refused: bool) -> Optimistic {
+        if let Some(failed) = self.failed.into_inner() {
+            return Optimistic::Ended(Ended::Failed(failed));
+        }
+        let Some((run, stored)) = self.optimistic else {
+            return Optimistic::Stale;
+        };
+        if self.missed.get() {
+            return Optimistic::Stale;
+        }
+        let writes = self.queued.into_inner();
+        if writes.is_empty() {
+            return Optimistic::Committed;
+        }
+        let mut sql = String::from(
+            "WITH g AS (SELECT 1 FROM actum_runs WHERE id = $1 AND row = $2 FOR UPDATE)",
+        );
+        let mut params: Vec<Param> = owned![run.as_str(); stored];
+        let mut tables: Vec<&str> = Vec::with_capacity(writes.len());
+        let mut journaled = false;
+        for (at, write) in writes.into_iter().enumerate() {
+            let Request::Execute {
+                sql: part,
+                params: own,
+                ..
+            } = write
+            else {
+                return Optimistic::Stale;
+            };
+            let table = written_table(&part);
+            let Some(table) = table.filter(|t| OPTIMISTIC_TABLES.contains(t)) else {
+                return Optimistic::Stale;
+            };
+            if tables.contains(&table) {
+                // Two writes of one table in one statement run in no set
+                // order.
+                return Optimistic::Stale;
+            }
+            tables.push(table);
+            journaled |= table == "actum_audit";
+            sql.push_str(&format!(
+                ", w{at} AS ({})",
+                shift_parameters(&part, params.len())
+            ));
+            params.extend(own);
+        }
+        if !journaled {
+            // Only a journal line proves no other command came between.
+            return Optimistic::Stale;
+        }
+        sql.push_str(" SELECT 1 / count(*) FROM g");
+        let request = Request::Execute {
+            op: "write the command's rows (run unchanged since read)",
+            sql: Cow::Owned(sql),
+            params,
+        };
+        let (mut done, _) = self.connection.into_inner().pipeline(vec![request], &[]);
+        match done.pop().expect("one answer") {
+            Ok(()) => Optimistic::Committed,
+            Err((op, e)) => match e.code() {
+                Some(code)
+                    if *code == SqlState::DIVISION_BY_ZERO
+                        || *code == SqlState::UNIQUE_VIOLATION
+                        || *code == SqlState::T_R_SERIALIZATION_FAILURE
+                        || *code == SqlState::T_R_DEADLOCK_DETECTED =>
+                {
+                    Optimistic::Changed
+                }
+                // The planted `PgRefusedWriteAsCommitted`.
+                Some(_) if planted_ignore_refused => Optimistic::Committed,
+                // The server refused it: nothing landed.
+                Some(_) => Optimistic::Ended(Ended::Failed(Failed::Query(op, e))),
+                // The connection broke with the statement sent: it landed
+                // whole or not at all.
+                None => Optimistic::Ended(Ended::InDoubt(op, e)),
+            },
+        }
     }
 
     fn fail(&self, failure: Failed) {
@@ -376,6 +589,9 @@ impl<'a> PgBooks<'a> {
         reads: &[(&'static str, &'static str, &[&(dyn ToSql + Sync)])],
     ) -> Vec<Vec<postgres::Row>> {
         let nothing = || reads.iter().map(|_| Vec::new()).collect();
+        if self.optimistic.is_some() {
+            self.missed.set(true);
+        }
         if self.has_failed() {
             return nothing();
         }

@@ -27,8 +27,15 @@
 //! (`may_have_landed: true`), as a failed fsync on the embedded engine. The
 //! next call connects again.
 //!
+//! An intent whose arguments are not stored, an outcome or a
+//! reconciliation is first run optimistically (`PgBooks::optimistic`): decided on one autocommit read,
+//! its writes sent as one autocommit statement that lands only if the run
+//! is still as read; when it is not, or the command needs more than that
+//! read holds, nothing landed and it runs as above.
+//!
 //! **Invariant:** a command's reads and writes happen in one transaction,
-//! and it is answered only when that transaction committed.
+//! or its writes land in one statement only on the rows it read unchanged;
+//! it is answered only once they landed.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +43,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use postgres::error::SqlState;
 
-use super::books::{Ended, Failed, PgBooks, digest_of_key};
+use super::books::{Ended, Failed, Optimistic, PgBooks, digest_of_key};
 use super::schema;
 use super::wire::Connection;
 use crate::books::{Answer, Decided};
@@ -66,6 +73,13 @@ pub struct PgStore {
     created: bool,
     /// The round trips to the server its connections made.
     round_trips: Arc<AtomicU64>,
+    /// The commands run optimistically, and those of them that ran again
+    /// in a transaction (see [`PgStore::optimistic_counts`]).
+    optimistic: [AtomicU64; 2],
+    /// Fault injection for the kill loop: every how many optimistic
+    /// commands one waits between its read and its write, and how long, in
+    /// milliseconds (0: never; see [`PgStore::stall_optimistic_writes`]).
+    stall: [AtomicU64; 2],
     /// The planted bugs of this backend (test-only `planted-bugs`).
     planted: Planted,
 }
@@ -81,6 +95,8 @@ pub(crate) struct Planted {
     pub(crate) answer_before_durable: bool,
     /// `PgRefusedWriteAsCommitted`.
     pub(crate) refused_write_as_committed: bool,
+    /// `PgStaleWriteAsCommitted`.
+    pub(crate) stale_write_as_committed: bool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -197,6 +213,8 @@ impl PgStore {
             idle: Mutex::new(Vec::new()),
             created: false,
             round_trips: Arc::new(AtomicU64::new(0)),
+            optimistic: [AtomicU64::new(0), AtomicU64::new(0)],
+            stall: [AtomicU64::new(0), AtomicU64::new(0)],
             planted: Planted::default(),
         };
         // The tables, on a connection of the synchronous client's (once,
@@ -232,6 +250,29 @@ impl PgStore {
     /// prepare and run are two trips, counts as one.
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// How many commands this store tried optimistically (decided on one
+    /// read in autocommit, written by one guarded statement), and how many
+    /// of them ran again in a transaction (their run changed after the
+    /// read, or they needed a row the read did not hold).
+    pub fn optimistic_counts(&self) -> (u64, u64) {
+        (
+            self.optimistic[0].load(Ordering::Relaxed),
+            self.optimistic[1].load(Ordering::Relaxed),
+        )
+    }
+
+    /// Fault injection (for the kill loop, `internals`): every `every`-th
+    /// command run optimistically waits `ms` milliseconds between its read
+    /// and its write, as a slow network or a descheduled process would make
+    /// it, so the run's lease keeper (or another worker) changes the run in
+    /// between and the write's guard is what stands. `every` 0 stops it.
+    #[cfg(any(test, feature = "internals"))]
+    #[doc(hidden)]
+    pub fn stall_optimistic_writes(&self, every: u64, ms: u64) {
+        self.stall[0].store(every, Ordering::Relaxed);
+        self.stall[1].store(ms, Ordering::Relaxed);
     }
 
     /// Whether the connect that made this store found no tables and
@@ -369,6 +410,11 @@ impl PgStore {
             true => Some(self.decide_outside(connection, cmd, at_ms)?),
             false => None,
         };
+        if outside.is_none()
+            && let Some(done) = self.optimistic(connection, cmd, at_ms, observe)
+        {
+            return done;
+        }
         // The transaction begun, the clock and what `cmd` reads first read,
         // in one round trip.
         let mut books = PgBooks::command(connection, cmd);
@@ -402,6 +448,68 @@ impl PgStore {
             // The connection broke with COMMIT in flight: the server may
             // have committed it, whole, or not at all.
             Ended::InDoubt(op, e) => Err(Attempt::Failed(self.error(op, true, e))),
+        }
+    }
+
+    /// `cmd` run optimistically (`PgBooks::optimistic`): decided on one
+    /// autocommit read of its run and written by one autocommit statement
+    /// that lands only if the run is as read, two statements where a
+    /// transaction takes four. `None` when it must run in a transaction
+    /// instead (nothing of it landed): it needed a row the read did not
+    /// hold, wrote one it may not write so, or its run changed since.
+    fn optimistic<D>(
+        &self,
+        connection: &mut Connection,
+        cmd: &Command,
+        at_ms: Option<u64>,
+        observe: &dyn Fn(&Decided, &dyn BooksRead) -> D,
+    ) -> Option<std::result::Result<(Answer, D), Attempt>> {
+        let mut books = PgBooks::optimistic(connection, cmd)?;
+        let tried = self.optimistic[0].fetch_add(1, Ordering::Relaxed) + 1;
+        let stale = || {
+            self.optimistic[1].fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        let now_ms = at_ms.unwrap_or_else(|| books.clock_ms());
+        let applied = decide(&books, cmd, now_ms).and_then(|decided| {
+            let seen = observe(&decided, &books);
+            for op in &decided.ops {
+                if books.has_failed() {
+                    break;
+                }
+                apply(&mut books, op)?;
+            }
+            Ok((decided.answer, seen))
+        });
+        if books.missed() {
+            return stale();
+        }
+        if let Err(refused) = applied {
+            // Refused on the run as read (a read that failed decides
+            // first): nothing was sent to refuse.
+            return Some(match books.finish() {
+                Some(failed) => Err(self.failed_with(failed)),
+                None => Err(Attempt::Failed(refused)),
+            });
+        }
+        let every = self.stall[0].load(Ordering::Relaxed);
+        if every > 0 && tried.is_multiple_of(every) {
+            let ms = self.stall[1].load(Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        match books.commit_optimistic(self.planted.refused_write_as_committed) {
+            Optimistic::Committed => Some(applied.map_err(Attempt::Failed)),
+            // (The planted `PgStaleWriteAsCommitted`: nothing landed, and
+            // the command is answered as if it had.)
+            Optimistic::Changed if self.planted.stale_write_as_committed => {
+                Some(applied.map_err(Attempt::Failed))
+            }
+            Optimistic::Stale | Optimistic::Changed => stale(),
+            Optimistic::Ended(Ended::Committed) => Some(applied.map_err(Attempt::Failed)),
+            Optimistic::Ended(Ended::Failed(failed)) => Some(Err(self.failed_with(failed))),
+            Optimistic::Ended(Ended::InDoubt(op, e)) => {
+                Some(Err(Attempt::Failed(self.error(op, true, e))))
+            }
         }
     }
 

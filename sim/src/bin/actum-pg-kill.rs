@@ -19,9 +19,9 @@ use actum_sim::pgkill::{KillConfig, drive};
 
 const USAGE: &str = "usage: actum-pg-kill drive [--quick | --long] [--seed N] [--kills N] \
                      [--crashes N] [--processes N] [--threads N] [--refusals PER_MILLE] \
-                     [--planted BUG]\n       \
+                     [--stall-every N] [--planted BUG]\n       \
                      actum-pg-kill worker --url URL --world DIR --name NAME --threads N \
-                     --lease-ms MS [--planted BUG]";
+                     --lease-ms MS [--stall-every N] [--planted BUG]";
 
 fn main() -> ExitCode {
     let words: Vec<String> = std::env::args().skip(1).collect();
@@ -76,6 +76,7 @@ fn run_drive(words: &[String]) -> Result<ExitCode, String> {
             "--seed" => config.seed = number(value(words, &mut at, flag)?, flag)?,
             "--kills" => config.kills = number(value(words, &mut at, flag)?, flag)?,
             "--crashes" => config.crashes = number(value(words, &mut at, flag)?, flag)?,
+            "--stall-every" => config.stall_every = number(value(words, &mut at, flag)?, flag)?,
             "--processes" => {
                 config.processes = number(value(words, &mut at, flag)?, flag)?.max(1) as usize;
             }
@@ -117,6 +118,7 @@ fn run_worker(words: &[String]) -> Result<ExitCode, String> {
         threads: 1,
         lease_ms: 1_000,
         planted: None,
+        stall_every: 0,
     };
     let mut at = 0;
     while at < words.len() {
@@ -127,6 +129,7 @@ fn run_worker(words: &[String]) -> Result<ExitCode, String> {
             "--name" => args.name = value(words, &mut at, flag)?.to_string(),
             "--threads" => args.threads = number(value(words, &mut at, flag)?, flag)? as usize,
             "--lease-ms" => args.lease_ms = number(value(words, &mut at, flag)?, flag)?,
+            "--stall-every" => args.stall_every = number(value(words, &mut at, flag)?, flag)?,
             "--planted" => args.planted = Some(bug(value(words, &mut at, flag)?)?),
             _ => return Err(format!("unknown argument {flag:?}\n{USAGE}")),
         }

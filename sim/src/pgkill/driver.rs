@@ -48,6 +48,11 @@ pub struct KillConfig {
     /// disk or a timeout would): the command's transaction fails whole, the
     /// statements after the refused one in its pipeline with it.
     pub refusals_per_mille: u64,
+    /// Every how many commands a worker runs optimistically (decided on a
+    /// read, written by a guarded statement) one waits half a lease between
+    /// its read and its write (0: none), so the run's lease keeper renews
+    /// in between and the write's guard must refuse it.
+    pub stall_every: u64,
 }
 
 impl KillConfig {
@@ -62,6 +67,7 @@ impl KillConfig {
             lease_ms: 1_000,
             planted: None,
             refusals_per_mille: 20,
+            stall_every: 5,
         }
     }
 
@@ -330,6 +336,7 @@ pub fn drive(config: &KillConfig, worker_exe: &Path) -> Result<KillReport, Strin
             .args(["--name", &format!("p{slot}g{generation}")])
             .args(["--threads", &config.threads.to_string()])
             .args(["--lease-ms", &config.lease_ms.to_string()])
+            .args(["--stall-every", &config.stall_every.to_string()])
             .stdout(Stdio::null());
         // What a worker says before it dies, for whoever reads a failure.
         let said = std::fs::File::create(world_dir.join(format!("p{slot}g{generation}.err")));

@@ -35,6 +35,9 @@ pub struct WorkerArgs {
     pub lease_ms: u64,
     /// A planted bug of the backend's, if any.
     pub planted: Option<PlantedBug>,
+    /// Every how many optimistic commands one waits half a lease between
+    /// its read and its write (0: none; `KillConfig::stall_every`).
+    pub stall_every: u64,
 }
 
 /// The exit code of a worker that could not start for a failure of the
@@ -69,6 +72,9 @@ pub fn serve(args: &WorkerArgs) -> Result<(), Ended> {
         message: format!("open {}: {e}", actum::pg::without_password(&args.url)),
         transient: e.is_transient(),
     })?;
+    if let Some(store) = engine.pg_store() {
+        store.stall_optimistic_writes(args.stall_every, args.lease_ms / 2);
+    }
     let runtime = Runtime::with_options(
         Arc::new(engine),
         RuntimeOptions {
