@@ -1,5 +1,5 @@
 //! The effect protocol on the books in PostgreSQL: per protocol a fresh step's intent then its
-//! outcome, each one transaction committed on the server. Four systems in the same run:
+//! outcome, each committed on the server before it is answered. These systems in the same run:
 //!
 //! - `engine_pg`: the `Engine` API over PostgreSQL (`Engine::open_postgres`, one engine shared
 //!   by every writer thread, each command on a connection of its pool), `begin_effect` then
@@ -13,6 +13,10 @@
 //!   connection (`START` with one locking read of the run's row and the clock; then one
 //!   statement writing the entry and a journal line, with `COMMIT`): what the store's design
 //!   could reach if its own work cost nothing;
+//! - `pg_optimistic_ceiling` and `pg_cached_ceiling`: the shapes of a command run without a
+//!   transaction (docs/POSTGRES.md, "Optimistic commands"), without the store: an autocommit read
+//!   of the run's row and the journal's length then one guarded autocommit write (two statements
+//!   a command), and the guarded write alone, decided on what the writer holds (one statement);
 //! - `actum` and `raw_ceiling`: the embedded engine and the raw two-record ceiling on this
 //!   machine's disk.
 //!
@@ -139,6 +143,17 @@ impl PgEngineProtocol {
 
 impl DurableLog for PgEngineProtocol {
     type Writer<'a> = usize;
+
+    fn summary(&self) -> Option<String> {
+        // Commands decided with no read, and those whose guarded write found
+        // the run (or the server's clock) elsewhere and ran again as a
+        // transaction.
+        let counts = self.engine.pg_store()?.optimistic_counts();
+        Some(format!(
+            "{} commands tried optimistically, {} decided with no read, {} ran again",
+            counts.tried, counts.from_memory, counts.again
+        ))
+    }
 
     fn writer(&self) -> usize {
         self.next_writer.fetch_add(1, Ordering::Relaxed) % self.runs.len()

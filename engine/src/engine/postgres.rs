@@ -227,7 +227,7 @@ impl Engine {
     /// # let url = actum::pg::scratch_database(&server, "doc_pg_store")?;
     /// let engine = Engine::open_postgres(&url, EngineOptions::default())?;
     /// let store = engine.pg_store().expect("the books are in PostgreSQL");
-    /// assert_eq!(store.optimistic_counts(), (0, 0), "no command run yet");
+    /// assert_eq!(store.optimistic_counts().tried, 0, "no command run yet");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "internals")]

@@ -21,7 +21,7 @@
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use postgres::error::SqlState;
@@ -116,6 +116,119 @@ pub struct PgBooks<'a> {
     /// did not hold (it answered nothing: the command runs again in a
     /// transaction).
     missed: Cell<bool>,
+    /// A view of what the process held of its run, with no read (see
+    /// [`PgBooks::from_known`]): the clock reading it decides at, which
+    /// its write checks against the server's clock.
+    decided_at: Option<u64>,
+    /// The rows such a view took for absent without reading them: its
+    /// write checks each.
+    assumed: RefCell<Vec<Assumed>>,
+    /// The steps' sides whose first attempt this view inserts with a plain
+    /// `INSERT` (no `ON CONFLICT`): the primary key refuses it if the side
+    /// has any entry (attempts are numbered from 1 and leave only with
+    /// their run), so the write need not check that side's absence again.
+    first_inserted: RefCell<Vec<(RunId, StepId, EffectKind)>>,
+    /// A command's transaction: the run it read first and that run's
+    /// stored record as it stands after the transaction's writes, so what
+    /// the process holds of the run can be kept once it committed.
+    stored_run: Option<(RunId, Vec<u8>)>,
+    /// The steps' sides of the ledger this view read or wrote: what the
+    /// process keeps of a run's ledger after the command is these sides
+    /// only, so it does not grow with the run's history.
+    touched: RefCell<BTreeSet<(RunId, StepId, EffectKind)>>,
+}
+
+/// A row a view of what the process held took for absent without reading
+/// it; the command's write lands only if it is still absent.
+enum Assumed {
+    /// A step's side has no ledger entry.
+    NoEntry(RunId, StepId, EffectKind),
+    /// A blob is not stored.
+    NoBlob(Digest),
+}
+
+/// How far the clock reading a command decided on what the process held
+/// (see [`PgBooks::from_known`]) may be ahead of the server's clock when its
+/// write runs: the write fails when the server's clock is later than that
+/// reading (a lease live at the reading is live at the write, an intent is
+/// never stamped before its time) or earlier by more than this.
+pub(crate) const CLOCK_SLACK_MS: u64 = 200;
+
+/// What a process holds of a run after an optimistic command on it
+/// landed: the rows it read and wrote, and the run's stored record (which
+/// such a command never changes), as they were when its write landed. The
+/// next command on the run may be decided on them with no read; its write
+/// lands only if the run is still as they say (the same guard, and the
+/// journal's next line still free).
+pub(crate) struct Known {
+    run: RunId,
+    stored: Vec<u8>,
+    cache: Cache,
+}
+
+impl Known {
+    /// What a view's `cache` holds of `run` (nothing of other runs, whose
+    /// rows no write of a command on `run` checks; nothing of blobs, which
+    /// are not the run's), with the run's record stored as `stored`.
+    /// Of the ledger, only the sides in `touched` (the command's own).
+    fn of(
+        run: RunId,
+        stored: Vec<u8>,
+        cache: Cache,
+        touched: &BTreeSet<(RunId, StepId, EffectKind)>,
+    ) -> Known {
+        fn keep<V>(run: &RunId, mut map: BTreeMap<RunId, V>) -> BTreeMap<RunId, V> {
+            map.remove(run)
+                .map(|value| BTreeMap::from([(run.clone(), value)]))
+                .unwrap_or_default()
+        }
+        let cache = Cache {
+            runs: keep(&run, cache.runs),
+            waits: keep(&run, cache.waits),
+            budgets: keep(&run, cache.budgets),
+            sagas: keep(&run, cache.sagas),
+            audit_lens: keep(&run, cache.audit_lens),
+            effects: touched
+                .iter()
+                .filter(|(id, _, _)| *id == run)
+                .flat_map(|(_, step, kind)| {
+                    cache
+                        .effects
+                        .range(EffectKey::attempts_of(&run, step, *kind))
+                        .map(|(key, entry)| (key.clone(), entry.clone()))
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+            latest: touched
+                .iter()
+                .filter(|(id, _, _)| *id == run)
+                .filter_map(|side| cache.latest.get(side).map(|n| (side.clone(), *n)))
+                .collect(),
+            blobs: BTreeMap::new(),
+        };
+        Known { run, stored, cache }
+    }
+
+    /// The run it is of.
+    pub(crate) fn run(&self) -> &RunId {
+        &self.run
+    }
+
+    /// How many ledger entries it holds.
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.cache.effects.len()
+    }
+
+    /// Whether a command may be decided on it without the server's clock:
+    /// the run has no budget and no waits, whose limits and deadlines are
+    /// times; its lease is checked at the reading decided at, which the
+    /// write holds at or after the server's clock.
+    pub(crate) fn usable(&self) -> bool {
+        matches!(self.cache.budgets.get(&self.run), Some(None))
+            && matches!(self.cache.waits.get(&self.run), Some(None))
+            && matches!(self.cache.runs.get(&self.run), Some(Some(_)))
+    }
 }
 
 /// The rows a [`PgBooks`] read or wrote, by key (`None`: absent).
@@ -251,6 +364,16 @@ const OPTIMISTIC_TABLES: [&str; 5] = [
     "actum_decisions",
 ];
 
+/// The run `cmd` reads first, if it names one (what a process holds of
+/// that run is let go of when the command runs in a transaction).
+pub(crate) fn command_run(cmd: &Command) -> Option<&RunId> {
+    match Prefetch::of(cmd) {
+        Prefetch::Run(run) | Prefetch::Intent(run, ..) | Prefetch::Create(run, _) => Some(run),
+        Prefetch::Entry(key) => Some(key.run()),
+        Prefetch::Clock => None,
+    }
+}
+
 /// Whether `cmd` is run optimistically first (see [`PgBooks::optimistic`]).
 pub(crate) fn optimistic_command(cmd: &Command) -> bool {
     match cmd {
@@ -288,11 +411,12 @@ impl<'a> PgBooks<'a> {
     /// server's clock and what `cmd` will read first.
     pub(crate) fn command(connection: &'a mut Connection, cmd: &Command) -> PgBooks<'a> {
         let mut books = PgBooks::with_locking(true, connection);
-        books.begin(
+        let stored = books.begin(
             Some("START TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
             &Prefetch::of(cmd),
             &LOCKING,
         );
+        books.stored_run = command_run(cmd).cloned().zip(stored);
         books
     }
 
@@ -326,6 +450,25 @@ impl<'a> PgBooks<'a> {
         Some(books)
     }
 
+    /// An optimistic view of a command on what the process holds of its
+    /// run (`known`), with no read: decided at `now_ms`, an estimate of the
+    /// server's clock that the write checks (see [`CLOCK_SLACK_MS`]). A
+    /// row of the run's ledger it does not hold, and a blob, it takes for
+    /// absent, and the write checks that; any other row it does not hold
+    /// is a miss, as in [`Self::optimistic`].
+    pub(crate) fn from_known(
+        connection: &'a mut Connection,
+        known: Known,
+        now_ms: u64,
+    ) -> PgBooks<'a> {
+        let mut books = PgBooks::with_locking(false, connection);
+        books.cache = RefCell::new(known.cache);
+        books.optimistic = Some((known.run, known.stored));
+        books.decided_at = Some(now_ms);
+        books.clock_ms = Some(now_ms);
+        books
+    }
+
     /// Begins a read-only snapshot on `connection` (repeatable read;
     /// nothing is locked) and reads the server's clock with it.
     pub(crate) fn snapshot(connection: &'a mut Connection) -> PgBooks<'a> {
@@ -348,6 +491,11 @@ impl<'a> PgBooks<'a> {
             cache: RefCell::new(Cache::default()),
             optimistic: None,
             missed: Cell::new(false),
+            decided_at: None,
+            assumed: RefCell::new(Vec::new()),
+            first_inserted: RefCell::new(Vec::new()),
+            stored_run: None,
+            touched: RefCell::new(BTreeSet::new()),
         }
     }
 
@@ -440,10 +588,16 @@ impl<'a> PgBooks<'a> {
     /// transaction is rolled back with its connection).
     /// (`planted_ignore_refused`: the planted `PgRefusedWriteAsCommitted`,
     /// false unless the store plants it.)
-    pub(crate) fn commit(self, planted_ignore_refused: bool) -> Ended {
+    /// What the process holds of the run the command read first, once
+    /// committed, comes with `Committed` (see [`Known`]).
+    pub(crate) fn commit(self, planted_ignore_refused: bool) -> (Ended, Option<Known>) {
         if let Some(failed) = self.failed.into_inner() {
-            return Ended::Failed(failed);
+            return (Ended::Failed(failed), None);
         }
+        let touched = self.touched.into_inner();
+        let known = self
+            .stored_run
+            .map(|(run, stored)| Known::of(run, stored, self.cache.into_inner(), &touched));
         let mut requests = merge_writes(self.queued.into_inner());
         requests.push(Request::Simple("COMMIT"));
         let (done, _) = self.connection.into_inner().pipeline(requests, &[]);
@@ -455,19 +609,20 @@ impl<'a> PgBooks<'a> {
                     // The planted `PgRefusedWriteAsCommitted`.
                     continue;
                 }
-                return match e.code() {
+                let ended = match e.code() {
                     // The server refused it: the transaction failed there,
                     // and its COMMIT rolled it back.
                     Some(_) => Ended::Failed(Failed::Query(op, e)),
                     // The connection broke with COMMIT among what was sent.
                     None => Ended::InDoubt(op, e),
                 };
+                return (ended, None);
             }
         }
         match commit {
-            Ok(()) => Ended::Committed,
-            Err((op, e)) if e.is_closed() || e.code().is_none() => Ended::InDoubt(op, e),
-            Err((op, e)) => Ended::Failed(Failed::Query(op, e)),
+            Ok(()) => (Ended::Committed, known),
+            Err((op, e)) if e.is_closed() || e.code().is_none() => (Ended::InDoubt(op, e), None),
+            Err((op, e)) => (Ended::Failed(Failed::Query(op, e)), None),
         }
     }
 
@@ -484,6 +639,22 @@ impl<'a> PgBooks<'a> {
         self.missed.get()
     }
 
+    /// Notes that this view read or wrote a side of the ledger.
+    fn touch(&self, run: &RunId, step: &StepId, kind: EffectKind) {
+        let mut touched = self.touched.borrow_mut();
+        let side = (run.clone(), step.clone(), kind);
+        if !touched.contains(&side) {
+            touched.insert(side);
+        }
+    }
+
+    /// Whether this view decided on what the process held, with no read
+    /// (see [`Self::from_known`]): only a write that lands proves it was
+    /// still so.
+    pub(crate) fn decided_from_memory(&self) -> bool {
+        self.decided_at.is_some()
+    }
+
     /// Ends an optimistic command (see [`Self::optimistic`]): its writes
     /// sent as one statement, in autocommit, that first locks the run's
     /// record and fails unless its bytes are still the ones read (a
@@ -496,24 +667,80 @@ impl<'a> PgBooks<'a> {
     /// still was: as if the command had run in a transaction begun at its
     /// read. A command with no writes is answered from its read.
     /// (`planted_ignore_refused`: the planted `PgRefusedWriteAsCommitted`.)
-    pub(crate) fn commit_optimistic(self, planted_ignore_refused: bool) -> Optimistic {
+    /// A view of what the process held (see [`Self::from_known`]) checks
+    /// too that the server's clock is at most [`CLOCK_SLACK_MS`] before the
+    /// reading it decided at and not after it, and that every row it took
+    /// for absent is. What the process holds of the run once the write
+    /// landed comes with `Committed`.
+    pub(crate) fn commit_optimistic(
+        self,
+        planted_ignore_refused: bool,
+    ) -> (Optimistic, Option<Known>) {
         if let Some(failed) = self.failed.into_inner() {
-            return Optimistic::Ended(Ended::Failed(failed));
+            return (Optimistic::Ended(Ended::Failed(failed)), None);
         }
         let Some((run, stored)) = self.optimistic else {
-            return Optimistic::Stale;
+            return (Optimistic::Stale, None);
         };
         if self.missed.get() {
-            return Optimistic::Stale;
+            return (Optimistic::Stale, None);
         }
+        let known = Known::of(
+            run.clone(),
+            stored.clone(),
+            self.cache.into_inner(),
+            &self.touched.into_inner(),
+        );
         let writes = self.queued.into_inner();
         if writes.is_empty() {
-            return Optimistic::Committed;
+            // Answered from the read; but what the process held is checked
+            // only by a write: the transaction answers.
+            if self.decided_at.is_some() {
+                return (Optimistic::Stale, None);
+            }
+            return (Optimistic::Committed, Some(known));
         }
-        let mut sql = String::from(
-            "WITH g AS (SELECT 1 FROM actum_runs WHERE id = $1 AND row = $2 FOR UPDATE)",
-        );
         let mut params: Vec<Param> = owned![run.as_str(); stored];
+        let mut guard = String::from("SELECT 1 FROM actum_runs WHERE id = $1 AND row = $2");
+        if let Some(at) = self.decided_at {
+            params.push(Box::new(big(at)));
+            guard.push_str(&format!(
+                " AND floor(extract(epoch FROM now()) * 1000)::bigint \
+                 BETWEEN ${n}::bigint - {CLOCK_SLACK_MS} AND ${n}::bigint",
+                n = params.len()
+            ));
+        }
+        let first_inserted = self.first_inserted.into_inner();
+        for assumed in self.assumed.into_inner() {
+            let at = params.len();
+            match assumed {
+                Assumed::NoEntry(run, step, kind) => {
+                    if first_inserted.contains(&(run.clone(), step.clone(), kind)) {
+                        continue;
+                    }
+                    params.extend(owned![
+                        run.as_str(),
+                        step.as_str(),
+                        i16::from(effect_kind_code(kind))
+                    ]);
+                    guard.push_str(&format!(
+                        " AND NOT EXISTS (SELECT 1 FROM actum_effects WHERE run = ${} \
+                         AND step = ${} AND kind = ${})",
+                        at + 1,
+                        at + 2,
+                        at + 3
+                    ));
+                }
+                Assumed::NoBlob(digest) => {
+                    params.extend(owned![digest.0.as_slice()]);
+                    guard.push_str(&format!(
+                        " AND NOT EXISTS (SELECT 1 FROM actum_blobs WHERE digest = ${})",
+                        at + 1
+                    ));
+                }
+            }
+        }
+        let mut sql = format!("WITH g AS ({guard} FOR UPDATE)");
         let mut tables: Vec<&str> = Vec::with_capacity(writes.len());
         let mut journaled = false;
         for (at, write) in writes.into_iter().enumerate() {
@@ -523,16 +750,16 @@ impl<'a> PgBooks<'a> {
                 ..
             } = write
             else {
-                return Optimistic::Stale;
+                return (Optimistic::Stale, None);
             };
             let table = written_table(&part);
             let Some(table) = table.filter(|t| OPTIMISTIC_TABLES.contains(t)) else {
-                return Optimistic::Stale;
+                return (Optimistic::Stale, None);
             };
             if tables.contains(&table) {
                 // Two writes of one table in one statement run in no set
                 // order.
-                return Optimistic::Stale;
+                return (Optimistic::Stale, None);
             }
             tables.push(table);
             journaled |= table == "actum_audit";
@@ -544,7 +771,7 @@ impl<'a> PgBooks<'a> {
         }
         if !journaled {
             // Only a journal line proves no other command came between.
-            return Optimistic::Stale;
+            return (Optimistic::Stale, None);
         }
         sql.push_str(" SELECT 1 / count(*) FROM g");
         let request = Request::Execute {
@@ -553,8 +780,8 @@ impl<'a> PgBooks<'a> {
             params,
         };
         let (mut done, _) = self.connection.into_inner().pipeline(vec![request], &[]);
-        match done.pop().expect("one answer") {
-            Ok(()) => Optimistic::Committed,
+        let ended = match done.pop().expect("one answer") {
+            Ok(()) => return (Optimistic::Committed, Some(known)),
             Err((op, e)) => match e.code() {
                 Some(code)
                     if *code == SqlState::DIVISION_BY_ZERO
@@ -572,7 +799,8 @@ impl<'a> PgBooks<'a> {
                 // whole or not at all.
                 None => Optimistic::Ended(Ended::InDoubt(op, e)),
             },
-        }
+        };
+        (ended, None)
     }
 
     fn fail(&self, failure: Failed) {
@@ -1149,6 +1377,7 @@ impl BooksRead for PgBooks<'_> {
     }
 
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
+        self.touch(key.run(), key.step(), key.kind());
         {
             let cache = self.cache.borrow();
             if let Some(cached) = cache.effects.get(key) {
@@ -1169,6 +1398,7 @@ impl BooksRead for PgBooks<'_> {
     }
 
     fn latest_effect(&self, run: &RunId, step: &StepId, kind: EffectKind) -> Option<EffectEntry> {
+        self.touch(run, step, kind);
         {
             // Known when this transaction read or wrote the side before.
             let cache = self.cache.borrow();
@@ -1183,6 +1413,18 @@ impl BooksRead for PgBooks<'_> {
                 }
                 None => {}
             }
+        }
+        if self.decided_at.is_some() && self.optimistic.as_ref().is_some_and(|(own, _)| own == run)
+        {
+            // Taken for absent; the write checks it.
+            self.assumed
+                .borrow_mut()
+                .push(Assumed::NoEntry(run.clone(), step.clone(), kind));
+            self.cache
+                .borrow_mut()
+                .latest
+                .insert((run.clone(), step.clone(), kind), 0);
+            return None;
         }
         let code = i16::from(effect_kind_code(kind));
         let rows = self.query(
@@ -1224,6 +1466,12 @@ impl BooksRead for PgBooks<'_> {
     fn blob_exists(&self, digest: &Digest) -> bool {
         if let Some(exists) = self.cache.borrow().blobs.get(digest) {
             return *exists;
+        }
+        if self.decided_at.is_some() {
+            // Taken for absent; the write checks it.
+            self.assumed.borrow_mut().push(Assumed::NoBlob(*digest));
+            self.cache.borrow_mut().blobs.insert(*digest, false);
+            return false;
         }
         let rows = self.query("look up blob", BLOB_EXISTS, &[&digest.0.as_slice()]);
         self.cache_blob(digest, !rows.is_empty())
@@ -1434,6 +1682,11 @@ impl BooksWrite for PgBooks<'_> {
         let row = encode_row(RowTable::Run, &run);
         let (state, ended) = (state_code(run.state), ended_ms(&run));
         let id = run.id.clone();
+        if let Some((stored_id, stored)) = &mut self.stored_run
+            && *stored_id == id
+        {
+            stored.clone_from(&row);
+        }
         self.execute(
             "write run",
             "INSERT INTO actum_runs (id, claim_from, row, state, ended_ms) \
@@ -1446,20 +1699,50 @@ impl BooksWrite for PgBooks<'_> {
     }
 
     fn put_effect(&mut self, entry: EffectEntry) {
+        self.touch(entry.key.run(), entry.key.step(), entry.key.kind());
         let (run, step, kind, attempt) = effect_params(&entry.key);
         let row = encode_row(RowTable::Effect, &entry);
-        self.execute(
-            "write ledger entry",
-            "INSERT INTO actum_effects (run, step, kind, attempt, row) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (run, step, kind, attempt) DO UPDATE SET row = EXCLUDED.row",
-            owned![run, step, kind, attempt; row],
-        );
-        let mut cache = self.cache.borrow_mut();
+        // A row this view read is updated, one it knows absent inserted
+        // (each one change of the row, where an upsert's conflict also
+        // locks it); else either.
+        const INSERT: &str = "INSERT INTO actum_effects (run, step, kind, attempt, row) \
+                              VALUES ($1, $2, $3, $4, $5)";
         let side = (
             entry.key.run().clone(),
             entry.key.step().clone(),
             entry.key.kind(),
         );
+        let sql = {
+            let cache = self.cache.borrow();
+            match cache.effects.get(&entry.key) {
+                Some(Some(_)) => {
+                    "UPDATE actum_effects SET row = $5 WHERE run = $1 AND step = $2 \
+                     AND kind = $3 AND attempt = $4"
+                }
+                Some(None) => INSERT,
+                None if cache
+                    .latest
+                    .get(&side)
+                    .is_some_and(|latest| entry.key.attempt() > *latest) =>
+                {
+                    INSERT
+                }
+                None => {
+                    "INSERT INTO actum_effects (run, step, kind, attempt, row) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (run, step, kind, attempt) DO UPDATE SET row = EXCLUDED.row"
+                }
+            }
+        };
+        if sql == INSERT && entry.key.attempt() == 1 {
+            self.first_inserted.borrow_mut().push(side.clone());
+        }
+        self.execute(
+            "write ledger entry",
+            sql,
+            owned![run, step, kind, attempt; row],
+        );
+        let mut cache = self.cache.borrow_mut();
         if let Some(latest) = cache.latest.get_mut(&side) {
             *latest = (*latest).max(entry.key.attempt());
         }
@@ -1581,6 +1864,9 @@ impl BooksWrite for PgBooks<'_> {
     }
 
     fn delete_run(&mut self, run: &RunId) {
+        if self.stored_run.as_ref().is_some_and(|(id, _)| id == run) {
+            self.stored_run = None;
+        }
         {
             let mut cache = self.cache.borrow_mut();
             cache.runs.insert(run.clone(), None);

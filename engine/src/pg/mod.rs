@@ -26,7 +26,9 @@ mod wire;
 pub use books::PgBooks;
 pub use schema::PG_SCHEMA_VERSION;
 pub(crate) use store::Planted;
-pub use store::{PgStore, RETRIES, scratch_database, server_for_tests, without_password};
+pub use store::{
+    OptimisticCounts, PgStore, RETRIES, scratch_database, server_for_tests, without_password,
+};
 /// The pipelining connection under the store, for the benches' ceiling of
 /// its shape (`internals`: not part of the public API).
 #[cfg(feature = "internals")]

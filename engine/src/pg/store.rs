@@ -28,22 +28,27 @@
 //! next call connects again.
 //!
 //! An intent whose arguments are not stored, an outcome or a
-//! reconciliation is first run optimistically (`PgBooks::optimistic`): decided on one autocommit read,
-//! its writes sent as one autocommit statement that lands only if the run
-//! is still as read; when it is not, or the command needs more than that
-//! read holds, nothing landed and it runs as above.
+//! reconciliation is first run optimistically: decided on what the process
+//! holds of its run since its last command there (`PgBooks::from_known`),
+//! or on one autocommit read (`PgBooks::optimistic`), its writes sent as one
+//! autocommit statement that lands only if the run is still as held or
+//! read; when it is not, or the command needs more than that, nothing
+//! landed and it runs as above.
 //!
 //! **Invariant:** a command's reads and writes happen in one transaction,
 //! or its writes land in one statement only on the rows it read unchanged;
 //! it is answered only once they landed.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use postgres::error::SqlState;
 
-use super::books::{Ended, Failed, Optimistic, PgBooks, digest_of_key};
+use super::books::{
+    CLOCK_SLACK_MS, Ended, Failed, Known, Optimistic, PgBooks, command_run, digest_of_key,
+    optimistic_command,
+};
 use super::schema;
 use super::wire::Connection;
 use crate::books::{Answer, Decided};
@@ -52,11 +57,29 @@ use crate::books::{
     DecisionRecord, EffectEntry, MemBooks, ResourceBook, Run, RunId, SagaBook, SharedEntry,
     WaitBook, apply, decide,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::state::rows::{RowTable, decode_row};
 
 /// How many times a command is run again after a serialization failure.
 pub const RETRIES: u32 = 64;
+
+/// How many runs a store holds what it knows of at most (the runs its
+/// workers hold leases on; past it, the run first in id order is let go).
+const KNOWN_RUNS: usize = 4_096;
+
+/// What a store counted of its optimistic commands (see
+/// [`PgStore::optimistic_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OptimisticCounts {
+    /// Commands tried optimistically.
+    pub tried: u64,
+    /// Of them, those that landed nothing and ran again in a transaction.
+    pub again: u64,
+    /// Of them, those decided on what the process held of the run, with no
+    /// read.
+    pub from_memory: u64,
+}
 
 /// The books in a PostgreSQL database, through a pool of connections:
 /// share one `PgStore` between threads; each command takes a connection of
@@ -73,9 +96,16 @@ pub struct PgStore {
     created: bool,
     /// The round trips to the server its connections made.
     round_trips: Arc<AtomicU64>,
-    /// The commands run optimistically, and those of them that ran again
-    /// in a transaction (see [`PgStore::optimistic_counts`]).
-    optimistic: [AtomicU64; 2],
+    /// The commands run optimistically, those of them that ran again in a
+    /// transaction, and those decided on what the process held (see
+    /// [`PgStore::optimistic_counts`]).
+    optimistic: [AtomicU64; 3],
+    /// What this process holds of the runs its optimistic commands landed
+    /// on last (at most [`KNOWN_RUNS`]; see `Known`).
+    known: Mutex<BTreeMap<RunId, Known>>,
+    /// The server's clock less this host's, in milliseconds, as the last
+    /// optimistic read measured it (`i64::MIN`: not yet).
+    offset_ms: AtomicI64,
     /// Fault injection for the kill loop: every how many optimistic
     /// commands one waits between its read and its write, and how long, in
     /// milliseconds (0: never; see [`PgStore::stall_optimistic_writes`]).
@@ -213,7 +243,9 @@ impl PgStore {
             idle: Mutex::new(Vec::new()),
             created: false,
             round_trips: Arc::new(AtomicU64::new(0)),
-            optimistic: [AtomicU64::new(0), AtomicU64::new(0)],
+            optimistic: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            known: Mutex::new(BTreeMap::new()),
+            offset_ms: AtomicI64::new(i64::MIN),
             stall: [AtomicU64::new(0), AtomicU64::new(0)],
             planted: Planted::default(),
         };
@@ -253,14 +285,18 @@ impl PgStore {
     }
 
     /// How many commands this store tried optimistically (decided on one
-    /// read in autocommit, written by one guarded statement), and how many
-    /// of them ran again in a transaction (their run changed after the
-    /// read, or they needed a row the read did not hold).
-    pub fn optimistic_counts(&self) -> (u64, u64) {
-        (
-            self.optimistic[0].load(Ordering::Relaxed),
-            self.optimistic[1].load(Ordering::Relaxed),
-        )
+    /// read in autocommit, or on what it held of the run, and written by one
+    /// guarded statement), how many of them ran again in a transaction
+    /// (their run changed after the read, the server's clock was not where
+    /// the process estimated it, or they needed a row the read did not
+    /// hold), and how many were decided with no read.
+    pub fn optimistic_counts(&self) -> OptimisticCounts {
+        let get = |n: usize| self.optimistic[n].load(Ordering::Relaxed);
+        OptimisticCounts {
+            tried: get(0),
+            again: get(1),
+            from_memory: get(2),
+        }
     }
 
     /// Fault injection (for the kill loop, `internals`): every `every`-th
@@ -415,9 +451,20 @@ impl PgStore {
         {
             return done;
         }
+        // A transaction may change the run: what the process held of it is
+        // let go of (a write decided on it would fail its guard anyway).
+        if let Some(run) = command_run(cmd) {
+            self.known
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(run);
+        }
         // The transaction begun, the clock and what `cmd` reads first read,
         // in one round trip.
         let mut books = PgBooks::command(connection, cmd);
+        if at_ms.is_none() && !books.has_failed() {
+            self.measured(books.clock_ms());
+        }
         let now_ms = at_ms.unwrap_or_else(|| books.clock_ms());
         let decided = match outside {
             Some(decided) => decided,
@@ -442,8 +489,14 @@ impl PgStore {
                 None => Err(Attempt::Failed(refused)),
             };
         }
-        match books.commit(self.planted.refused_write_as_committed) {
-            Ended::Committed => applied.map_err(Attempt::Failed),
+        let (ended, known) = books.commit(self.planted.refused_write_as_committed);
+        match ended {
+            Ended::Committed => {
+                if let Some(known) = known {
+                    self.hold(known);
+                }
+                applied.map_err(Attempt::Failed)
+            }
             Ended::Failed(failed) => Err(self.failed_with(failed)),
             // The connection broke with COMMIT in flight: the server may
             // have committed it, whole, or not at all.
@@ -464,7 +517,32 @@ impl PgStore {
         at_ms: Option<u64>,
         observe: &dyn Fn(&Decided, &dyn BooksRead) -> D,
     ) -> Option<std::result::Result<(Answer, D), Attempt>> {
-        let mut books = PgBooks::optimistic(connection, cmd)?;
+        if !optimistic_command(cmd) {
+            return None;
+        }
+        let run = command_run(cmd)?;
+        let known = self
+            .known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(run)
+            .filter(Known::usable);
+        let offset = self.offset_ms.load(Ordering::Relaxed);
+        let mut books = match known {
+            // A manual clock (tests) decides at its own readings, which the
+            // server's clock cannot be checked against.
+            Some(known) if at_ms.is_none() && offset != i64::MIN => {
+                self.optimistic[2].fetch_add(1, Ordering::Relaxed);
+                PgBooks::from_known(connection, known, estimate_ms(offset))
+            }
+            _ => {
+                let books = PgBooks::optimistic(connection, cmd)?;
+                if at_ms.is_none() && !books.has_failed() {
+                    self.measured(books.clock_ms());
+                }
+                books
+            }
+        };
         let tried = self.optimistic[0].fetch_add(1, Ordering::Relaxed) + 1;
         let stale = || {
             self.optimistic[1].fetch_add(1, Ordering::Relaxed);
@@ -485,6 +563,11 @@ impl PgStore {
             return stale();
         }
         if let Err(refused) = applied {
+            // What the process held may be out of date, and nothing checks a
+            // refusal: the transaction decides.
+            if books.decided_from_memory() {
+                return stale();
+            }
             // Refused on the run as read (a read that failed decides
             // first): nothing was sent to refuse.
             return Some(match books.finish() {
@@ -497,8 +580,14 @@ impl PgStore {
             let ms = self.stall[1].load(Ordering::Relaxed);
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
-        match books.commit_optimistic(self.planted.refused_write_as_committed) {
-            Optimistic::Committed => Some(applied.map_err(Attempt::Failed)),
+        let (ended, known) = books.commit_optimistic(self.planted.refused_write_as_committed);
+        match ended {
+            Optimistic::Committed => {
+                if let Some(known) = known {
+                    self.hold(known);
+                }
+                Some(applied.map_err(Attempt::Failed))
+            }
             // (The planted `PgStaleWriteAsCommitted`: nothing landed, and
             // the command is answered as if it had.)
             Optimistic::Changed if self.planted.stale_write_as_committed => {
@@ -511,6 +600,35 @@ impl PgStore {
                 Some(Err(Attempt::Failed(self.error(op, true, e))))
             }
         }
+    }
+
+    /// Notes the server's clock, `server_ms`, read just now: the offset
+    /// [`estimate_ms`] corrects this host's clock by.
+    fn measured(&self, server_ms: u64) {
+        let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
+        let server = i64::try_from(server_ms).unwrap_or(i64::MAX);
+        self.offset_ms
+            .store(server.saturating_sub(here), Ordering::Relaxed);
+    }
+
+    /// How many ledger entries the process holds of `run` (for tests:
+    /// what it holds is the last command's sides, not the run's history).
+    #[cfg(test)]
+    pub(crate) fn held_entries(&self, run: &RunId) -> Option<usize> {
+        self.known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(run)
+            .map(Known::entries)
+    }
+
+    /// Holds what `known` says of its run for the next command on it.
+    fn hold(&self, known: Known) {
+        let mut held = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.len() >= KNOWN_RUNS && !held.contains_key(known.run()) {
+            held.pop_first();
+        }
+        held.insert(known.run().clone(), known);
     }
 
     /// An attempt that ended on `failed`, before anything landed.
@@ -747,6 +865,17 @@ impl PgStore {
         }
         Ok(books)
     }
+}
+
+/// This host's clock corrected by `offset_ms` (the server's less this
+/// host's, as last measured), and half of [`CLOCK_SLACK_MS`] ahead: the
+/// measured offset is low by the read's latency and the write starts after
+/// the estimate, so the reading lands at or a little after the server's
+/// clock when the write runs, which the write checks.
+fn estimate_ms(offset_ms: i64) -> u64 {
+    let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
+    let ahead = i64::try_from(CLOCK_SLACK_MS / 2).unwrap_or(0);
+    u64::try_from(here.saturating_add(offset_ms).saturating_add(ahead)).unwrap_or(0)
 }
 
 /// Why one attempt at a command ended without an answer.
