@@ -293,34 +293,48 @@ struct PipelinedWriter {
     seq: i64,
 }
 
+/// A scratch database with the ceilings' tables (a run per writer, the entries, the journal), and
+/// per writer its id, its pipelining connection and `read` prepared on it.
+fn ceiling_writers(
+    server: &str,
+    prefix: &str,
+    writers: usize,
+    read: &'static str,
+) -> impl Iterator<Item = (i64, Connection, postgres::Statement)> {
+    let url = scratch_database(server, prefix).expect("a scratch database");
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connecting");
+    client
+        .batch_execute(
+            "CREATE TABLE runs (id bigint PRIMARY KEY, row bytea); \
+             CREATE TABLE effects (writer bigint, ticket bigint, row bytea, \
+             PRIMARY KEY (writer, ticket)); \
+             CREATE TABLE journal (writer bigint, seq bigint, row bytea, \
+             PRIMARY KEY (writer, seq))",
+        )
+        .expect("the ceiling's tables");
+    (0..writers).map(move |id| {
+        let id = id as i64;
+        client
+            .execute(
+                "INSERT INTO runs (id, row) VALUES ($1, $2)",
+                &[&id, &&b"run: leased to its writer"[..]],
+            )
+            .expect("the writer's run");
+        let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut connection = Connection::connect(&url, counted)
+            .expect("a runtime")
+            .expect("connecting");
+        let read = connection
+            .prepare(Cow::Borrowed(read))
+            .expect("preparing the read");
+        (id, connection, read)
+    })
+}
+
 impl PgPipelinedCeiling {
     fn new(server: &str, writers: usize) -> PgPipelinedCeiling {
-        let url = scratch_database(server, "bench_pipelined").expect("a scratch database");
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connecting");
-        client
-            .batch_execute(
-                "CREATE TABLE runs (id bigint PRIMARY KEY, row bytea); \
-                 CREATE TABLE effects (writer bigint, ticket bigint, row bytea, \
-                 PRIMARY KEY (writer, ticket)); \
-                 CREATE TABLE journal (writer bigint, seq bigint, row bytea, \
-                 PRIMARY KEY (writer, seq))",
-            )
-            .expect("the ceiling's tables");
-        PgPipelinedCeiling(Writers::new((0..writers).map(|id| {
-            let id = id as i64;
-            client
-                .execute(
-                    "INSERT INTO runs (id, row) VALUES ($1, $2)",
-                    &[&id, &&b"run: leased to its writer"[..]],
-                )
-                .expect("the writer's run");
-            let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let mut connection = Connection::connect(&url, counted)
-                .expect("a runtime")
-                .expect("connecting");
-            let read = connection
-                .prepare(Cow::Borrowed(PIPELINED_READ))
-                .expect("preparing the read");
+        let writers = ceiling_writers(server, "bench_pipelined", writers, PIPELINED_READ);
+        PgPipelinedCeiling(Writers::new(writers.map(|(id, connection, read)| {
             PipelinedWriter {
                 id,
                 connection,
@@ -412,32 +426,8 @@ struct OptimisticWriter {
 
 impl PgOptimisticCeiling {
     fn new(server: &str, writers: usize) -> PgOptimisticCeiling {
-        let url = scratch_database(server, "bench_optimistic").expect("a scratch database");
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connecting");
-        client
-            .batch_execute(
-                "CREATE TABLE runs (id bigint PRIMARY KEY, row bytea); \
-                 CREATE TABLE effects (writer bigint, ticket bigint, row bytea, \
-                 PRIMARY KEY (writer, ticket)); \
-                 CREATE TABLE journal (writer bigint, seq bigint, row bytea, \
-                 PRIMARY KEY (writer, seq))",
-            )
-            .expect("the ceiling's tables");
-        PgOptimisticCeiling(Writers::new((0..writers).map(|id| {
-            let id = id as i64;
-            client
-                .execute(
-                    "INSERT INTO runs (id, row) VALUES ($1, $2)",
-                    &[&id, &&b"run: leased to its writer"[..]],
-                )
-                .expect("the writer's run");
-            let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let mut connection = Connection::connect(&url, counted)
-                .expect("a runtime")
-                .expect("connecting");
-            let read = connection
-                .prepare(Cow::Borrowed(OPTIMISTIC_READ))
-                .expect("preparing the read");
+        let writers = ceiling_writers(server, "bench_optimistic", writers, OPTIMISTIC_READ);
+        PgOptimisticCeiling(Writers::new(writers.map(|(id, connection, read)| {
             OptimisticWriter {
                 id,
                 connection,

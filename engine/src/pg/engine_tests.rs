@@ -50,6 +50,32 @@ fn worker(name: &str) -> WorkerId {
     WorkerId::new(name).unwrap()
 }
 
+/// A fresh step's intent on the run `guard` names, its arguments not
+/// stored (so it may run optimistically).
+fn intent(guard: &crate::books::Guard, step: &str, args: &[u8]) -> crate::books::BeginEffect {
+    crate::books::BeginEffect {
+        run: guard.run.clone(),
+        step: StepId::new(step).unwrap(),
+        guard: guard.clone(),
+        tool: "psp.charge".into(),
+        tool_class: ToolClass::Queryable,
+        args_digest: digest_of(args),
+        args: None,
+        rationale: "the order".into(),
+        compensation: None,
+    }
+}
+
+/// Asserts the ledger holds `key` confirmed.
+fn assert_confirmed(engine: &Engine, key: &crate::books::EffectKey) {
+    let entry = engine.effect(key).unwrap().unwrap();
+    assert!(
+        matches!(entry.status, crate::books::EffectStatus::Confirmed { .. }),
+        "{key}: {:?}",
+        entry.status
+    );
+}
+
 #[test]
 fn two_engines_on_one_database_share_runs_leases_and_the_ledger() {
     let Some(server) = server_url() else { return };
@@ -278,7 +304,7 @@ fn the_calls_of_a_directory_say_so_and_the_rest_answer() {
 /// ledger holds the outcome once and the journal its lines in order.
 #[test]
 fn an_optimistic_write_lands_only_on_the_run_as_read() {
-    use crate::books::{AuditWhat, BeginEffect, Begun, FinishEffect};
+    use crate::books::{AuditWhat, Begun, FinishEffect};
     let Some(server) = server_url() else { return };
     let url = fresh_database(&server, "optimistic_guard");
     let engine = Arc::new(Engine::open_postgres(&url, EngineOptions::default()).unwrap());
@@ -287,17 +313,7 @@ fn an_optimistic_write_lands_only_on_the_run_as_read() {
     let lease = engine.claim_next(&worker("w"), 600_000).unwrap().unwrap();
     start(&engine, &lease.guard);
     let begun = engine
-        .begin_effect(BeginEffect {
-            run: run.clone(),
-            step: StepId::new("charge").unwrap(),
-            guard: lease.guard.clone(),
-            tool: "psp.charge".into(),
-            tool_class: ToolClass::Queryable,
-            args_digest: digest_of(b"9 EUR"),
-            args: None,
-            rationale: "the order".into(),
-            compensation: None,
-        })
+        .begin_effect(intent(&lease.guard, "charge", b"9 EUR"))
         .unwrap();
     let Begun::Proceed { key, .. } = begun else {
         panic!("a fresh step proceeds")
@@ -347,12 +363,7 @@ fn an_optimistic_write_lands_only_on_the_run_as_read() {
             && matches!(last[1], AuditWhat::LeaseRenewed { .. }),
         "the renewal, then the outcome: {last:?}"
     );
-    let entry = engine.effect(&key).unwrap().unwrap();
-    assert!(
-        matches!(entry.status, crate::books::EffectStatus::Confirmed { .. }),
-        "{:?}",
-        entry.status
-    );
+    assert_confirmed(&engine, &key);
 }
 
 /// A command decided on what the process held of its run (no read) lands
@@ -362,7 +373,7 @@ fn an_optimistic_write_lands_only_on_the_run_as_read() {
 /// are whole.
 #[test]
 fn what_a_process_holds_of_a_run_is_checked_by_the_write() {
-    use crate::books::{BeginEffect, Begun, EffectStatus, FinishEffect};
+    use crate::books::{Begun, FinishEffect};
     let Some(server) = server_url() else { return };
     let url = fresh_database(&server, "known_runs");
     let (a, b) = (
@@ -375,17 +386,7 @@ fn what_a_process_holds_of_a_run_is_checked_by_the_write() {
     start(&a, &lease.guard);
     let step = |engine: &Engine, name: &str| {
         let begun = engine
-            .begin_effect(BeginEffect {
-                run: run.clone(),
-                step: StepId::new(name).unwrap(),
-                guard: lease.guard.clone(),
-                tool: "psp.charge".into(),
-                tool_class: ToolClass::Queryable,
-                args_digest: digest_of(name.as_bytes()),
-                args: None,
-                rationale: "the order".into(),
-                compensation: None,
-            })
+            .begin_effect(intent(&lease.guard, name, name.as_bytes()))
             .unwrap();
         let Begun::Proceed { key, .. } = begun else {
             panic!("a fresh step proceeds: {begun:?}")
@@ -421,11 +422,7 @@ fn what_a_process_holds_of_a_run_is_checked_by_the_write() {
         "the intent decided on what A held ran again: {before:?} then {after:?}"
     );
     for key in [first, second] {
-        let entry = a.effect(&key).unwrap().unwrap();
-        assert!(
-            matches!(entry.status, EffectStatus::Confirmed { .. }),
-            "{key}"
-        );
+        assert_confirmed(&a, &key);
     }
     let journal = a.audit(&run).unwrap();
     let seqs: Vec<u64> = journal.iter().map(|e| e.seq).collect();
@@ -477,12 +474,7 @@ fn a_steps_outcome_is_decided_on_what_its_intent_left() {
         .unwrap();
     let counts = store.optimistic_counts();
     assert_eq!((counts.tried, counts.from_memory), (1, 1), "{counts:?}");
-    let entry = engine.effect(&ctx.key).unwrap().unwrap();
-    assert!(
-        matches!(entry.status, crate::books::EffectStatus::Confirmed { .. }),
-        "{:?}",
-        entry.status
-    );
+    assert_confirmed(&engine, &ctx.key);
 }
 
 /// How many statements the effect protocol sends to the server through the
@@ -501,7 +493,7 @@ fn a_steps_outcome_is_decided_on_what_its_intent_left() {
 /// statements_per_protocol -- --nocapture`
 #[test]
 fn statements_per_protocol() {
-    use crate::books::{BeginEffect, FinishEffect};
+    use crate::books::FinishEffect;
     let Some(server) = server_url() else { return };
     let Ok(data) = std::env::var("ACTUM_PG_DATA") else {
         eprintln!("skipped: no ACTUM_PG_DATA, so no server log to count statements in");
@@ -545,17 +537,7 @@ fn statements_per_protocol() {
             counts_before = store.optimistic_counts();
         }
         let begun = engine
-            .begin_effect(BeginEffect {
-                run: run.clone(),
-                step: StepId::new(format!("s{n}")).unwrap(),
-                guard: lease.guard.clone(),
-                tool: "psp.charge".into(),
-                tool_class: ToolClass::Queryable,
-                args_digest: digest_of(&[n as u8]),
-                args: None,
-                rationale: "measure".into(),
-                compensation: None,
-            })
+            .begin_effect(intent(&lease.guard, &format!("s{n}"), &[n as u8]))
             .unwrap();
         let crate::books::Begun::Proceed { key, .. } = begun else {
             panic!("a fresh step proceeds")

@@ -470,16 +470,7 @@ impl PgStore {
             Some(decided) => decided,
             None => decide(&books, cmd, now_ms),
         };
-        let applied = decided.and_then(|decided| {
-            let seen = observe(&decided, &books);
-            for op in &decided.ops {
-                if books.has_failed() {
-                    break;
-                }
-                apply(&mut books, op)?;
-            }
-            Ok((decided.answer, seen))
-        });
+        let applied = decided.and_then(|decided| applied_on(&mut books, decided, observe));
         // A failed read must not pass for an absent row: it decides first.
         // A refused command changes nothing: its transaction is rolled back
         // with the connection.
@@ -549,16 +540,8 @@ impl PgStore {
             None
         };
         let now_ms = at_ms.unwrap_or_else(|| books.clock_ms());
-        let applied = decide(&books, cmd, now_ms).and_then(|decided| {
-            let seen = observe(&decided, &books);
-            for op in &decided.ops {
-                if books.has_failed() {
-                    break;
-                }
-                apply(&mut books, op)?;
-            }
-            Ok((decided.answer, seen))
-        });
+        let applied = decide(&books, cmd, now_ms)
+            .and_then(|decided| applied_on(&mut books, decided, observe));
         if books.missed() {
             return stale();
         }
@@ -865,6 +848,24 @@ impl PgStore {
         }
         Ok(books)
     }
+}
+
+/// `decided` applied to `books`, op by op until a read fails (what is
+/// applied after is thrown away), `observe` called first on the decision:
+/// its answer and what `observe` saw.
+fn applied_on<D>(
+    books: &mut PgBooks<'_>,
+    decided: Decided,
+    observe: &dyn Fn(&Decided, &dyn BooksRead) -> D,
+) -> Result<(Answer, D)> {
+    let seen = observe(&decided, books);
+    for op in &decided.ops {
+        if books.has_failed() {
+            break;
+        }
+        apply(books, op)?;
+    }
+    Ok((decided.answer, seen))
 }
 
 /// This host's clock corrected by `offset_ms` (the server's less this
