@@ -202,6 +202,38 @@ impl<W> Writers<W> {
     }
 }
 
+/// A writer of a ceiling's shape: runs one command of it, the statement `write` writing `row`
+/// under `ticket`.
+trait ShapeWriter: Send {
+    fn command(&mut self, write: &'static str, ticket: i64, row: &'static [u8]);
+}
+
+/// The ceiling of a command's shape, without the store: its writers, and the statements that
+/// write a protocol's intent and its outcome.
+struct Ceiling<W> {
+    writers: Writers<W>,
+    intent: &'static str,
+    outcome: &'static str,
+}
+
+impl<W: ShapeWriter> DurableLog for Ceiling<W> {
+    type Writer<'a>
+        = usize
+    where
+        W: 'a;
+
+    fn writer(&self) -> usize {
+        self.writers.next()
+    }
+
+    fn commit(&self, t: &mut usize, ticket: u64) {
+        let mut w = self.writers.lock(*t);
+        let ticket = ticket as i64;
+        w.command(self.intent, ticket, b"intent: stripe.charge");
+        w.command(self.outcome, ticket, b"confirmed: ch_0123456789");
+    }
+}
+
 /// The server's ceiling for the protocol's shape: two single-row transactions (an insert, then
 /// an update of the row) from a plain client, one connection per writer.
 struct PgRawCeiling(Writers<RawWriter>);
@@ -282,9 +314,6 @@ const PIPELINED_INTENT: &str = "WITH e AS (INSERT INTO effects (writer, ticket, 
 const PIPELINED_OUTCOME: &str = "WITH e AS (UPDATE effects SET row = $3 \
      WHERE writer = $1 AND ticket = $2) INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)";
 
-/// The ceiling of the store's shape: see the module's documentation.
-struct PgPipelinedCeiling(Writers<PipelinedWriter>);
-
 /// A writer of the pipelined ceiling: its run, its connection, its journal's length.
 struct PipelinedWriter {
     id: i64,
@@ -331,21 +360,22 @@ fn ceiling_writers(
     })
 }
 
-impl PgPipelinedCeiling {
-    fn new(server: &str, writers: usize) -> PgPipelinedCeiling {
-        let writers = ceiling_writers(server, "bench_pipelined", writers, PIPELINED_READ);
-        PgPipelinedCeiling(Writers::new(writers.map(|(id, connection, read)| {
-            PipelinedWriter {
-                id,
-                connection,
-                read,
-                seq: 0,
-            }
-        })))
+/// The ceiling of the store's transaction's shape: see the module's documentation.
+fn pipelined_ceiling(server: &str, writers: usize) -> Ceiling<PipelinedWriter> {
+    let writers = ceiling_writers(server, "bench_pipelined", writers, PIPELINED_READ);
+    Ceiling {
+        writers: Writers::new(writers.map(|(id, connection, read)| PipelinedWriter {
+            id,
+            connection,
+            read,
+            seq: 0,
+        })),
+        intent: PIPELINED_INTENT,
+        outcome: PIPELINED_OUTCOME,
     }
 }
 
-impl PipelinedWriter {
+impl ShapeWriter for PipelinedWriter {
     /// One command: `START` with the read, then the write with `COMMIT`.
     fn command(&mut self, write: &'static str, ticket: i64, row: &'static [u8]) {
         let id = self.id;
@@ -379,21 +409,6 @@ impl PipelinedWriter {
     }
 }
 
-impl DurableLog for PgPipelinedCeiling {
-    type Writer<'a> = usize;
-
-    fn writer(&self) -> usize {
-        self.0.next()
-    }
-
-    fn commit(&self, t: &mut usize, ticket: u64) {
-        let mut w = self.0.lock(*t);
-        let ticket = ticket as i64;
-        w.command(PIPELINED_INTENT, ticket, b"intent: stripe.charge");
-        w.command(PIPELINED_OUTCOME, ticket, b"confirmed: ch_0123456789");
-    }
-}
-
 /// The optimistic shape's read: the clock, the run's row and its journal's length, in autocommit
 /// (no lock, no transaction kept open).
 const OPTIMISTIC_READ: &str = "SELECT floor(extract(epoch FROM now()) * 1000)::bigint, \
@@ -412,11 +427,6 @@ const OPTIMISTIC_OUTCOME: &str = "WITH g AS (SELECT 1 FROM runs WHERE id = $1 AN
      j AS (INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)) \
      SELECT 1 / count(*) FROM g";
 
-/// The ceiling of an optimistic command's shape: two autocommit statements per command (a read
-/// of what the command decides on, then its writes guarded by what it read), no transaction
-/// begun or committed by a message of its own.
-struct PgOptimisticCeiling(Writers<OptimisticWriter>);
-
 /// A writer of the optimistic ceiling.
 struct OptimisticWriter {
     id: i64,
@@ -424,20 +434,23 @@ struct OptimisticWriter {
     read: postgres::Statement,
 }
 
-impl PgOptimisticCeiling {
-    fn new(server: &str, writers: usize) -> PgOptimisticCeiling {
-        let writers = ceiling_writers(server, "bench_optimistic", writers, OPTIMISTIC_READ);
-        PgOptimisticCeiling(Writers::new(writers.map(|(id, connection, read)| {
-            OptimisticWriter {
-                id,
-                connection,
-                read,
-            }
-        })))
+/// The ceiling of an optimistic command's shape: two autocommit statements per command (a read
+/// of what the command decides on, then its writes guarded by what it read), no transaction
+/// begun or committed by a message of its own.
+fn optimistic_ceiling(server: &str, writers: usize) -> Ceiling<OptimisticWriter> {
+    let writers = ceiling_writers(server, "bench_optimistic", writers, OPTIMISTIC_READ);
+    Ceiling {
+        writers: Writers::new(writers.map(|(id, connection, read)| OptimisticWriter {
+            id,
+            connection,
+            read,
+        })),
+        intent: OPTIMISTIC_INTENT,
+        outcome: OPTIMISTIC_OUTCOME,
     }
 }
 
-impl OptimisticWriter {
+impl ShapeWriter for OptimisticWriter {
     /// One command: the read, then the guarded write, each in autocommit.
     fn command(&mut self, write: &'static str, ticket: i64, row: &'static [u8]) {
         let id = self.id;
@@ -466,21 +479,6 @@ impl OptimisticWriter {
     }
 }
 
-impl DurableLog for PgOptimisticCeiling {
-    type Writer<'a> = usize;
-
-    fn writer(&self) -> usize {
-        self.0.next()
-    }
-
-    fn commit(&self, t: &mut usize, ticket: u64) {
-        let mut w = self.0.lock(*t);
-        let ticket = ticket as i64;
-        w.command(OPTIMISTIC_INTENT, ticket, b"intent: stripe.charge");
-        w.command(OPTIMISTIC_OUTCOME, ticket, b"confirmed: ch_0123456789");
-    }
-}
-
 /// The intent as one autocommit statement with nothing read before it: the guard of
 /// [`OPTIMISTIC_INTENT`], and the server's clock within a second of the writer's estimate, and
 /// the step without an entry yet.
@@ -497,64 +495,60 @@ const CACHED_OUTCOME: &str = "WITH g AS (SELECT 1 FROM runs WHERE id = $1 AND ro
      j AS (INSERT INTO journal (writer, seq, row) VALUES ($1, $4, $3)) \
      SELECT 1 / count(*) FROM g";
 
-/// The ceiling of a command decided on what the writer already holds: one guarded autocommit
-/// statement per command.
-struct PgCachedCeiling(Writers<(OptimisticWriter, i64)>);
-
-impl PgCachedCeiling {
-    fn new(server: &str, writers: usize) -> PgCachedCeiling {
-        let PgOptimisticCeiling(writers) = PgOptimisticCeiling::new(server, writers);
-        PgCachedCeiling(Writers::new(
-            writers
-                .writers
-                .into_iter()
-                .map(|w| (w.into_inner().expect("a writer"), 0)),
-        ))
-    }
+/// A writer of the no-read shape: the optimistic writer's connection, and its journal's length
+/// (what it holds of its run, with the run's row).
+struct CachedWriter {
+    writer: OptimisticWriter,
+    seq: i64,
 }
 
-impl DurableLog for PgCachedCeiling {
-    type Writer<'a> = usize;
-
-    fn writer(&self) -> usize {
-        self.0.next()
-    }
-
-    fn commit(&self, t: &mut usize, ticket: u64) {
-        let mut guard = self.0.lock(*t);
-        let (w, seq) = &mut *guard;
-        let ticket = ticket as i64;
+impl ShapeWriter for CachedWriter {
+    /// One command: the guarded write alone, decided at this host's clock.
+    fn command(&mut self, write: &'static str, ticket: i64, row: &'static [u8]) {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("after the epoch")
             .as_millis() as i64;
-        for (write, row) in [
-            (CACHED_INTENT, &b"intent: stripe.charge"[..]),
-            (CACHED_OUTCOME, &b"confirmed: ch_0123456789"[..]),
-        ] {
-            *seq += 1;
-            let params: Vec<Param> = vec![
-                Box::new(w.id),
-                Box::new(ticket),
-                Box::new(row.to_vec()),
-                Box::new(*seq),
-                Box::new(b"run: leased to its writer".to_vec()),
-                Box::new(now_ms),
-            ];
-            let (done, _) = w.connection.pipeline(
-                vec![Request::Execute {
-                    op: "write",
-                    sql: Cow::Borrowed(write),
-                    params,
-                }],
-                &[],
-            );
-            for d in &done {
-                if let Err((_, e)) = d {
-                    panic!("the guarded write: {e:?}");
-                }
+        self.seq += 1;
+        let params: Vec<Param> = vec![
+            Box::new(self.writer.id),
+            Box::new(ticket),
+            Box::new(row.to_vec()),
+            Box::new(self.seq),
+            Box::new(b"run: leased to its writer".to_vec()),
+            Box::new(now_ms),
+        ];
+        let (done, _) = self.writer.connection.pipeline(
+            vec![Request::Execute {
+                op: "write",
+                sql: Cow::Borrowed(write),
+                params,
+            }],
+            &[],
+        );
+        for d in &done {
+            if let Err((_, e)) = d {
+                panic!("the guarded write: {e:?}");
             }
         }
+    }
+}
+
+/// The ceiling of a command decided on what the writer already holds: one guarded autocommit
+/// statement per command.
+fn cached_ceiling(server: &str, writers: usize) -> Ceiling<CachedWriter> {
+    let writers = ceiling_writers(server, "bench_cached", writers, OPTIMISTIC_READ);
+    Ceiling {
+        writers: Writers::new(writers.map(|(id, connection, read)| CachedWriter {
+            writer: OptimisticWriter {
+                id,
+                connection,
+                read,
+            },
+            seq: 0,
+        })),
+        intent: CACHED_INTENT,
+        outcome: CACHED_OUTCOME,
     }
 }
 
@@ -584,13 +578,13 @@ fn pg_protocol(c: &mut Criterion) {
             PgRawCeiling::new(&server, threads)
         });
         bench_system(&mut group, "pg_pipelined_ceiling", threads, || {
-            PgPipelinedCeiling::new(&server, threads)
+            pipelined_ceiling(&server, threads)
         });
         bench_system(&mut group, "pg_optimistic_ceiling", threads, || {
-            PgOptimisticCeiling::new(&server, threads)
+            optimistic_ceiling(&server, threads)
         });
         bench_system(&mut group, "pg_cached_ceiling", threads, || {
-            PgCachedCeiling::new(&server, threads)
+            cached_ceiling(&server, threads)
         });
         bench_system(&mut group, "postgres", threads, || {
             PgProtocol::new(&server, threads)

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::books::{Command, Decided, MemBooks, Run, RunId, RunState};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::db::Recovery;
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
@@ -53,19 +53,6 @@ pub(crate) struct PgBackend {
     commits: AtomicU64,
     /// Held by the one retention pass at a time.
     retaining: Mutex<()>,
-}
-
-/// This host's clock, corrected by its offset from the server's.
-#[derive(Debug)]
-struct ServerClock {
-    offset_ms: i64,
-}
-
-impl Clock for ServerClock {
-    fn now_ms(&self) -> u64 {
-        let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
-        u64::try_from(here.saturating_add(self.offset_ms)).unwrap_or(0)
-    }
 }
 
 impl Engine {
@@ -161,13 +148,11 @@ impl Engine {
             ),
             stale_write_as_committed: planted(&options.db.wal, PlantedBug::PgStaleWriteAsCommitted),
         });
-        let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
-        let server = i64::try_from(store.now_ms()?).unwrap_or(i64::MAX);
+        // The offset the store measured at connect, kept for the engine's
+        // life (the store's own moves on with every read of the clock).
         let clock: Arc<dyn Clock> = match &decide_at {
             Some(clock) => Arc::clone(clock),
-            None => Arc::new(ServerClock {
-                offset_ms: server.saturating_sub(here),
-            }),
+            None => Arc::new(store.server_clock()),
         };
         let recovery = Recovery {
             created: store.created(),

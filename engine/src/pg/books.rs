@@ -108,10 +108,10 @@ pub struct PgBooks<'a> {
     /// commit meanwhile is not in its snapshot (or, for a locked run, cannot
     /// happen).
     cache: RefCell<Cache>,
-    /// An optimistic command's view (see [`PgBooks::optimistic`]): its run
-    /// and that run's stored record as its read found it, the bytes its
-    /// write checks are still there.
-    optimistic: Option<(RunId, Vec<u8>)>,
+    /// An optimistic command's view (see [`PgBooks::optimistic`]): it reads
+    /// nothing past its first read, and its write checks the run's stored
+    /// record is still `stored_run`'s.
+    optimistic: bool,
     /// Whether an optimistic command's view was asked for a row its read
     /// did not hold (it answered nothing: the command runs again in a
     /// transaction).
@@ -123,14 +123,10 @@ pub struct PgBooks<'a> {
     /// The rows such a view took for absent without reading them: its
     /// write checks each.
     assumed: RefCell<Vec<Assumed>>,
-    /// The steps' sides whose first attempt this view inserts with a plain
-    /// `INSERT` (no `ON CONFLICT`): the primary key refuses it if the side
-    /// has any entry (attempts are numbered from 1 and leave only with
-    /// their run), so the write need not check that side's absence again.
-    first_inserted: RefCell<Vec<(RunId, StepId, EffectKind)>>,
-    /// A command's transaction: the run it read first and that run's
-    /// stored record as it stands after the transaction's writes, so what
-    /// the process holds of the run can be kept once it committed.
+    /// The run the command read first and that run's stored record as it
+    /// stands after the command's writes: what an optimistic write checks
+    /// the run still holds, and what the process holds of the run once the
+    /// command committed.
     stored_run: Option<(RunId, Vec<u8>)>,
     /// The steps' sides of the ledger this view read or wrote: what the
     /// process keeps of a run's ledger after the command is these sides
@@ -154,9 +150,9 @@ enum Assumed {
 /// never stamped before its time) or earlier by more than this.
 pub(crate) const CLOCK_SLACK_MS: u64 = 200;
 
-/// What a process holds of a run after an optimistic command on it
-/// landed: the rows it read and wrote, and the run's stored record (which
-/// such a command never changes), as they were when its write landed. The
+/// What a process holds of a run after a command on it committed (in a
+/// transaction or optimistically): the rows it read and wrote of the run,
+/// and the run's stored record, as they were when it committed. The
 /// next command on the run may be decided on them with no read; its write
 /// lands only if the run is still as they say (the same guard, and the
 /// journal's next line still free).
@@ -374,7 +370,11 @@ pub(crate) fn command_run(cmd: &Command) -> Option<&RunId> {
     }
 }
 
-/// Whether `cmd` is run optimistically first (see [`PgBooks::optimistic`]).
+/// Whether `cmd` is run optimistically first (see [`PgBooks::optimistic`]):
+/// not one that writes the run's record (a lease's, a state's change) or
+/// its waits, stores blobs (an intent with its arguments: their holders are
+/// counted across runs), or reads more than its first read holds (a
+/// decision reads the count of the run's decisions).
 pub(crate) fn optimistic_command(cmd: &Command) -> bool {
     match cmd {
         Command::BeginEffect(c) => c.args.is_none(),
@@ -393,9 +393,11 @@ pub(crate) enum Optimistic {
     /// Nothing landed: its run changed after its read (the write's guard
     /// failed); it must run again, in a transaction.
     Changed,
-    /// As a transaction's end (nothing landed, or the write was in flight
-    /// when the connection broke).
-    Ended(Ended),
+    /// The server refused the write for another cause: nothing landed.
+    Failed(Failed),
+    /// The connection broke with the write in flight: it landed whole or
+    /// not at all.
+    InDoubt(&'static str, postgres::Error),
 }
 
 /// A `u64` of the books as a PostgreSQL `bigint`. Every count, version,
@@ -420,34 +422,25 @@ impl<'a> PgBooks<'a> {
         books
     }
 
-    /// An optimistic view of `cmd` on `connection`, if `cmd` reads a run
-    /// first: no transaction is begun; one statement, in autocommit, reads
-    /// the server's clock and what `cmd` reads first (its run unlocked),
-    /// and the view answers only from what that read and what the command
-    /// wrote. `cmd` is decided and applied on it as on a transaction's
-    /// view, then [`Self::commit_optimistic`] sends its writes as one
-    /// statement that lands only if the run is as read.
-    /// `None` for a command that is not run so: one that writes the run's
-    /// record (a lease's, a state's change) or its waits, stores blobs
-    /// (an intent with its arguments: their holders are counted across
-    /// runs), or reads more than its first read holds (a decision reads
-    /// the count of the run's decisions).
-    pub(crate) fn optimistic(connection: &'a mut Connection, cmd: &Command) -> Option<PgBooks<'a>> {
-        if !optimistic_command(cmd) {
-            return None;
-        }
-        let prefetch = Prefetch::of(cmd);
-        let run = match &prefetch {
-            Prefetch::Run(run) | Prefetch::Intent(run, ..) => (*run).clone(),
-            Prefetch::Entry(key) => key.run().clone(),
-            Prefetch::Clock | Prefetch::Create(..) => return None,
-        };
+    /// An optimistic view of `cmd` (one [`optimistic_command`] accepts) on
+    /// `connection`, its run `run`: no transaction is begun; one statement,
+    /// in autocommit, reads the server's clock and what `cmd` reads first
+    /// (its run unlocked), and the view answers only from what that read
+    /// and what the command wrote. `cmd` is decided and applied on it as on
+    /// a transaction's view, then [`Self::commit_optimistic`] sends its
+    /// writes as one statement that lands only if the run is as read.
+    pub(crate) fn optimistic(
+        connection: &'a mut Connection,
+        cmd: &Command,
+        run: RunId,
+    ) -> PgBooks<'a> {
         let mut books = PgBooks::with_locking(false, connection);
-        let read = books.begin(None, &prefetch, &UNLOCKED);
+        let read = books.begin(None, &Prefetch::of(cmd), &UNLOCKED);
         // The run absent (or the read failed): a transaction decides.
         books.missed.set(read.is_none());
-        books.optimistic = Some((run, read.unwrap_or_default()));
-        Some(books)
+        books.optimistic = true;
+        books.stored_run = Some((run, read.unwrap_or_default()));
+        books
     }
 
     /// An optimistic view of a command on what the process holds of its
@@ -463,7 +456,8 @@ impl<'a> PgBooks<'a> {
     ) -> PgBooks<'a> {
         let mut books = PgBooks::with_locking(false, connection);
         books.cache = RefCell::new(known.cache);
-        books.optimistic = Some((known.run, known.stored));
+        books.optimistic = true;
+        books.stored_run = Some((known.run, known.stored));
         books.decided_at = Some(now_ms);
         books.clock_ms = Some(now_ms);
         books
@@ -489,11 +483,10 @@ impl<'a> PgBooks<'a> {
             failed: RefCell::new(None),
             clock_ms: None,
             cache: RefCell::new(Cache::default()),
-            optimistic: None,
+            optimistic: false,
             missed: Cell::new(false),
             decided_at: None,
             assumed: RefCell::new(Vec::new()),
-            first_inserted: RefCell::new(Vec::new()),
             stored_run: None,
             touched: RefCell::new(BTreeSet::new()),
         }
@@ -594,10 +587,6 @@ impl<'a> PgBooks<'a> {
         if let Some(failed) = self.failed.into_inner() {
             return (Ended::Failed(failed), None);
         }
-        let touched = self.touched.into_inner();
-        let known = self
-            .stored_run
-            .map(|(run, stored)| Known::of(run, stored, self.cache.into_inner(), &touched));
         let mut requests = merge_writes(self.queued.into_inner());
         requests.push(Request::Simple("COMMIT"));
         let (done, _) = self.connection.into_inner().pipeline(requests, &[]);
@@ -620,7 +609,19 @@ impl<'a> PgBooks<'a> {
             }
         }
         match commit {
-            Ok(()) => (Ended::Committed, known),
+            // (What the process holds is made once the commit is answered,
+            // not on the way to it.)
+            Ok(()) => (
+                Ended::Committed,
+                self.stored_run.map(|(run, stored)| {
+                    Known::of(
+                        run,
+                        stored,
+                        self.cache.into_inner(),
+                        &self.touched.into_inner(),
+                    )
+                }),
+            ),
             Err((op, e)) if e.is_closed() || e.code().is_none() => (Ended::InDoubt(op, e), None),
             Err((op, e)) => (Ended::Failed(Failed::Query(op, e)), None),
         }
@@ -641,11 +642,9 @@ impl<'a> PgBooks<'a> {
 
     /// Notes that this view read or wrote a side of the ledger.
     fn touch(&self, run: &RunId, step: &StepId, kind: EffectKind) {
-        let mut touched = self.touched.borrow_mut();
-        let side = (run.clone(), step.clone(), kind);
-        if !touched.contains(&side) {
-            touched.insert(side);
-        }
+        self.touched
+            .borrow_mut()
+            .insert((run.clone(), step.clone(), kind));
     }
 
     /// Whether this view decided on what the process held, with no read
@@ -677,20 +676,17 @@ impl<'a> PgBooks<'a> {
         planted_ignore_refused: bool,
     ) -> (Optimistic, Option<Known>) {
         if let Some(failed) = self.failed.into_inner() {
-            return (Optimistic::Ended(Ended::Failed(failed)), None);
+            return (Optimistic::Failed(failed), None);
         }
-        let Some((run, stored)) = self.optimistic else {
+        let Some((run, stored)) = self.stored_run.filter(|_| self.optimistic) else {
             return (Optimistic::Stale, None);
         };
         if self.missed.get() {
             return (Optimistic::Stale, None);
         }
-        let known = Known::of(
-            run.clone(),
-            stored.clone(),
-            self.cache.into_inner(),
-            &self.touched.into_inner(),
-        );
+        // What the process holds once the write landed (made after it).
+        let (cache, touched) = (self.cache.into_inner(), self.touched.into_inner());
+        let known = |run: RunId, stored: Vec<u8>| Some(Known::of(run, stored, cache, &touched));
         let writes = self.queued.into_inner();
         if writes.is_empty() {
             // Answered from the read; but what the process held is checked
@@ -698,9 +694,9 @@ impl<'a> PgBooks<'a> {
             if self.decided_at.is_some() {
                 return (Optimistic::Stale, None);
             }
-            return (Optimistic::Committed, Some(known));
+            return (Optimistic::Committed, known(run, stored));
         }
-        let mut params: Vec<Param> = owned![run.as_str(); stored];
+        let mut params: Vec<Param> = owned![run.as_str(); stored.clone()];
         let mut guard = String::from("SELECT 1 FROM actum_runs WHERE id = $1 AND row = $2");
         if let Some(at) = self.decided_at {
             params.push(Box::new(big(at)));
@@ -710,14 +706,10 @@ impl<'a> PgBooks<'a> {
                 n = params.len()
             ));
         }
-        let first_inserted = self.first_inserted.into_inner();
         for assumed in self.assumed.into_inner() {
             let at = params.len();
             match assumed {
                 Assumed::NoEntry(run, step, kind) => {
-                    if first_inserted.contains(&(run.clone(), step.clone(), kind)) {
-                        continue;
-                    }
                     params.extend(owned![
                         run.as_str(),
                         step.as_str(),
@@ -781,7 +773,7 @@ impl<'a> PgBooks<'a> {
         };
         let (mut done, _) = self.connection.into_inner().pipeline(vec![request], &[]);
         let ended = match done.pop().expect("one answer") {
-            Ok(()) => return (Optimistic::Committed, Some(known)),
+            Ok(()) => return (Optimistic::Committed, known(run, stored)),
             Err((op, e)) => match e.code() {
                 Some(code)
                     if *code == SqlState::DIVISION_BY_ZERO
@@ -794,10 +786,10 @@ impl<'a> PgBooks<'a> {
                 // The planted `PgRefusedWriteAsCommitted`.
                 Some(_) if planted_ignore_refused => Optimistic::Committed,
                 // The server refused it: nothing landed.
-                Some(_) => Optimistic::Ended(Ended::Failed(Failed::Query(op, e))),
+                Some(_) => Optimistic::Failed(Failed::Query(op, e)),
                 // The connection broke with the statement sent: it landed
                 // whole or not at all.
-                None => Optimistic::Ended(Ended::InDoubt(op, e)),
+                None => Optimistic::InDoubt(op, e),
             },
         };
         (ended, None)
@@ -817,7 +809,7 @@ impl<'a> PgBooks<'a> {
         reads: &[(&'static str, &'static str, &[&(dyn ToSql + Sync)])],
     ) -> Vec<Vec<postgres::Row>> {
         let nothing = || reads.iter().map(|_| Vec::new()).collect();
-        if self.optimistic.is_some() {
+        if self.optimistic {
             self.missed.set(true);
         }
         if self.has_failed() {
@@ -1414,7 +1406,7 @@ impl BooksRead for PgBooks<'_> {
                 None => {}
             }
         }
-        if self.decided_at.is_some() && self.optimistic.as_ref().is_some_and(|(own, _)| own == run)
+        if self.decided_at.is_some() && self.stored_run.as_ref().is_some_and(|(own, _)| own == run)
         {
             // Taken for absent; the write checks it.
             self.assumed
@@ -1735,7 +1727,12 @@ impl BooksWrite for PgBooks<'_> {
             }
         };
         if sql == INSERT && entry.key.attempt() == 1 {
-            self.first_inserted.borrow_mut().push(side.clone());
+            // The primary key refuses this insert if the side has any entry
+            // (attempts are numbered from 1 and leave only with their run):
+            // the write need not check that side's absence again.
+            self.assumed
+                .borrow_mut()
+                .retain(|assumed| !matches!(assumed, Assumed::NoEntry(r, st, k) if (r, st, *k) == (&side.0, &side.1, side.2)));
         }
         self.execute(
             "write ledger entry",

@@ -66,6 +66,23 @@ fn intent(guard: &crate::books::Guard, step: &str, args: &[u8]) -> crate::books:
     }
 }
 
+/// A step that charges 9 EUR on `run` under `guard`, through the ceremony
+/// (its arguments stored).
+fn charge<'a>(guard: &'a crate::books::Guard, run: &'a RunId, step: &'a StepId) -> StepRequest<'a> {
+    StepRequest {
+        guard,
+        run,
+        step,
+        tool: ToolSpec {
+            name: "psp.charge".into(),
+            class: ToolClass::Queryable,
+        },
+        args: b"9 EUR",
+        rationale: "the order",
+        compensation: None,
+    }
+}
+
 /// Asserts the ledger holds `key` confirmed.
 fn assert_confirmed(engine: &Engine, key: &crate::books::EffectKey) {
     let entry = engine.effect(key).unwrap().unwrap();
@@ -93,18 +110,7 @@ fn two_engines_on_one_database_share_runs_leases_and_the_ledger() {
     assert!(a.claim_next(&worker("a"), LEASE_MS).unwrap().is_none());
     start(&b, &lease.guard);
     let step = StepId::new("charge").unwrap();
-    let request = |guard| StepRequest {
-        guard,
-        run: &run,
-        step: &step,
-        tool: ToolSpec {
-            name: "psp.charge".into(),
-            class: ToolClass::Queryable,
-        },
-        args: b"9 EUR",
-        rationale: "the order",
-        compensation: None,
-    };
+    let request = |guard| charge(guard, &run, &step);
     let StepPlan::Act(ctx) = b.begin_step(&request(&lease.guard)).unwrap() else {
         panic!("a fresh step acts")
     };
@@ -442,18 +448,7 @@ fn a_steps_outcome_is_decided_on_what_its_intent_left() {
     let lease = engine.claim_next(&worker("w"), 600_000).unwrap().unwrap();
     start(&engine, &lease.guard);
     let step = StepId::new("charge").unwrap();
-    let request = StepRequest {
-        guard: &lease.guard,
-        run: &run,
-        step: &step,
-        tool: ToolSpec {
-            name: "psp.charge".into(),
-            class: ToolClass::Queryable,
-        },
-        args: b"9 EUR",
-        rationale: "the order",
-        compensation: None,
-    };
+    let request = charge(&lease.guard, &run, &step);
     let StepPlan::Act(ctx) = engine.begin_step(&request).unwrap() else {
         panic!("a fresh step acts")
     };

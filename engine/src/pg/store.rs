@@ -104,7 +104,7 @@ pub struct PgStore {
     /// on last (at most [`KNOWN_RUNS`]; see `Known`).
     known: Mutex<BTreeMap<RunId, Known>>,
     /// The server's clock less this host's, in milliseconds, as the last
-    /// optimistic read measured it (`i64::MIN`: not yet).
+    /// read of the server's clock measured it (first at connect).
     offset_ms: AtomicI64,
     /// Fault injection for the kill loop: every how many optimistic
     /// commands one waits between its read and its write, and how long, in
@@ -245,7 +245,7 @@ impl PgStore {
             round_trips: Arc::new(AtomicU64::new(0)),
             optimistic: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             known: Mutex::new(BTreeMap::new()),
-            offset_ms: AtomicI64::new(i64::MIN),
+            offset_ms: AtomicI64::new(0),
             stall: [AtomicU64::new(0), AtomicU64::new(0)],
             planted: Planted::default(),
         };
@@ -257,7 +257,17 @@ impl PgStore {
         store.created = found == 0;
         let connection = store.take()?;
         store.give_back(connection);
+        let server = store.now_ms()?;
+        store.measured(server);
         Ok(store)
+    }
+
+    /// This host's clock corrected by its offset from the server's as
+    /// measured now (the last read of the server's clock).
+    pub(crate) fn server_clock(&self) -> ServerClock {
+        ServerClock {
+            offset_ms: self.offset_ms.load(Ordering::Relaxed),
+        }
     }
 
     /// Plants the bugs `planted` names (test-only, see [`Planted`]).
@@ -518,16 +528,20 @@ impl PgStore {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(run)
             .filter(Known::usable);
-        let offset = self.offset_ms.load(Ordering::Relaxed);
         let mut books = match known {
             // A manual clock (tests) decides at its own readings, which the
             // server's clock cannot be checked against.
-            Some(known) if at_ms.is_none() && offset != i64::MIN => {
+            Some(known) if at_ms.is_none() => {
                 self.optimistic[2].fetch_add(1, Ordering::Relaxed);
-                PgBooks::from_known(connection, known, estimate_ms(offset))
+                // Half the slack ahead: the measured offset is low by the
+                // read's latency and the write starts after this reading,
+                // so the reading lands at or a little after the server's
+                // clock when the write runs, which the write checks.
+                let now_ms = self.server_clock().now_ms() + CLOCK_SLACK_MS / 2;
+                PgBooks::from_known(connection, known, now_ms)
             }
             _ => {
-                let books = PgBooks::optimistic(connection, cmd)?;
+                let books = PgBooks::optimistic(connection, cmd, run.clone());
                 if at_ms.is_none() && !books.has_failed() {
                     self.measured(books.clock_ms());
                 }
@@ -577,16 +591,13 @@ impl PgStore {
                 Some(applied.map_err(Attempt::Failed))
             }
             Optimistic::Stale | Optimistic::Changed => stale(),
-            Optimistic::Ended(Ended::Committed) => Some(applied.map_err(Attempt::Failed)),
-            Optimistic::Ended(Ended::Failed(failed)) => Some(Err(self.failed_with(failed))),
-            Optimistic::Ended(Ended::InDoubt(op, e)) => {
-                Some(Err(Attempt::Failed(self.error(op, true, e))))
-            }
+            Optimistic::Failed(failed) => Some(Err(self.failed_with(failed))),
+            Optimistic::InDoubt(op, e) => Some(Err(Attempt::Failed(self.error(op, true, e)))),
         }
     }
 
     /// Notes the server's clock, `server_ms`, read just now: the offset
-    /// [`estimate_ms`] corrects this host's clock by.
+    /// [`Self::server_clock`] corrects this host's clock by.
     fn measured(&self, server_ms: u64) {
         let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
         let server = i64::try_from(server_ms).unwrap_or(i64::MAX);
@@ -868,15 +879,18 @@ fn applied_on<D>(
     Ok((decided.answer, seen))
 }
 
-/// This host's clock corrected by `offset_ms` (the server's less this
-/// host's, as last measured), and half of [`CLOCK_SLACK_MS`] ahead: the
-/// measured offset is low by the read's latency and the write starts after
-/// the estimate, so the reading lands at or a little after the server's
-/// clock when the write runs, which the write checks.
-fn estimate_ms(offset_ms: i64) -> u64 {
-    let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
-    let ahead = i64::try_from(CLOCK_SLACK_MS / 2).unwrap_or(0);
-    u64::try_from(here.saturating_add(offset_ms).saturating_add(ahead)).unwrap_or(0)
+/// This host's clock, corrected by its offset from the server's.
+#[derive(Debug)]
+pub(crate) struct ServerClock {
+    /// The server's clock less this host's, in milliseconds.
+    pub(crate) offset_ms: i64,
+}
+
+impl Clock for ServerClock {
+    fn now_ms(&self) -> u64 {
+        let here = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
+        u64::try_from(here.saturating_add(self.offset_ms)).unwrap_or(0)
+    }
 }
 
 /// Why one attempt at a command ended without an answer.
