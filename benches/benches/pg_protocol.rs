@@ -389,10 +389,10 @@ impl ShapeWriter for PipelinedWriter {
         assert!(read.iter().all(Result::is_ok), "the run read");
         self.seq += 1;
         let params: Vec<Param> = vec![
-            Box::new(id),
-            Box::new(ticket),
-            Box::new(row.to_vec()),
-            Box::new(self.seq),
+            Param::from(id),
+            Param::from(ticket),
+            Param::from(row.to_vec()),
+            Param::from(self.seq),
         ];
         let (done, _) = self.connection.pipeline(
             vec![
@@ -461,11 +461,11 @@ impl ShapeWriter for OptimisticWriter {
         let run: Vec<u8> = rows[0].get(1);
         let seq: i64 = rows[0].get(2);
         let params: Vec<Param> = vec![
-            Box::new(id),
-            Box::new(ticket),
-            Box::new(row.to_vec()),
-            Box::new(seq + 1),
-            Box::new(run),
+            Param::from(id),
+            Param::from(ticket),
+            Param::from(row.to_vec()),
+            Param::from(seq + 1),
+            Param::from(run),
         ];
         let (done, _) = self.connection.pipeline(
             vec![Request::Execute {
@@ -511,12 +511,12 @@ impl ShapeWriter for CachedWriter {
             .as_millis() as i64;
         self.seq += 1;
         let params: Vec<Param> = vec![
-            Box::new(self.writer.id),
-            Box::new(ticket),
-            Box::new(row.to_vec()),
-            Box::new(self.seq),
-            Box::new(b"run: leased to its writer".to_vec()),
-            Box::new(now_ms),
+            Param::from(self.writer.id),
+            Param::from(ticket),
+            Param::from(row.to_vec()),
+            Param::from(self.seq),
+            Param::from(b"run: leased to its writer".to_vec()),
+            Param::from(now_ms),
         ];
         let (done, _) = self.writer.connection.pipeline(
             vec![Request::Execute {

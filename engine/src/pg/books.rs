@@ -62,13 +62,13 @@ pub(crate) enum Ended {
     InDoubt(&'static str, postgres::Error),
 }
 
-/// Boxes each value as a statement's parameter, owned (a queued write is
-/// sent after the call that queued it returned): the values before a `;`
-/// are borrowed and copied, the one after it (a row's bytes) is moved in,
-/// not copied again.
+/// Each value as a statement's parameter, owned (a queued write is sent
+/// after the call that queued it returned): the values before a `;` are
+/// borrowed and copied, the one after it (a row's bytes) is moved in, not
+/// copied again.
 macro_rules! owned {
     ($($value:expr),* $(; $moved:expr)?) => {
-        vec![$(Box::new($value.to_owned()) as Param,)* $(Box::new($moved) as Param)?]
+        vec![$(Param::from($value),)* $(Param::from($moved))?]
     };
 }
 
@@ -170,38 +170,29 @@ impl Known {
     fn of(
         run: RunId,
         stored: Vec<u8>,
-        cache: Cache,
+        mut cache: Cache,
         touched: &BTreeSet<(RunId, StepId, EffectKind)>,
     ) -> Known {
-        fn keep<V>(run: &RunId, mut map: BTreeMap<RunId, V>) -> BTreeMap<RunId, V> {
-            map.remove(run)
-                .map(|value| BTreeMap::from([(run.clone(), value)]))
-                .unwrap_or_default()
-        }
-        let cache = Cache {
-            runs: keep(&run, cache.runs),
-            waits: keep(&run, cache.waits),
-            budgets: keep(&run, cache.budgets),
-            sagas: keep(&run, cache.sagas),
-            audit_lens: keep(&run, cache.audit_lens),
-            effects: touched
-                .iter()
-                .filter(|(id, _, _)| *id == run)
-                .flat_map(|(_, step, kind)| {
-                    cache
-                        .effects
-                        .range(EffectKey::attempts_of(&run, step, *kind))
-                        .map(|(key, entry)| (key.clone(), entry.clone()))
-                        .collect::<Vec<_>>()
-                })
-                .collect(),
-            latest: touched
-                .iter()
-                .filter(|(id, _, _)| *id == run)
-                .filter_map(|side| cache.latest.get(side).map(|n| (side.clone(), *n)))
-                .collect(),
-            blobs: BTreeMap::new(),
+        // Kept in place: a map that held only the run's rows (the usual
+        // case) keeps its node, so a run's commands allocate no maps.
+        cache.runs.retain(|id, _| *id == run);
+        cache.waits.retain(|id, _| *id == run);
+        cache.budgets.retain(|id, _| *id == run);
+        cache.sagas.retain(|id, _| *id == run);
+        cache.audit_lens.retain(|id, _| *id == run);
+        let own = |id: &RunId, step: &StepId, kind: EffectKind| {
+            *id == run
+                && touched
+                    .iter()
+                    .any(|(r, s, k)| r == id && s == step && *k == kind)
         };
+        cache
+            .effects
+            .retain(|key, _| own(key.run(), key.step(), key.kind()));
+        cache
+            .latest
+            .retain(|(id, step, kind), _| own(id, step, *kind));
+        cache.blobs.clear();
         Known { run, stored, cache }
     }
 
@@ -527,10 +518,7 @@ impl<'a> PgBooks<'a> {
                 owned![run.as_str(), digest.0.as_slice()],
             ),
         };
-        let params: Vec<&(dyn ToSql + Sync)> = owned
-            .iter()
-            .map(|param| &**param as &(dyn ToSql + Sync))
-            .collect();
+        let params: Vec<&(dyn ToSql + Sync)> = owned.iter().map(Param::as_sql).collect();
         let rows = self
             .fetch(&[("read the command's rows", sql, &params)])
             .pop()
@@ -696,18 +684,20 @@ impl<'a> PgBooks<'a> {
             }
             return (Optimistic::Committed, known(run, stored));
         }
-        let mut params: Vec<Param> = owned![run.as_str(); stored.clone()];
-        let mut guard = String::from("SELECT 1 FROM actum_runs WHERE id = $1 AND row = $2");
+        // The statement's pieces (the guard's, then each write's SQL, each
+        // with its count of parameters) and its parameters in that order:
+        // the pieces name the statement, composed and prepared once per
+        // connection (`optimistic_sql`).
+        let mut params: Vec<Param> = Vec::with_capacity(16);
+        params.push(Param::from(run.as_str()));
+        params.push(Param::Bytes(stored.clone()));
+        let mut pieces: Vec<(&'static str, usize)> = Vec::with_capacity(8);
+        pieces.push((GUARD_RUN, 2));
         if let Some(at) = self.decided_at {
-            params.push(Box::new(big(at)));
-            guard.push_str(&format!(
-                " AND floor(extract(epoch FROM now()) * 1000)::bigint \
-                 BETWEEN ${n}::bigint - {CLOCK_SLACK_MS} AND ${n}::bigint",
-                n = params.len()
-            ));
+            params.push(Param::Big(big(at)));
+            pieces.push((GUARD_CLOCK, 1));
         }
         for assumed in self.assumed.into_inner() {
-            let at = params.len();
             match assumed {
                 Assumed::NoEntry(run, step, kind) => {
                     params.extend(owned![
@@ -715,64 +705,34 @@ impl<'a> PgBooks<'a> {
                         step.as_str(),
                         i16::from(effect_kind_code(kind))
                     ]);
-                    guard.push_str(&format!(
-                        " AND NOT EXISTS (SELECT 1 FROM actum_effects WHERE run = ${} \
-                         AND step = ${} AND kind = ${})",
-                        at + 1,
-                        at + 2,
-                        at + 3
-                    ));
+                    pieces.push((GUARD_NO_ENTRY, 3));
                 }
                 Assumed::NoBlob(digest) => {
                     params.extend(owned![digest.0.as_slice()]);
-                    guard.push_str(&format!(
-                        " AND NOT EXISTS (SELECT 1 FROM actum_blobs WHERE digest = ${})",
-                        at + 1
-                    ));
+                    pieces.push((GUARD_NO_BLOB, 1));
                 }
             }
         }
-        let mut sql = format!("WITH g AS ({guard} FOR UPDATE)");
-        let mut tables: Vec<&str> = Vec::with_capacity(writes.len());
-        let mut journaled = false;
-        for (at, write) in writes.into_iter().enumerate() {
+        for write in writes {
             let Request::Execute {
-                sql: part,
+                sql: Cow::Borrowed(part),
                 params: own,
                 ..
             } = write
             else {
                 return (Optimistic::Stale, None);
             };
-            let table = written_table(&part);
-            let Some(table) = table.filter(|t| OPTIMISTIC_TABLES.contains(t)) else {
-                return (Optimistic::Stale, None);
-            };
-            if tables.contains(&table) {
-                // Two writes of one table in one statement run in no set
-                // order.
-                return (Optimistic::Stale, None);
-            }
-            tables.push(table);
-            journaled |= table == "actum_audit";
-            sql.push_str(&format!(
-                ", w{at} AS ({})",
-                shift_parameters(&part, params.len())
-            ));
+            pieces.push((part, own.len()));
             params.extend(own);
         }
-        if !journaled {
-            // Only a journal line proves no other command came between.
-            return (Optimistic::Stale, None);
-        }
-        sql.push_str(" SELECT 1 / count(*) FROM g");
-        let request = Request::Execute {
-            op: "write the command's rows (run unchanged since read)",
-            sql: Cow::Owned(sql),
-            params,
+        const OP: &str = "write the command's rows (run unchanged since read)";
+        let connection = self.connection.into_inner();
+        let answer = match connection.composed(pieces, optimistic_sql) {
+            None => return (Optimistic::Stale, None),
+            Some(Err(e)) => Err((OP, e)),
+            Some(Ok(statement)) => connection.execute_prepared(OP, &statement, &params),
         };
-        let (mut done, _) = self.connection.into_inner().pipeline(vec![request], &[]);
-        let ended = match done.pop().expect("one answer") {
+        let ended = match answer {
             Ok(()) => return (Optimistic::Committed, known(run, stored)),
             Err((op, e)) => match e.code() {
                 Some(code)
@@ -1243,6 +1203,71 @@ fn merge_writes(requests: Vec<Request>) -> Vec<Request> {
 
 /// The table a write statement writes (`INSERT INTO t`, `UPDATE t`,
 /// `DELETE FROM t`).
+/// The pieces of an optimistic write's guard (see
+/// [`PgBooks::commit_optimistic`]): markers `optimistic_sql` gives their SQL,
+/// never the SQL of a write.
+const GUARD_RUN: &str = "guard: the run's record as read";
+const GUARD_CLOCK: &str = "guard: the server's clock as estimated";
+const GUARD_NO_ENTRY: &str = "guard: no entry of the step's side";
+const GUARD_NO_BLOB: &str = "guard: no blob of the digest";
+
+/// The SQL of an optimistic write made of `pieces` (each with its count of
+/// parameters): a guard that locks the run's record and holds when every
+/// guard piece does, then each write as a CTE with its parameters numbered
+/// after those before it, then a division by the count of rows the guard
+/// found, which fails the statement when it found none. `None` when the
+/// writes cannot go as one statement: a table outside
+/// [`OPTIMISTIC_TABLES`], one table written twice (two writes of one table
+/// in one statement run in no set order), or no journal line (only a
+/// journal line proves no other command came between).
+fn optimistic_sql(pieces: &[(&'static str, usize)]) -> Option<String> {
+    let mut guard = String::new();
+    let mut writes = String::new();
+    let mut tables: Vec<&str> = Vec::new();
+    let mut before = 0;
+    for &(piece, count) in pieces {
+        let n = before + 1;
+        match piece {
+            GUARD_RUN => guard.push_str(&format!(
+                "SELECT 1 FROM actum_runs WHERE id = ${n} AND row = ${}",
+                n + 1
+            )),
+            GUARD_CLOCK => guard.push_str(&format!(
+                " AND floor(extract(epoch FROM now()) * 1000)::bigint \
+                 BETWEEN ${n}::bigint - {CLOCK_SLACK_MS} AND ${n}::bigint"
+            )),
+            GUARD_NO_ENTRY => guard.push_str(&format!(
+                " AND NOT EXISTS (SELECT 1 FROM actum_effects WHERE run = ${n} \
+                 AND step = ${} AND kind = ${})",
+                n + 1,
+                n + 2
+            )),
+            GUARD_NO_BLOB => guard.push_str(&format!(
+                " AND NOT EXISTS (SELECT 1 FROM actum_blobs WHERE digest = ${n})"
+            )),
+            write => {
+                let table = written_table(write).filter(|t| OPTIMISTIC_TABLES.contains(t))?;
+                if tables.contains(&table) {
+                    return None;
+                }
+                writes.push_str(&format!(
+                    ", w{} AS ({})",
+                    tables.len(),
+                    shift_parameters(write, before)
+                ));
+                tables.push(table);
+            }
+        }
+        before += count;
+    }
+    if !tables.contains(&"actum_audit") {
+        return None;
+    }
+    Some(format!(
+        "WITH g AS ({guard} FOR UPDATE){writes} SELECT 1 / count(*) FROM g"
+    ))
+}
+
 fn written_table(sql: &str) -> Option<&'static str> {
     let rest = sql
         .strip_prefix("INSERT INTO ")
@@ -1947,7 +1972,7 @@ mod merge_tests {
         Request::Execute {
             op: sql,
             sql: Cow::Borrowed(sql),
-            params: (0..params).map(|n| Box::new(n as i64) as Param).collect(),
+            params: (0..params).map(|n| Param::Big(n as i64)).collect(),
         }
     }
 
@@ -1959,6 +1984,53 @@ mod merge_tests {
                 Request::Execute { sql, params, .. } => (sql.to_string(), params.len()),
             })
             .collect()
+    }
+
+    /// An optimistic write's SQL, from its pieces: the guard's numbered
+    /// from `$1`, each write's renumbered after everything before it.
+    #[test]
+    fn an_optimistic_write_is_composed_from_its_pieces() {
+        const EFFECT: &str = "INSERT INTO actum_effects (run, step, kind, attempt, row) \
+                              VALUES ($1, $2, $3, $4, $5)";
+        const AUDIT: &str = "INSERT INTO actum_audit (run, seq, row) VALUES ($1, $2, $3)";
+        let sql = optimistic_sql(&[
+            (GUARD_RUN, 2),
+            (GUARD_CLOCK, 1),
+            (GUARD_NO_BLOB, 1),
+            (GUARD_NO_ENTRY, 3),
+            (EFFECT, 5),
+            (AUDIT, 3),
+        ]);
+        assert_eq!(
+            sql.as_deref(),
+            Some(
+                "WITH g AS (SELECT 1 FROM actum_runs WHERE id = $1 AND row = $2 \
+                 AND floor(extract(epoch FROM now()) * 1000)::bigint \
+                 BETWEEN $3::bigint - 200 AND $3::bigint \
+                 AND NOT EXISTS (SELECT 1 FROM actum_blobs WHERE digest = $4) \
+                 AND NOT EXISTS (SELECT 1 FROM actum_effects WHERE run = $5 \
+                 AND step = $6 AND kind = $7) FOR UPDATE), \
+                 w0 AS (INSERT INTO actum_effects (run, step, kind, attempt, row) \
+                 VALUES ($8, $9, $10, $11, $12)), \
+                 w1 AS (INSERT INTO actum_audit (run, seq, row) VALUES ($13, $14, $15)) \
+                 SELECT 1 / count(*) FROM g"
+            )
+        );
+        // No journal line, a table written twice, a table outside the
+        // optimistic ones: no statement.
+        assert_eq!(optimistic_sql(&[(GUARD_RUN, 2), (EFFECT, 5)]), None);
+        assert_eq!(
+            optimistic_sql(&[(GUARD_RUN, 2), (AUDIT, 3), (AUDIT, 3)]),
+            None
+        );
+        assert_eq!(
+            optimistic_sql(&[
+                (GUARD_RUN, 2),
+                ("INSERT INTO actum_runs (id, row) VALUES ($1, $2)", 2),
+                (AUDIT, 3)
+            ]),
+            None
+        );
     }
 
     #[test]

@@ -655,3 +655,45 @@ fn a_retried_step_and_a_timer_behave_as_in_the_model() {
         panic!("the books differ (model here, PostgreSQL there): {diff}");
     }
 }
+
+/// A statement made of static pieces is composed and prepared once per
+/// connection, then found by its pieces: `compose` is not asked again, and
+/// what it refused is not kept (asked again next time).
+#[test]
+fn a_composed_statement_is_composed_once_per_connection() {
+    let Some(server) = server_url() else { return };
+    let url = fresh_database(&server, "composed");
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut connection = super::wire::Connection::connect(&url, counted)
+        .unwrap()
+        .unwrap();
+    let composed = std::cell::Cell::new(0);
+    let pieces = || vec![("SELECT $1::bigint + ", 1), ("$2::bigint", 1)];
+    let compose = |pieces: &[(&'static str, usize)]| {
+        composed.set(composed.get() + 1);
+        Some(pieces.iter().map(|(piece, _)| *piece).collect::<String>())
+    };
+    let first = connection.composed(pieces(), compose).unwrap().unwrap();
+    let again = connection.composed(pieces(), compose).unwrap().unwrap();
+    assert_eq!(composed.get(), 1, "composed again for the same pieces");
+    assert_eq!(first.params().len(), 2);
+    assert_eq!(again.params().len(), 2);
+    // Each param count is part of the name: other counts, another statement.
+    let other = vec![("SELECT $1::bigint + ", 1), ("$2::bigint", 0)];
+    connection.composed(other, compose).unwrap().unwrap();
+    assert_eq!(composed.get(), 2);
+    // A refusal is not kept.
+    let refused = || vec![("refused", 0)];
+    assert!(connection.composed(refused(), |_| None).is_none());
+    assert!(
+        connection
+            .composed(refused(), compose)
+            .is_some_and(|p| p.is_err())
+    );
+    // And the statement runs.
+    let params = [super::wire::Param::Big(2), super::wire::Param::Big(3)];
+    connection
+        .execute_prepared("add", &first, &params)
+        .map_err(|(_, e)| e)
+        .unwrap();
+}

@@ -33,11 +33,85 @@ use postgres::types::ToSql;
 use postgres::{Error, Row, Statement};
 
 /// A parameter a queued statement owns (it is sent after the call that
-/// queued it returned).
-pub type Param = Box<dyn ToSql + Sync + Send>;
+/// queued it returned): one of the few types the books' statements bind,
+/// held in place (a boxed value cost an allocation per parameter, a dozen
+/// a command: docs/PERFORMANCE.md, "The client's share").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    /// `text`.
+    Text(String),
+    /// `bytea`.
+    Bytes(Vec<u8>),
+    /// `smallint`.
+    Small(i16),
+    /// `bigint`.
+    Big(i64),
+    /// `bigint` or `NULL`.
+    MaybeBig(Option<i64>),
+}
+
+impl Param {
+    /// The value, as the client binds it.
+    pub fn as_sql(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Param::Text(value) => value,
+            Param::Bytes(value) => value,
+            Param::Small(value) => value,
+            Param::Big(value) => value,
+            Param::MaybeBig(value) => value,
+        }
+    }
+}
+
+impl From<&str> for Param {
+    fn from(value: &str) -> Param {
+        Param::Text(value.to_owned())
+    }
+}
+
+impl From<String> for Param {
+    fn from(value: String) -> Param {
+        Param::Text(value)
+    }
+}
+
+impl From<&[u8]> for Param {
+    fn from(value: &[u8]) -> Param {
+        Param::Bytes(value.to_vec())
+    }
+}
+
+impl From<Vec<u8>> for Param {
+    fn from(value: Vec<u8>) -> Param {
+        Param::Bytes(value)
+    }
+}
+
+impl From<i16> for Param {
+    fn from(value: i16) -> Param {
+        Param::Small(value)
+    }
+}
+
+impl From<i64> for Param {
+    fn from(value: i64) -> Param {
+        Param::Big(value)
+    }
+}
+
+impl From<Option<i64>> for Param {
+    fn from(value: Option<i64>) -> Param {
+        Param::MaybeBig(value)
+    }
+}
 
 /// The statements prepared on one connection, by their SQL text.
 pub type Statements = BTreeMap<Cow<'static, str>, Statement>;
+
+/// Statements composed of static pieces, prepared on one connection, by
+/// their pieces and each piece's count of parameters (see
+/// [`Connection::composed`]).
+pub type Composed = BTreeMap<Vec<(&'static str, usize)>, Statement>;
 
 /// A request whose answer is only success or failure.
 pub enum Request {
@@ -94,6 +168,7 @@ pub struct Connection {
     /// Whether a transaction was begun on it and not yet ended.
     pub(crate) in_transaction: bool,
     pub(crate) statements: Statements,
+    composed: Composed,
 }
 
 impl Connection {
@@ -113,6 +188,7 @@ impl Connection {
             round_trips,
             in_transaction: false,
             statements: Statements::new(),
+            composed: Composed::new(),
         }))
     }
 
@@ -147,15 +223,66 @@ impl Connection {
         if let Some(prepared) = self.statements.get(&sql) {
             return Ok(prepared.clone());
         }
+        let prepared = self.prepare_once(&sql)?;
+        self.statements.insert(sql, prepared.clone());
+        Ok(prepared)
+    }
+
+    /// Prepares `sql` on the server: a round trip; the caller keeps it.
+    fn prepare_once(&mut self, sql: &str) -> Result<Statement, Error> {
         let client = &self.client;
-        let prepared = Self::drive(
+        Self::drive(
             &self.runtime,
             &mut self.driver,
             &self.round_trips,
-            client.prepare(&sql),
-        )?;
-        self.statements.insert(sql, prepared.clone());
-        Ok(prepared)
+            client.prepare(sql),
+        )
+    }
+
+    /// The statement made of `pieces` (static pieces of SQL, or markers a
+    /// caller gives a meaning, each with its count of parameters), prepared
+    /// on this connection: `compose` writes its SQL the first time these
+    /// pieces come, and later the prepared statement is found by the
+    /// pieces alone, with no SQL composed nor compared (a command's write
+    /// is the same few shapes again and again: docs/PERFORMANCE.md, "The
+    /// client's share"). `None` when `compose` refuses the pieces (nothing
+    /// is kept, and it is asked again next time).
+    pub fn composed(
+        &mut self,
+        pieces: Vec<(&'static str, usize)>,
+        compose: impl FnOnce(&[(&'static str, usize)]) -> Option<String>,
+    ) -> Option<Result<Statement, Error>> {
+        if let Some(statement) = self.composed.get(&pieces) {
+            return Some(Ok(statement.clone()));
+        }
+        let sql = compose(&pieces)?;
+        let prepared = self.prepare_once(&sql);
+        if let Ok(statement) = &prepared {
+            self.composed.insert(pieces, statement.clone());
+        }
+        Some(prepared)
+    }
+
+    /// Runs one statement prepared on this connection (see
+    /// [`Self::composed`]) and waits for its answer: a pipeline of one,
+    /// without the pipeline's queue (its boxed futures cost an allocation
+    /// and a copy each: docs/PERFORMANCE.md, "The client's share").
+    pub fn execute_prepared(
+        &mut self,
+        op: &'static str,
+        statement: &Statement,
+        params: &[Param],
+    ) -> Written {
+        let params: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
+        let client = &self.client;
+        Self::drive(
+            &self.runtime,
+            &mut self.driver,
+            &self.round_trips,
+            client.execute(statement, &params),
+        )
+        .map(|_| ())
+        .map_err(|e| (op, e))
     }
 
     /// Sends `requests`, then `reads`, in that order and all at once, and
@@ -207,7 +334,7 @@ impl Connection {
                     params,
                 }) => Box::pin(async move {
                     let params: Vec<&(dyn ToSql + Sync)> =
-                        params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+                        params.iter().map(Param::as_sql).collect();
                     let executed = client.execute(&statement, &params).await;
                     Answer::Done(executed.map(|_| ()).map_err(|e| (op, e)))
                 }),

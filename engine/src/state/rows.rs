@@ -129,10 +129,17 @@ fn row_crc(table: RowTable, body: &[u8]) -> u32 {
     hasher.finalize()
 }
 
+/// The capacity a row's buffer starts with: most rows fit.
+const ROW_ROOM_BYTES: usize = 256;
+
 /// The bytes of `value` as a row of `table`.
 pub fn encode_row<T: Serialize>(table: RowTable, value: &T) -> Vec<u8> {
-    // The body is encoded behind room for its checksum: one buffer, no copy.
-    let room = vec![0u8; ROW_CRC_BYTES];
+    // The body is encoded behind room for its checksum: one buffer, no copy,
+    // sized for the usual row (a ledger entry, a run, an audit line encode
+    // to 60-120 bytes) so it is not grown byte by byte through six
+    // reallocations (docs/PERFORMANCE.md, "The client's share").
+    let mut room = Vec::with_capacity(ROW_ROOM_BYTES);
+    room.resize(ROW_CRC_BYTES, 0);
     let mut row =
         postcard::to_extend(value, room).expect("encoding a books value into a Vec cannot fail");
     assert!(
