@@ -522,7 +522,7 @@ impl HotState {
             for (key, entry) in effects {
                 self.run_mut(key.run(), lsn)
                     .effects
-                    .insert(key, (entry, lsn));
+                    .insert(key, (*entry, lsn));
             }
         }
         if !blobs.is_empty() {

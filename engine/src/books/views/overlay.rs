@@ -33,7 +33,11 @@ use crate::books::vocabulary::state::{BooksRead, BooksWrite};
 pub struct Overlay<'a> {
     base: &'a dyn BooksRead,
     runs: BTreeMap<RunId, Run>,
-    effects: BTreeMap<EffectKey, EffectEntry>,
+    /// Boxed: an entry is 352 bytes, and a map's first node holds eleven
+    /// values in place, so a batch's one entry cost a 4.3 KB node (the
+    /// allocator's slow path) where a box and a node of keys and pointers
+    /// cost two small ones.
+    effects: BTreeMap<EffectKey, Box<EffectEntry>>,
     blobs: BTreeMap<Digest, Vec<u8>>,
     checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
     decisions: BTreeMap<(RunId, u64), DecisionRecord>,
@@ -108,8 +112,8 @@ impl<'a> Overlay<'a> {
 pub struct Writes {
     /// Runs, by id.
     pub runs: BTreeMap<RunId, Run>,
-    /// Ledger entries, by key.
-    pub effects: BTreeMap<EffectKey, EffectEntry>,
+    /// Ledger entries, by key (boxed: see the overlay's field).
+    pub effects: BTreeMap<EffectKey, Box<EffectEntry>>,
     /// Blobs, by digest.
     pub blobs: BTreeMap<Digest, Vec<u8>>,
     /// Checkpoint metadata, by (run, version).
@@ -248,7 +252,7 @@ impl BooksRead for Overlay<'_> {
     fn effect(&self, key: &EffectKey) -> Option<EffectEntry> {
         self.effects
             .get(key)
-            .cloned()
+            .map(|entry| (**entry).clone())
             .or_else(|| self.base_of(key.run())?.effect(key))
     }
 
@@ -259,7 +263,7 @@ impl BooksRead for Overlay<'_> {
             .effects
             .range(EffectKey::attempts_of(run, step, kind))
             .next_back()
-            .map(|(_, e)| e.clone());
+            .map(|(_, e)| (**e).clone());
         let base = self
             .base_of(run)
             .and_then(|b| b.latest_effect(run, step, kind));
@@ -377,7 +381,7 @@ impl BooksRead for Overlay<'_> {
             self.effects
                 .values()
                 .filter(|e| e.key.run() == run)
-                .map(|e| (e.key.clone(), e.clone())),
+                .map(|e| (e.key.clone(), (**e).clone())),
         );
         all.into_values().collect()
     }
@@ -403,7 +407,7 @@ impl BooksWrite for Overlay<'_> {
     }
 
     fn put_effect(&mut self, entry: EffectEntry) {
-        self.effects.insert(entry.key.clone(), entry);
+        self.effects.insert(entry.key.clone(), Box::new(entry));
     }
 
     fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {

@@ -458,8 +458,10 @@ const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == 
 pub fn encode_ops(ops: &[Op]) -> Vec<u8> {
     // Postcard writes a `u8` as one raw byte and a tuple as its fields in
     // order, so this is the version byte followed by the list's encoding.
-    let payload =
-        postcard::to_stdvec(&(PAYLOAD_VERSION, ops)).expect("encoding ops into a Vec cannot fail");
+    // Sized for a command's usual ops (an intent and its journal line
+    // encode to about 200 bytes), not grown byte by byte from empty.
+    let payload = postcard::to_extend(&(PAYLOAD_VERSION, ops), Vec::with_capacity(512))
+        .expect("encoding ops into a Vec cannot fail");
     assert_eq!(payload[0], PAYLOAD_VERSION);
     payload
 }
