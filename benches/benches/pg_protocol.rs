@@ -360,19 +360,40 @@ fn ceiling_writers(
     })
 }
 
+/// A ceiling of the shape `intent` and `outcome` write: its writers made by `make` from what
+/// [`ceiling_writers`] gives each.
+fn ceiling<W>(
+    server: &str,
+    prefix: &str,
+    writers: usize,
+    read: &'static str,
+    (intent, outcome): (&'static str, &'static str),
+    make: impl Fn(i64, Connection, postgres::Statement) -> W,
+) -> Ceiling<W> {
+    let writers = ceiling_writers(server, prefix, writers, read);
+    Ceiling {
+        writers: Writers::new(writers.map(|(id, connection, read)| make(id, connection, read))),
+        intent,
+        outcome,
+    }
+}
+
 /// The ceiling of the store's transaction's shape: see the module's documentation.
 fn pipelined_ceiling(server: &str, writers: usize) -> Ceiling<PipelinedWriter> {
-    let writers = ceiling_writers(server, "bench_pipelined", writers, PIPELINED_READ);
-    Ceiling {
-        writers: Writers::new(writers.map(|(id, connection, read)| PipelinedWriter {
+    let shape = (PIPELINED_INTENT, PIPELINED_OUTCOME);
+    ceiling(
+        server,
+        "bench_pipelined",
+        writers,
+        PIPELINED_READ,
+        shape,
+        |id, connection, read| PipelinedWriter {
             id,
             connection,
             read,
             seq: 0,
-        })),
-        intent: PIPELINED_INTENT,
-        outcome: PIPELINED_OUTCOME,
-    }
+        },
+    )
 }
 
 impl ShapeWriter for PipelinedWriter {
@@ -438,16 +459,19 @@ struct OptimisticWriter {
 /// of what the command decides on, then its writes guarded by what it read), no transaction
 /// begun or committed by a message of its own.
 fn optimistic_ceiling(server: &str, writers: usize) -> Ceiling<OptimisticWriter> {
-    let writers = ceiling_writers(server, "bench_optimistic", writers, OPTIMISTIC_READ);
-    Ceiling {
-        writers: Writers::new(writers.map(|(id, connection, read)| OptimisticWriter {
+    let shape = (OPTIMISTIC_INTENT, OPTIMISTIC_OUTCOME);
+    ceiling(
+        server,
+        "bench_optimistic",
+        writers,
+        OPTIMISTIC_READ,
+        shape,
+        |id, connection, read| OptimisticWriter {
             id,
             connection,
             read,
-        })),
-        intent: OPTIMISTIC_INTENT,
-        outcome: OPTIMISTIC_OUTCOME,
-    }
+        },
+    )
 }
 
 impl ShapeWriter for OptimisticWriter {
@@ -537,19 +561,22 @@ impl ShapeWriter for CachedWriter {
 /// The ceiling of a command decided on what the writer already holds: one guarded autocommit
 /// statement per command.
 fn cached_ceiling(server: &str, writers: usize) -> Ceiling<CachedWriter> {
-    let writers = ceiling_writers(server, "bench_cached", writers, OPTIMISTIC_READ);
-    Ceiling {
-        writers: Writers::new(writers.map(|(id, connection, read)| CachedWriter {
+    let shape = (CACHED_INTENT, CACHED_OUTCOME);
+    ceiling(
+        server,
+        "bench_cached",
+        writers,
+        OPTIMISTIC_READ,
+        shape,
+        |id, connection, read| CachedWriter {
             writer: OptimisticWriter {
                 id,
                 connection,
                 read,
             },
             seq: 0,
-        })),
-        intent: CACHED_INTENT,
-        outcome: CACHED_OUTCOME,
-    }
+        },
+    )
 }
 
 fn pg_protocol(c: &mut Criterion) {

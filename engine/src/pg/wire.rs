@@ -69,12 +69,6 @@ impl From<&str> for Param {
     }
 }
 
-impl From<String> for Param {
-    fn from(value: String) -> Param {
-        Param::Text(value)
-    }
-}
-
 impl From<&[u8]> for Param {
     fn from(value: &[u8]) -> Param {
         Param::Bytes(value.to_vec())
