@@ -63,6 +63,15 @@ fn caught(bug: PlantedBug, rounds: u64) -> Vec<String> {
         let report = drive(&config, worker()).unwrap();
         eprintln!("pg-kill {} seed {seed}: {}", bug.name(), report);
         if !report.checked.violations.is_empty() {
+            // (Expected: the world is not left behind in the temp dir,
+            // unless asked for.)
+            if let Some(kept) = report
+                .kept
+                .as_ref()
+                .filter(|_| std::env::var_os("ACTUM_PG_KILL_KEEP").is_none())
+            {
+                std::fs::remove_dir_all(kept).unwrap();
+            }
             return report.checked.violations;
         }
     }

@@ -102,6 +102,10 @@ pub struct KillReport {
     pub runs: u64,
     /// What the check found, violations first.
     pub checked: Checked,
+    /// The world's directory, when the loop kept it (a violation was found,
+    /// or `ACTUM_PG_KILL_KEEP` is set): whoever expected the violation (a
+    /// planted bug's test) removes it.
+    pub kept: Option<PathBuf>,
 }
 
 impl std::fmt::Display for KillReport {
@@ -443,8 +447,11 @@ pub fn drive(config: &KillConfig, worker_exe: &Path) -> Result<KillReport, Strin
     if report.checked.violations.is_empty() {
         if std::env::var_os("ACTUM_PG_KILL_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&world_dir);
+        } else {
+            report.kept = Some(world_dir.clone());
         }
     } else {
+        report.kept = Some(world_dir.clone());
         report.checked.violations.push(format!(
             "(the world's files and what each worker said are kept in {})",
             world_dir.display()
