@@ -188,6 +188,10 @@ impl<C, R> Combiner<C, R> {
             // Finished slots are completed now; pending ones keep their
             // place in `taken` (in order) until settled.
             let mut kept = taken.slots.split_off(first_new);
+            // (Room for this batch only: a decision is a few hundred bytes,
+            // and a vector grown by doubling from four would pass the size
+            // the allocator's per-thread cache serves, at every command.)
+            pending.reserve_exact(decisions.len());
             for (slot, decision) in kept.drain(..).zip(decisions) {
                 match decision {
                     Decision::Done(result) => slot.complete(result),

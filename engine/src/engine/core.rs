@@ -746,7 +746,9 @@ pub(crate) fn apply_ops<'a>(
         .collect();
     let books = RedbBooks::writer_of_fresh(txn, path, &fresh);
     let mut overlay = Overlay::new(&books);
+    let mut give_way = crate::sync::GiveWay::default();
     for op in ops {
+        give_way.unit();
         if let (Op::RunPruned { run, .. }, true) = (op, shared_blobs_go) {
             use crate::books::{BooksRead, BooksWrite};
             let refs = BooksRead::blob_refs(&overlay, run);

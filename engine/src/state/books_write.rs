@@ -25,6 +25,7 @@ use crate::books::{
     AuditEntry, BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord,
     Digest, EffectEntry, ResourceBook, Run, RunId, SagaBook, SharedEntry, WaitBook, Writes,
 };
+use crate::sync::GiveWay;
 
 impl<'a> RedbBooks<'a> {
     fn assert_writable(&self, what: &str) {
@@ -86,63 +87,79 @@ fn write_all<'a>(
         blob_holders,
         blob_refs,
     } = writes;
+    let mut give_way = GiveWay::default();
     // Deletions first: a run pruned and then created again in these
     // records loses its old rows before its new ones are written.
     for run in &pruned {
+        give_way.unit();
         delete_run_rows(txn, tables, run)?;
     }
     for digest in &blobs_deleted {
+        give_way.unit();
         open_in(txn, &mut tables.blobs, BLOBS_TABLE)?.remove(digest.0.as_slice())?;
     }
     for run in runs.values() {
+        give_way.unit();
         put_run(txn, tables, run)?;
     }
     for entry in effects.values() {
+        give_way.unit();
         let row = encode_row(RowTable::Effect, entry);
         let table = open_in(txn, &mut tables.effects, EFFECTS_TABLE)?;
         table.insert(effect_row_key(&entry.key), row.as_slice())?;
     }
     for (digest, bytes) in &blobs {
+        give_way.unit();
         put_blob(txn, tables, digest, bytes)?;
     }
     for meta in checkpoints.values() {
+        give_way.unit();
         let row = encode_row(RowTable::Checkpoint, meta);
         let table = open_in(txn, &mut tables.checkpoints, CHECKPOINTS_TABLE)?;
         table.insert((meta.run.as_str(), meta.version), row.as_slice())?;
     }
     for record in decisions.values() {
+        give_way.unit();
         let row = encode_row(RowTable::Decision, record);
         let table = open_in(txn, &mut tables.decisions, DECISIONS_TABLE)?;
         table.insert((record.run.as_str(), record.position), row.as_slice())?;
     }
     for (run, entries) in &audit {
+        give_way.unit();
         put_audit(txn, tables, run, entries)?;
     }
     for book in waits.values() {
+        give_way.unit();
         let row = encode_row(RowTable::Waits, book);
         let table = open_in(txn, &mut tables.waits, WAITS_TABLE)?;
         table.insert(book.run.as_str(), row.as_slice())?;
     }
     for book in budgets.values() {
+        give_way.unit();
         let row = encode_row(RowTable::Budgets, book);
         let table = open_in(txn, &mut tables.budgets, BUDGETS_TABLE)?;
         table.insert(book.run.as_str(), row.as_slice())?;
     }
     for book in sagas.values() {
+        give_way.unit();
         let row = encode_row(RowTable::Sagas, book);
         let table = open_in(txn, &mut tables.sagas, SAGAS_TABLE)?;
         table.insert(book.run.as_str(), row.as_slice())?;
     }
     for book in resources.values() {
+        give_way.unit();
         put_resource(txn, tables, book)?;
     }
     for entry in shared.values() {
+        give_way.unit();
         put_shared(txn, tables, entry)?;
     }
     for (digest, holders) in &blob_holders {
+        give_way.unit();
         put_blob_holders(txn, tables, digest, *holders)?;
     }
     for refs in blob_refs.values() {
+        give_way.unit();
         let row = encode_row(RowTable::BlobRefs, refs);
         let table = open_in(txn, &mut tables.blob_refs, BLOB_REFS_TABLE)?;
         table.insert(refs.run.as_str(), row.as_slice())?;
