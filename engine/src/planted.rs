@@ -101,6 +101,12 @@ pub enum PlantedBug {
     /// A checkpoint writing a prune deletes every blob the pruned run
     /// referenced, counted or not, so kept runs lose the parts they share.
     PruneSharedBlobs,
+    /// The hot books drop the blob references a command adds to its run's
+    /// (`Writes::blob_refs_added`, a saved part's new blob), so the run's
+    /// references in memory miss them: a later save of the same bytes
+    /// counts the blob's holder again, and a prune frees a blob by a count
+    /// that is not the state store's.
+    ForgetAddedBlobRefs,
     /// The open releases only the leases the state store held, read before
     /// the log is replayed: a lease granted since the last checkpoint stays
     /// held by the process that died.
@@ -213,7 +219,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 32] = [
+    pub const ENGINE: [PlantedBug; 33] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -240,6 +246,7 @@ impl PlantedBug {
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
+        PlantedBug::ForgetAddedBlobRefs,
         PlantedBug::ReleaseStoredLeasesOnly,
         PlantedBug::MigrationKeepsByteOrder,
         PlantedBug::AppendDropsBase,
@@ -273,7 +280,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 54] = [
+    pub const ALL: [PlantedBug; 55] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -305,6 +312,7 @@ impl PlantedBug {
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
+        PlantedBug::ForgetAddedBlobRefs,
         PlantedBug::ReleaseStoredLeasesOnly,
         PlantedBug::RenewAfterLoss,
         PlantedBug::ResendConfirmedStep,
@@ -364,6 +372,7 @@ impl PlantedBug {
             PlantedBug::ResourceIgnoresHolder => "resource-ignores-holder",
             PlantedBug::SharedSetBlind => "shared-set-blind",
             PlantedBug::PruneSharedBlobs => "prune-shared-blobs",
+            PlantedBug::ForgetAddedBlobRefs => "forget-added-blob-refs",
             PlantedBug::ReleaseStoredLeasesOnly => "release-stored-leases-only",
             PlantedBug::RenewAfterLoss => "renew-after-loss",
             PlantedBug::ResendConfirmedStep => "resend-confirmed-step",

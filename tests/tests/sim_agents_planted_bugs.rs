@@ -384,6 +384,23 @@ fn a_prune_that_takes_blobs_kept_runs_share_is_caught() {
 }
 
 #[test]
+fn hot_books_that_drop_the_blob_references_a_save_adds_are_caught() {
+    // A save's new part adds a reference to its run's; dropped from
+    // memory, the run's references there lack it, and the counts and
+    // references the engine keeps part from the model's.
+    let (_, invariant) = caught(PlantedBug::ForgetAddedBlobRefs);
+    assert!(
+        [
+            "a snapshot of the live database holds its books at its LSN",
+            "after every recovery the books equal the model",
+            "the engine decides as the reference model does",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
 fn an_open_that_releases_only_the_leases_the_state_store_held_is_caught_by_the_model() {
     // A lease granted since the last checkpoint is in the log only: an open
     // that reads the leases before replaying it leaves that one held by the

@@ -305,7 +305,7 @@ impl Engine {
         inner: &mut Inner,
         cold: &ColdReader<'_>,
         ops: Vec<Op>,
-        writes: Writes,
+        mut writes: Writes,
     ) -> Result<Lsn> {
         assert!(!ops.is_empty(), "a record holds at least one op");
         let record = encode_ops(&ops);
@@ -318,6 +318,9 @@ impl Engine {
             });
         }
         let lsn = self.local().pipeline.next_lsn();
+        if self.planted(PlantedBug::ForgetAddedBlobRefs) {
+            writes.blob_refs_added.clear();
+        }
         if let Err(failure) = inner.write(cold, lsn, writes) {
             let cause = match failure {
                 ApplyFailure::Apply(e) => Error::from(e),

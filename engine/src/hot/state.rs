@@ -30,8 +30,8 @@
 //! fingerprint in `cold_steps`; every decision at a position below
 //! `decision_count` is in `decisions` or in the state store.
 
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::books::{
     AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
@@ -73,8 +73,10 @@ pub(crate) struct HotRun {
     pub(crate) budget: Option<Box<BudgetBook>>,
     /// The run's saga book, boxed like its wait book.
     pub(crate) saga: Option<Box<SagaBook>>,
-    /// The counted blobs the run references, boxed like its wait book.
-    pub(crate) blob_refs: Option<Box<BlobRefs>>,
+    /// The counted blobs the run references: a set, so that a save adds
+    /// one without moving the others (a run references a blob for every
+    /// part it ever saved); empty for a run that references none.
+    pub(crate) blob_refs: BTreeSet<Digest>,
     /// Where the claim index holds the run (its agent version's number
     /// and the instant), if it does.
     claim_from: Option<ClaimSlot>,
@@ -98,7 +100,7 @@ impl HotRun {
             waits: None,
             budget: None,
             saga: None,
-            blob_refs: None,
+            blob_refs: BTreeSet::new(),
             claim_from: None,
             listed: false,
         }
@@ -355,7 +357,9 @@ impl HotState {
         hot.waits = waits.map(Box::new);
         hot.budget = budget.map(Box::new);
         hot.saga = saga.map(Box::new);
-        hot.blob_refs = blob_refs.map(Box::new);
+        hot.blob_refs = blob_refs
+            .map(|refs| refs.digests.into_iter().collect())
+            .unwrap_or_default();
         for entry in effects {
             if entry.status.is_open() {
                 hot.effects.insert(entry.key.clone(), (entry, Lsn::ZERO));
@@ -453,6 +457,7 @@ impl HotState {
             blobs_deleted,
             blob_holders,
             blob_refs,
+            blob_refs_added,
         } = writes;
         // Most tables of a record's writes are empty, and a replay merges
         // one record's writes at a time: each table is asked first, since
@@ -515,7 +520,13 @@ impl HotState {
         }
         if !blob_refs.is_empty() {
             for (run, refs) in blob_refs {
-                self.run_mut(&run, lsn).blob_refs = Some(Box::new(refs));
+                self.run_mut(&run, lsn).blob_refs = refs.digests.into_iter().collect();
+            }
+        }
+        if !blob_refs_added.is_empty() {
+            // (A run in memory holds its references whole: these join them.)
+            for (run, added) in blob_refs_added {
+                self.run_mut(&run, lsn).blob_refs.extend(added);
             }
         }
         if !effects.is_empty() {
@@ -641,8 +652,11 @@ impl HotState {
             if let Some(book) = hot.saga.as_deref() {
                 books.put_saga(book.clone());
             }
-            if let Some(refs) = hot.blob_refs.as_deref() {
-                books.put_blob_refs(refs.clone());
+            if !hot.blob_refs.is_empty() {
+                books.put_blob_refs(BlobRefs {
+                    run: id.clone(),
+                    digests: hot.blob_refs.iter().copied().collect(),
+                });
             }
             for held in hot.effects.values() {
                 books.put_effect(held.0.clone());

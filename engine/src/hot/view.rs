@@ -256,8 +256,18 @@ impl BooksRead for HotView<'_> {
 
     fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
         match self.hot_run(run) {
-            Some(hot) => hot.blob_refs.as_deref().cloned(),
+            Some(hot) => (!hot.blob_refs.is_empty()).then(|| BlobRefs {
+                run: run.clone(),
+                digests: hot.blob_refs.iter().copied().collect(),
+            }),
             None => self.cold_of(run, |b| b.blob_refs(run)),
+        }
+    }
+
+    fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
+        match self.hot_run(run) {
+            Some(hot) => hot.blob_refs.contains(digest),
+            None => self.cold_of(run, |b| b.blob_referenced(run, digest)),
         }
     }
 }

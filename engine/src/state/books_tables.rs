@@ -56,6 +56,11 @@ pub struct RedbBooks<'a> {
     /// a checkpoint appends many entries per run, and each append checks
     /// its sequence number, so the length is read from the table once.
     pub(crate) audit_lens: RefCell<BTreeMap<RunId, u64>>,
+    /// The blob references of each run asked about through this view, as
+    /// read: a checkpoint asks about a run's at every save it replays, and
+    /// the row holds every blob the run ever referenced. Forgotten when
+    /// this view writes a run's references.
+    pub(crate) blob_refs_read: RefCell<BTreeMap<RunId, Option<BTreeSet<Digest>>>>,
     /// A write view's open tables, made on its first write or read (a read
     /// view opens none: the tables are large, and a cold read makes a view).
     pub(crate) tables: RefCell<Option<Box<OpenTables<'a>>>>,
@@ -259,6 +264,7 @@ impl<'a> RedbBooks<'a> {
             path,
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
+            blob_refs_read: RefCell::new(BTreeMap::new()),
             tables: RefCell::new(None),
             read_tables,
             fresh_effects: None,
@@ -272,6 +278,7 @@ impl<'a> RedbBooks<'a> {
             path,
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
+            blob_refs_read: RefCell::new(BTreeMap::new()),
             tables: RefCell::new(None),
             read_tables: None,
             fresh_effects: None,
@@ -760,6 +767,18 @@ impl BooksRead for RedbBooks<'_> {
             RowTable::BlobRefs, format!("blob references of run {run}"),
             format!("the row of the blob references of run {run}"),
             |refs: BlobRefs| refs.run == *run)
+    }
+
+    fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
+        if let Some(read) = self.blob_refs_read.borrow().get(run) {
+            return read.as_ref().is_some_and(|refs| refs.contains(digest));
+        }
+        let read: Option<BTreeSet<Digest>> = self
+            .blob_refs(run)
+            .map(|refs| refs.digests.into_iter().collect());
+        let referenced = read.as_ref().is_some_and(|refs| refs.contains(digest));
+        self.blob_refs_read.borrow_mut().insert(run.clone(), read);
+        referenced
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {

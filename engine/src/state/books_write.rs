@@ -11,6 +11,9 @@
 //! failed insert is recorded in the view and surfaces from
 //! [`RedbBooks::finish`], so the transaction is dropped, not committed.
 
+use std::collections::BTreeSet;
+use std::path::Path;
+
 use redb::{ReadableTable, WriteTransaction};
 
 use super::books_tables::{OpenTables, RedbBooks, Txn, open_in};
@@ -58,8 +61,10 @@ impl RedbBooks<'_> {
     /// blobs, checkpoint metadata, decisions, appended audit entries, wait
     /// and budget books. Each table is opened once and filled in key order.
     pub(crate) fn put_writes(&self, writes: Writes) {
+        self.blob_refs_read.borrow_mut().clear();
+        let path = self.path;
         self.write_with("write a checkpoint's rows", |txn, tables| {
-            write_all(txn, tables, writes)
+            write_all(txn, tables, path, writes)
         });
     }
 }
@@ -68,6 +73,7 @@ impl RedbBooks<'_> {
 fn write_all<'a>(
     txn: &'a WriteTransaction,
     tables: &mut OpenTables<'a>,
+    path: &Path,
     writes: Writes,
 ) -> Result<(), redb::Error> {
     let Writes {
@@ -86,6 +92,7 @@ fn write_all<'a>(
         blobs_deleted,
         blob_holders,
         blob_refs,
+        blob_refs_added,
     } = writes;
     let mut give_way = GiveWay::default();
     // Deletions first: a run pruned and then created again in these
@@ -163,6 +170,39 @@ fn write_all<'a>(
         let row = encode_row(RowTable::BlobRefs, refs);
         let table = open_in(txn, &mut tables.blob_refs, BLOB_REFS_TABLE)?;
         table.insert(refs.run.as_str(), row.as_slice())?;
+    }
+    // References added to what the run's row holds: the row is read once
+    // and written once per run (`Writes::blob_refs_added`).
+    for (run, added) in blob_refs_added {
+        give_way.unit();
+        assert!(
+            !blob_refs.contains_key(&run) && !pruned.contains(&run),
+            "references of run {run} are added to its row or replace it, not both"
+        );
+        let table = open_in(txn, &mut tables.blob_refs, BLOB_REFS_TABLE)?;
+        let held = table
+            .get(run.as_str())?
+            .map(|row| row.value().to_vec());
+        let mut digests: BTreeSet<Digest> = match held {
+            None => BTreeSet::new(),
+            Some(row) => decode_row::<BlobRefs>(RowTable::BlobRefs, &row)
+                .map_err(|e| {
+                    redb::Error::Corrupted(format!(
+                        "the row of the blob references of run {run} in {}: {e}",
+                        path.display()
+                    ))
+                })?
+                .digests
+                .into_iter()
+                .collect(),
+        };
+        digests.extend(added);
+        let refs = BlobRefs {
+            run: run.clone(),
+            digests: digests.into_iter().collect(),
+        };
+        let row = encode_row(RowTable::BlobRefs, &refs);
+        table.insert(run.as_str(), row.as_slice())?;
     }
     Ok(())
 }
@@ -394,6 +434,7 @@ impl BooksWrite for RedbBooks<'_> {
 
     fn delete_run(&mut self, run: &RunId) {
         self.assert_writable("delete_run");
+        self.blob_refs_read.borrow_mut().remove(run);
         self.write_with("delete run", |txn, tables| {
             delete_run_rows(txn, tables, run)
         });
@@ -416,6 +457,7 @@ impl BooksWrite for RedbBooks<'_> {
 
     fn put_blob_refs(&mut self, refs: BlobRefs) {
         self.assert_writable("put_blob_refs");
+        self.blob_refs_read.borrow_mut().remove(&refs.run);
         let row = encode_row(RowTable::BlobRefs, &refs);
         self.write_with("write blob references", |txn, tables| {
             let table = open_in(txn, &mut tables.blob_refs, BLOB_REFS_TABLE)?;

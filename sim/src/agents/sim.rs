@@ -630,9 +630,15 @@ impl<'s> Sim<'s> {
                     .map(|run| format!("{} ({} live)", run.id, run.state))
                     .take(5)
                     .collect();
+                // (The first difference names its table and row: runs
+                // alike can differ elsewhere, a run's blob references say.)
+                let first = seen.diff(&live).unwrap_or_default();
                 return Err(self.fail(
                     INVARIANT,
-                    format!("the snapshot at {durable} differs from the live books: {differ:?}"),
+                    format!(
+                        "the snapshot at {durable} differs from the live books: runs {differ:?}; \
+                         first, the snapshot's against the live books': {first}"
+                    ),
                 ));
             }
             (Err(e), _) | (_, Err(e)) => {

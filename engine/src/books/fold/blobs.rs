@@ -4,7 +4,6 @@
 
 use crate::books::base::digest::Digest;
 use crate::books::base::ids::RunId;
-use crate::books::records::retention::BlobRefs;
 use crate::books::vocabulary::state::BooksWrite;
 
 /// Notes that `run` references the blob `digest`, if the blob is counted:
@@ -13,16 +12,11 @@ pub(crate) fn reference(state: &mut (impl BooksWrite + ?Sized), run: &RunId, dig
     let Some(holders) = state.blob_holders(digest) else {
         return;
     };
-    let mut refs = state.blob_refs(run).unwrap_or_else(|| BlobRefs {
-        run: run.clone(),
-        digests: Vec::new(),
-    });
-    let Err(at) = refs.digests.binary_search(digest) else {
-        return;
-    };
-    refs.digests.insert(at, *digest);
-    state.put_blob_refs(refs);
-    state.put_blob_holders(*digest, Some(holders + 1));
+    // (One digest added, if new: a run's list grows with every part it
+    // saves, and a view that holds it is not asked to copy it.)
+    if state.add_blob_ref(run, *digest) {
+        state.put_blob_holders(*digest, Some(holders + 1));
+    }
 }
 
 /// Takes `run`'s references off its blobs, deleting each blob no run

@@ -347,6 +347,12 @@ impl BooksRead for MemBooks {
     fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
         self.blob_refs.get(run).cloned()
     }
+
+    fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
+        self.blob_refs
+            .get(run)
+            .is_some_and(|refs| refs.digests.binary_search(digest).is_ok())
+    }
 }
 
 impl BooksWrite for MemBooks {

@@ -50,7 +50,11 @@ pub struct Overlay<'a> {
     pruned: BTreeSet<RunId>,
     blobs_deleted: BTreeSet<Digest>,
     blob_holders: BTreeMap<Digest, Option<u64>>,
+    /// A run's references whole (put whole, or begun after a prune).
     blob_refs: BTreeMap<RunId, BlobRefs>,
+    /// References added to a run's in the base, not copied from it (a run
+    /// is in this map or in `blob_refs`, never both).
+    blob_refs_added: BTreeMap<RunId, BTreeSet<Digest>>,
     /// The base's audit length of the run whose length was read last: an
     /// op that appends to a run's audit reads its length, then the append
     /// checks it again, and over the hot books each read searches every
@@ -78,6 +82,7 @@ impl<'a> Overlay<'a> {
             blobs_deleted: BTreeSet::new(),
             blob_holders: BTreeMap::new(),
             blob_refs: BTreeMap::new(),
+            blob_refs_added: BTreeMap::new(),
             base_audit_len: RefCell::new(None),
         }
     }
@@ -138,8 +143,12 @@ pub struct Writes {
     pub blobs_deleted: BTreeSet<Digest>,
     /// Blob holder counts set (`None`: deleted).
     pub blob_holders: BTreeMap<Digest, Option<u64>>,
-    /// Blob references, by run.
+    /// Blob references, by run, whole: they replace the run's.
     pub blob_refs: BTreeMap<RunId, BlobRefs>,
+    /// Blob references added, by run: the run's (as the base holds them)
+    /// and these. A run is here or in `blob_refs`, never both, and never
+    /// here if it is in `pruned`.
+    pub blob_refs_added: BTreeMap<RunId, BTreeSet<Digest>>,
 }
 
 impl Overlay<'_> {
@@ -162,6 +171,7 @@ impl Overlay<'_> {
             blobs_deleted: self.blobs_deleted,
             blob_holders: self.blob_holders,
             blob_refs: self.blob_refs,
+            blob_refs_added: self.blob_refs_added,
         }
     }
 }
@@ -394,10 +404,35 @@ impl BooksRead for Overlay<'_> {
     }
 
     fn blob_refs(&self, run: &RunId) -> Option<BlobRefs> {
-        self.blob_refs
+        if let Some(refs) = self.blob_refs.get(run) {
+            return Some(refs.clone());
+        }
+        let base = self.base_of(run).and_then(|base| base.blob_refs(run));
+        let Some(added) = self.blob_refs_added.get(run) else {
+            return base;
+        };
+        let mut digests: BTreeSet<Digest> = base
+            .map(|b| b.digests)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        digests.extend(added.iter().copied());
+        Some(BlobRefs {
+            run: run.clone(),
+            digests: digests.into_iter().collect(),
+        })
+    }
+
+    fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
+        if let Some(refs) = self.blob_refs.get(run) {
+            return refs.digests.binary_search(digest).is_ok();
+        }
+        self.blob_refs_added
             .get(run)
-            .cloned()
-            .or_else(|| self.base_of(run)?.blob_refs(run))
+            .is_some_and(|added| added.contains(digest))
+            || self
+                .base_of(run)
+                .is_some_and(|base| base.blob_referenced(run, digest))
     }
 }
 
@@ -469,6 +504,7 @@ impl BooksWrite for Overlay<'_> {
         self.budgets.remove(run);
         self.sagas.remove(run);
         self.blob_refs.remove(run);
+        self.blob_refs_added.remove(run);
     }
 
     fn delete_blob(&mut self, digest: &Digest) {
@@ -481,7 +517,34 @@ impl BooksWrite for Overlay<'_> {
     }
 
     fn put_blob_refs(&mut self, refs: BlobRefs) {
+        self.blob_refs_added.remove(&refs.run);
         self.blob_refs.insert(refs.run.clone(), refs);
+    }
+
+    fn add_blob_ref(&mut self, run: &RunId, digest: Digest) -> bool {
+        if let Some(refs) = self.blob_refs.get_mut(run) {
+            let Err(at) = refs.digests.binary_search(&digest) else {
+                return false;
+            };
+            refs.digests.insert(at, digest);
+        } else if self.blob_referenced(run, &digest) {
+            return false;
+        } else if self.pruned.contains(run) {
+            // The base's are gone: the run's list begins here, whole.
+            self.blob_refs.insert(
+                run.clone(),
+                BlobRefs {
+                    run: run.clone(),
+                    digests: vec![digest],
+                },
+            );
+        } else {
+            self.blob_refs_added
+                .entry(run.clone())
+                .or_default()
+                .insert(digest);
+        }
+        true
     }
 }
 
@@ -522,5 +585,40 @@ mod tests {
                 .latest_effect(&rid("r"), &sid("s"), EffectKind::Act)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_reference_added_is_written_as_the_change_not_the_whole_list() {
+        let mut base = crate::books::MemBooks::default();
+        let run = rid("r");
+        let d = |n: u8| Digest([n; 32]);
+        base.put_blob_refs(BlobRefs {
+            run: run.clone(),
+            digests: vec![d(1), d(3)],
+        });
+        let mut overlay = Overlay::new(&base);
+        assert!(overlay.add_blob_ref(&run, d(2)), "a new reference");
+        assert!(!overlay.add_blob_ref(&run, d(1)), "the base holds it");
+        assert!(!overlay.add_blob_ref(&run, d(2)), "the overlay holds it");
+        assert!(overlay.blob_referenced(&run, &d(3)) && !overlay.blob_referenced(&run, &d(4)));
+        assert_eq!(
+            overlay.blob_refs(&run).unwrap().digests,
+            vec![d(1), d(2), d(3)]
+        );
+        let writes = overlay.into_writes();
+        assert!(writes.blob_refs.is_empty(), "the run's list is not copied");
+        assert_eq!(
+            writes.blob_refs_added.get(&run),
+            Some(&BTreeSet::from([d(2)]))
+        );
+
+        // Pruned, the run's list begins again, whole.
+        let mut overlay = Overlay::new(&base);
+        overlay.delete_run(&run);
+        assert!(!overlay.blob_referenced(&run, &d(1)));
+        assert!(overlay.add_blob_ref(&run, d(1)));
+        let writes = overlay.into_writes();
+        assert!(writes.pruned.contains(&run) && writes.blob_refs_added.is_empty());
+        assert_eq!(writes.blob_refs[&run].digests, vec![d(1)]);
     }
 }

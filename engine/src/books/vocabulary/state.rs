@@ -106,6 +106,17 @@ pub trait BooksRead {
 
     /// The blobs `run` references; `None` if it references none counted.
     fn blob_refs(&self, run: &RunId) -> Option<BlobRefs>;
+
+    /// Whether `run` references the blob `digest`: [`BooksRead::blob_refs`]
+    /// asked about one digest. A view that holds a run's references in
+    /// memory answers without copying them: a run references a blob for
+    /// every part it ever saved, so the list grows with its history, and
+    /// each save asks (docs/PERFORMANCE.md, "A save's cost and the run's
+    /// history").
+    fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
+        self.blob_refs(run)
+            .is_some_and(|refs| refs.digests.binary_search(digest).is_ok())
+    }
 }
 
 /// The writes that applying needs: puts keyed by the values' own ids.
@@ -157,4 +168,20 @@ pub trait BooksWrite: BooksRead {
 
     /// Stores `refs`, replacing the blob references of its run.
     fn put_blob_refs(&mut self, refs: BlobRefs);
+
+    /// Adds `digest` to the blobs `run` references; `false` (and nothing
+    /// changed) if it was there. A view that stages writes adds it without
+    /// copying the run's list (see [`BooksRead::blob_referenced`]).
+    fn add_blob_ref(&mut self, run: &RunId, digest: Digest) -> bool {
+        let mut refs = self.blob_refs(run).unwrap_or_else(|| BlobRefs {
+            run: run.clone(),
+            digests: Vec::new(),
+        });
+        let Err(at) = refs.digests.binary_search(&digest) else {
+            return false;
+        };
+        refs.digests.insert(at, digest);
+        self.put_blob_refs(refs);
+        true
+    }
 }
