@@ -244,6 +244,8 @@ def main() -> int:
     args = p.parse_args()
     threads = 20 if args.quick else args.threads
     root = Path(args.dir or tempfile.mkdtemp(prefix="actum-langgraph-bench-"))
+    # (A directory named with --dir is made if it is not there.)
+    root.mkdir(parents=True, exist_ok=True)
     results = []
     for kind in ("memory", "sqlite", "actum"):
         shutil.rmtree(root / kind, ignore_errors=True)
