@@ -15,7 +15,7 @@
 //! after every decide and apply and refuses the result if anything failed,
 //! so a storage error is never mistaken for an empty table.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::OnceLock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -61,6 +61,13 @@ pub struct RedbBooks<'a> {
     /// the row holds every blob the run ever referenced. Forgotten when
     /// this view writes a run's references.
     pub(crate) blob_refs_read: RefCell<BTreeMap<RunId, Option<BTreeSet<Digest>>>>,
+    /// A write view's run rows as read: a checkpoint's replay reads a
+    /// run's row at nearly every op it applies to the run, and the row is
+    /// the same until this view writes it. Forgotten when this view writes
+    /// or deletes a run. (A read view keeps none: it is made per read.)
+    pub(crate) runs_read: RefCell<BTreeMap<RunId, Option<Run>>>,
+    /// Run rows this view read from its table (what `runs_read` saves).
+    pub(crate) run_rows_read: Cell<u64>,
     /// A write view's open tables, made on its first write or read (a read
     /// view opens none: the tables are large, and a cold read makes a view).
     pub(crate) tables: RefCell<Option<Box<OpenTables<'a>>>>,
@@ -136,6 +143,16 @@ macro_rules! named_row {
         let same = $named;
         view.keyed($value, same, || $row)
     }};
+}
+
+impl RedbBooks<'_> {
+    /// The row of run `id`, read from its table.
+    fn run_row(&self, id: &RunId) -> Option<Run> {
+        self.run_rows_read.set(self.run_rows_read.get() + 1);
+        named_row!(self, RUNS_TABLE => runs, "read run", id.as_str(),
+            RowTable::Run, format!("run {id}"), format!("the row of run {id}"),
+            |run: Run| run.id == *id)
+    }
 }
 
 impl Drop for RedbBooks<'_> {
@@ -265,6 +282,8 @@ impl<'a> RedbBooks<'a> {
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
             blob_refs_read: RefCell::new(BTreeMap::new()),
+            runs_read: RefCell::new(BTreeMap::new()),
+            run_rows_read: Cell::new(0),
             tables: RefCell::new(None),
             read_tables,
             fresh_effects: None,
@@ -279,6 +298,8 @@ impl<'a> RedbBooks<'a> {
             error: RefCell::new(None),
             audit_lens: RefCell::new(BTreeMap::new()),
             blob_refs_read: RefCell::new(BTreeMap::new()),
+            runs_read: RefCell::new(BTreeMap::new()),
+            run_rows_read: Cell::new(0),
             tables: RefCell::new(None),
             read_tables: None,
             fresh_effects: None,
@@ -549,9 +570,19 @@ fn last_of(
 
 impl BooksRead for RedbBooks<'_> {
     fn run(&self, id: &RunId) -> Option<Run> {
-        named_row!(self, RUNS_TABLE => runs, "read run", id.as_str(),
-            RowTable::Run, format!("run {id}"), format!("the row of run {id}"),
-            |run: Run| run.id == *id)
+        let Txn::Write(_) = self.txn else {
+            return self.run_row(id);
+        };
+        if let Some(read) = self.runs_read.borrow().get(id) {
+            return read.clone();
+        }
+        let read = self.run_row(id);
+        // A failed read answers "absent" and is recorded in the view: it
+        // is not remembered as an answer.
+        if self.error.borrow().is_none() {
+            self.runs_read.borrow_mut().insert(id.clone(), read.clone());
+        }
+        read
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
@@ -886,6 +917,50 @@ mod tests {
             reference.push_audit(&id, entry(seq));
         }
         assert_eq!(snapshot.audit(&id, 0), reference.audit(&id, 0));
+    }
+
+    /// A checkpoint's write view reads a run's row from its table once,
+    /// and reads it again only after it wrote or deleted the run itself.
+    #[test]
+    fn a_write_view_reads_each_run_row_once_until_it_writes_the_run() {
+        use crate::books::BooksWrite;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut runs = txn.open_table(RUNS_TABLE).unwrap();
+            let row = encode_row(RowTable::Run, &run("r1"));
+            runs.insert("r1", row.as_slice()).unwrap();
+        }
+        let (r1, r2) = (RunId::new("r1").unwrap(), RunId::new("r2").unwrap());
+        let mut books = RedbBooks::writer(&txn, &path);
+        for _ in 0..3 {
+            assert_eq!(books.run(&r1), Some(run("r1")));
+            assert_eq!(books.run(&r2), None);
+        }
+        assert_eq!(books.run_rows_read.get(), 2, "one read per run, absent or not");
+        let mut moved = run("r1");
+        moved.version = 2;
+        books.put_run(moved.clone());
+        assert_eq!(books.run(&r1), Some(moved));
+        books.put_run(run("r2"));
+        assert_eq!(books.run(&r2), Some(run("r2")));
+        assert_eq!(books.run_rows_read.get(), 4, "a run it wrote is read again");
+        books.delete_run(&r1);
+        assert_eq!(books.run(&r1), None);
+        books.put_writes(crate::books::Writes::default());
+        assert_eq!(books.run(&r2), Some(run("r2")));
+        assert_eq!(books.run_rows_read.get(), 6, "and after it wrote a batch of rows");
+        books.finish().unwrap();
+        txn.commit().unwrap();
+        // A read view keeps no rows: each read goes to the table.
+        let txn = db.begin_read().unwrap();
+        let view = RedbBooks::reader(&txn, &path);
+        assert_eq!(view.run(&r2), Some(run("r2")));
+        assert_eq!(view.run(&r2), Some(run("r2")));
+        assert_eq!(view.run_rows_read.get(), 2);
+        view.finish().unwrap();
     }
 
     /// A row of entries stored under a seq other than its last entry's,

@@ -62,6 +62,7 @@ impl RedbBooks<'_> {
     /// and budget books. Each table is opened once and filled in key order.
     pub(crate) fn put_writes(&self, writes: Writes) {
         self.blob_refs_read.borrow_mut().clear();
+        self.runs_read.borrow_mut().clear();
         let path = self.path;
         self.write_with("write a checkpoint's rows", |txn, tables| {
             write_all(txn, tables, path, writes)
@@ -345,6 +346,7 @@ fn put_audit<'a>(
 impl BooksWrite for RedbBooks<'_> {
     fn put_run(&mut self, run: Run) {
         self.assert_writable("put_run");
+        self.runs_read.borrow_mut().remove(&run.id);
         self.write_with("write run", |txn, tables| put_run(txn, tables, &run));
     }
 
@@ -435,6 +437,7 @@ impl BooksWrite for RedbBooks<'_> {
     fn delete_run(&mut self, run: &RunId) {
         self.assert_writable("delete_run");
         self.blob_refs_read.borrow_mut().remove(run);
+        self.runs_read.borrow_mut().remove(run);
         self.write_with("delete run", |txn, tables| {
             delete_run_rows(txn, tables, run)
         });
