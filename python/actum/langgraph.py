@@ -232,7 +232,9 @@ def _hashable(version: Any) -> Any:
 # A value reference: ``["i", type, bytes]`` inline, ``["e"]`` empty (a
 # channel in new_versions without a value), or ``["p", part, type, list]``: a
 # part of the checkpoint that holds the record, where ``list`` is None or,
-# for a list stored as frames, ``[items, bytes, sha256 hex of the bytes]``.
+# for a list stored as frames, ``[items, bytes, sha256 hex of the bytes]``
+# (for a task write's list, which is never an append base, just its item
+# count).
 # In memory a reference is a tuple (so what a thread keeps is not tracked by
 # Python's collector) and a part reference also carries the checkpoint's
 # version (``_located``); on its way into a rewrite it carries the run too
@@ -251,7 +253,11 @@ def _located(ref: Sequence, version: int) -> tuple:
     of the checkpoint that holds it."""
     if ref[0] == "p" and len(ref) == 4:
         listed = ref[3]
-        return (ref[0], ref[1], ref[2], None if listed is None else tuple(listed), version)
+        if isinstance(listed, list):
+            # (A tuple inside the reference: one more collection of Python's
+            # collector before it stops tracking what holds it.)
+            listed = tuple(listed)
+        return (ref[0], ref[1], ref[2], listed, version)
     return tuple(ref)
 
 
@@ -469,6 +475,22 @@ class ActumSaver(BaseCheckpointSaver[str]):
         name = f"v{len(parts)}"
         parts.append((name, data, None))
         return ["p", name, typ, None]
+
+    def _write_ref(self, value: Any, parts: list[tuple[str, bytes, Any]]) -> list:
+        """A task's write: a list as frames, one per item, as a put stores
+        a list's new items (``_list_ref``); anything else as ``_ref``. A
+        node's write to an appended channel (messages) is the items the next
+        put appends, the same objects serialized the same way: their frames
+        are the same bytes, so the engine, which stores a part once by
+        content, keeps them once."""
+        if type(value) is not list:
+            return self._ref(value, parts)
+        whole = b"".join(_item_frame(self.serde, item) for item in value)
+        if len(whole) <= INLINE_BYTES or len(parts) >= _PARTS_PER_SAVE:
+            return ["i", LIST_TYPE, whole]
+        name = f"v{len(parts)}"
+        parts.append((name, whole, None))
+        return ["p", name, LIST_TYPE, len(value)]
 
     def _list_ref(
         self, thread: _Thread, ns: str, channel: str, items: list, parts: list[tuple[str, bytes, Any]]
@@ -703,7 +725,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
                 # ...) replace the last.
                 if idx >= 0 and (task_id, idx) in stored:
                     continue
-                landing.append([idx, channel, self._ref(value, parts)])
+                landing.append([idx, channel, self._write_ref(value, parts)])
             if not landing:
                 return
             record = {

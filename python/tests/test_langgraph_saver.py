@@ -322,3 +322,40 @@ def test_bytes_grow_with_the_change_not_the_history(tmp_path):
         saver.put({"configurable": {"thread_id": "long", "checkpoint_ns": ""}}, checkpoint, {}, {"messages": 99})
         got = saver.get_tuple({"configurable": {"thread_id": "long"}}).checkpoint["channel_values"]
         assert [m.content for m in got["messages"]] == [m.content for m in reversed(messages)]
+
+
+def test_a_task_write_and_the_put_that_appends_it_store_its_items_once(tmp_path):
+    from langchain_core.messages import AIMessage
+
+    def message(name):
+        return AIMessage(f"{name} " + "m" * 1000, id=name)
+
+    def put(saver, parent, messages, version):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": messages}
+        checkpoint["channel_versions"] = {"messages": version}
+        config = {"configurable": {"thread_id": "once", "checkpoint_ns": ""}}
+        if parent:
+            config["configurable"]["checkpoint_id"] = parent
+        return saver.put(config, checkpoint, {}, {"messages": version})["configurable"]["checkpoint_id"]
+
+    first = [message(f"a{i}") for i in range(4)]
+    new = [message("b0"), message("b1")]
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        books = _books_of(saver.engine)
+        books.calls = counting = Counting(books.calls)
+        c1 = put(saver, None, first, 1)
+        # The node's write: the two messages the next put appends.
+        config = {"configurable": {"thread_id": "once", "checkpoint_ns": "", "checkpoint_id": c1}}
+        saver.put_writes(config, [("messages", new)], "task-1")
+        c2 = put(saver, c1, first + new, 2)
+        put_first, write, put_next = counting.written
+        assert put_first > 4 * 1000 and write > 2 * 1000, counting.written
+        # The put appends the same frames the write stored: only its record is new.
+        assert put_next < 1000, counting.written
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        one = saver.get_tuple({"configurable": {"thread_id": "once", "checkpoint_id": c1}})
+        assert one.pending_writes == [("task-1", "messages", new)]
+        assert type(one.pending_writes[0][2]) is list
+        two = saver.get_tuple({"configurable": {"thread_id": "once", "checkpoint_id": c2}})
+        assert two.checkpoint["channel_values"]["messages"] == first + new
