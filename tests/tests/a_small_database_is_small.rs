@@ -3,7 +3,8 @@
 //! "Growing a segment"), so an empty database takes under a mebibyte, and a
 //! crash at any I/O call of a grow loses no acknowledged record. A clean
 //! close shrinks a grown log back to its first step ("Shrinking the log at
-//! close"), and a crash at any I/O call of that close loses nothing.
+//! close") and compacts the state store ("Compaction at close"), and a
+//! crash at any I/O call of that close loses nothing.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -324,6 +325,9 @@ fn sim_options() -> EngineOptions {
         // Rare enough that a checkpoint covers two segments at once: one
         // file is recycled into the next segment, the other kept spare.
         checkpoint_every_records: 40,
+        // Any clean close that finds a quarter of the state store free
+        // compacts it, so the cuts of a close land in a compaction too.
+        compact_at_close_free_bytes: 1,
         ..EngineOptions::default()
     }
 }
@@ -341,6 +345,14 @@ fn sim_open(disk: &SimDisk) -> Engine {
     let storage: Arc<dyn Storage> = Arc::new(disk.clone());
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1));
     Engine::open_with(storage, clock, Path::new(SIM_DIR), sim_options()).expect("open")
+}
+
+/// The state store's visible length on `disk`.
+fn sim_state_bytes(disk: &SimDisk) -> u64 {
+    disk.snapshot()
+        .into_iter()
+        .find(|(path, _)| path == "/db/state.redb")
+        .map_or(0, |(_, bytes)| bytes.len() as u64)
 }
 
 /// The log's files on `disk` with their visible lengths.
@@ -404,6 +416,7 @@ fn crash_every_io_call_of_a_close(seed: u64) -> u64 {
             "the log grew and rotated, and keeps a spare: {before:?}"
         );
         let books = engine.snapshot().expect("books");
+        let state_before = sim_state_bytes(&disk);
         let ops_before = disk.ops_count();
         disk.set_crash_after_ops(cut_at);
         let closed = engine.close();
@@ -414,6 +427,16 @@ fn crash_every_io_call_of_a_close(seed: u64) -> u64 {
                 "closed: {after:?}, before the close: {before:?}"
             );
             println!("the log before the close: {before:?}; after: {after:?}");
+            let state_after = sim_state_bytes(&disk);
+            println!(
+                "the state store before the close: {state_before} bytes; after: {state_after}"
+            );
+            // The close's checkpoint doubles the file (its copy-on-write
+            // pages go past the end); compaction brings it back.
+            assert!(
+                state_after <= state_before,
+                "the close compacted the state store: {state_before} -> {state_after} bytes"
+            );
             let close_ops = disk.ops_count() - ops_before;
             disk.disarm_crash();
             let engine = sim_open(&disk);

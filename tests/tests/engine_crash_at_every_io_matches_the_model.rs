@@ -66,6 +66,8 @@ fn options() -> EngineOptions {
         checkpoint_every_bytes: 0,
         retention: actum::engine::Retention::default(),
         operator_channel: false,
+        // Closes compact whenever a quarter of the state store is free.
+        compact_at_close_free_bytes: 1,
     }
 }
 

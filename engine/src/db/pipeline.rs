@@ -56,6 +56,9 @@ pub struct PipelineOptions {
     pub checkpoint_every_records: u64,
     /// ... or after this many logged bytes since the last one; 0 disables.
     pub checkpoint_every_bytes: u64,
+    /// A clean close compacts the state store when at least this many
+    /// bytes of it, and a quarter of it or more, are free; 0: never.
+    pub compact_at_close_free_bytes: u64,
 }
 
 impl PipelineOptions {
@@ -279,7 +282,12 @@ impl Pipeline {
         if !settled {
             self.checkpoint()?;
         }
-        let Pipeline { db, state, .. } = self;
+        let Pipeline {
+            db,
+            mut state,
+            options,
+        } = self;
+        state.compact_if_free(options.compact_at_close_free_bytes)?;
         // The state store closes before the directory lock is released.
         drop(state);
         db.close()

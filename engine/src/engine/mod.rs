@@ -49,8 +49,9 @@ pub use log_reads::LoggedCommit;
 pub use look::{AgentRuns, Look};
 pub use operations::{Metrics, Stuck, StuckReason, WAIT_SAMPLES_MAX};
 pub use options::{
-    CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT, EngineOptions,
-    MAX_RECORD_BYTES_DEFAULT, SEGMENT_SIZE_BYTES_DEFAULT,
+    CHECKPOINT_EVERY_BYTES_DEFAULT, CHECKPOINT_EVERY_RECORDS_DEFAULT,
+    COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT, EngineOptions, MAX_RECORD_BYTES_DEFAULT,
+    SEGMENT_SIZE_BYTES_DEFAULT,
 };
 #[cfg(feature = "postgres")]
 pub use postgres::RETENTION_EVERY_COMMITS;

@@ -15,6 +15,9 @@ use crate::wal::WalOptions;
 pub const CHECKPOINT_EVERY_RECORDS_DEFAULT: u64 = 2048;
 /// Default: checkpoint the state store after this many logged bytes.
 pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 8 << 20;
+/// Default: a clean close compacts the state store when at least this many
+/// bytes of it (and a quarter of it or more) are free pages.
+pub const COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT: u64 = 1 << 20;
 /// Default largest WAL record, i.e. the largest single command's ops.
 pub const MAX_RECORD_BYTES_DEFAULT: u64 = 4 << 20;
 
@@ -62,6 +65,13 @@ pub struct EngineOptions {
     /// serves it from `run`; a program sharing an `Arc<Engine>` calls
     /// `Engine::serve_operators`. Off by default.
     pub operator_channel: bool,
+    /// A clean close compacts the state store (redb's `compact`, through
+    /// the page sums) when at least this many bytes of its file, and a
+    /// quarter of it or more, are pages no table uses: the file shrinks by
+    /// them. 0: never. Default
+    /// [`COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT`], 1 MiB. Its cost grows with
+    /// the file (docs/DURABILITY.md, "Compaction at close").
+    pub compact_at_close_free_bytes: u64,
 }
 
 impl Default for EngineOptions {
@@ -80,6 +90,7 @@ impl Default for EngineOptions {
             checkpoint_every_bytes: CHECKPOINT_EVERY_BYTES_DEFAULT,
             retention: super::retention::Retention::default(),
             operator_channel: false,
+            compact_at_close_free_bytes: COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT,
         }
     }
 }
@@ -109,6 +120,7 @@ impl EngineOptions {
             verify_state_on_open: self.verify_state_on_open,
             checkpoint_every_records: self.checkpoint_every_records,
             checkpoint_every_bytes: self.checkpoint_every_bytes,
+            compact_at_close_free_bytes: self.compact_at_close_free_bytes,
         }
     }
 }
