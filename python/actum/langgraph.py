@@ -287,6 +287,16 @@ def _item_frame(serde: SerializerProtocol, item: Any) -> bytes:
     return _ITEM.pack(len(data), len(name)) + name + data
 
 
+def _stored(typ: str, data: bytes, listed: Any, parts: list[tuple[str, bytes, Any]]) -> list:
+    """A value's reference: inline if small (or the save has all the parts
+    it may), else a part of its own appended to ``parts``."""
+    if len(data) <= INLINE_BYTES or len(parts) >= _PARTS_PER_SAVE:
+        return ["i", typ, data]
+    name = f"v{len(parts)}"
+    parts.append((name, data, None))
+    return ["p", name, typ, listed]
+
+
 def _items(serde: SerializerProtocol, data: bytes, where: str) -> list:
     items = []
     at = 0
@@ -469,12 +479,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
         raise ValueError(f"thread {thread.thread_id!r}: unknown value reference {kind!r}")
 
     def _ref(self, value: Any, parts: list[tuple[str, bytes, Any]]) -> list:
-        typ, data = self.serde.dumps_typed(value)
-        if len(data) <= INLINE_BYTES or len(parts) >= _PARTS_PER_SAVE:
-            return ["i", typ, data]
-        name = f"v{len(parts)}"
-        parts.append((name, data, None))
-        return ["p", name, typ, None]
+        return _stored(*self.serde.dumps_typed(value), None, parts)
 
     def _write_ref(self, value: Any, parts: list[tuple[str, bytes, Any]]) -> list:
         """A task's write: a list as frames, one per item, as a put stores
@@ -486,11 +491,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
         if type(value) is not list:
             return self._ref(value, parts)
         whole = b"".join(_item_frame(self.serde, item) for item in value)
-        if len(whole) <= INLINE_BYTES or len(parts) >= _PARTS_PER_SAVE:
-            return ["i", LIST_TYPE, whole]
-        name = f"v{len(parts)}"
-        parts.append((name, whole, None))
-        return ["p", name, LIST_TYPE, len(value)]
+        return _stored(LIST_TYPE, whole, len(value), parts)
 
     def _list_ref(
         self, thread: _Thread, ns: str, channel: str, items: list, parts: list[tuple[str, bytes, Any]]

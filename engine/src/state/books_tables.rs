@@ -60,7 +60,7 @@ pub struct RedbBooks<'a> {
     /// read: a checkpoint asks about a run's at every save it replays, and
     /// the row holds every blob the run ever referenced. Forgotten when
     /// this view writes a run's references.
-    pub(crate) blob_refs_read: RefCell<BTreeMap<RunId, Option<BTreeSet<Digest>>>>,
+    pub(crate) blob_refs_read: RefCell<BTreeMap<RunId, Option<BlobRefs>>>,
     /// A write view's run rows as read: a checkpoint's replay reads a
     /// run's row at nearly every op it applies to the run, and the row is
     /// the same until this view writes it. Forgotten when this view writes
@@ -146,6 +146,28 @@ macro_rules! named_row {
 }
 
 impl RedbBooks<'_> {
+    /// What `answer` makes of `read()`, kept in `cache` under `run` so the
+    /// row is read once until this view writes the run (each writer
+    /// forgets its entry). A failed read, recorded in the view, is not
+    /// kept.
+    fn remembered<T, R>(
+        &self,
+        cache: &RefCell<BTreeMap<RunId, T>>,
+        run: &RunId,
+        read: impl FnOnce() -> T,
+        answer: impl FnOnce(&T) -> R,
+    ) -> R {
+        if let Some(known) = cache.borrow().get(run) {
+            return answer(known);
+        }
+        let value = read();
+        let answered = answer(&value);
+        if self.error.borrow().is_none() {
+            cache.borrow_mut().insert(run.clone(), value);
+        }
+        answered
+    }
+
     /// The row of run `id`, read from its table.
     fn run_row(&self, id: &RunId) -> Option<Run> {
         self.run_rows_read.set(self.run_rows_read.get() + 1);
@@ -573,16 +595,7 @@ impl BooksRead for RedbBooks<'_> {
         let Txn::Write(_) = self.txn else {
             return self.run_row(id);
         };
-        if let Some(read) = self.runs_read.borrow().get(id) {
-            return read.clone();
-        }
-        let read = self.run_row(id);
-        // A failed read answers "absent" and is recorded in the view: it
-        // is not remembered as an answer.
-        if self.error.borrow().is_none() {
-            self.runs_read.borrow_mut().insert(id.clone(), read.clone());
-        }
-        read
+        self.remembered(&self.runs_read, id, || self.run_row(id), Clone::clone)
     }
 
     fn visit_claimable(&self, now_ms: u64, visit: &mut dyn FnMut(&Run) -> bool) {
@@ -801,15 +814,12 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
-        if let Some(read) = self.blob_refs_read.borrow().get(run) {
-            return read.as_ref().is_some_and(|refs| refs.contains(digest));
-        }
-        let read: Option<BTreeSet<Digest>> = self
-            .blob_refs(run)
-            .map(|refs| refs.digests.into_iter().collect());
-        let referenced = read.as_ref().is_some_and(|refs| refs.contains(digest));
-        self.blob_refs_read.borrow_mut().insert(run.clone(), read);
-        referenced
+        self.remembered(
+            &self.blob_refs_read,
+            run,
+            || self.blob_refs(run),
+            |refs| refs.as_ref().is_some_and(|refs| refs.contains(digest)),
+        )
     }
 
     fn waits(&self, run: &RunId) -> Option<WaitBook> {

@@ -11,7 +11,6 @@
 //! failed insert is recorded in the view and surfaces from
 //! [`RedbBooks::finish`], so the transaction is dropped, not committed.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
 use redb::{ReadableTable, WriteTransaction};
@@ -184,24 +183,16 @@ fn write_all<'a>(
         let held = table
             .get(run.as_str())?
             .map(|row| row.value().to_vec());
-        let mut digests: BTreeSet<Digest> = match held {
-            None => BTreeSet::new(),
-            Some(row) => decode_row::<BlobRefs>(RowTable::BlobRefs, &row)
-                .map_err(|e| {
-                    redb::Error::Corrupted(format!(
-                        "the row of the blob references of run {run} in {}: {e}",
-                        path.display()
-                    ))
-                })?
-                .digests
-                .into_iter()
-                .collect(),
+        let mut refs = match held {
+            None => BlobRefs::none(run.clone()),
+            Some(row) => decode_row::<BlobRefs>(RowTable::BlobRefs, &row).map_err(|e| {
+                redb::Error::Corrupted(format!(
+                    "the row of the blob references of run {run} in {}: {e}",
+                    path.display()
+                ))
+            })?,
         };
-        digests.extend(added);
-        let refs = BlobRefs {
-            run: run.clone(),
-            digests: digests.into_iter().collect(),
-        };
+        refs.extend(&added);
         let row = encode_row(RowTable::BlobRefs, &refs);
         table.insert(run.as_str(), row.as_slice())?;
     }

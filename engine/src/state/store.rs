@@ -325,31 +325,30 @@ impl StateStore {
     /// Compacts the store at a clean close if at least `min_free_bytes` of
     /// its file, and a quarter of it or more, are pages no table uses
     /// (redb's `compact`: pages move toward the start of the file, which
-    /// then shrinks). Returns the file's bytes before and after, or `None`
-    /// if it did not compact: not worth it, `min_free_bytes` 0, or a
-    /// reader still holding a snapshot. Its writes go through the page sums
+    /// then shrinks). Nothing is done when it is not worth it, when
+    /// `min_free_bytes` is 0, or when a reader still holds a snapshot. Its
+    /// writes go through the page sums
     /// like every write, and each of redb's steps is a durable commit of
     /// the same rows, so a crash in the middle leaves a store that opens
     /// as after any crash, rows unchanged (docs/DURABILITY.md, "Compaction
     /// at close").
-    pub fn compact_if_free(&mut self, min_free_bytes: u64) -> Result<Option<(u64, u64)>> {
+    pub fn compact_if_free(&mut self, min_free_bytes: u64) -> Result<()> {
         if min_free_bytes == 0 || self.refused || self.panicked().is_some() {
-            return Ok(None);
+            return Ok(());
         }
         self.forget_shared_read();
-        let file_bytes = |store: &StateStore| {
-            store.sums.known_blocks().1 as u64 * crate::storage::page_sums::BLOCK_BYTES
-        };
-        let before = file_bytes(self);
+        // (The sums hold one entry per block of the file.)
+        let file_bytes =
+            self.sums.known_blocks().1 as u64 * crate::storage::page_sums::BLOCK_BYTES;
         let path = self.path.clone();
         let txn = self.note(guarded(&path, "begin write", || self.db().begin_write()))?;
         let stats = guarded(&path, "read allocation stats", || txn.stats());
         drop_guarded(txn);
         let stats = self.note(stats)?;
         let used = stats.allocated_pages() * stats.page_size() as u64;
-        let free = before.saturating_sub(used);
-        if free < min_free_bytes || free.saturating_mul(4) < before {
-            return Ok(None);
+        let free = file_bytes.saturating_sub(used);
+        if free < min_free_bytes || free.saturating_mul(4) < file_bytes {
+            return Ok(());
         }
         let db = self
             .db
@@ -359,10 +358,9 @@ impl StateStore {
         match compacted {
             // A reader still holds a snapshot (an operator's look that
             // outlived the engine's close): nothing moved.
-            Ok(Err(redb::CompactionError::TransactionInProgress)) => Ok(None),
+            Ok(Err(redb::CompactionError::TransactionInProgress)) | Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => self.note(Err(state_error(&path, "compact", e))),
             Err(e) => self.note(Err(e)),
-            Ok(Ok(_)) => Ok(Some((before, file_bytes(self)))),
         }
     }
 

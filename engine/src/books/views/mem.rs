@@ -89,7 +89,7 @@ impl MemBooks {
                 let named = self
                     .blob_refs
                     .get(entry.key.run())
-                    .is_some_and(|refs| refs.digests.binary_search(&receipt.digest).is_ok());
+                    .is_some_and(|refs| refs.contains(&receipt.digest));
                 if !self.blobs.contains_key(&receipt.digest) || !named {
                     problems.push(format!(
                         "effect {} keeps its receipt as blob {}, which is {}",
@@ -114,8 +114,7 @@ impl MemBooks {
             let refs = self.blob_refs.get(&meta.run);
             for part in &meta.parts {
                 for blob in part.blobs() {
-                    let named =
-                        refs.is_some_and(|refs| refs.digests.binary_search(&blob.digest).is_ok());
+                    let named = refs.is_some_and(|refs| refs.contains(&blob.digest));
                     let counted = self.blob_holders.contains_key(&blob.digest);
                     let why = if !self.blobs.contains_key(&blob.digest) {
                         "not stored"
@@ -351,7 +350,7 @@ impl BooksRead for MemBooks {
     fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
         self.blob_refs
             .get(run)
-            .is_some_and(|refs| refs.digests.binary_search(digest).is_ok())
+            .is_some_and(|refs| refs.contains(digest))
     }
 }
 

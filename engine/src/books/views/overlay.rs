@@ -411,21 +411,14 @@ impl BooksRead for Overlay<'_> {
         let Some(added) = self.blob_refs_added.get(run) else {
             return base;
         };
-        let mut digests: BTreeSet<Digest> = base
-            .map(|b| b.digests)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        digests.extend(added.iter().copied());
-        Some(BlobRefs {
-            run: run.clone(),
-            digests: digests.into_iter().collect(),
-        })
+        let mut refs = base.unwrap_or_else(|| BlobRefs::none(run.clone()));
+        refs.extend(added);
+        Some(refs)
     }
 
     fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
         if let Some(refs) = self.blob_refs.get(run) {
-            return refs.digests.binary_search(digest).is_ok();
+            return refs.contains(digest);
         }
         self.blob_refs_added
             .get(run)
@@ -523,21 +516,14 @@ impl BooksWrite for Overlay<'_> {
 
     fn add_blob_ref(&mut self, run: &RunId, digest: Digest) -> bool {
         if let Some(refs) = self.blob_refs.get_mut(run) {
-            let Err(at) = refs.digests.binary_search(&digest) else {
-                return false;
-            };
-            refs.digests.insert(at, digest);
+            return refs.insert(digest);
         } else if self.blob_referenced(run, &digest) {
             return false;
         } else if self.pruned.contains(run) {
             // The base's are gone: the run's list begins here, whole.
-            self.blob_refs.insert(
-                run.clone(),
-                BlobRefs {
-                    run: run.clone(),
-                    digests: vec![digest],
-                },
-            );
+            let mut refs = BlobRefs::none(run.clone());
+            refs.insert(digest);
+            self.blob_refs.insert(run.clone(), refs);
         } else {
             self.blob_refs_added
                 .entry(run.clone())

@@ -115,7 +115,7 @@ pub trait BooksRead {
     /// history").
     fn blob_referenced(&self, run: &RunId, digest: &Digest) -> bool {
         self.blob_refs(run)
-            .is_some_and(|refs| refs.digests.binary_search(digest).is_ok())
+            .is_some_and(|refs| refs.contains(digest))
     }
 }
 
@@ -173,15 +173,13 @@ pub trait BooksWrite: BooksRead {
     /// changed) if it was there. A view that stages writes adds it without
     /// copying the run's list (see [`BooksRead::blob_referenced`]).
     fn add_blob_ref(&mut self, run: &RunId, digest: Digest) -> bool {
-        let mut refs = self.blob_refs(run).unwrap_or_else(|| BlobRefs {
-            run: run.clone(),
-            digests: Vec::new(),
-        });
-        let Err(at) = refs.digests.binary_search(&digest) else {
-            return false;
-        };
-        refs.digests.insert(at, digest);
-        self.put_blob_refs(refs);
-        true
+        let mut refs = self
+            .blob_refs(run)
+            .unwrap_or_else(|| BlobRefs::none(run.clone()));
+        let added = refs.insert(digest);
+        if added {
+            self.put_blob_refs(refs);
+        }
+        added
     }
 }
