@@ -18,8 +18,10 @@ use std::path::{Path, PathBuf};
 
 use support::*;
 
-/// Damaged copies tried per image.
-const TRIALS: u64 = 60;
+/// Damaged copies tried per image. Copies that make redb panic are rare
+/// (2 of 1,200 since blobs became a stream, schema 13: trials 235 and 593
+/// of the closed image), so the count reaches the first.
+const TRIALS: u64 = 240;
 /// The longest run of garbage one trial writes.
 const GARBAGE_BYTES_MAX: u64 = 512;
 

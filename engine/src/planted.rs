@@ -101,6 +101,10 @@ pub enum PlantedBug {
     /// A checkpoint writing a prune deletes every blob the pruned run
     /// referenced, counted or not, so kept runs lose the parts they share.
     PruneSharedBlobs,
+    /// The blob stream's cleaner appends a live record again at the
+    /// stream's end but leaves its index entry on the old copy, whose
+    /// chunk it then removes.
+    CleanerLosesMoves,
     /// The hot books drop the blob references a command adds to its run's
     /// (`Writes::blob_refs_added`, a saved part's new blob), so the run's
     /// references in memory miss them: a later save of the same bytes
@@ -219,7 +223,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 33] = [
+    pub const ENGINE: [PlantedBug; 34] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -246,6 +250,7 @@ impl PlantedBug {
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
+        PlantedBug::CleanerLosesMoves,
         PlantedBug::ForgetAddedBlobRefs,
         PlantedBug::ReleaseStoredLeasesOnly,
         PlantedBug::MigrationKeepsByteOrder,
@@ -280,7 +285,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 55] = [
+    pub const ALL: [PlantedBug; 56] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -312,6 +317,7 @@ impl PlantedBug {
         PlantedBug::ResourceIgnoresHolder,
         PlantedBug::SharedSetBlind,
         PlantedBug::PruneSharedBlobs,
+        PlantedBug::CleanerLosesMoves,
         PlantedBug::ForgetAddedBlobRefs,
         PlantedBug::ReleaseStoredLeasesOnly,
         PlantedBug::RenewAfterLoss,
@@ -372,6 +378,7 @@ impl PlantedBug {
             PlantedBug::ResourceIgnoresHolder => "resource-ignores-holder",
             PlantedBug::SharedSetBlind => "shared-set-blind",
             PlantedBug::PruneSharedBlobs => "prune-shared-blobs",
+            PlantedBug::CleanerLosesMoves => "cleaner-loses-moves",
             PlantedBug::ForgetAddedBlobRefs => "forget-added-blob-refs",
             PlantedBug::ReleaseStoredLeasesOnly => "release-stored-leases-only",
             PlantedBug::RenewAfterLoss => "renew-after-loss",

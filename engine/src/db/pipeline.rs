@@ -57,7 +57,7 @@ pub struct PipelineOptions {
     /// ... or after this many logged bytes since the last one; 0 disables.
     pub checkpoint_every_bytes: u64,
     /// A clean close compacts the state store when at least this many
-    /// bytes of it, and a quarter of it or more, are free; 0: never.
+    /// bytes of it, and a sixteenth of it or more, are free; 0: never.
     pub compact_at_close_free_bytes: u64,
 }
 

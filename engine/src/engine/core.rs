@@ -471,18 +471,16 @@ impl Engine {
         };
         let (first, last) = (first.lsn, last.lsn);
         let path = self.local().pipeline.state().path().to_path_buf();
-        let shared_blobs_go = self.planted(PlantedBug::PruneSharedBlobs);
+        let planted = CheckpointBugs {
+            shared_blobs_go: self.planted(PlantedBug::PruneSharedBlobs),
+            cleaner_loses_moves: self.planted(PlantedBug::CleanerLosesMoves),
+        };
         let metrics = self.counter_totals();
         let written = self
             .local()
             .pipeline
             .materialize_durably((first, last), |txn| {
-                apply_ops(
-                    txn,
-                    &path,
-                    batch.iter().flat_map(|u| &u.ops),
-                    shared_blobs_go,
-                )?;
+                apply_ops(txn, &path, batch.iter().flat_map(|u| &u.ops), planted)?;
                 crate::state::write_metrics(txn, &path, &metrics)
             });
         let mut inner = self.lock();
@@ -723,18 +721,28 @@ pub(crate) enum ApplyFailure {
     Read(Error),
 }
 
+/// The planted bugs a checkpoint's writes can carry (none outside the
+/// simulator's tests).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CheckpointBugs {
+    /// `PruneSharedBlobs`: a prune deletes every blob its run referenced.
+    pub(crate) shared_blobs_go: bool,
+    /// `CleanerLosesMoves`: the blob stream's cleaner leaves a moved
+    /// record's index entry behind.
+    pub(crate) cleaner_loses_moves: bool,
+}
+
 /// Applies `ops` to the books in `txn` (a checkpoint's records): on an
 /// overlay of the state store first, so a row the records change many
 /// times (a run's version, an entry intended then settled) is read once and
 /// written once, then every row the overlay wrote, table by table. Every op
 /// was applied to the hot books before it was logged, so an `Err` here
 /// means the state store diverged from them.
-/// (`shared_blobs_go`: the planted `PruneSharedBlobs`.)
 pub(crate) fn apply_ops<'a>(
     txn: &WriteTransaction,
     path: &Path,
     ops: impl Iterator<Item = &'a Op>,
-    shared_blobs_go: bool,
+    planted: CheckpointBugs,
 ) -> Result<()> {
     let ops: Vec<&Op> = ops.collect();
     let fresh: BTreeSet<&EffectKey> = ops
@@ -744,12 +752,13 @@ pub(crate) fn apply_ops<'a>(
             _ => None,
         })
         .collect();
-    let books = RedbBooks::writer_of_fresh(txn, path, &fresh);
+    let mut books = RedbBooks::writer_of_fresh(txn, path, &fresh);
+    books.cleaner_loses_moves = planted.cleaner_loses_moves;
     let mut overlay = Overlay::new(&books);
     let mut give_way = crate::sync::GiveWay::default();
     for op in ops {
         give_way.unit();
-        if let (Op::RunPruned { run, .. }, true) = (op, shared_blobs_go) {
+        if let (Op::RunPruned { run, .. }, true) = (op, planted.shared_blobs_go) {
             use crate::books::{BooksRead, BooksWrite};
             let refs = BooksRead::blob_refs(&overlay, run);
             for digest in refs.map(|r| r.digests).unwrap_or_default() {
@@ -1001,7 +1010,7 @@ mod tests {
         let db = redb::Database::create(&path).unwrap();
         for ops in ops.chunks(chunk) {
             let txn = db.begin_write().unwrap();
-            apply_ops(&txn, &path, ops.iter(), false).unwrap();
+            apply_ops(&txn, &path, ops.iter(), CheckpointBugs::default()).unwrap();
             txn.commit().unwrap();
         }
         let txn = redb::ReadableDatabase::begin_read(&db).unwrap();

@@ -16,7 +16,7 @@ pub const CHECKPOINT_EVERY_RECORDS_DEFAULT: u64 = 2048;
 /// Default: checkpoint the state store after this many logged bytes.
 pub const CHECKPOINT_EVERY_BYTES_DEFAULT: u64 = 8 << 20;
 /// Default: a clean close compacts the state store when at least this many
-/// bytes of it (and a quarter of it or more) are free pages.
+/// bytes of it (and a sixteenth of it or more) are free pages.
 pub const COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT: u64 = 1 << 20;
 /// Default largest WAL record, i.e. the largest single command's ops.
 pub const MAX_RECORD_BYTES_DEFAULT: u64 = 4 << 20;
@@ -67,7 +67,7 @@ pub struct EngineOptions {
     pub operator_channel: bool,
     /// A clean close compacts the state store (redb's `compact`, through
     /// the page sums) when at least this many bytes of its file, and a
-    /// quarter of it or more, are pages no table uses: the file shrinks by
+    /// sixteenth of it or more, are pages no table uses: the file shrinks by
     /// them. 0: never. Default
     /// [`COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT`], 1 MiB. Its cost grows with
     /// the file (docs/DURABILITY.md, "Compaction at close").

@@ -16,6 +16,7 @@ use super::rows::{
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, RESOURCES_TABLE, RUNS_TABLE, RowTable,
     SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_audit_row, decode_row,
 };
+use super::blob_stream::{self, BLOB_CHUNKS_TABLE, BLOB_INDEX_TABLE, BLOB_STREAM_TABLE};
 use super::guard::guarded;
 use crate::books::{
     BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
@@ -94,14 +95,23 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
             "effect",
         )?);
     }
-    let blobs = values(txn, path, BLOBS_TABLE)?;
-    let blob_count = blobs.len();
-    for bytes in blobs {
-        books.put_blob(crate::books::digest_of(&bytes), bytes);
+    for (key, bytes) in all_blobs(txn, path)? {
+        // A blob kept under another digest than its own would collapse
+        // with its twin; its key must be its digest.
+        let digest = crate::books::digest_of(&bytes);
+        if digest != key {
+            return Err(Error::corrupt(
+                path,
+                0,
+                format!(
+                    "blob {} is kept under another digest, {}",
+                    digest.short(),
+                    key.short()
+                ),
+            ));
+        }
+        books.put_blob(digest, bytes);
     }
-    // A blob stored under another digest than its own would have collapsed
-    // with its twin above; the count catches it.
-    assert_blob_keys(txn, path, blob_count)?;
     for bytes in values(txn, path, CHECKPOINTS_TABLE)? {
         books.put_checkpoint(decode::<CheckpointMeta>(
             path,
@@ -170,30 +180,59 @@ pub fn read_books(txn: &ReadTransaction, path: &Path) -> Result<MemBooks> {
         )?);
     }
     push_audit(txn, path, &mut books)?;
-    assert_eq!(books.blob_count(), blob_count, "blobs are keyed by digest");
     Ok(books)
 }
 
-/// Checks that every blob row's key is the digest of its bytes.
-fn assert_blob_keys(txn: &ReadTransaction, path: &Path, expected: usize) -> Result<()> {
-    let keys_match = rows(txn, path, BLOBS_TABLE, "read blobs", |k, v| {
-        let digest = crate::books::digest_of(v);
-        (k == digest.0.as_slice()).then_some(()).ok_or(digest)
-    })?;
-    assert_eq!(keys_match.len(), expected, "one snapshot, read twice");
-    for found in keys_match {
-        if let Err(digest) = found {
-            return Err(Error::corrupt(
-                path,
-                0,
-                format!(
-                    "blob stored under a key that is not its digest {}",
-                    digest.short()
-                ),
-            ));
-        }
+/// Every blob kept, as (the digest it is kept under, its bytes): the rows
+/// of the blobs table of a store written before schema 13, then the blob
+/// stream's records in digest order. The stream's own accounting must hold
+/// (`blob_stream::problems`).
+fn all_blobs(txn: &ReadTransaction, path: &Path) -> Result<Vec<(Digest, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let keyed = |k: &[u8]| <[u8; 32]>::try_from(k).ok().map(Digest);
+    for (key, bytes) in rows(txn, path, BLOBS_TABLE, "read blobs", |k, v| (keyed(k), v.to_vec()))? {
+        let key = key.ok_or_else(|| Error::corrupt(path, 0, "a blob row is keyed by no digest"))?;
+        out.push((key, bytes));
     }
-    Ok(())
+    let stream = guarded(path, "read the blob stream", || {
+        let index = open_if_there(txn, BLOB_INDEX_TABLE)?;
+        let chunks = open_if_there(txn, BLOB_CHUNKS_TABLE)?;
+        let counts = open_if_there(txn, BLOB_STREAM_TABLE)?;
+        let problems = blob_stream::problems(index.as_ref(), chunks.as_ref(), counts.as_ref())?;
+        let mut records = Vec::new();
+        if let (Some(index), Some(chunks)) = (&index, &chunks)
+            && problems.is_empty()
+        {
+            for row in index.iter()? {
+                let (key, at) = row?;
+                let digest = Digest(<[u8; 32]>::try_from(key.value()).expect("problems checked keys"));
+                records.push((digest, blob_stream::read_record(chunks, &digest, at.value())?));
+            }
+        }
+        Ok::<_, redb::Error>((problems, records))
+    })?;
+    let (problems, records) = stream;
+    if let Some(first) = problems.first() {
+        return Err(Error::corrupt(
+            path,
+            0,
+            format!("the blob stream does not hold ({} problem(s)); the first: {first}", problems.len()),
+        ));
+    }
+    out.extend(records);
+    Ok(out)
+}
+
+/// The table `def` of `txn`, `None` if its snapshot has none.
+fn open_if_there<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> std::result::Result<Option<redb::ReadOnlyTable<K, V>>, redb::Error> {
+    match txn.open_table(def) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn push_audit(txn: &ReadTransaction, path: &Path, books: &mut MemBooks) -> Result<()> {

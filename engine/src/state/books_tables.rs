@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use redb::{
-    Key, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, Value,
+    Key, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition, TableHandle, Value,
     WriteTransaction,
 };
 use serde::de::DeserializeOwned;
@@ -31,6 +31,9 @@ use super::rows::{
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
     RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_audit_row,
     decode_row, effect_kind_code, effect_row_key,
+};
+use super::blob_stream::{
+    BLOB_CHUNKS_TABLE, BLOB_INDEX_TABLE, BLOB_STREAM_TABLE, BlobLookup, BlobReader, BlobWriter,
 };
 use super::guard::{drop_guarded, guard};
 use super::store::state_error;
@@ -78,6 +81,8 @@ pub struct RedbBooks<'a> {
     /// Ledger keys a checkpoint's write view answers "absent" for without
     /// a lookup ([`RedbBooks::writer_of_fresh`]).
     pub(crate) fresh_effects: Option<&'a BTreeSet<&'a EffectKey>>,
+    /// The planted `CleanerLosesMoves` (set by a checkpoint's writer).
+    pub(crate) cleaner_loses_moves: bool,
 }
 
 /// Opens `$def` in the view's transaction (a write view keeps it open in
@@ -177,6 +182,132 @@ impl RedbBooks<'_> {
     }
 }
 
+impl RedbBooks<'_> {
+    /// `read` over the view's blob tables (the blob stream's, and the
+    /// blobs table of a store written before schema 13; the stream's
+    /// chunks only if `chunks`): `None` if it failed (recorded in the
+    /// view).
+    pub(crate) fn with_blobs<T>(
+        &self,
+        op: &'static str,
+        chunks: bool,
+        read: impl FnOnce(&dyn BlobLookup) -> std::result::Result<T, redb::Error>,
+    ) -> Option<T> {
+        let outcome = guard(self.path, op, || -> std::result::Result<Option<T>, redb::Error> {
+            match self.txn {
+                Txn::Read(txn) => match self.read_tables {
+                    Some(kept) => {
+                        let reader = BlobReader {
+                            index: read_in(txn, &kept.blob_index, BLOB_INDEX_TABLE)?,
+                            chunks: match chunks {
+                                true => read_in(txn, &kept.blob_chunks, BLOB_CHUNKS_TABLE)?,
+                                false => None,
+                            },
+                            old: read_in(txn, &kept.blobs, BLOBS_TABLE)?,
+                        };
+                        read(&reader).map(Some)
+                    }
+                    None => {
+                        let index = open_if_there(txn, BLOB_INDEX_TABLE)?;
+                        let chunks = match chunks {
+                            true => open_if_there(txn, BLOB_CHUNKS_TABLE)?,
+                            false => None,
+                        };
+                        let old = open_if_there(txn, BLOBS_TABLE)?;
+                        let reader = BlobReader {
+                            index: index.as_ref(),
+                            chunks: chunks.as_ref(),
+                            old: old.as_ref(),
+                        };
+                        let answer = read(&reader);
+                        drop_guarded((index, chunks, old));
+                        answer.map(Some)
+                    }
+                },
+                Txn::Write(txn) => {
+                    let mut tables = self.tables.borrow_mut();
+                    let tables = tables.get_or_insert_with(Box::default);
+                    if !chunks {
+                        // A look-up needs only the index (and an older
+                        // store's blobs table): a checkpoint makes one per
+                        // stored argument it replays.
+                        let old = has_old_blobs(txn, tables)?;
+                        let index = &*open_in(txn, &mut tables.blob_index, BLOB_INDEX_TABLE)?;
+                        let old = match old {
+                            true => Some(&*open_in(txn, &mut tables.blobs, BLOBS_TABLE)?),
+                            false => None,
+                        };
+                        let reader = BlobReader::<_, Table<'_, u64, &[u8]>, _> {
+                            index: Some(index),
+                            chunks: None,
+                            old,
+                        };
+                        return read(&reader).map(Some);
+                    }
+                    let writer = blob_writer(txn, tables, false)?;
+                    let reader = BlobReader {
+                        index: Some(&*writer.index),
+                        chunks: Some(&*writer.chunks),
+                        old: writer.old.as_deref(),
+                    };
+                    read(&reader).map(Some)
+                }
+            }
+        });
+        self.settle(outcome, op)
+    }
+}
+
+/// Whether `txn` holds the blobs table of a store written before schema
+/// 13, asked once per view (opening it in a write transaction would make it).
+fn has_old_blobs(
+    txn: &WriteTransaction,
+    tables: &mut OpenTables<'_>,
+) -> std::result::Result<bool, redb::Error> {
+    if let Some(known) = tables.old_blobs {
+        return Ok(known);
+    }
+    let found = txn.list_tables()?.any(|t| t.name() == BLOBS_TABLE.name());
+    tables.old_blobs = Some(found);
+    Ok(found)
+}
+
+/// The table `def` of a read transaction, `None` if its snapshot has none.
+fn open_if_there<K: Key + 'static, V: Value + 'static>(
+    txn: &ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> std::result::Result<Option<ReadOnlyTable<K, V>>, redb::TableError> {
+    match txn.open_table(def) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The blob tables of a write transaction, opened in `tables`: the blob
+/// stream's (made if new) and, if the store has it, the blobs table of a
+/// store written before schema 13 (never made: asked once per view).
+pub(crate) fn blob_writer<'s, 'a>(
+    txn: &'a WriteTransaction,
+    tables: &'s mut OpenTables<'a>,
+    loses_moves: bool,
+) -> std::result::Result<BlobWriter<'s, 'a>, redb::Error> {
+    let old = has_old_blobs(txn, tables)?;
+    open_in(txn, &mut tables.blob_index, BLOB_INDEX_TABLE)?;
+    open_in(txn, &mut tables.blob_chunks, BLOB_CHUNKS_TABLE)?;
+    open_in(txn, &mut tables.blob_stream, BLOB_STREAM_TABLE)?;
+    if old {
+        open_in(txn, &mut tables.blobs, BLOBS_TABLE)?;
+    }
+    Ok(BlobWriter {
+        index: tables.blob_index.as_mut().expect("opened above"),
+        chunks: tables.blob_chunks.as_mut().expect("opened above"),
+        counts: tables.blob_stream.as_mut().expect("opened above"),
+        old: tables.blobs.as_mut(),
+        loses_moves,
+    })
+}
+
 impl Drop for RedbBooks<'_> {
     fn drop(&mut self) {
         // A write view's tables write their roots back into the
@@ -216,6 +347,8 @@ pub(crate) struct ReadTables {
     blob_holders: ReadTable<&'static [u8], u64>,
     blob_refs: ReadTable<&'static str, &'static [u8]>,
     ended: ReadTable<(u64, &'static str), ()>,
+    blob_index: ReadTable<&'static [u8], u64>,
+    blob_chunks: ReadTable<u64, &'static [u8]>,
 }
 
 /// The table `def` of `txn`, opened into `slot` the first time; `None` if
@@ -262,6 +395,13 @@ pub(crate) struct OpenTables<'a> {
     pub(crate) blob_holders: OpenTable<'a, &'static [u8], u64>,
     pub(crate) blob_refs: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) ended: OpenTable<'a, (u64, &'static str), ()>,
+    pub(crate) blob_index: OpenTable<'a, &'static [u8], u64>,
+    pub(crate) blob_chunks: OpenTable<'a, u64, &'static [u8]>,
+    pub(crate) blob_stream: OpenTable<'a, &'static str, u64>,
+    /// Whether the transaction holds the blobs table of a store written
+    /// before schema 13 (asked once: opening it in a write transaction
+    /// would make it).
+    pub(crate) old_blobs: Option<bool>,
 }
 
 /// The table `def` of `txn`, opened into `slot` the first time.
@@ -309,6 +449,7 @@ impl<'a> RedbBooks<'a> {
             tables: RefCell::new(None),
             read_tables,
             fresh_effects: None,
+            cleaner_loses_moves: false,
         }
     }
 
@@ -325,6 +466,7 @@ impl<'a> RedbBooks<'a> {
             tables: RefCell::new(None),
             read_tables: None,
             fresh_effects: None,
+            cleaner_loses_moves: false,
         }
     }
 
@@ -691,17 +833,12 @@ impl BooksRead for RedbBooks<'_> {
     }
 
     fn blob_exists(&self, digest: &Digest) -> bool {
-        with_table!(self, BLOBS_TABLE => blobs, "look up blob", |t| t
-            .get(digest.0.as_slice())
-            .map(|g| g.is_some()))
-        .unwrap_or(false)
+        self.with_blobs("look up blob", false, |blobs| Ok(blobs.find(digest)?.is_some()))
+            .unwrap_or(false)
     }
 
     fn blob(&self, digest: &Digest) -> Option<Vec<u8>> {
-        with_table!(self, BLOBS_TABLE => blobs, "read blob", |t| t
-            .get(digest.0.as_slice())
-            .map(|g| g.map(|v| v.value().to_vec())))
-        .flatten()
+        self.with_blobs("read blob", true, |blobs| blobs.read(digest)).flatten()
     }
 
     fn decision_at(&self, run: &RunId, position: u64) -> Option<DecisionRecord> {

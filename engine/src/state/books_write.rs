@@ -15,10 +15,10 @@ use std::path::Path;
 
 use redb::{ReadableTable, WriteTransaction};
 
-use super::books_tables::{OpenTables, RedbBooks, Txn, open_in};
+use super::books_tables::{OpenTables, RedbBooks, Txn, blob_writer, open_in};
 use super::guard::guard;
 use super::rows::{
-    AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
+    AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BUDGETS_TABLE,
     CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
     RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
     effect_row_key, encode_audit_row, encode_row,
@@ -64,7 +64,7 @@ impl RedbBooks<'_> {
         self.runs_read.borrow_mut().clear();
         let path = self.path;
         self.write_with("write a checkpoint's rows", |txn, tables| {
-            write_all(txn, tables, path, writes)
+            write_all(txn, tables, path, writes, self.cleaner_loses_moves)
         });
     }
 }
@@ -75,6 +75,7 @@ fn write_all<'a>(
     tables: &mut OpenTables<'a>,
     path: &Path,
     writes: Writes,
+    loses_moves: bool,
 ) -> Result<(), redb::Error> {
     let Writes {
         runs,
@@ -103,7 +104,7 @@ fn write_all<'a>(
     }
     for digest in &blobs_deleted {
         give_way.unit();
-        open_in(txn, &mut tables.blobs, BLOBS_TABLE)?.remove(digest.0.as_slice())?;
+        blob_writer(txn, tables, loses_moves)?.remove(digest)?;
     }
     for run in runs.values() {
         give_way.unit();
@@ -117,7 +118,7 @@ fn write_all<'a>(
     }
     for (digest, bytes) in &blobs {
         give_way.unit();
-        put_blob(txn, tables, digest, bytes)?;
+        blob_writer(txn, tables, loses_moves)?.put(digest, bytes)?;
     }
     for meta in checkpoints.values() {
         give_way.unit();
@@ -288,11 +289,7 @@ fn put_blob<'a>(
     digest: &Digest,
     bytes: &[u8],
 ) -> Result<(), redb::Error> {
-    let table = open_in(txn, &mut tables.blobs, BLOBS_TABLE)?;
-    if table.get(digest.0.as_slice())?.is_none() {
-        table.insert(digest.0.as_slice(), bytes)?;
-    }
-    Ok(())
+    blob_writer(txn, tables, false)?.put(digest, bytes)
 }
 
 fn put_resource<'a>(
@@ -437,8 +434,7 @@ impl BooksWrite for RedbBooks<'_> {
     fn delete_blob(&mut self, digest: &Digest) {
         self.assert_writable("delete_blob");
         self.write_with("delete blob", |txn, tables| {
-            open_in(txn, &mut tables.blobs, BLOBS_TABLE)?.remove(digest.0.as_slice())?;
-            Ok(())
+            blob_writer(txn, tables, self.cleaner_loses_moves)?.remove(digest)
         });
     }
 

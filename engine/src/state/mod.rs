@@ -13,6 +13,7 @@
 //! the last record whose effects are in the same redb snapshot, so replay
 //! after it applies every record exactly once.
 
+pub mod blob_stream;
 mod books_snapshot;
 pub mod books_tables;
 mod books_write;

@@ -99,14 +99,18 @@ pub const METRIC_KEY_PREFIX: &str = "metric.";
 /// rows are still read. Version 12 writes a checkpoint's audit entries of a
 /// run as one row keyed by the last one's seq (table 12); the one-entry rows
 /// of older versions (table 5) are keyed the same way and read beside them.
-pub const STATE_SCHEMA_VERSION: u64 = 12;
+/// Version 13 keeps new blobs as records of the blob stream
+/// (`books_blob_chunks`, `books_blob_index`, `books_blob_stream`;
+/// `blob_stream.rs`) instead of rows of `books_blobs`, whose rows a store
+/// written before is still read, counted and deleted from.
+pub const STATE_SCHEMA_VERSION: u64 = 13;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited, had a budget or compensated), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 12] =
-    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 13] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -323,7 +327,7 @@ impl StateStore {
     }
 
     /// Compacts the store at a clean close if at least `min_free_bytes` of
-    /// its file, and a quarter of it or more, are pages no table uses
+    /// its file, and a sixteenth of it or more, are pages no table uses
     /// (redb's `compact`: pages move toward the start of the file, which
     /// then shrinks). Nothing is done when it is not worth it, when
     /// `min_free_bytes` is 0, or when a reader still holds a snapshot. Its
@@ -347,7 +351,7 @@ impl StateStore {
         let stats = self.note(stats)?;
         let used = stats.allocated_pages() * stats.page_size() as u64;
         let free = file_bytes.saturating_sub(used);
-        if free < min_free_bytes || free.saturating_mul(4) < file_bytes {
+        if free < min_free_bytes || free.saturating_mul(16) < file_bytes {
             return Ok(());
         }
         let db = self
@@ -970,17 +974,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(13));
-        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("version 13");
+        set_schema_version(&storage, &path, Some(14));
+        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("version 14");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 13, supported: 12 } if file == &path
+                Error::UnsupportedFormat { file, found: 14, supported: 13 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 12"),
+            err.to_string().contains("this build reads version 13"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));

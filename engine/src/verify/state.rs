@@ -21,6 +21,7 @@ use crate::db::STATE_FILE;
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::manifest::Manifest;
+use crate::state::blob_stream::BLOB_INDEX_TABLE;
 use crate::state::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
     RUNS_TABLE, WAITS_TABLE,
@@ -131,6 +132,7 @@ fn row_count(txn: &ReadTransaction, path: &Path) -> Result<u64> {
     let mut rows = table_len(txn, path, RUNS_TABLE)?;
     rows += table_len(txn, path, EFFECTS_TABLE)?;
     rows += table_len(txn, path, BLOBS_TABLE)?;
+    rows += table_len(txn, path, BLOB_INDEX_TABLE)?;
     rows += table_len(txn, path, CHECKPOINTS_TABLE)?;
     rows += table_len(txn, path, DECISIONS_TABLE)?;
     rows += table_len(txn, path, AUDIT_TABLE)?;
@@ -139,10 +141,10 @@ fn row_count(txn: &ReadTransaction, path: &Path) -> Result<u64> {
     Ok(rows)
 }
 
-fn table_len<K: redb::Key + 'static>(
+fn table_len<K: redb::Key + 'static, V: redb::Value + 'static>(
     txn: &ReadTransaction,
     path: &Path,
-    def: TableDefinition<K, &[u8]>,
+    def: TableDefinition<K, V>,
 ) -> Result<u64> {
     guarded(path, "count rows", || match txn.open_table(def) {
         Ok(table) => table.len().map_err(redb::Error::from),
