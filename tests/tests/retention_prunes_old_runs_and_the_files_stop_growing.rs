@@ -171,6 +171,111 @@ fn a_pruned_run_leaves_whole_with_its_own_blobs_and_stays_gone_after_a_restart()
     engine.close().unwrap();
 }
 
+/// A store of schema 12 (blobs as rows of `books_blobs`, digest -> bytes),
+/// made from one of this build by moving every blob of the stream into
+/// that table with redb itself: its blobs read, a save of bytes it holds
+/// does not write them again, and a prune deletes them where they are.
+#[test]
+fn a_store_of_schema_12_keeps_its_blob_rows_and_prunes_them_where_they_are() {
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    const BLOBS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("books_blobs");
+    const INDEX: TableDefinition<&[u8], u64> = TableDefinition::new("books_blob_index");
+    const CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("books_blob_chunks");
+    const COUNTS: TableDefinition<&str, u64> = TableDefinition::new("books_blob_stream");
+    const META: TableDefinition<&str, u64> = TableDefinition::new("actum_meta");
+    const CHUNK: u64 = 4080;
+
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open(dir.path(), &clock, Retention::default());
+    one_run(&engine, "inv-1");
+    one_run(&engine, "inv-2");
+    engine.close().unwrap();
+    let own = digest_of("the notes of inv-1".repeat(32).as_bytes());
+    let shared = digest_of(&[7; 2_048]);
+
+    // Back to schema 12: each record (len u32 LE, digest, bytes: docs/
+    // FORMAT.md, "Blob stream") becomes a row; the stream's tables go.
+    let state = dir.path().join("state.redb");
+    let db = redb::Database::open(&state).unwrap();
+    let txn = db.begin_write().unwrap();
+    let mut moved = 0;
+    {
+        let index = txn.open_table(INDEX).unwrap();
+        let chunks = txn.open_table(CHUNKS).unwrap();
+        let mut blobs = txn.open_table(BLOBS).unwrap();
+        let span = |at: u64, len: u64| -> Vec<u8> {
+            (at..at + len)
+                .map(|i| chunks.get(i / CHUNK).unwrap().unwrap().value()[(i % CHUNK) as usize])
+                .collect()
+        };
+        for row in index.iter().unwrap() {
+            let (digest, at) = row.unwrap();
+            let header = span(at.value(), 36);
+            assert_eq!(&header[4..], digest.value(), "a record names its digest");
+            let len = u32::from_le_bytes(header[..4].try_into().unwrap());
+            let bytes = span(at.value() + 36, u64::from(len));
+            assert_eq!(digest_of(&bytes).0.as_slice(), digest.value());
+            blobs.insert(digest.value(), bytes.as_slice()).unwrap();
+            moved += 1;
+        }
+    }
+    assert!(
+        moved >= 4,
+        "arguments, receipts' parts and checkpoint parts: {moved}"
+    );
+    assert!(txn.delete_table(INDEX).unwrap());
+    assert!(txn.delete_table(CHUNKS).unwrap());
+    assert!(txn.delete_table(COUNTS).unwrap());
+    txn.open_table(META)
+        .unwrap()
+        .insert("schema_version", 12)
+        .unwrap();
+    txn.commit().unwrap();
+    drop(db);
+    // The sums describe the file as the engine's close left it.
+    std::fs::remove_file(dir.path().join("state.redb.sums")).unwrap();
+
+    let engine = open(dir.path(), &clock, Retention::default());
+    let has = |engine: &Engine, d| engine.read(|b| Ok(b.blob(&d).is_some())).unwrap();
+    assert!(has(&engine, own) && has(&engine, shared));
+    one_run(&engine, "inv-3");
+    assert_eq!(
+        engine.prune_runs(vec![rid("inv-1")], 0).unwrap().pruned,
+        [rid("inv-1")]
+    );
+    engine.checkpoint().unwrap();
+    assert!(!has(&engine, own) && has(&engine, shared));
+    engine.close().unwrap();
+
+    let db = redb::Database::open(&state).unwrap();
+    let txn = db.begin_read().unwrap();
+    let blobs = txn.open_table(BLOBS).unwrap();
+    assert!(
+        blobs.get(own.0.as_slice()).unwrap().is_none(),
+        "pruned from its row"
+    );
+    assert!(blobs.get(shared.0.as_slice()).unwrap().is_some());
+    let index = txn.open_table(INDEX).unwrap();
+    assert!(
+        index.get(shared.0.as_slice()).unwrap().is_none(),
+        "not written twice"
+    );
+    let notes = digest_of("the notes of inv-3".repeat(32).as_bytes());
+    assert!(
+        index.get(notes.0.as_slice()).unwrap().is_some(),
+        "new blobs go to the stream"
+    );
+    let version = txn
+        .open_table(META)
+        .unwrap()
+        .get("schema_version")
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, 13);
+}
+
 #[test]
 fn a_run_kept_by_its_dedup_window_does_not_hold_up_the_runs_behind_it() {
     let dir = tempfile::tempdir().unwrap();

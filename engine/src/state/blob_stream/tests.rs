@@ -52,17 +52,21 @@ fn write(db: &Database, f: impl FnOnce(&mut BlobWriter<'_, '_>) -> Result<(), re
     txn.commit().unwrap();
 }
 
-/// Every blob of `db`, read through a reader of a read snapshot.
-fn read(db: &Database, digest: &Digest) -> Option<Vec<u8>> {
-    let txn = db.begin_read().unwrap();
-    let index = txn.open_table(BLOB_INDEX_TABLE).unwrap();
-    let chunks = txn.open_table(BLOB_CHUNKS_TABLE).unwrap();
+/// The blob `digest` of `db`, read through a reader of a read snapshot.
+fn try_read(db: &Database, digest: &Digest) -> Result<Option<Vec<u8>>, redb::Error> {
+    let txn = db.begin_read()?;
+    let index = txn.open_table(BLOB_INDEX_TABLE)?;
+    let chunks = txn.open_table(BLOB_CHUNKS_TABLE)?;
     let reader = BlobReader::<_, _, redb::ReadOnlyTable<&[u8], &[u8]>> {
         index: Some(&index),
         chunks: Some(&chunks),
         old: None,
     };
-    reader.read(digest).unwrap()
+    reader.read(digest)
+}
+
+fn read(db: &Database, digest: &Digest) -> Option<Vec<u8>> {
+    try_read(db, digest).unwrap()
 }
 
 fn stream_of(db: &Database) -> Stream {
@@ -233,17 +237,8 @@ fn damaged_chunks_and_counts_are_errors_that_name_them_never_panics() {
     let txn = db.begin_write().unwrap();
     txn.open_table(BLOB_CHUNKS_TABLE).unwrap().remove(1).unwrap();
     txn.commit().unwrap();
-    let txn = db.begin_read().unwrap();
-    let index = txn.open_table(BLOB_INDEX_TABLE).unwrap();
-    let chunks = txn.open_table(BLOB_CHUNKS_TABLE).unwrap();
-    let reader = BlobReader::<_, _, redb::ReadOnlyTable<&[u8], &[u8]>> {
-        index: Some(&index),
-        chunks: Some(&chunks),
-        old: None,
-    };
-    let e = reader.read(&digest_of(&a)).unwrap_err().to_string();
+    let e = try_read(&db, &digest_of(&a)).unwrap_err().to_string();
     assert!(e.contains("chunk 1") && e.contains("missing"), "{e}");
-    drop((index, chunks, txn));
     let found = problems_of(&db);
     assert!(found.iter().any(|p| p.contains("chunk 1")), "{found:?}");
     // A header naming another blob, a length past every chunk, and counts
