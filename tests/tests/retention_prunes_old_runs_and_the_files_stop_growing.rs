@@ -276,6 +276,52 @@ fn a_store_of_schema_12_keeps_its_blob_rows_and_prunes_them_where_they_are() {
     assert_eq!(version, 13);
 }
 
+/// `verify` holds the blob stream to its index: a `live` count one byte
+/// short, or one more than the stream holds (edited with redb itself), is
+/// damage, named.
+#[test]
+fn verify_finds_a_blob_stream_whose_live_count_does_not_hold() {
+    for (off_by, named) in [
+        (-1, "live bytes; its index names"),
+        (1, "counts do not hold"),
+    ] {
+        live_count_off_by(off_by, named);
+    }
+}
+
+fn live_count_off_by(off_by: i64, named: &str) {
+    use redb::{ReadableTable, TableDefinition};
+    const COUNTS: TableDefinition<&str, u64> = TableDefinition::new("books_blob_stream");
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let engine = open(dir.path(), &clock, Retention::default());
+    one_run(&engine, "inv-1");
+    engine.close().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+    let report = actum::verify::verify_dir(storage.clone(), dir.path()).unwrap();
+    assert!(!report.damaged(), "{:?}", report.findings);
+    let db = redb::Database::open(dir.path().join("state.redb")).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut counts = txn.open_table(COUNTS).unwrap();
+        let live = counts.get("live").unwrap().unwrap().value();
+        counts
+            .insert("live", live.checked_add_signed(off_by).unwrap())
+            .unwrap();
+    }
+    txn.commit().unwrap();
+    drop(db);
+    std::fs::remove_file(dir.path().join("state.redb.sums")).unwrap();
+    let report = actum::verify::verify_dir(storage, dir.path()).unwrap();
+    let found: Vec<&str> = report.damage().map(|f| f.what.as_str()).collect();
+    assert!(
+        found
+            .iter()
+            .any(|w| w.contains("blob stream") && w.contains(named)),
+        "{found:?}"
+    );
+}
+
 #[test]
 fn a_run_kept_by_its_dedup_window_does_not_hold_up_the_runs_behind_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,8 +29,9 @@
 //! dead one is passed, and every chunk wholly behind the head is removed.
 //! Cleaning a live head of `P` bytes takes `P / 3` bytes of deletions, so
 //! dead bytes stay under about `live / 2 + live / 3`: the stream holds
-//! less than twice its live bytes (and a record or two), and the bytes
-//! copied are at most three times those deleted.
+//! less than twice its live bytes (and a record or two), and a deletion
+//! copies at most three times the bytes it freed, plus the one record it
+//! began on (whole records are passed).
 //!
 //! A store written before schema 13 keeps its blobs in `books_blobs`
 //! (digest -> bytes): they are read, counted and deleted where they are,
