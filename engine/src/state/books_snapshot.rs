@@ -17,6 +17,7 @@ use super::rows::{
     SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_audit_row, decode_row,
 };
 use super::blob_stream::{self, BLOB_CHUNKS_TABLE, BLOB_INDEX_TABLE, BLOB_STREAM_TABLE};
+use super::books_tables::open_if_there;
 use super::guard::guarded;
 use crate::books::{
     BlobRefs, BooksRead, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
@@ -221,18 +222,6 @@ fn all_blobs(txn: &ReadTransaction, path: &Path) -> Result<Vec<(Digest, Vec<u8>)
     }
     out.extend(records);
     Ok(out)
-}
-
-/// The table `def` of `txn`, `None` if its snapshot has none.
-fn open_if_there<K: redb::Key + 'static, V: redb::Value + 'static>(
-    txn: &ReadTransaction,
-    def: TableDefinition<K, V>,
-) -> std::result::Result<Option<redb::ReadOnlyTable<K, V>>, redb::Error> {
-    match txn.open_table(def) {
-        Ok(table) => Ok(Some(table)),
-        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }
 
 fn push_audit(txn: &ReadTransaction, path: &Path, books: &mut MemBooks) -> Result<()> {

@@ -273,7 +273,7 @@ fn has_old_blobs(
 }
 
 /// The table `def` of a read transaction, `None` if its snapshot has none.
-fn open_if_there<K: Key + 'static, V: Value + 'static>(
+pub(crate) fn open_if_there<K: Key + 'static, V: Value + 'static>(
     txn: &ReadTransaction,
     def: TableDefinition<K, V>,
 ) -> std::result::Result<Option<ReadOnlyTable<K, V>>, redb::TableError> {
