@@ -8,12 +8,17 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use actum::books::{CreateRun, RunId, digest_of};
 use actum::db::{Db, DbOptions};
+use actum::storage::DirLock;
 use actum::wal::format::{SEGMENT_HEADER_BYTES, segment_path};
 use actum::wal::{SEGMENT_FIRST_STEP_BYTES_DEFAULT, WalOptions};
-use actum::{Clock, DatabaseId, Engine, EngineOptions, Lsn, ManualClock, SegmentId, Storage};
+use actum::{
+    Clock, DatabaseId, Engine, EngineOptions, Lsn, ManualClock, OpenMode, SegmentId, Storage,
+    StorageFile,
+};
 use actum_sim::{FaultConfig, Rng, SimDisk};
 
 /// The most an empty database may take on disk.
@@ -325,8 +330,9 @@ fn sim_options() -> EngineOptions {
         // Rare enough that a checkpoint covers two segments at once: one
         // file is recycled into the next segment, the other kept spare.
         checkpoint_every_records: 40,
-        // Any clean close that finds a quarter of the state store free
-        // compacts it, so the cuts of a close land in a compaction too.
+        // Any clean close that finds a sixteenth of the state store free
+        // (after a session that wrote a sixteenth of it) compacts it, so
+        // the cuts of a close land in a compaction too.
         compact_at_close_free_bytes: 1,
         ..EngineOptions::default()
     }
@@ -479,4 +485,145 @@ fn crash_every_io_call_of_a_close(seed: u64) -> u64 {
         "every call of the close was cut once"
     );
     close_ops
+}
+
+/// A [`Storage`] over another that counts the reads of the state store.
+#[derive(Debug)]
+struct CountingStateReads {
+    inner: Arc<dyn Storage>,
+    reads: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct CountedFile {
+    inner: Box<dyn StorageFile>,
+    reads: Option<Arc<AtomicU64>>,
+}
+
+impl StorageFile for CountedFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if let Some(reads) = &self.reads {
+            reads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_at(offset, data)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len_bytes: u64) -> std::io::Result<()> {
+        self.inner.set_len(len_bytes)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.inner.sync_data()
+    }
+}
+
+impl Storage for CountingStateReads {
+    fn open(&self, path: &Path, mode: OpenMode) -> std::io::Result<Box<dyn StorageFile>> {
+        let reads = path
+            .to_string_lossy()
+            .ends_with("state.redb")
+            .then(|| Arc::clone(&self.reads));
+        Ok(Box::new(CountedFile {
+            inner: self.inner.open(path, mode)?,
+            reads,
+        }))
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> std::io::Result<bool> {
+        self.inner.exists(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn lock_dir(&self, dir: &Path) -> std::io::Result<Box<dyn DirLock>> {
+        self.inner.lock_dir(dir)
+    }
+}
+
+/// A close asks redb for the state store's free pages (a walk of every
+/// table, a read of the whole file) only after a session that wrote at
+/// least a sixteenth of the file ("Compaction at close"): the close of a
+/// session that only read reads a few pages of a store with free pages to
+/// give back (the walk reads every page redb's cache lacks, and compacts),
+/// and the next session that writes enough compacts it.
+#[test]
+fn a_close_after_a_session_that_only_read_does_not_walk_the_state_store() {
+    const RUNS: u32 = 50;
+    let disk = SimDisk::new(Rng::new(11).fork("disk"), sim_faults());
+    let reads = Arc::new(AtomicU64::new(0));
+    let open = |compact: bool| {
+        let storage: Arc<dyn Storage> = Arc::new(CountingStateReads {
+            inner: Arc::new(disk.clone()),
+            reads: Arc::clone(&reads),
+        });
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1));
+        let options = EngineOptions {
+            compact_at_close_free_bytes: u64::from(compact),
+            ..sim_options()
+        };
+        Engine::open_with(storage, clock, Path::new(SIM_DIR), options).expect("open")
+    };
+    // A close that does not compact: its checkpoint's copy-on-write pages
+    // leave free pages in the file.
+    let engine = open(false);
+    for i in 0..RUNS {
+        let (cmd, _) = run_with_input(i, SIM_INPUT_BYTES);
+        engine.create_run(cmd).expect("create_run");
+    }
+    engine.close().expect("close without compacting");
+    let left = sim_state_bytes(&disk);
+    let pages = left / 4096;
+    // A session that only reads.
+    let engine = open(true);
+    assert_runs(&engine, RUNS, 0);
+    let before = reads.load(Ordering::Relaxed);
+    engine.close().expect("close after reads");
+    let read_at_close = reads.load(Ordering::Relaxed) - before;
+    let after_reads = sim_state_bytes(&disk);
+    // A session that writes more than a sixteenth of the file.
+    let engine = open(true);
+    let more = RUNS + 10;
+    for i in RUNS..more {
+        let (cmd, _) = run_with_input(i, SIM_INPUT_BYTES);
+        engine.create_run(cmd).expect("create_run");
+    }
+    let before = reads.load(Ordering::Relaxed);
+    let before_close = sim_state_bytes(&disk);
+    engine.close().expect("close after writes");
+    let read_at_compacting_close = reads.load(Ordering::Relaxed) - before;
+    let compacted = sim_state_bytes(&disk);
+    println!(
+        "state store: {left} bytes ({pages} pages) after a close that did not compact; the close \
+         of a session that only read read {read_at_close} times and left {after_reads} bytes; the \
+         close of a session that wrote read {read_at_compacting_close} times, {before_close} -> \
+         {compacted} bytes"
+    );
+    assert!(
+        read_at_close * 10 < pages,
+        "the close of a session that only read walked the store: {read_at_close} reads of a \
+         {pages}-page file"
+    );
+    assert!(
+        read_at_compacting_close >= pages / 2 && compacted < before_close.min(left),
+        "the close after a session that wrote looked and compacted: {read_at_compacting_close} \
+         reads, {before_close} -> {compacted} bytes"
+    );
+    let engine = open(true);
+    assert_runs(&engine, more, 0);
+    engine.close().expect("close");
 }

@@ -66,7 +66,8 @@ fn options() -> EngineOptions {
         checkpoint_every_bytes: 0,
         retention: actum::engine::Retention::default(),
         operator_channel: false,
-        // Closes compact whenever a quarter of the state store is free.
+        // Closes compact whenever a sixteenth of the state store is free
+        // (after a session that wrote a sixteenth of it).
         compact_at_close_free_bytes: 1,
     }
 }

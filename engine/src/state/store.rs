@@ -330,7 +330,14 @@ impl StateStore {
     /// its file, and a sixteenth of it or more, are pages no table uses
     /// (redb's `compact`: pages move toward the start of the file, which
     /// then shrinks). Nothing is done when it is not worth it, when
-    /// `min_free_bytes` is 0, or when a reader still holds a snapshot. Its
+    /// `min_free_bytes` is 0, or when a reader still holds a snapshot. redb
+    /// is asked for its free pages only when this open wrote at least a
+    /// sixteenth of the file: its count walks every table, a read of the
+    /// whole file, so a close reads at most sixteen times what its session
+    /// wrote, and a session that only read closes without reading the
+    /// store. The free pages a smaller session leaves stay for later
+    /// commits to reuse (they never grow the file) until a session that
+    /// writes enough looks again. Its
     /// writes go through the page sums
     /// like every write, and each of redb's steps is a durable commit of
     /// the same rows, so a crash in the middle leaves a store that opens
@@ -340,10 +347,13 @@ impl StateStore {
         if min_free_bytes == 0 || self.refused || self.panicked().is_some() {
             return Ok(());
         }
-        self.forget_shared_read();
         // (The sums hold one entry per block of the file.)
         let file_bytes =
             self.sums.known_blocks().1 as u64 * crate::storage::page_sums::BLOCK_BYTES;
+        if self.sums.written_bytes().saturating_mul(16) < file_bytes {
+            return Ok(());
+        }
+        self.forget_shared_read();
         let path = self.path.clone();
         let txn = self.note(guarded(&path, "begin write", || self.db().begin_write()))?;
         let stats = guarded(&path, "read allocation stats", || txn.stats());

@@ -83,6 +83,8 @@ struct Table {
     unsynced: bool,
     /// An I/O error or a mismatch was seen: the sums are not written back.
     failed: bool,
+    /// Bytes written to the store through these sums since it was opened.
+    written_bytes: u64,
     /// The first mismatch a read met.
     mismatch: Option<PageSumMismatch>,
 }
@@ -269,6 +271,7 @@ impl PageSums {
                 checked: state == Loaded::Checked,
                 unsynced: false,
                 failed: false,
+                written_bytes: 0,
                 mismatch: None,
             }),
             file,
@@ -333,6 +336,12 @@ impl PageSums {
         let table = self.lock();
         let known = table.entries.iter().filter(|&&e| e != UNKNOWN).count();
         (known, table.entries.len())
+    }
+
+    /// Bytes written to the store since it was opened (every write goes
+    /// through [`PageSums::write`]).
+    pub fn written_bytes(&self) -> u64 {
+        self.lock().written_bytes
     }
 
     /// Reads `out.len()` bytes at `offset` of `data`, checking every block
@@ -423,6 +432,7 @@ impl PageSums {
         if bytes.is_empty() {
             return Ok(());
         }
+        table.written_bytes = table.written_bytes.saturating_add(bytes.len() as u64);
         let end = offset + bytes.len() as u64;
         let old_len = table.store_len;
         let new_len = old_len.max(end);

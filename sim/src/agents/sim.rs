@@ -188,8 +188,9 @@ impl<'s> Sim<'s> {
             // The operators send their requests to `Engine::carry_out`, the
             // handler the channel calls; a socket is no simulated file.
             operator_channel: false,
-            // Every clean close that finds a quarter of the state store
-            // free compacts it, under the simulator's faults.
+            // Every clean close that finds a sixteenth of the state store
+            // free (after a session that wrote a sixteenth of it) compacts
+            // it, under the simulator's faults.
             compact_at_close_free_bytes: 1,
         }
     }

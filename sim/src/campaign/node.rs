@@ -69,8 +69,9 @@ impl Node {
             // The campaign's own steps decide when to checkpoint.
             checkpoint_every_records: 0,
             checkpoint_every_bytes: 0,
-            // Compacts at every clean close that finds a quarter of the
-            // store free, so compactions meet the campaign's faults.
+            // Compacts at every clean close that finds a sixteenth of the
+            // store free (after a session that wrote a sixteenth of it), so
+            // compactions meet the campaign's faults.
             compact_at_close_free_bytes: 1,
         };
         let recovering = Pipeline::open(storage, clock, Path::new(DB_DIR), options)?;
