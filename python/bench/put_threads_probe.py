@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import resource
 import sys
 import tempfile
 import threading
@@ -64,9 +65,12 @@ def record(threads: int, where: Path) -> list[list[tuple]]:
     return timed.by_thread()
 
 
-def replay(calls: list[list[tuple]], writers: int, where: Path, stub: bool) -> tuple[float, list]:
+def replay(
+    calls: list[list[tuple]], writers: int, where: Path, stub: bool
+) -> tuple[float, list, dict]:
     """The bench's replay (``replay_puts``) on a fresh database, with the
-    collector's passes timed."""
+    collector's passes timed and the process's CPU time and context switches
+    over the replay counted (``getrusage``)."""
     pauses: list[tuple[int, float]] = []
     started = [0.0]
 
@@ -81,12 +85,21 @@ def replay(calls: list[list[tuple]], writers: int, where: Path, stub: bool) -> t
             saver._books.calls = StubSave(saver._books.calls)
         gc.callbacks.append(collected)
         try:
+            before = resource.getrusage(resource.RUSAGE_SELF)
             took = bench.replay_puts(saver, calls, writers)
+            after = resource.getrusage(resource.RUSAGE_SELF)
         finally:
             gc.callbacks.remove(collected)
             if stub:
                 saver._books.calls = saver._books.calls.calls
-    return sum(len(c) for c in calls) / took, pauses
+    puts = sum(len(c) for c in calls)
+    used = {
+        "user_us": (after.ru_utime - before.ru_utime) / puts * 1e6,
+        "sys_us": (after.ru_stime - before.ru_stime) / puts * 1e6,
+        "cores": (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) / took,
+        "switches": (after.ru_nvcsw - before.ru_nvcsw + after.ru_nivcsw - before.ru_nivcsw) / puts,
+    }
+    return puts / took, pauses, used
 
 
 def main() -> int:
@@ -102,13 +115,17 @@ def main() -> int:
     if args.no_gc:
         gc.disable()
     for k in range(args.repeat):
-        rate, pauses = replay(calls, args.writers, root / f"replay-{k}", args.stub)
+        rate, pauses, used = replay(calls, args.writers, root / f"replay-{k}", args.stub)
         by_gen = {g: [s for gen, s in pauses if gen == g] for g in (0, 1, 2)}
         collections = ", ".join(
             f"gen{g} {len(s)} ({sum(s) * 1000:.0f} ms)" for g, s in by_gen.items()
         )
         mode = "stub" if args.stub else "engine"
-        print(f"{mode} {args.writers} writers: {rate:,.0f} puts/s; collections: {collections}")
+        print(
+            f"{mode} {args.writers} writers: {rate:,.0f} puts/s; collections: {collections}; "
+            f"a put: {used['user_us']:.0f} us user, {used['sys_us']:.0f} us system, "
+            f"{used['switches']:.1f} context switches; cores busy {used['cores']:.2f}"
+        )
     return 0
 
 
