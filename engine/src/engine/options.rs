@@ -68,9 +68,10 @@ pub struct EngineOptions {
     /// A clean close compacts the state store (redb's `compact`, through
     /// the page sums) when at least this many bytes of its file, and a
     /// sixteenth of it or more, are pages no table uses: the file shrinks by
-    /// them. 0: never. Default
-    /// [`COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT`], 1 MiB. Its cost grows with
-    /// the file (docs/DURABILITY.md, "Compaction at close").
+    /// them. The close looks (a read of the whole file) only after a
+    /// session that wrote a sixteenth of the file or more. 0: never.
+    /// Default [`COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT`], 1 MiB. Its cost
+    /// grows with the file (docs/DURABILITY.md, "Compaction at close").
     pub compact_at_close_free_bytes: u64,
 }
 
