@@ -12,8 +12,10 @@ bench), then replayed on a fresh database by WRITERS threads, each thread's
 puts in order. ``--stub`` replaces the engine call of each put
 (``_ThreadBooks.save``) with one that returns the next version at once: what
 is left is the saver's Python, the GIL and the threads, the most any engine
-under this saver could give. Prints puts per second and, per generation, how
-many collections Python's cyclic collector made and how long they took.
+under this saver could give. Prints puts per second; per generation, how many
+collections Python's cyclic collector made and how long they took; and the
+process's CPU time (user and system) and context switches per put over the
+replay, with the share of the two cores it kept busy (``getrusage``).
 """
 
 from __future__ import annotations
