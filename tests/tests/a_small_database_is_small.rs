@@ -6,20 +6,19 @@
 //! close") and compacts the state store ("Compaction at close"), and a
 //! crash at any I/O call of that close loses nothing.
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use actum::books::{CreateRun, RunId, digest_of};
 use actum::db::{Db, DbOptions};
-use actum::storage::DirLock;
 use actum::wal::format::{SEGMENT_HEADER_BYTES, segment_path};
 use actum::wal::{SEGMENT_FIRST_STEP_BYTES_DEFAULT, WalOptions};
-use actum::{
-    Clock, DatabaseId, Engine, EngineOptions, Lsn, ManualClock, OpenMode, SegmentId, Storage,
-    StorageFile,
-};
+use actum::{Clock, DatabaseId, Engine, EngineOptions, Lsn, ManualClock, SegmentId, Storage};
 use actum_sim::{FaultConfig, Rng, SimDisk};
+use support::OnRead;
 
 /// The most an empty database may take on disk.
 const EMPTY_DATABASE_BYTES_MAX: u64 = 1 << 20;
@@ -487,74 +486,6 @@ fn crash_every_io_call_of_a_close(seed: u64) -> u64 {
     close_ops
 }
 
-/// A [`Storage`] over another that counts the reads of the state store.
-#[derive(Debug)]
-struct CountingStateReads {
-    inner: Arc<dyn Storage>,
-    reads: Arc<AtomicU64>,
-}
-
-#[derive(Debug)]
-struct CountedFile {
-    inner: Box<dyn StorageFile>,
-    reads: Option<Arc<AtomicU64>>,
-}
-
-impl StorageFile for CountedFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        if let Some(reads) = &self.reads {
-            reads.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write_at(offset, data)
-    }
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len_bytes: u64) -> std::io::Result<()> {
-        self.inner.set_len(len_bytes)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.inner.sync_data()
-    }
-}
-
-impl Storage for CountingStateReads {
-    fn open(&self, path: &Path, mode: OpenMode) -> std::io::Result<Box<dyn StorageFile>> {
-        let reads = path
-            .to_string_lossy()
-            .ends_with("state.redb")
-            .then(|| Arc::clone(&self.reads));
-        Ok(Box::new(CountedFile {
-            inner: self.inner.open(path, mode)?,
-            reads,
-        }))
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        self.inner.list_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> std::io::Result<bool> {
-        self.inner.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        self.inner.remove_file(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn lock_dir(&self, dir: &Path) -> std::io::Result<Box<dyn DirLock>> {
-        self.inner.lock_dir(dir)
-    }
-}
-
 /// A close asks redb for the state store's free pages (a walk of every
 /// table, a read of the whole file) only after a session that wrote at
 /// least a sixteenth of the file ("Compaction at close"): the close of a
@@ -567,10 +498,13 @@ fn a_close_after_a_session_that_only_read_does_not_walk_the_state_store() {
     let disk = SimDisk::new(Rng::new(11).fork("disk"), sim_faults());
     let reads = Arc::new(AtomicU64::new(0));
     let open = |compact: bool| {
-        let storage: Arc<dyn Storage> = Arc::new(CountingStateReads {
-            inner: Arc::new(disk.clone()),
-            reads: Arc::clone(&reads),
-        });
+        let counted = Arc::clone(&reads);
+        let storage: Arc<dyn Storage> =
+            Arc::new(OnRead::new(Arc::new(disk.clone()), move |path| {
+                if path.ends_with("state.redb") {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1));
         let options = EngineOptions {
             compact_at_close_free_bytes: u64::from(compact),

@@ -14,8 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use actum::books::{RUNS_PAGE_MAX, RunId, RunState, Transition};
 use actum::engine::{Engine, EngineOptions, Retention};
-use actum::storage::DirLock;
-use actum::{DbOptions, Error, FsStorage, ManualClock, OpenMode, Storage, StorageFile, WalOptions};
+use actum::{DbOptions, Error, FsStorage, ManualClock, Storage, WalOptions};
 use support::*;
 
 const THREADS: usize = 3;
@@ -41,64 +40,10 @@ fn busy_options() -> EngineOptions {
     }
 }
 
-/// The real file system, read slowly: each read of a file sleeps first,
-/// so that checkpoints, rotations and recycling land in the middle of a
-/// snapshot's copy (the race the snapshot must detect), not only between
-/// copies.
-#[derive(Debug)]
-struct Slow(FsStorage);
-
-#[derive(Debug)]
-struct SlowFile(Box<dyn StorageFile>);
-
-/// How long each read waits.
+/// How long each read waits: the real file system, read slowly, so that
+/// checkpoints, rotations and recycling land in the middle of a snapshot's
+/// copy (the race the snapshot must detect), not only between copies.
 const READ_DELAY: std::time::Duration = std::time::Duration::from_micros(300);
-
-impl StorageFile for SlowFile {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        std::thread::sleep(READ_DELAY);
-        self.0.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.0.write_at(offset, data)
-    }
-    fn len(&self) -> std::io::Result<u64> {
-        self.0.len()
-    }
-    fn set_len(&self, len_bytes: u64) -> std::io::Result<()> {
-        self.0.set_len(len_bytes)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-}
-
-impl Storage for Slow {
-    fn open(&self, path: &Path, mode: OpenMode) -> std::io::Result<Box<dyn StorageFile>> {
-        Ok(Box::new(SlowFile(self.0.open(path, mode)?)))
-    }
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.0.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        self.0.list_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> std::io::Result<bool> {
-        self.0.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        self.0.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        self.0.remove_file(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.0.sync_dir(dir)
-    }
-    fn lock_dir(&self, dir: &Path) -> std::io::Result<Box<dyn DirLock>> {
-        self.0.lock_dir(dir)
-    }
-}
 
 /// Sets its flag when dropped, even by a panic's unwinding.
 struct StopOnDrop<'a>(&'a AtomicBool);
@@ -246,7 +191,9 @@ fn snapshots_beside_a_busy_writer_hold_exactly_the_books_at_their_lsn() {
         let reader = scope.spawn(|| {
             let mut seen = Vec::new();
             let mut unstable = 0u32;
-            let slow: Arc<dyn Storage> = Arc::new(Slow(FsStorage::new()));
+            let slow: Arc<dyn Storage> = Arc::new(OnRead::new(Arc::new(FsStorage::new()), |_| {
+                std::thread::sleep(READ_DELAY);
+            }));
             // Bounded by the writers' work: they end, and set `done`.
             while !done.load(Ordering::SeqCst) || seen.len() < 3 {
                 let acknowledged = writer.durable_lsn().0;

@@ -15,7 +15,10 @@ use actum::books::{
     Transition, WorkerId, apply, decide, digest_of,
 };
 use actum::engine::{LeaseGrant, StepRequest, ToolSpec};
-use actum::{Clock, Engine, EngineOptions, FsStorage, ManualClock, Result, Storage};
+use actum::storage::DirLock;
+use actum::{
+    Clock, Engine, EngineOptions, FsStorage, ManualClock, OpenMode, Result, Storage, StorageFile,
+};
 
 /// Start of every test's clock, ms since the epoch.
 pub const START_MS: u64 = 1_700_000_000_000;
@@ -249,4 +252,97 @@ pub fn drain(runtime: &actum::runtime::Runtime) -> Vec<actum::runtime::Driven> {
         }
     }
     driven
+}
+
+/// A [`Storage`] over another that calls a hook with a file's path before
+/// every read of it, and passes everything else on: a test slows reads
+/// down or counts them with it.
+pub struct OnRead {
+    inner: Arc<dyn Storage>,
+    before_read: Arc<dyn Fn(&Path) + Send + Sync>,
+}
+
+impl OnRead {
+    /// `inner`, with `before_read` called before each read of any file.
+    pub fn new(
+        inner: Arc<dyn Storage>,
+        before_read: impl Fn(&Path) + Send + Sync + 'static,
+    ) -> Self {
+        OnRead {
+            inner,
+            before_read: Arc::new(before_read),
+        }
+    }
+}
+
+impl std::fmt::Debug for OnRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnRead")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+struct OnReadFile {
+    inner: Box<dyn StorageFile>,
+    path: std::path::PathBuf,
+    before_read: Arc<dyn Fn(&Path) + Send + Sync>,
+}
+
+impl std::fmt::Debug for OnReadFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnReadFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StorageFile for OnReadFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        (self.before_read)(&self.path);
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_at(offset, data)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len_bytes: u64) -> std::io::Result<()> {
+        self.inner.set_len(len_bytes)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.inner.sync_data()
+    }
+}
+
+impl Storage for OnRead {
+    fn open(&self, path: &Path, mode: OpenMode) -> std::io::Result<Box<dyn StorageFile>> {
+        Ok(Box::new(OnReadFile {
+            inner: self.inner.open(path, mode)?,
+            path: path.to_path_buf(),
+            before_read: Arc::clone(&self.before_read),
+        }))
+    }
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> std::io::Result<bool> {
+        self.inner.exists(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn lock_dir(&self, dir: &Path) -> std::io::Result<Box<dyn DirLock>> {
+        self.inner.lock_dir(dir)
+    }
 }
