@@ -207,11 +207,17 @@ pub enum PlantedBug {
     /// run changed since its read (the guard failed) is answered as
     /// committed instead of run again in a transaction.
     PgStaleWriteAsCommitted,
+    /// The first write after an open of a cleanly closed database skips
+    /// the syncs the open left to it (the segments', the WAL directory's,
+    /// the manifest copies' and the database directory's), so a database
+    /// copied without syncing (`cp`) can lose what its first session
+    /// acknowledged.
+    FirstWriteSkipsOpenSyncs,
 }
 
 impl PlantedBug {
     /// The bugs of the storage core, which the storage campaign catches.
-    pub const STORAGE: [PlantedBug; 8] = [
+    pub const STORAGE: [PlantedBug; 9] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -220,6 +226,7 @@ impl PlantedBug {
         PlantedBug::GrowFromStaleSize,
         PlantedBug::RepairCutDoesNotLast,
         PlantedBug::PageSumsUnchecked,
+        PlantedBug::FirstWriteSkipsOpenSyncs,
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
@@ -285,7 +292,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 56] = [
+    pub const ALL: [PlantedBug; 57] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -342,6 +349,7 @@ impl PlantedBug {
         PlantedBug::PgAnswerBeforeDurable,
         PlantedBug::PgRefusedWriteAsCommitted,
         PlantedBug::PgStaleWriteAsCommitted,
+        PlantedBug::FirstWriteSkipsOpenSyncs,
     ];
 
     /// The bug's command-line name.
@@ -403,6 +411,7 @@ impl PlantedBug {
             PlantedBug::PgAnswerBeforeDurable => "pg-answer-before-durable",
             PlantedBug::PgRefusedWriteAsCommitted => "pg-refused-write-as-committed",
             PlantedBug::PgStaleWriteAsCommitted => "pg-stale-write-as-committed",
+            PlantedBug::FirstWriteSkipsOpenSyncs => "first-write-skips-open-syncs",
         }
     }
 

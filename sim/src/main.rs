@@ -414,6 +414,7 @@ fn storage_campaign(args: &Args) -> bool {
     // Seeds whose damaged log a repair cut, the cut still in place after
     // an ordinary reopen.
     let mut repairs = 0u64;
+    let mut copies = 0u64;
     let count = last_seed - args.first_seed;
     let outcome = in_blocks(
         count,
@@ -428,12 +429,13 @@ fn storage_campaign(args: &Args) -> bool {
             total.io_errors += report.io_errors;
             total.rot_detected |= report.rot_detected;
             repairs += u64::from(report.repaired);
+            copies += u64::from(report.copy_restored);
             let done = i + 1;
             if progress_due(done, args.seed_count) {
                 println!(
                     "  {done}/{} seeds passed: {} crashes, {} checked recoveries, {} acknowledged \
                      appends, {} checkpoints, {} segment grows, {} injected I/O errors, {repairs} \
-                     repairs kept",
+                     repairs kept, {copies} copies restored",
                     args.seed_count,
                     total.crashes,
                     total.recoveries,

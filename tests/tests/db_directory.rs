@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actum::db::{Db, DbOptions};
+use actum::planted::PlantedBug;
 use actum::wal::WalOptions;
 use actum::wal::format::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, segment_path};
 use actum::{DatabaseId, Error, FsStorage, Lsn, ManualClock, OpenMode, SegmentId, Storage};
@@ -155,8 +156,8 @@ fn without_a_clean_close_damage_to_the_last_batch_is_truncated_as_a_torn_tail() 
 
 /// A new database's first manifest copy damaged before any reopen: the
 /// placeholder copy (sequence 0) is current, and the open steps its log
-/// epoch past the creation's instead of reusing it, storing a sequence the
-/// next open steps past in turn. Found by the `recover_image` fuzz target.
+/// epoch past the creation's instead of reusing it, storing (before its
+/// first record) a sequence the next open steps past in turn. Found by the `recover_image` fuzz target.
 #[test]
 fn losing_the_first_manifest_copy_before_any_reopen_still_opens() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -174,11 +175,116 @@ fn losing_the_first_manifest_copy_before_any_reopen_still_opens() {
     assert!(manifest.chosen.ends_with("MANIFEST-1"), "{manifest:?}");
     assert_eq!(manifest.rejected.len(), 1, "copy 0 was rejected");
     assert_eq!(db.wal().durable_lsn(), last, "no record was lost");
-    let sequence = db.manifest().sequence;
-    assert_eq!(sequence, 2, "two updates: past the creation's epoch");
+    assert_eq!(db.manifest().sequence, 0, "the open wrote no manifest");
     let appended = db.wal().append(&[b"after"]).expect("append");
+    let sequence = db.manifest().sequence;
+    assert_eq!(
+        sequence, 2,
+        "two updates before the first record: past the creation's epoch"
+    );
     drop(db);
     let (db, _) = Db::open(storage, &clock, dir.path(), options()).expect("reopen");
     assert_eq!(db.wal().durable_lsn(), appended);
-    assert!(db.manifest().sequence > sequence, "every open a new epoch");
+    db.wal().append(&[b"again"]).expect("append");
+    assert!(
+        db.manifest().sequence > sequence,
+        "every open that writes a new epoch"
+    );
+}
+
+/// A cleanly closed database copied file by file with nothing synced (what
+/// `cp` leaves): its open syncs nothing (a clean close), so its first
+/// append must make every file the copy holds durable before its record
+/// lands. A power loss after that append then keeps the copy whole and the
+/// acknowledged record in it (docs/DURABILITY.md, "Opening a cleanly closed
+/// database").
+#[test]
+fn a_copy_of_a_closed_database_keeps_what_its_first_session_acknowledged() {
+    if let Err(lost) = copy_then_power_cut(None) {
+        panic!("{lost}");
+    }
+}
+
+/// The harness bites: with the first write skipping the syncs the open
+/// left to it, the copy's acknowledged record (or the whole copy) is lost.
+#[test]
+fn a_first_write_that_skips_the_syncs_the_open_left_is_caught() {
+    let caught = copy_then_power_cut(Some(PlantedBug::FirstWriteSkipsOpenSyncs));
+    assert!(caught.is_err(), "the planted bug went unnoticed");
+}
+
+/// Closes a database of five runs on a simulated disk, copies its files to
+/// `/copy` without syncing anything, opens the copy, creates one more run
+/// (acknowledged), cuts the power (every unsynced write and directory entry
+/// lost) and reopens the copy: `Err` names what did not survive.
+fn copy_then_power_cut(planted: Option<PlantedBug>) -> Result<(), String> {
+    use actum::books::{CreateRun, RunId, digest_of};
+    use actum::{Clock, Engine, EngineOptions};
+
+    let create = |name: &str| CreateRun {
+        run: RunId::new(name).expect("run id"),
+        input_digest: digest_of(name.as_bytes()),
+        agent_version: "1".into(),
+        trace_id: String::new(),
+        parent: None,
+        input: None,
+    };
+    let disk = SimDisk::new(Rng::new(7), FaultConfig::none());
+    let storage: Arc<dyn Storage> = Arc::new(disk.clone());
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1));
+    let mut options = EngineOptions {
+        db: options(),
+        ..EngineOptions::default()
+    };
+    options.db.wal.planted_bug = planted;
+    let engine = Engine::open_with(
+        Arc::clone(&storage),
+        Arc::clone(&clock),
+        Path::new("/db"),
+        options.clone(),
+    )
+    .expect("create");
+    for k in 0..5 {
+        engine
+            .create_run(create(&format!("run-{k}")))
+            .expect("create run");
+    }
+    engine.close().expect("close");
+
+    for (path, bytes) in disk.snapshot() {
+        let Some(rest) = path.strip_prefix("/db/") else {
+            continue;
+        };
+        if rest == "LOCK" {
+            continue;
+        }
+        let to = Path::new("/copy").join(rest);
+        let parent = to.parent().expect("a file in a directory");
+        storage.create_dir_all(parent).expect("make directory");
+        let file = storage.open(&to, OpenMode::CreateNew).expect("create copy");
+        file.write_at(0, &bytes).expect("copy bytes");
+    }
+
+    let engine = Engine::open_with(
+        Arc::clone(&storage),
+        Arc::clone(&clock),
+        Path::new("/copy"),
+        options.clone(),
+    )
+    .expect("open the copy");
+    assert_eq!(engine.recovery().replayed_records, 0, "a clean close");
+    engine.create_run(create("after")).expect("acknowledged");
+    drop(engine);
+    disk.crash(&mut Rng::new(8));
+
+    let engine = Engine::open_with(storage, clock, Path::new("/copy"), options)
+        .map_err(|e| format!("the copy does not open after the power cut: {e}"))?;
+    for name in ["run-0", "run-4", "after"] {
+        let run = RunId::new(name).expect("run id");
+        if engine.run(&run).expect("read").is_none() {
+            return Err(format!("{name} did not survive the power cut in the copy"));
+        }
+    }
+    engine.close().expect("close");
+    Ok(())
 }

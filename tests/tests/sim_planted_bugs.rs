@@ -102,3 +102,11 @@ fn reading_a_page_whose_sum_does_not_match_is_caught() {
         "damage gives an error, never wrong data",
     );
 }
+
+#[test]
+fn a_first_write_that_skips_the_syncs_an_open_left_is_caught() {
+    assert_caught(
+        PlantedBug::FirstWriteSkipsOpenSyncs,
+        "every acknowledged append survives",
+    );
+}

@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
 use crate::manifest::{Manifest, ManifestReport, ManifestStore};
+use crate::planted::{PlantedBug, planted};
 use crate::storage::{DirLock, Storage};
 use crate::wal::{FIRST_EPOCH, LogRoot, RecoveryReport, Wal, WalOptions};
 
@@ -44,7 +45,8 @@ pub struct OpenReport {
 pub struct Db {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
-    manifest: Mutex<ManifestStore>,
+    /// Shared with the log's step before its first write (`open_epoch`).
+    manifest: Arc<Mutex<ManifestStore>>,
     wal: Wal,
     // Declared last so it is dropped last: the lock outlives every handle.
     _lock: Box<dyn DirLock>,
@@ -87,7 +89,21 @@ impl Db {
             return Ok((db, report));
         }
         let (mut store, manifest, manifest_report) =
-            ManifestStore::open(Arc::clone(&storage), dir)?;
+            ManifestStore::open_unsynced(Arc::clone(&storage), dir)?;
+        // Only a copy no newer copy could have been lost beside proves that
+        // nothing was appended after the clean close.
+        let clean_end = manifest
+            .clean_shutdown_lsn
+            .filter(|_| manifest_report.rejected.is_empty());
+        // A database closed cleanly was made durable by the close (or is a
+        // copy nothing has built on yet): the syncs that make what the open
+        // read durable wait for the first append, so an open that only
+        // reads makes none (docs/DURABILITY.md, "Opening a cleanly closed
+        // database"). Any other open syncs the manifest copies before
+        // recovery acts on the one it read.
+        if clean_end.is_none() {
+            store.make_durable()?;
+        }
         // This open's log epoch is the sequence of the manifest update below,
         // higher than every earlier open's (each made one) and every
         // checkpoint's: records it writes never pass for the dropped tail
@@ -97,7 +113,10 @@ impl Db {
         // any reopen, and the creation's records already carry epoch
         // `FIRST_EPOCH`, so the epoch steps past it either way.
         let epoch = manifest.sequence.max(FIRST_EPOCH) + 1;
-        let (wal, recovery) = Wal::open(
+        let skip_syncs = planted(&options.wal, PlantedBug::FirstWriteSkipsOpenSyncs);
+        // A log that does not end at the clean shutdown after all is
+        // synced at once, and the copy read with it.
+        let (wal, recovery) = Wal::open_then(
             Arc::clone(&storage),
             &dir.join(WAL_DIR),
             manifest.database_id,
@@ -105,13 +124,10 @@ impl Db {
             LogRoot {
                 first_segment: manifest.first_live_segment,
                 covered: manifest.applied_lsn,
-                // Only a copy no newer copy could have been lost beside
-                // proves that nothing was appended after the clean close.
-                clean_end: manifest
-                    .clean_shutdown_lsn
-                    .filter(|_| manifest_report.rejected.is_empty()),
+                clean_end,
             },
             epoch,
+            &mut || store.make_durable(),
         )?;
         if let Some(clean_lsn) = manifest.clean_shutdown_lsn
             && wal.durable_lsn() < clean_lsn
@@ -138,18 +154,23 @@ impl Db {
                 ),
             ));
         }
-        // Durable before the first append of this epoch; the database is
-        // open, so no clean shutdown stands until the next close.
-        // The stored sequence reaches the epoch (two updates when the
-        // placeholder was current), so the next open's epoch is higher.
-        while store.current().sequence < epoch {
-            store.update(Manifest {
-                sequence: store.current().sequence + 1,
-                clean_shutdown_lsn: None,
-                ..manifest.clone()
-            })?;
-        }
         let db = Db::assemble(storage, dir, store, wal, lock);
+        // Durable before the first record of this epoch is written, and not
+        // before: an open that only reads writes nothing to the manifest
+        // (and its close, finding the clean shutdown still recorded, none
+        // either).
+        let manifest = Arc::clone(&db.manifest);
+        let (disk, parent) = (Arc::clone(&db.storage), dir.parent().map(Path::to_path_buf));
+        db.wal.before_first_write(Box::new(move || {
+            if skip_syncs {
+                lock_manifest(&manifest).forget_pending_syncs();
+            } else if let Some(parent) = parent.filter(|p| !p.as_os_str().is_empty()) {
+                // The database directory's own entry too: a copy made with
+                // `cp` may not have one on disk yet.
+                sync_dir(disk.as_ref(), &parent)?;
+            }
+            open_epoch(&manifest, epoch)
+        }));
         let report = OpenReport {
             created: false,
             manifest: Some(manifest_report),
@@ -168,7 +189,7 @@ impl Db {
         Db {
             storage,
             dir: dir.to_path_buf(),
-            manifest: Mutex::new(store),
+            manifest: Arc::new(Mutex::new(store)),
             wal,
             _lock: lock,
         }
@@ -252,12 +273,37 @@ impl Db {
     }
 
     fn lock_manifest(&self) -> std::sync::MutexGuard<'_, ManifestStore> {
-        // A panic while holding the manifest lock leaves the store unchanged
-        // on disk; continuing with the in-memory copy is safe.
-        self.manifest
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock_manifest(&self.manifest)
     }
+}
+
+fn lock_manifest(store: &Mutex<ManifestStore>) -> std::sync::MutexGuard<'_, ManifestStore> {
+    // A panic while holding the manifest lock leaves the store unchanged
+    // on disk; continuing with the in-memory copy is safe.
+    store
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Before the first record of an open's `epoch` is written: the copies read
+/// at open made durable (if the open left that), then manifest updates
+/// until the stored sequence reaches the epoch (two when the placeholder of
+/// a new database was current) with no clean shutdown recorded, the
+/// database being written again. So the next open's epoch is higher than
+/// every record this one writes (docs/DURABILITY.md, "Recovery").
+fn open_epoch(store: &Mutex<ManifestStore>, epoch: u64) -> Result<()> {
+    let mut store = lock_manifest(store);
+    // (The first update makes the copies read at open durable, all but
+    // the one it overwrites.)
+    while store.current().sequence < epoch || store.current().clean_shutdown_lsn.is_some() {
+        let current = store.current().clone();
+        store.update(Manifest {
+            sequence: current.sequence + 1,
+            clean_shutdown_lsn: None,
+            ..current
+        })?;
+    }
+    Ok(())
 }
 
 /// A database id for a new database, from the clock and the process.

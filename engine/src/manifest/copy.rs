@@ -52,11 +52,9 @@ pub(crate) fn read_copy(
         }
         Err(error) => return Err(Error::io("open manifest copy", path, error)),
     };
-    // What a previous process wrote may still sit only in the page cache;
-    // acting on a copy that a crash could still take away would let the
-    // WAL delete segments the durable root still needs. Sync before trusting.
-    file.sync_data()
-        .map_err(|error| Error::io("sync manifest copy", path, error))?;
+    // What a previous process wrote may still sit only in the page cache:
+    // the store syncs the copies before anything builds on the one read
+    // (`ManifestStore::make_durable`).
     let len_bytes = file
         .len()
         .map_err(|error| Error::io("stat manifest copy", path, error))?;

@@ -43,6 +43,11 @@ pub struct ManifestStore {
     /// yet known to be durable; kept across failed updates so a retry still
     /// syncs the directory.
     dir_sync_pending: bool,
+    /// The copies were read without being synced first
+    /// ([`ManifestStore::open_unsynced`]): they and their directory entries
+    /// are made durable before anything builds on them
+    /// ([`ManifestStore::make_durable`], which every update calls first).
+    trust_sync_pending: bool,
     /// The slot holding `current`; the next update writes the other one.
     current_slot: usize,
     current: Manifest,
@@ -88,6 +93,7 @@ impl ManifestStore {
             dir: dir.to_path_buf(),
             files: [Some(zero), Some(one)],
             dir_sync_pending: false,
+            trust_sync_pending: false,
             current_slot: 0,
             current: initial,
         })
@@ -101,11 +107,24 @@ impl ManifestStore {
     /// format version, [`Error::Corrupt`] if the copies disagree about the
     /// database or share a sequence, [`Error::Io`] if a copy cannot be read.
     pub fn open(storage: Arc<dyn Storage>, dir: &Path) -> Result<(Self, Manifest, ManifestReport)> {
-        // The copies' directory entries, too, must be durable before a copy
-        // is trusted.
-        storage
-            .sync_dir(dir)
-            .map_err(|e| Error::io("sync database directory", dir, e))?;
+        let (mut store, manifest, report) = Self::open_unsynced(storage, dir)?;
+        store.make_durable()?;
+        Ok((store, manifest, report))
+    }
+
+    /// [`ManifestStore::open`] without its syncs: the copies are read as
+    /// the page cache holds them, and made durable (with their directory
+    /// entries) by [`ManifestStore::make_durable`], which the first update
+    /// calls if the caller has not. Until then nothing may be built on the
+    /// copy read (no segment removed, nothing appended in a new epoch): a
+    /// copy a previous process wrote may still sit only in the page cache.
+    /// The database opens this way and syncs at once unless the copy read
+    /// records a clean close (docs/DURABILITY.md, "Opening a cleanly closed
+    /// database").
+    pub fn open_unsynced(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+    ) -> Result<(Self, Manifest, ManifestReport)> {
         let (file_zero, verdict_zero) = read_copy(storage.as_ref(), &copy_path(dir, 0))?;
         let (file_one, verdict_one) = read_copy(storage.as_ref(), &copy_path(dir, 1))?;
         let choice = choose(dir, [verdict_zero, verdict_one])?;
@@ -120,10 +139,51 @@ impl ManifestStore {
             dir: dir.to_path_buf(),
             files: [file_zero, file_one],
             dir_sync_pending: false,
+            trust_sync_pending: true,
             current_slot: choice.slot,
             current: choice.manifest.clone(),
         };
         Ok((store, choice.manifest, report))
+    }
+
+    /// Drops the pending syncs of [`ManifestStore::open_unsynced`] unmade
+    /// (the planted `FirstWriteSkipsOpenSyncs` only).
+    pub(crate) fn forget_pending_syncs(&mut self) {
+        self.trust_sync_pending = false;
+    }
+
+    /// Makes the copies read at open, and their directory entries, durable
+    /// (a no-op once done): **fsync: `sync_dir(<db>)`**, then
+    /// **fsync: `sync_data`** of each copy. Without it, a copy whose update
+    /// failed (a short write followed by EIO, say) can sit complete but
+    /// unsynced in the page cache, be read back as the newest root, let the
+    /// WAL delete segments it no longer names, and then vanish in a crash;
+    /// and a copy of a database made with `cp` is not durable at all.
+    pub fn make_durable(&mut self) -> Result<()> {
+        self.make_durable_but(None)
+    }
+
+    /// [`ManifestStore::make_durable`], leaving out the copy in slot
+    /// `overwritten` (an update is about to overwrite and sync it).
+    fn make_durable_but(&mut self, overwritten: Option<usize>) -> Result<()> {
+        if !self.trust_sync_pending {
+            return Ok(());
+        }
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|e| Error::io("sync database directory", &self.dir, e))?;
+        for (slot, file) in self.files.iter().enumerate() {
+            if Some(slot) == overwritten {
+                continue;
+            }
+            if let Some(file) = file {
+                file.sync_data().map_err(|error| {
+                    Error::io("sync manifest copy", copy_path(&self.dir, slot), error)
+                })?;
+            }
+        }
+        self.trust_sync_pending = false;
+        Ok(())
     }
 
     /// Durably installs `next`, overwriting the older copy; returns once it
@@ -150,8 +210,10 @@ impl ManifestStore {
         assert!(next.first_live_segment >= current.first_live_segment);
         next.validate()
             .map_err(|reason| Error::InvalidConfig { reason })?;
-
         let target = 1 - self.current_slot;
+        // The copy not written must hold the current manifest durably.
+        self.make_durable_but(Some(target))?;
+
         let path = copy_path(&self.dir, target);
         let file = match &mut self.files[target] {
             Some(file) => &**file,

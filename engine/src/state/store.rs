@@ -235,16 +235,22 @@ impl StateStore {
         let file = storage
             .open(path, OpenMode::Existing)
             .map_err(|e| Error::io("open state store", path, e))?;
-        // Writes a previous handle left in the page cache are not yet
-        // durable; make them so before redb (and replay) trusts them.
-        file.sync_data()
-            .map_err(|e| Error::io("sync state store", path, e))?;
         let sums_path = sums_path(path);
         let sums_file = storage
             .open(&sums_path, OpenMode::OpenOrCreate)
             .map_err(|e| Error::io("open page sums", &sums_path, e))?;
         let (mut sums, loaded) = PageSums::load(path, &*file, Some(sums_file))
             .map_err(|e| Error::io("load page sums", &sums_path, e))?;
+        // Writes a previous handle left in the page cache may not be
+        // durable; make them so before redb (and replay) trusts them. Whole
+        // sums prove the handle that wrote them synced every write of the
+        // store with no error first (`PageSums::close`), and none came
+        // since (an open empties them durably before redb writes); redb's
+        // open syncs the file too, before anything is written.
+        if loaded == Loaded::None {
+            file.sync_data()
+                .map_err(|e| Error::io("sync state store", path, e))?;
+        }
         sums.plant_unchecked(unchecked);
         let sums = Arc::new(sums);
         let whole_check = match check {

@@ -9,9 +9,10 @@
 //! touches, a read is checked against them before redb sees its bytes, and
 //! a clean close writes them to a file beside the store
 //! (`<state file>.sums`, docs/FORMAT.md, "Page sums"). The next open loads
-//! that file, empties it durably before redb may write anything, and checks
+//! that file, spoils it durably (its magic zeroed) before redb may write
+//! anything, and checks
 //! pages as they are read instead of all at open. Whenever the file is
-//! missing, damaged, emptied (a crash since it was loaded), or describes
+//! missing, damaged, spoiled (a crash since it was loaded), or describes
 //! another length of store, the open falls back to redb's whole check,
 //! which is what every open did before.
 //!
@@ -19,7 +20,7 @@
 //! describes the durable bytes of the store exactly as a clean close left
 //! them: it is written only after every write of the store is synced, with
 //! no I/O error and no mismatch seen since the store was opened, and it is
-//! emptied (synced) at open before redb writes anything.
+//! spoiled (synced) at open before redb writes anything.
 //!
 //! A block's sum is *known* once its bytes came from a write of this
 //! process, from the loaded file, or from a read during the whole check
@@ -226,10 +227,11 @@ fn decode(bytes: &[u8]) -> Option<(u64, Vec<u64>, bool)> {
 
 impl PageSums {
     /// Loads the sums `file` (beside the store `store`, whose file is
-    /// `data`) left by a clean close, then empties it durably: from here
-    /// on only this handle's clean close makes it whole again.
+    /// `data`) left by a clean close, then spoils it durably (its magic
+    /// zeroed): from here on only this handle's clean close makes it whole
+    /// again.
     ///
-    /// Fails only if the file cannot be read or emptied; a file that is not
+    /// Fails only if the file cannot be read or spoiled; a file that is not
     /// whole is `Loaded::None`, not an error.
     pub fn load(
         store: &Path,
@@ -243,13 +245,24 @@ impl PageSums {
             if len > 0 {
                 // Only a file of the length these sums take is read at all.
                 let expected = (HEADER_BYTES + 8 * block_count(store_len) + 4) as u64;
+                let mut head = vec![0; len.min(MAGIC.len() as u64) as usize];
                 if len == expected {
                     let mut bytes = vec![0; len as usize];
                     file.read_at(0, &mut bytes)?;
                     loaded = decode(&bytes).filter(|(len, _, _)| *len == store_len);
+                    let n = head.len();
+                    head.copy_from_slice(&bytes[..n]);
+                } else {
+                    file.read_at(0, &mut head)?;
                 }
-                file.set_len(0)?;
-                file.sync_data()?;
+                // Spoiled, not truncated: its magic overwritten with zeros
+                // (one block written, the length kept, where a truncation
+                // frees the file's blocks) and synced; a file whose magic
+                // is already zeros was spoiled by an earlier open.
+                if head.iter().any(|&b| b != 0) {
+                    file.write_at(0, &vec![0; head.len()])?;
+                    file.sync_data()?;
+                }
             }
         }
         let (entries, state) = match loaded {
@@ -665,7 +678,7 @@ mod tests {
         }
         let (data, sums_file) = files(dir.path());
         let (_, loaded) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
-        assert_eq!(loaded, Loaded::None, "emptied at the last open");
+        assert_eq!(loaded, Loaded::None, "spoiled at the last open");
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub struct DiskUsage {
     /// The state store file.
     pub state_bytes: u64,
     /// The state store's page sums (`state.redb.sums`: written at a clean
-    /// close, empty while an engine has the database open).
+    /// close, spoiled, its length kept, while an engine has the database
+    /// open).
     pub page_sums_bytes: u64,
     /// All of the above.
     pub total_bytes: u64,
@@ -86,7 +87,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let engine = Engine::open(dir.path(), EngineOptions::default()).expect("open");
         let open = disk_usage(&FsStorage::new(), dir.path(), None).expect("usage");
-        assert_eq!(open.page_sums_bytes, 0, "emptied while the engine has it");
+        assert_eq!(open.page_sums_bytes, 0, "none yet in a new database");
         engine.close().expect("close");
         let closed = disk_usage(&FsStorage::new(), dir.path(), None).expect("usage");
         let sums = std::fs::metadata(dir.path().join("state.redb.sums"))

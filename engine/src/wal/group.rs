@@ -178,7 +178,6 @@ impl<T, W, C: Clone> GroupCommit<T, W, C> {
     }
 
     /// Runs `f` on the writer state, waiting for an active flush to finish.
-    #[cfg(test)]
     pub fn with_writer<R>(&self, f: impl FnOnce(&mut W) -> R) -> R {
         let mut writer = self.writer.lock().expect("wal writer lock");
         f(&mut writer)

@@ -17,7 +17,7 @@ use super::reader::WalIter;
 use super::recovery::{self, LogRoot};
 use super::segment;
 use super::table::{ActiveSpace, Context, Counters, LiveSegment, SPARES_MAX, SegmentTable};
-use super::writer::{Batch, Writer};
+use super::writer::{Batch, FirstWrite, Writer};
 use super::{RecoveryReport, WalOptions, WalStats};
 use crate::error::{Error, Result};
 use crate::ids::{DatabaseId, Lsn, SegmentId};
@@ -104,12 +104,29 @@ impl Wal {
         root: LogRoot,
         epoch: u64,
     ) -> Result<(Wal, RecoveryReport)> {
+        Wal::open_then(storage, dir, db, options, root, epoch, &mut || Ok(()))
+    }
+
+    /// [`Wal::open`], running `before_syncs` before recovery syncs the
+    /// segments it read and changes anything: that is, unless the log ends
+    /// at `root.clean_end` with nothing after it, when the syncs wait for
+    /// the first write (docs/DURABILITY.md, "Opening a cleanly closed
+    /// database").
+    pub fn open_then(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        db: DatabaseId,
+        options: WalOptions,
+        root: LogRoot,
+        epoch: u64,
+        before_syncs: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<(Wal, RecoveryReport)> {
         options.validate()?;
         assert!(
             epoch > FIRST_EPOCH,
             "an open's epoch is above the creation's"
         );
-        let found = recovery::recover(&storage, dir, db, &options, root)?;
+        let found = recovery::recover(&storage, dir, db, &options, root, before_syncs)?;
         let last = found.report.last_lsn;
         let space = ActiveSpace::open(&storage, &found.active, &options)?;
         let prepared = match found.prepared {
@@ -119,7 +136,11 @@ impl Wal {
             }
             None => None,
         };
-        let writer = Writer::new(found.active, Arc::clone(&space), found.offset, epoch);
+        let mut writer = Writer::new(found.active, Arc::clone(&space), found.offset, epoch);
+        writer.before_first_write(FirstWrite {
+            sync_log: found.syncs_deferred,
+            then: None,
+        });
         let wal = Wal::assemble(
             storage,
             dir,
@@ -167,6 +188,17 @@ impl Wal {
             ctx,
             group: GroupCommit::new(writer, durable),
         }
+    }
+
+    /// Runs `then` before the first write of records, after the syncs
+    /// recovery left to it (if any), on the thread that leads that flush;
+    /// an error fails the flush and poisons the log. For the caller's own
+    /// step before records of this open's epoch may land (the database
+    /// makes its manifest's sequence reach the epoch). Call it before the
+    /// first append.
+    pub fn before_first_write(&self, then: Box<dyn FnOnce() -> Result<()> + Send>) {
+        self.group
+            .with_writer(|writer| writer.then_before_first_write(then));
     }
 
     /// Appends `batch` atomically (after a crash all of its records survive

@@ -62,6 +62,9 @@ pub struct Recovered {
     pub offset: u64,
     /// An empty, valid segment after the active one, kept for reuse.
     pub prepared: Option<SegmentFile>,
+    /// The live segments (and the WAL directory) were not synced: the
+    /// writer syncs them before its first write.
+    pub syncs_deferred: bool,
     /// Old segment files below the first live one (at most `SPARES_MAX`,
     /// the highest numbered), kept to be recycled; the others were removed.
     pub spares: Vec<PathBuf>,
@@ -203,22 +206,30 @@ fn open_segments(
             return Err(Error::corrupt(path, 0, "segment missing: gap in the log"));
         }
         let (file, header) = segment::open(storage, dir, database, id)?;
-        // A previous process may have died with these bytes only in the
-        // page cache: make them durable before trusting them.
-        file.file
-            .sync_data()
-            .map_err(|e| Error::io("sync segment before recovery", &file.path, e))?;
         segs.push(Seg {
             file,
             header,
             first_record: None,
         });
     }
-    storage
-        .sync_dir(dir)
-        .map_err(|e| Error::io("sync wal directory", dir, e))?;
     assert_eq!(segs.len(), ids.len());
     Ok((segs, spares))
+}
+
+/// Makes every segment recovery read, and the WAL directory, durable:
+/// **fsync: `sync_data`** of each, then **fsync: `sync_dir(wal/)`**. A
+/// previous process may have died with their bytes only in the page cache,
+/// and nothing may be built on bytes a power loss could still take away.
+fn sync_segments(storage: &Arc<dyn Storage>, dir: &Path, segs: &[Seg]) -> Result<()> {
+    for seg in segs {
+        seg.file
+            .file
+            .sync_data()
+            .map_err(|e| Error::io("sync segment before recovery", &seg.file.path, e))?;
+    }
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("sync wal directory", dir, e))
 }
 
 /// The record that follows `header` (at `offset`) in the chain, if any:
@@ -458,6 +469,7 @@ pub fn recover(
     database: DatabaseId,
     options: &WalOptions,
     root: LogRoot,
+    before_syncs: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Recovered> {
     let LogRoot {
         first_segment,
@@ -476,11 +488,25 @@ pub fn recover(
     // every live segment) can find nothing; only the first record slot of
     // each later segment is looked at, to keep the removal of a later
     // segment holding records exactly as it is.
-    let after = if clean_end_reached(&stop, last_complete, root) {
+    let clean = clean_end_reached(&stop, last_complete, root);
+    let after = if clean {
         look_at_later_starts(&segs, &stop, options)?
     } else {
         look_after(&segs, &stop, options)?
     };
+    // A log that ends at its clean shutdown, with nothing after it, was
+    // made durable by the process that closed it (or is a copy nothing has
+    // built on yet): its segments are synced before the first append of
+    // this open instead (`Recovered::syncs_deferred`), so an open that only
+    // reads syncs none of them. Any other log is synced now, before
+    // anything is cut, removed or appended.
+    let syncs_deferred = clean && after.later_ends.iter().all(Option::is_none);
+    if !syncs_deferred {
+        // The caller's step first (the database makes the manifest copy
+        // it read durable, if it had left that to the first append).
+        before_syncs()?;
+        sync_segments(storage, dir, &segs)?;
+    }
     let evidence = after.evidence;
     let acked_by_later = evidence.is_some_and(|(_, ack)| ack >= stop.damaged_lsn);
     let stop_path = segs[stop.index].file.path.clone();
@@ -555,6 +581,7 @@ pub fn recover(
     }
     let mut found = finish(segs, &stop, last_lsn, report)?;
     found.spares = spares;
+    found.syncs_deferred = syncs_deferred;
     // The writer fills a new segment up to the configured size, growing
     // its file as it goes: an empty next segment longer than that (made
     // under other options) is removed rather than handed to it. A shorter
@@ -700,5 +727,6 @@ fn finish(
         offset: stop.truncate_at,
         prepared,
         spares: Vec::new(),
+        syncs_deferred: false,
     })
 }

@@ -178,6 +178,40 @@ impl Context {
         self.table.lock().expect("wal segment table lock")
     }
 
+    /// Makes every live segment, the prepared one and the WAL directory
+    /// durable: the syncs recovery left to the first write of an open
+    /// whose log ended at its clean shutdown (`Recovered::syncs_deferred`).
+    /// `active` is the writer's segment, synced through its own handle.
+    pub fn sync_log_for_first_write(&self, active: &SegmentFile) -> Result<()> {
+        let (older, prepared) = {
+            let table = self.table();
+            let older: Vec<SegmentId> = table
+                .live
+                .iter()
+                .map(|s| s.id)
+                .filter(|&id| id != active.id)
+                .collect();
+            (older, table.prepared.as_ref().map(|(file, _)| file.path.clone()))
+        };
+        let paths = older
+            .into_iter()
+            .map(|id| super::format::segment_path(&self.dir, id))
+            .chain(prepared);
+        for path in paths {
+            self.storage
+                .open(&path, OpenMode::Existing)
+                .and_then(|file| file.sync_data())
+                .map_err(|e| Error::io("sync segment before the first write", &path, e))?;
+        }
+        active
+            .file
+            .sync_data()
+            .map_err(|e| Error::io("sync segment before the first write", &active.path, e))?;
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|e| Error::io("sync wal directory", &self.dir, e))
+    }
+
     /// The space of the segment being written.
     pub fn active_space(&self) -> Arc<ActiveSpace> {
         Arc::clone(&self.active.lock().expect("wal active space lock"))

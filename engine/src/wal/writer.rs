@@ -82,6 +82,28 @@ pub struct Writer {
     epoch: u64,
     buf: Vec<u8>,
     dirty: bool,
+    /// What must be durable before this writer's first write.
+    first_write: FirstWrite,
+}
+
+/// What an open leaves to the first write of its log: the syncs recovery
+/// deferred (a log that ended at its clean shutdown) and the caller's own
+/// step (the database makes its manifest's new epoch durable).
+#[derive(Default)]
+pub struct FirstWrite {
+    /// Sync the live segments and the WAL directory first.
+    pub sync_log: bool,
+    /// Then this, once.
+    pub then: Option<Box<dyn FnOnce() -> Result<()> + Send>>,
+}
+
+impl std::fmt::Debug for FirstWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FirstWrite")
+            .field("sync_log", &self.sync_log)
+            .field("then", &self.then.is_some())
+            .finish()
+    }
 }
 
 impl Writer {
@@ -98,7 +120,23 @@ impl Writer {
             epoch,
             buf: Vec::new(),
             dirty: false,
+            first_write: FirstWrite::default(),
         }
+    }
+
+    /// Sets what must be durable before the first write (see
+    /// [`FirstWrite`]); replaces what was set.
+    pub fn before_first_write(&mut self, first: FirstWrite) {
+        self.first_write = first;
+    }
+
+    /// Adds the caller's step to what runs before the first write.
+    pub fn then_before_first_write(&mut self, then: Box<dyn FnOnce() -> Result<()> + Send>) {
+        assert!(
+            self.first_write.then.is_none(),
+            "one step before the first write"
+        );
+        self.first_write.then = Some(then);
     }
 
     /// The leader's flush: encode, write, rotate as needed, sync once per
@@ -109,6 +147,15 @@ impl Writer {
             group[0].first > ack,
             "records are written after their ack watermark"
         );
+        // Taken before it runs: a failure poisons the log, so it never
+        // runs twice.
+        let first = std::mem::take(&mut self.first_write);
+        if first.sync_log && !planted(&ctx.options, PlantedBug::FirstWriteSkipsOpenSyncs) {
+            ctx.sync_log_for_first_write(&self.active)?;
+        }
+        if let Some(then) = first.then {
+            then()?;
+        }
         self.buf.clear();
         self.offset = format::align_up(self.offset).min(self.space.limit);
         let rotations = self.plan_rotations(ctx, group);

@@ -71,6 +71,9 @@ pub struct SeedReport {
     /// Whether a repair then cut the log past the damage (and an ordinary
     /// reopen found the cut in place).
     pub repaired: bool,
+    /// Whether the cleanly closed database was restored as an unsynced
+    /// copy, written to and cut by a power loss (`restore_a_copy`).
+    pub copy_restored: bool,
     /// Hash of every disk operation, for the determinism check.
     pub trace_hash: u64,
 }
@@ -325,6 +328,11 @@ impl World {
         let clean = self.clean_finish;
         self.shut_down(node, clean)?;
         let node = self.recover(false)?;
+        let node = if clean {
+            self.restore_a_copy(node)?
+        } else {
+            node
+        };
         if self.model.inflight().is_some() || !self.config.rot {
             return Ok(());
         }
@@ -346,6 +354,57 @@ impl World {
             self.repair(&what)?;
         }
         Ok(())
+    }
+
+    /// A cleanly closed database restored as a copy: every file rewritten
+    /// in place as `cp` leaves it (a new file, nothing synced, not even its
+    /// directory entry), opened (an open of a cleanly closed database,
+    /// which syncs none of what it reads), one batch appended and
+    /// acknowledged, then the power cut: the copy must recover with every
+    /// acknowledged append (docs/DURABILITY.md, "Opening a cleanly closed
+    /// database"). Its crash outcomes come from a generator of its own, so
+    /// the rest of the run draws what it drew before this phase was added.
+    fn restore_a_copy(&mut self, node: Node) -> Result<Node, Failure> {
+        node.close()
+            .map_err(|e| self.fail("clean close succeeds without faults", e.to_string()))?;
+        let files: Vec<(String, Vec<u8>)> = self
+            .disk
+            .snapshot()
+            .into_iter()
+            .filter(|(path, _)| path.starts_with(DB_DIR) && !path.ends_with("LOCK"))
+            .collect();
+        for (path, bytes) in files {
+            let path = std::path::Path::new(&path);
+            let copied = self
+                .storage
+                .remove_file(path)
+                .and_then(|()| self.storage.open(path, actum::OpenMode::CreateNew))
+                .and_then(|file| file.write_at(0, &bytes));
+            copied.map_err(|e| {
+                self.fail(
+                    "recovery succeeds without faults",
+                    format!("restoring {} as a copy: {e}", path.display()),
+                )
+            })?;
+        }
+        let crashes = std::mem::replace(&mut self.crashes, Rng::new(self.seed).fork("copy"));
+        let copied = self.write_to_the_copy_and_cut_the_power();
+        self.crashes = crashes;
+        self.report.copy_restored = copied.is_ok();
+        copied
+    }
+
+    fn write_to_the_copy_and_cut_the_power(&mut self) -> Result<Node, Failure> {
+        let mut node = self.recover(false)?;
+        self.append(&mut node, 1).map_err(|e| {
+            let error = e.map_or_else(|| "no error".to_string(), |e| e.to_string());
+            self.fail(
+                "recovery succeeds without faults",
+                format!("an append to the copy: {error}"),
+            )
+        })?;
+        drop(node);
+        self.recover(true)
     }
 
     /// After damage in the log an open refused: a repair either refuses too,
