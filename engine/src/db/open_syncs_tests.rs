@@ -37,17 +37,24 @@ fn a_closed_database_with_runs(storage: &Arc<RecordingStorage>, dir: &std::path:
     engine.close().expect("close");
 }
 
-#[test]
-fn opening_a_cleanly_closed_database_makes_only_the_syncs_that_protect_something() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A database of 20 runs closed cleanly, reopened on a recording disk
+/// whose record is empty from the reopen on.
+fn reopened_after_a_clean_close(dir: &std::path::Path) -> (Arc<RecordingStorage>, Engine) {
     let storage = Arc::new(RecordingStorage::default());
-    a_closed_database_with_runs(&storage, dir.path());
+    a_closed_database_with_runs(&storage, dir);
     storage.take_log();
     let disk: Arc<dyn Storage> = storage.clone();
     let clock = Arc::new(ManualClock::new(1_700_000_100_000));
-    let engine = Engine::open_with(disk, clock, dir.path(), EngineOptions::default())
-        .expect("reopen");
+    let engine =
+        Engine::open_with(disk, clock, dir, EngineOptions::default()).expect("reopen");
     assert_eq!(engine.recovery().replayed_records, 0, "a clean close");
+    (storage, engine)
+}
+
+#[test]
+fn opening_a_cleanly_closed_database_makes_only_the_syncs_that_protect_something() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (storage, engine) = reopened_after_a_clean_close(dir.path());
     let opened = syncs(&storage.take_log());
     let expected = [
         // The page sums of the clean close, spoiled once loaded: a crash
@@ -92,13 +99,7 @@ fn opening_a_cleanly_closed_database_makes_only_the_syncs_that_protect_something
 #[test]
 fn the_first_append_after_a_clean_open_makes_what_the_open_read_durable_first() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let storage = Arc::new(RecordingStorage::default());
-    a_closed_database_with_runs(&storage, dir.path());
-    storage.take_log();
-    let disk: Arc<dyn Storage> = storage.clone();
-    let clock = Arc::new(ManualClock::new(1_700_000_100_000));
-    let engine = Engine::open_with(disk, clock, dir.path(), EngineOptions::default())
-        .expect("reopen");
+    let (storage, engine) = reopened_after_a_clean_close(dir.path());
     storage.take_log();
     engine
         .create_run(CreateRun {

@@ -566,9 +566,18 @@ impl PageSums {
             return;
         }
         let bytes = encode(table.store_len, &table.entries, table.checked);
+        // (The file an open spoiled keeps its length: cut only when the
+        // store shrank.)
         let written = file
             .write_at(0, &bytes)
-            .and_then(|()| file.set_len(bytes.len() as u64))
+            .and_then(|()| file.len())
+            .and_then(|len| {
+                if len > bytes.len() as u64 {
+                    file.set_len(bytes.len() as u64)
+                } else {
+                    Ok(())
+                }
+            })
             .and_then(|()| file.sync_data());
         if written.is_err() {
             // Whatever landed does not read back whole (its CRC), or reads

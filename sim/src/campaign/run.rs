@@ -367,13 +367,7 @@ impl World {
     fn restore_a_copy(&mut self, node: Node) -> Result<Node, Failure> {
         node.close()
             .map_err(|e| self.fail("clean close succeeds without faults", e.to_string()))?;
-        let files: Vec<(String, Vec<u8>)> = self
-            .disk
-            .snapshot()
-            .into_iter()
-            .filter(|(path, _)| path.starts_with(DB_DIR) && !path.ends_with("LOCK"))
-            .collect();
-        for (path, bytes) in files {
+        for (path, bytes) in self.database_files() {
             let path = std::path::Path::new(&path);
             let copied = self
                 .storage
@@ -470,16 +464,21 @@ impl World {
         Ok(())
     }
 
+    /// Every file of the database (its lock aside) and its bytes, as the
+    /// page cache holds them.
+    fn database_files(&self) -> Vec<(String, Vec<u8>)> {
+        self.disk
+            .snapshot()
+            .into_iter()
+            .filter(|(path, _)| path.starts_with(DB_DIR) && !path.ends_with("LOCK"))
+            .collect()
+    }
+
     /// Where to flip a bit: half the time anywhere in any database file,
     /// half the time inside the written records of a WAL segment, where
     /// acknowledged data lives (the rest of a segment is zeros).
     fn rot_target(&mut self) -> (String, std::ops::Range<u64>) {
-        let files: Vec<(String, Vec<u8>)> = self
-            .disk
-            .snapshot()
-            .into_iter()
-            .filter(|(path, _)| path.starts_with(DB_DIR) && !path.ends_with("LOCK"))
-            .collect();
+        let files = self.database_files();
         assert!(!files.is_empty(), "a database has files");
         let written: Vec<(String, std::ops::Range<u64>)> = files
             .iter()
