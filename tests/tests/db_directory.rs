@@ -237,13 +237,15 @@ fn copy_then_power_cut(planted: Option<PlantedBug>) -> Result<(), String> {
         ..EngineOptions::default()
     };
     options.db.wal.planted_bug = planted;
-    let engine = Engine::open_with(
-        Arc::clone(&storage),
-        Arc::clone(&clock),
-        Path::new("/db"),
-        options.clone(),
-    )
-    .expect("create");
+    let open_at = |dir: &str| {
+        Engine::open_with(
+            Arc::clone(&storage),
+            Arc::clone(&clock),
+            Path::new(dir),
+            options.clone(),
+        )
+    };
+    let engine = open_at("/db").expect("create");
     for k in 0..5 {
         engine
             .create_run(create(&format!("run-{k}")))
@@ -265,20 +267,14 @@ fn copy_then_power_cut(planted: Option<PlantedBug>) -> Result<(), String> {
         file.write_at(0, &bytes).expect("copy bytes");
     }
 
-    let engine = Engine::open_with(
-        Arc::clone(&storage),
-        Arc::clone(&clock),
-        Path::new("/copy"),
-        options.clone(),
-    )
-    .expect("open the copy");
+    let engine = open_at("/copy").expect("open the copy");
     assert_eq!(engine.recovery().replayed_records, 0, "a clean close");
     engine.create_run(create("after")).expect("acknowledged");
     drop(engine);
     disk.crash(&mut Rng::new(8));
 
-    let engine = Engine::open_with(storage, clock, Path::new("/copy"), options)
-        .map_err(|e| format!("the copy does not open after the power cut: {e}"))?;
+    let engine =
+        open_at("/copy").map_err(|e| format!("the copy does not open after the power cut: {e}"))?;
     for name in ["run-0", "run-4", "after"] {
         let run = RunId::new(name).expect("run id");
         if engine.run(&run).expect("read").is_none() {
