@@ -213,6 +213,11 @@ pub enum PlantedBug {
     /// copied without syncing (`cp`) can lose what its first session
     /// acknowledged.
     FirstWriteSkipsOpenSyncs,
+    /// A state store opened on redb's read-only handle keeps beginning its
+    /// readers' transactions there after its first commit opened the
+    /// writable handle: they read the store as it was at open (and pages
+    /// the writable handle may since have reused).
+    ReadOnlyHandleOutlivesWrite,
 }
 
 impl PlantedBug {
@@ -230,7 +235,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 34] = [
+    pub const ENGINE: [PlantedBug; 35] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -265,6 +270,7 @@ impl PlantedBug {
         PlantedBug::RepeatOperatorRequest,
         PlantedBug::LookCountsStoredCopies,
         PlantedBug::SharedReadOutlivesCommit,
+        PlantedBug::ReadOnlyHandleOutlivesWrite,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -292,7 +298,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 57] = [
+    pub const ALL: [PlantedBug; 58] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -350,6 +356,7 @@ impl PlantedBug {
         PlantedBug::PgRefusedWriteAsCommitted,
         PlantedBug::PgStaleWriteAsCommitted,
         PlantedBug::FirstWriteSkipsOpenSyncs,
+        PlantedBug::ReadOnlyHandleOutlivesWrite,
     ];
 
     /// The bug's command-line name.
@@ -412,6 +419,7 @@ impl PlantedBug {
             PlantedBug::PgRefusedWriteAsCommitted => "pg-refused-write-as-committed",
             PlantedBug::PgStaleWriteAsCommitted => "pg-stale-write-as-committed",
             PlantedBug::FirstWriteSkipsOpenSyncs => "first-write-skips-open-syncs",
+            PlantedBug::ReadOnlyHandleOutlivesWrite => "read-only-handle-outlives-write",
         }
     }
 

@@ -486,6 +486,27 @@ fn a_shared_read_kept_past_a_checkpoint_is_caught() {
 }
 
 #[test]
+fn a_read_only_handle_kept_past_the_first_commit_is_caught() {
+    // A store reopened after a clean close starts on redb's read-only
+    // handle; its first commit opens the writable one. Kept beginning its
+    // readers there, the engine reads runs a checkpoint let leave memory
+    // as the store held them at open: an intent without its arguments, or
+    // a run's audit shorter than memory says (an assertion of the
+    // engine's, reported as the seed's failure).
+    let (_, invariant) = caught(PlantedBug::ReadOnlyHandleOutlivesWrite);
+    assert!(
+        [
+            actum_sim::agents::PANICKED,
+            "an intent keeps the arguments it was sent with",
+            "the engine decides as the reference model does",
+            "after every recovery the books equal the model",
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}
+
+#[test]
 fn a_blob_cleaner_that_loses_moved_records_is_caught() {
     // Prunes leave dead records in the blob stream; once they are more
     // than half the live bytes, each prune's checkpoint cleans the

@@ -17,22 +17,26 @@ fn syncs(log: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Creates the run `name`, its input its name.
+fn create(engine: &Engine, name: &str) {
+    engine
+        .create_run(CreateRun {
+            run: RunId::new(name).expect("run id"),
+            input_digest: digest_of(name.as_bytes()),
+            agent_version: "1".into(),
+            trace_id: String::new(),
+            parent: None,
+            input: None,
+        })
+        .expect("create run");
+}
+
 fn a_closed_database_with_runs(storage: &Arc<RecordingStorage>, dir: &std::path::Path) {
     let disk: Arc<dyn Storage> = storage.clone();
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let engine = Engine::open_with(disk, clock, dir, EngineOptions::default()).expect("create");
     for k in 0..20 {
-        let name = format!("run-{k}");
-        engine
-            .create_run(CreateRun {
-                run: RunId::new(name.as_str()).expect("run id"),
-                input_digest: digest_of(name.as_bytes()),
-                agent_version: "1".into(),
-                trace_id: String::new(),
-                parent: None,
-                input: None,
-            })
-            .expect("create run");
+        create(&engine, &format!("run-{k}"));
     }
     engine.close().expect("close");
 }
@@ -51,49 +55,78 @@ fn reopened_after_a_clean_close(dir: &std::path::Path) -> (Arc<RecordingStorage>
     (storage, engine)
 }
 
+/// The writes and size changes in `log`.
+fn changes(log: &[String]) -> Vec<String> {
+    log.iter()
+        .filter(|op| op.starts_with("write") || op.starts_with("set_len"))
+        .cloned()
+        .collect()
+}
+
 #[test]
-fn opening_a_cleanly_closed_database_makes_only_the_syncs_that_protect_something() {
+fn opening_and_closing_a_cleanly_closed_database_that_only_reads_writes_and_syncs_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (storage, engine) = reopened_after_a_clean_close(dir.path());
-    let opened = syncs(&storage.take_log());
-    let expected = [
-        // The page sums of the clean close, spoiled once loaded: a crash
-        // from here on leaves none to trust (DURABILITY.md, "State store
-        // checks"). With them, the page check (`verify_state_on_open`, on
-        // by default) checks pages as redb reads them, so redb's whole
-        // check, which rewrote and synced its header three times, is not
-        // made; and the store is not synced before redb reads it, the sums
-        // proving the close synced every write of it.
-        "sync_data state.redb.sums",
-        // redb marks the file as in use: its own crash-recovery flag.
-        "sync_data state.redb",
-    ];
+    let opened = storage.take_log();
     // The manifest copies, the segments and the WAL directory were made
     // durable by the clean close: their syncs wait for the first append,
     // and the open's epoch too (DURABILITY.md, "Opening a cleanly closed
-    // database").
-    assert_eq!(opened, expected, "the syncs of an open of a clean database");
-    // An open that only reads: its close finds the clean shutdown still
-    // recorded and writes no manifest; redb closes its file (its allocator
-    // state and clean header, each write synced) and the sums are written
-    // after redb's last sync.
+    // database"). The state store opens on redb's read-only handle, which
+    // does not mark the file in use, and its page sums stay whole until
+    // the store's first write (DURABILITY.md, "A store opened for
+    // reading"); the page check (`verify_state_on_open`, on by default)
+    // checks pages against them as redb reads them.
+    assert_eq!(syncs(&opened), Vec::<String>::new(), "the syncs of the open");
+    assert_eq!(changes(&opened), Vec::<String>::new(), "the writes of the open");
+    assert!(engine.local().pipeline.state().reading_only(), "no commit yet");
     for k in 0..20 {
         let name = format!("run-{k}");
         let run = RunId::new(name.as_str()).expect("run id");
         assert!(engine.run(&run).expect("read").is_some(), "{name} is read");
     }
+    // Its close finds the clean shutdown still recorded and writes no
+    // manifest; redb's read-only handle writes nothing, and the sums file
+    // the open found whole still is.
     engine.close().expect("close");
-    let closed = syncs(&storage.take_log());
+    let closed = storage.take_log();
+    assert_eq!(syncs(&closed), Vec::<String>::new(), "the syncs of the close");
+    assert_eq!(changes(&closed), Vec::<String>::new(), "the writes of the close");
+}
+
+#[test]
+fn the_state_stores_first_write_after_a_clean_open_spoils_the_sums_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (storage, engine) = reopened_after_a_clean_close(dir.path());
+    create(&engine, "run-after");
+    engine.checkpoint().expect("checkpoint");
+    assert!(!engine.local().pipeline.state().reading_only(), "the checkpoint committed");
+    engine.close().expect("close");
+    let log = storage.take_log();
+    let first_store_write = log
+        .iter()
+        .position(|op| op == "write state.redb" || op == "set_len state.redb")
+        .expect("the checkpoint wrote the store");
+    let before = &log[..first_store_write];
+    // The sums file, spoiled (its magic zeroed) and synced before redb's
+    // first write of the store (its header marking the file in use).
+    let spoiled = before
+        .iter()
+        .position(|op| op == "write state.redb.sums")
+        .expect("the sums were spoiled before the store changed");
     assert!(
-        closed
-            .iter()
-            .all(|op| op == "sync_data state.redb" || op == "sync_data state.redb.sums"),
-        "{closed:?}"
+        before[spoiled..].contains(&"sync_data state.redb.sums".to_string()),
+        "durably: {before:?}"
     );
-    let sums = closed.iter().filter(|op| op.ends_with(".sums")).count();
-    let last_redb = closed.iter().rposition(|op| op == "sync_data state.redb");
-    let at = closed.iter().position(|op| op.ends_with(".sums"));
-    assert!(sums == 1 && at > last_redb, "{closed:?}");
+    // And written whole again at the close, after redb's last sync.
+    let last_redb_sync = log
+        .iter()
+        .rposition(|op| op == "sync_data state.redb")
+        .expect("redb synced");
+    let rewritten = log
+        .iter()
+        .rposition(|op| op == "sync_data state.redb.sums")
+        .expect("the close wrote the sums");
+    assert!(rewritten > last_redb_sync, "{log:?}");
 }
 
 #[test]
@@ -101,16 +134,7 @@ fn the_first_append_after_a_clean_open_makes_what_the_open_read_durable_first() 
     let dir = tempfile::tempdir().expect("tempdir");
     let (storage, engine) = reopened_after_a_clean_close(dir.path());
     storage.take_log();
-    engine
-        .create_run(CreateRun {
-            run: RunId::new("run-after").expect("run id"),
-            input_digest: digest_of(b"after"),
-            agent_version: "1".into(),
-            trace_id: String::new(),
-            parent: None,
-            input: None,
-        })
-        .expect("create run");
+    create(&engine, "run-after");
     let log = storage.take_log();
     let first_record = log
         .iter()
@@ -130,22 +154,17 @@ fn the_first_append_after_a_clean_open_makes_what_the_open_read_durable_first() 
         "sync_dir",
         "sync_dir",
         "sync_data MANIFEST-0",
-        // ...and the open's epoch, with the clean shutdown cleared: durable
-        // before the first record of the epoch.
+        // ...the open's epoch, with the clean shutdown cleared: durable
+        // before the first record of the epoch...
         "sync_data MANIFEST-1",
+        // ...and the state store, which the open read on redb's read-only
+        // handle without syncing it (DURABILITY.md, "A store opened for
+        // reading").
+        "sync_data state.redb",
     ];
     assert_eq!(before, expected, "the syncs before the first record");
     // The next append has nothing left to do first.
-    engine
-        .create_run(CreateRun {
-            run: RunId::new("run-after-2").expect("run id"),
-            input_digest: digest_of(b"after 2"),
-            agent_version: "1".into(),
-            trace_id: String::new(),
-            parent: None,
-            input: None,
-        })
-        .expect("create run");
+    create(&engine, "run-after-2");
     let second = syncs(&storage.take_log());
     assert!(
         second.iter().all(|op| op.ends_with(".wal")),

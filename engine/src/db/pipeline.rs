@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::planted::{PlantedBug, planted};
 use crate::state::{PageCheck, StateStore};
-use crate::storage::Storage;
+use crate::storage::{OpenMode, Storage};
 
 use super::open::{Db, DbOptions, OpenReport};
 
@@ -150,6 +150,20 @@ impl Pipeline {
         #[cfg(feature = "planted-bugs")]
         if planted(&options.db.wal, PlantedBug::SharedReadOutlivesCommit) {
             state.plant_stale_shared_read();
+        }
+        #[cfg(feature = "planted-bugs")]
+        if planted(&options.db.wal, PlantedBug::ReadOnlyHandleOutlivesWrite) {
+            state.plant_read_only_outlives_write();
+        }
+        if !state.synced_at_open() {
+            // Its file durable before the first record of this open is
+            // written, as the log's and the manifest's are.
+            let (disk, path) = (Arc::clone(&storage), state_path.clone());
+            db.wal().before_first_write(Box::new(move || {
+                disk.open(&path, OpenMode::Existing)
+                    .and_then(|file| file.sync_data())
+                    .map_err(|e| Error::io("sync state store", &path, e))
+            }));
         }
         check_state_against_log(&db, &state)?;
         let state_lsn_at_open = state.applied_lsn();

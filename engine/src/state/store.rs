@@ -10,11 +10,19 @@
 //! **Invariant:** records are applied in LSN order, each once; the
 //! `applied_lsn` a commit records is the LSN of the last record whose
 //! effects it holds.
+//!
+//! A store whose page sums came back whole from a clean close opens on a
+//! read-only redb handle, which writes nothing: no header marking the file
+//! in use, no sync, no allocator state loaded, and the sums left whole. The
+//! first commit opens the writable handle (the sums are spoiled before its
+//! first write, `storage::page_sums`), so a session that only reads, say a
+//! resumed LangGraph thread's `get_state`, neither syncs at open nor commits
+//! at close (docs/DURABILITY.md, "A store opened for reading").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use redb::{Durability, ReadTransaction, ReadableDatabase, TableDefinition, WriteTransaction};
 
@@ -124,9 +132,20 @@ pub const STATE_CACHE_BYTES: usize = 32 << 20;
 /// readers run beside a writer on the last committed snapshot.
 pub struct StateStore {
     path: PathBuf,
-    /// `Some` until the store is dropped (through the guard: redb's
-    /// destructor writes the file's header and may meet damaged pages).
-    db: Option<redb::Database>,
+    /// The writable handle: set at open, or by the first commit of a store
+    /// opened on a read-only handle (`era`); taken when the store is
+    /// dropped (through the guard: redb's destructor writes the file's
+    /// header and may meet damaged pages).
+    db: OnceLock<redb::Database>,
+    /// The read-only handle a store whose sums came whole from a clean
+    /// close opens on; `None` once the writable handle is open (or if the
+    /// store opened on it).
+    era: Mutex<Option<Arc<ReadEra>>>,
+    /// Where the writable handle opens the store's file again.
+    storage: Arc<dyn Storage>,
+    /// The open made the file durable (a sync of its own, or redb's
+    /// writable open, which syncs its header): see `synced_at_open`.
+    synced_at_open: bool,
     /// LSN of the last record applied (durably or not).
     applied_lsn: AtomicU64,
     /// LSN covered by the last `Durability::Immediate` commit.
@@ -148,11 +167,42 @@ pub struct StateStore {
     /// The planted `SharedReadOutlivesCommit`: commits do not forget the
     /// shared read transaction.
     stale_shared_read: bool,
+    /// The planted `ReadOnlyHandleOutlivesWrite`: readers keep beginning
+    /// on the read-only handle after the writable one opened.
+    keep_read_only: bool,
     /// The sum of every block, checked on every read (shared with redb's
     /// backend, which writes them back at a clean close).
     sums: Arc<PageSums>,
     /// How the pages were checked at open.
     checked_at_open: CheckedAtOpen,
+}
+
+/// The read-only handle a store opened on, kept by every read transaction
+/// begun on it, so it lasts until the last of them ends. When the writable
+/// handle opens, a read transaction of it (`pin`) is begun before its first
+/// commit: it sees the snapshot this handle's readers see (nothing was
+/// committed in between), so the writable handle never reuses a page they
+/// may still read (its own accounting of readers knows only its own).
+struct ReadEra {
+    /// `Some` until dropped (through the guard).
+    db: Option<redb::ReadOnlyDatabase>,
+    pin: Mutex<Option<ReadTransaction>>,
+}
+
+impl Drop for ReadEra {
+    fn drop(&mut self) {
+        let pin = self
+            .pin
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(pin) = pin {
+            drop_guarded(pin);
+        }
+        if let Some(db) = self.db.take() {
+            drop_guarded(db);
+        }
+    }
 }
 
 /// One read transaction of the state store and the tables opened in it,
@@ -167,6 +217,9 @@ pub(crate) struct SharedRead {
     /// `Some` until dropped (through the guard, tables first).
     txn: Option<ReadTransaction>,
     tables: ReadTables,
+    /// The read-only handle it was begun on, if the writable one was not
+    /// open yet (dropped after the transaction).
+    _era: Option<Arc<ReadEra>>,
 }
 
 impl SharedRead {
@@ -258,23 +311,53 @@ impl StateStore {
             PageCheck::AtOpen => loaded != Loaded::Checked,
             PageCheck::Whole => true,
         };
-        let opened = guarded(path, "open", || {
-            redb::Database::builder()
-                .set_cache_size(STATE_CACHE_BYTES)
-                .create_with_backend(RedbBackend::with_sums(file, Arc::clone(&sums)))
-        });
-        let db = opened.map_err(|e| sums.corrupt_or(e))?;
+        // Sums from a clean close, and no whole check asked for: redb's
+        // read-only handle, until the first commit. (One that will not
+        // open, a store redb marks as needing recovery say, is opened
+        // writable below, which repairs it or says why not.)
+        let mut file = Some(file);
+        let read_only = if !whole_check && loaded != Loaded::None {
+            let file = file.take().expect("not taken yet");
+            guarded(path, "open", || {
+                redb::Database::builder()
+                    .set_cache_size(STATE_CACHE_BYTES)
+                    .open_read_only_with_backend(RedbBackend::reading(file, Arc::clone(&sums)))
+            })
+            .ok()
+        } else {
+            None
+        };
+        let db = OnceLock::new();
+        if read_only.is_none() {
+            let file = match file.take() {
+                Some(file) => file,
+                None => storage
+                    .open(path, OpenMode::Existing)
+                    .map_err(|e| Error::io("open state store", path, e))?,
+            };
+            let _ = db.set(open_writable(path, file, &sums)?);
+        }
+        let synced_at_open = read_only.is_none();
         // From here on the store's destructor drops redb through the guard,
         // whichever check below refuses it.
         let mut store = StateStore {
             path: path.to_path_buf(),
-            db: Some(db),
+            db,
+            era: Mutex::new(read_only.map(|db| {
+                Arc::new(ReadEra {
+                    db: Some(db),
+                    pin: Mutex::new(None),
+                })
+            })),
+            storage: Arc::clone(storage),
+            synced_at_open,
             applied_lsn: AtomicU64::new(0),
             durable_lsn: AtomicU64::new(0),
             panicked: Mutex::new(None),
             refused: false,
             shared: Mutex::new(None),
             stale_shared_read: false,
+            keep_read_only: false,
             sums: Arc::clone(&sums),
             checked_at_open: if whole_check {
                 CheckedAtOpen::Whole
@@ -285,7 +368,7 @@ impl StateStore {
             },
         };
         if whole_check {
-            let db = store.db.as_mut().expect("open until dropped");
+            let db = store.db.get_mut().expect("a whole check opens writable");
             let checked = guard(path, "verify page checksums", || db.check_integrity());
             // A check that failed on an I/O error found no damage, and redb
             // latches the error, so its close writes nothing: that handle
@@ -311,12 +394,14 @@ impl StateStore {
             }
             sums.note_checked();
         }
+        let read = store.own_read().map_err(|e| sums.corrupt_or(e))?;
         store
-            .note(check_schema_version(store.db(), path))
+            .note(check_schema_version(read.txn(), path))
             .map_err(|e| sums.corrupt_or(e))?;
         let applied_lsn = store
-            .note(read_applied_lsn(store.db(), path))
+            .note(read_applied_lsn(read.txn(), path))
             .map_err(|e| sums.corrupt_or(e))?;
+        drop(read);
         store.applied_lsn.store(applied_lsn.0, Ordering::SeqCst);
         store.durable_lsn.store(applied_lsn.0, Ordering::SeqCst);
         Ok(store)
@@ -361,7 +446,8 @@ impl StateStore {
         }
         self.forget_shared_read();
         let path = self.path.clone();
-        let txn = self.note(guarded(&path, "begin write", || self.db().begin_write()))?;
+        let db = self.writable()?;
+        let txn = self.note(guarded(&path, "begin write", || db.begin_write()))?;
         let stats = guarded(&path, "read allocation stats", || txn.stats());
         drop_guarded(txn);
         let stats = self.note(stats)?;
@@ -372,8 +458,8 @@ impl StateStore {
         }
         let db = self
             .db
-            .as_mut()
-            .expect("the state store is open until it is dropped");
+            .get_mut()
+            .expect("the writable handle was opened above");
         let compacted = guard(&path, "compact", || db.compact());
         match compacted {
             // A reader still holds a snapshot (an operator's look that
@@ -384,10 +470,61 @@ impl StateStore {
         }
     }
 
-    fn db(&self) -> &redb::Database {
-        self.db
-            .as_ref()
-            .expect("the state store is open until it is dropped")
+    /// The writable handle, opened now if the store opened on a read-only
+    /// one: the sums are spoiled before its first write (redb's header),
+    /// then a read transaction of it pins the snapshot the read-only
+    /// handle's readers see, before anything is committed (`ReadEra`).
+    fn writable(&self) -> Result<&redb::Database> {
+        if let Some(db) = self.db.get() {
+            return Ok(db);
+        }
+        let mut era = self.era.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(db) = self.db.get() {
+            return Ok(db);
+        }
+        let file = self
+            .storage
+            .open(&self.path, OpenMode::Existing)
+            .map_err(|e| Error::io("open state store", &self.path, e))?;
+        let db = self.note(open_writable(&self.path, file, &self.sums))?;
+        if let Some(era) = era.as_ref() {
+            let pin = guarded(&self.path, "begin read", || db.begin_read());
+            match self.note(pin) {
+                Ok(pin) => *era.pin.lock().unwrap_or_else(PoisonError::into_inner) = Some(pin),
+                Err(error) => {
+                    // Never closed: its close commits, and the readers of
+                    // the read-only handle are not pinned.
+                    UNCLOSED
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(db);
+                    return Err(error);
+                }
+            }
+        }
+        let _ = self.db.set(db);
+        let read_only = if self.keep_read_only { None } else { era.take() };
+        drop(era);
+        // Ended (if no reader still holds it) outside the lock.
+        drop(read_only);
+        Ok(self.db.get().expect("just set"))
+    }
+
+    /// Whether the open made the store's file durable: its own sync (no
+    /// whole page sums) or redb's writable open, which syncs the header it
+    /// writes (and with it every write of the file the page cache holds).
+    /// A store opened on the read-only handle trusted its clean close
+    /// instead, so the caller syncs it before anything of this open is
+    /// acknowledged: a database copied with `cp` may sit in the page cache
+    /// only (docs/DURABILITY.md, "A store opened for reading").
+    pub(crate) fn synced_at_open(&self) -> bool {
+        self.synced_at_open
+    }
+
+    /// Whether the store is still on the read-only handle it opened on (no
+    /// commit since the open).
+    pub fn reading_only(&self) -> bool {
+        self.db.get().is_none()
     }
 
     /// The LSN of the last record applied.
@@ -448,16 +585,45 @@ impl StateStore {
         Ok(lsn)
     }
 
-    /// A read transaction over the current (possibly non-durable) state.
+    /// A read transaction over the current (possibly non-durable) state,
+    /// of the writable handle (opened now if the store opened read-only:
+    /// the transaction does not keep a read-only handle alive).
     pub fn read(&self) -> Result<redb::ReadTransaction> {
-        self.note(guarded(&self.path, "begin read", || self.db().begin_read()))
+        let db = self.writable()?;
+        self.note(guarded(&self.path, "begin read", || db.begin_read()))
     }
 
-    /// A new read transaction of its own, with no table opened yet.
+    /// A new read transaction of its own, with no table opened yet: of the
+    /// writable handle, or of the read-only one while the store is on it.
     pub(crate) fn own_read(&self) -> Result<Arc<SharedRead>> {
+        let begun = |db: &dyn Fn() -> std::result::Result<ReadTransaction, redb::TransactionError>| {
+            self.note(guarded(&self.path, "begin read", db))
+        };
+        if let Some(db) = self.db.get().filter(|_| !self.keep_read_only) {
+            return Ok(Arc::new(SharedRead {
+                txn: Some(begun(&|| db.begin_read())?),
+                tables: ReadTables::default(),
+                _era: None,
+            }));
+        }
+        // Begun under the lock the switch to the writable handle takes, so
+        // every transaction of the read-only handle is begun before the
+        // writable one pins its snapshot.
+        let era = self.era.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(era) = era.as_ref() else {
+            drop(era);
+            let db = self.db.get().expect("set before the read-only handle goes");
+            return Ok(Arc::new(SharedRead {
+                txn: Some(begun(&|| db.begin_read())?),
+                tables: ReadTables::default(),
+                _era: None,
+            }));
+        };
+        let read_only = era.db.as_ref().expect("open until dropped");
         Ok(Arc::new(SharedRead {
-            txn: Some(self.read()?),
+            txn: Some(begun(&|| read_only.begin_read())?),
             tables: ReadTables::default(),
+            _era: Some(Arc::clone(era)),
         }))
     }
 
@@ -480,6 +646,13 @@ impl StateStore {
     #[cfg(feature = "planted-bugs")]
     pub(crate) fn plant_stale_shared_read(&mut self) {
         self.stale_shared_read = true;
+    }
+
+    /// Plants `ReadOnlyHandleOutlivesWrite`: readers keep beginning on the
+    /// read-only handle (if the store opened on one) after its first commit.
+    #[cfg(feature = "planted-bugs")]
+    pub(crate) fn plant_read_only_outlives_write(&mut self) {
+        self.keep_read_only = true;
     }
 
     /// Forgets the shared read transaction: the next reader begins a new one.
@@ -560,7 +733,8 @@ impl StateStore {
         apply: impl FnOnce(&WriteTransaction) -> Result<()>,
     ) -> Result<()> {
         let path = &self.path;
-        let mut txn = guarded(path, "begin write", || self.db().begin_write())?;
+        let db = self.writable()?;
+        let mut txn = guarded(path, "begin write", || db.begin_write())?;
         // redb admits one writer at a time, so these checks see no race.
         assert_eq!(
             first,
@@ -594,6 +768,20 @@ impl StateStore {
     }
 }
 
+/// The writable handle of the store at `path`, on `file`, with its sums.
+fn open_writable(
+    path: &Path,
+    file: Box<dyn crate::storage::StorageFile>,
+    sums: &Arc<PageSums>,
+) -> Result<redb::Database> {
+    let opened = guarded(path, "open", || {
+        redb::Database::builder()
+            .set_cache_size(STATE_CACHE_BYTES)
+            .create_with_backend(RedbBackend::with_sums(file, Arc::clone(sums)))
+    });
+    opened.map_err(|e| sums.corrupt_or(e))
+}
+
 /// The redb handles of stores refused or met with a panic, kept open and
 /// never closed (see `Drop for StateStore`): one per such open, until the
 /// process ends.
@@ -604,6 +792,14 @@ impl Drop for StateStore {
         // The shared read (if no reader holds it, and none can: the engine
         // is gone) ends before the database closes.
         self.forget_shared_read();
+        // A store that never committed closes its read-only handle, which
+        // writes nothing (and leaves the sums file as the open found it).
+        let read_only = self
+            .era
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(read_only);
         let Some(db) = self.db.take() else {
             return;
         };
@@ -679,8 +875,8 @@ fn create(storage: &Arc<dyn Storage>, path: &Path) -> Result<()> {
 /// without one has never been committed to (it holds no tables), or was
 /// written before the version was recorded, in the layout that became
 /// version 1.
-fn check_schema_version(db: &redb::Database, path: &Path) -> Result<()> {
-    let found = read_meta(db, path, SCHEMA_VERSION_KEY, "read schema version")?.unwrap_or(1);
+fn check_schema_version(txn: &ReadTransaction, path: &Path) -> Result<()> {
+    let found = read_meta(txn, path, SCHEMA_VERSION_KEY, "read schema version")?.unwrap_or(1);
     if STATE_SCHEMA_VERSIONS_READ.contains(&found) {
         return Ok(());
     }
@@ -704,8 +900,9 @@ impl StateStore {
     /// meta table), by name without the prefix; empty for a store no
     /// checkpoint wrote them to.
     pub fn read_metrics(&self) -> Result<BTreeMap<String, u64>> {
+        let read = self.own_read()?;
+        let txn = read.txn();
         guarded(&self.path, "read metrics", || {
-            let txn = self.db().begin_read()?;
             let meta = match txn.open_table(META_TABLE) {
                 Ok(table) => table,
                 Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
@@ -735,16 +932,20 @@ pub fn write_metrics(txn: &WriteTransaction, path: &Path, metrics: &[(&str, u64)
     })
 }
 
-fn read_applied_lsn(db: &redb::Database, path: &Path) -> Result<Lsn> {
-    let applied = read_meta(db, path, APPLIED_LSN_KEY, "read applied lsn")?;
+fn read_applied_lsn(txn: &ReadTransaction, path: &Path) -> Result<Lsn> {
+    let applied = read_meta(txn, path, APPLIED_LSN_KEY, "read applied lsn")?;
     Ok(Lsn(applied.unwrap_or(0)))
 }
 
 /// The value under `key` in the meta table; `None` if the table or the key
 /// is not there (a store never committed to).
-fn read_meta(db: &redb::Database, path: &Path, key: &str, op: &'static str) -> Result<Option<u64>> {
+fn read_meta(
+    txn: &ReadTransaction,
+    path: &Path,
+    key: &str,
+    op: &'static str,
+) -> Result<Option<u64>> {
     guarded(path, op, || {
-        let txn = db.begin_read()?;
         let meta = match txn.open_table(META_TABLE) {
             Ok(table) => table,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),

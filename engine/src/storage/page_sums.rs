@@ -9,9 +9,10 @@
 //! touches, a read is checked against them before redb sees its bytes, and
 //! a clean close writes them to a file beside the store
 //! (`<state file>.sums`, docs/FORMAT.md, "Page sums"). The next open loads
-//! that file, spoils it durably (its magic zeroed) before redb may write
-//! anything, and checks
-//! pages as they are read instead of all at open. Whenever the file is
+//! that file and checks pages as they are read instead of all at open; the
+//! first write or size change of the store spoils it durably (its magic
+//! zeroed) before it touches the store, so a session that only reads leaves
+//! it whole. Whenever the file is
 //! missing, damaged, spoiled (a crash since it was loaded), or describes
 //! another length of store, the open falls back to redb's whole check,
 //! which is what every open did before.
@@ -20,7 +21,8 @@
 //! describes the durable bytes of the store exactly as a clean close left
 //! them: it is written only after every write of the store is synced, with
 //! no I/O error and no mismatch seen since the store was opened, and it is
-//! spoiled (synced) at open before redb writes anything.
+//! spoiled (synced) before the store's first write or size change after it
+//! was loaded, and when a mismatch or a failure is met.
 //!
 //! A block's sum is *known* once its bytes came from a write of this
 //! process, from the loaded file, or from a read during the whole check
@@ -86,6 +88,15 @@ struct Table {
     failed: bool,
     /// Bytes written to the store through these sums since it was opened.
     written_bytes: u64,
+    /// The sums file on disk may still read back whole (loaded, and not
+    /// spoiled since): it must be spoiled before the store changes.
+    whole_on_disk: bool,
+    /// The store was written or resized since the sums were loaded.
+    changed: bool,
+    /// Whether the known sums rested on a whole check when loaded: a close
+    /// after a session that wrote nothing rewrites the file only if this
+    /// changed.
+    loaded_checked: bool,
     /// The first mismatch a read met.
     mismatch: Option<PageSumMismatch>,
 }
@@ -227,12 +238,14 @@ fn decode(bytes: &[u8]) -> Option<(u64, Vec<u64>, bool)> {
 
 impl PageSums {
     /// Loads the sums `file` (beside the store `store`, whose file is
-    /// `data`) left by a clean close, then spoils it durably (its magic
-    /// zeroed): from here on only this handle's clean close makes it whole
-    /// again.
+    /// `data`) left by a clean close. The file is left as it is: the first
+    /// write or size change through these sums spoils it durably first
+    /// (its magic zeroed), so from then on only this handle's clean close
+    /// makes it whole again, and a session that changes nothing leaves it
+    /// whole, still true of the store.
     ///
-    /// Fails only if the file cannot be read or spoiled; a file that is not
-    /// whole is `Loaded::None`, not an error.
+    /// Fails only if the file cannot be read; a file that is not whole is
+    /// `Loaded::None`, not an error.
     pub fn load(
         store: &Path,
         data: &dyn StorageFile,
@@ -240,6 +253,7 @@ impl PageSums {
     ) -> io::Result<(PageSums, Loaded)> {
         let store_len = data.len()?;
         let mut loaded = None;
+        let mut whole_on_disk = false;
         if let Some(file) = &file {
             let len = file.len()?;
             if len > 0 {
@@ -255,14 +269,11 @@ impl PageSums {
                 } else {
                     file.read_at(0, &mut head)?;
                 }
-                // Spoiled, not truncated: its magic overwritten with zeros
-                // (one block written, the length kept, where a truncation
-                // frees the file's blocks) and synced; a file whose magic
-                // is already zeros was spoiled by an earlier open.
-                if head.iter().any(|&b| b != 0) {
-                    file.write_at(0, &vec![0; head.len()])?;
-                    file.sync_data()?;
-                }
+                // A file whose magic is already zeros was spoiled by an
+                // earlier open; any other may read back whole (a torn or
+                // stale one is refused by its CRC or length, but spoiling
+                // it costs one write, and keeps the rule simple).
+                whole_on_disk = head.iter().any(|&b| b != 0);
             }
         }
         let (entries, state) = match loaded {
@@ -285,6 +296,9 @@ impl PageSums {
                 unsynced: false,
                 failed: false,
                 written_bytes: 0,
+                whole_on_disk,
+                changed: false,
+                loaded_checked: state == Loaded::Checked,
                 mismatch: None,
             }),
             file,
@@ -326,7 +340,41 @@ impl PageSums {
     /// Notes that the store must not be taken as whole at its next open
     /// (damage found): no sums are written at close.
     pub fn note_failed(&self) {
-        self.lock().failed = true;
+        let mut table = self.lock();
+        self.fail(&mut table);
+    }
+
+    /// Marks the sums failed (never written back) and, if the file on disk
+    /// may still read back whole, spoils it: the next open must not trust
+    /// sums this handle found wanting. (A spoil that fails is left to the
+    /// whole check's fallback: the sums' first block, or the damage itself,
+    /// is met again by the next open's reads.)
+    fn fail(&self, table: &mut Table) {
+        table.failed = true;
+        let _ = self.spoil_on_disk(table);
+    }
+
+    /// Spoils the sums file durably if it may still read back whole: its
+    /// magic overwritten with zeros (the length kept: a truncation frees
+    /// the file's blocks) and synced. Called before the store's first
+    /// write or size change, under the lock writes hold.
+    fn spoil_on_disk(&self, table: &mut Table) -> io::Result<()> {
+        if !table.whole_on_disk {
+            return Ok(());
+        }
+        if let Some(file) = &self.file {
+            file.write_at(0, &MAGIC.map(|_| 0))?;
+            file.sync_data()?;
+        }
+        table.whole_on_disk = false;
+        Ok(())
+    }
+
+    /// Whether the sums file may still read back whole: nothing has
+    /// changed the store since it was loaded.
+    #[cfg(test)]
+    pub fn whole_on_disk(&self) -> bool {
+        self.lock().whole_on_disk
     }
 
     /// The first mismatch a read met, if any.
@@ -411,8 +459,8 @@ impl PageSums {
                         expected: entry as u32,
                         found: again_crc,
                     };
-                    table.failed = true;
                     table.mismatch.get_or_insert_with(|| mismatch.clone());
+                    self.fail(&mut table);
                     return Err(io::Error::new(io::ErrorKind::InvalidData, mismatch));
                 }
                 let within = (b_start - start) as usize;
@@ -437,6 +485,7 @@ impl PageSums {
     /// they touch.
     pub fn write(&self, data: &dyn StorageFile, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let mut table = self.lock();
+        self.before_change(&mut table)?;
         table.unsynced = true;
         if let Err(e) = data.write_at(offset, bytes) {
             table.failed = true;
@@ -469,6 +518,19 @@ impl PageSums {
             if let Some(slot) = table.entries.get_mut(block) {
                 *slot = known(crc);
             }
+        }
+        Ok(())
+    }
+
+    /// Before the store changes: the sums file spoiled durably, if it may
+    /// still read back whole (a crash after the change must not find it
+    /// whole). A failure to spoil fails the change, before the store is
+    /// touched.
+    fn before_change(&self, table: &mut Table) -> io::Result<()> {
+        table.changed = true;
+        if let Err(e) = self.spoil_on_disk(table) {
+            table.failed = true;
+            return Err(e);
         }
         Ok(())
     }
@@ -523,6 +585,7 @@ impl PageSums {
     /// Sets `data`'s length to `len` and the sums with it.
     pub fn set_len(&self, data: &dyn StorageFile, len: u64) -> io::Result<()> {
         let mut table = self.lock();
+        self.before_change(&mut table)?;
         table.unsynced = true;
         if let Err(e) = data.set_len(len) {
             table.failed = true;
@@ -540,7 +603,7 @@ impl PageSums {
                 Ok(())
             }
             Err(e) => {
-                table.failed = true;
+                self.fail(&mut table);
                 Err(e)
             }
         }
@@ -548,8 +611,10 @@ impl PageSums {
 
     /// At a clean close (the store's last user gone): makes every write of
     /// `data` durable and writes the sums file whole. Nothing is written
-    /// after an I/O error or a mismatch, and a failure here only means the
-    /// next open checks the whole store.
+    /// after an I/O error or a mismatch (the file is spoiled if it was not
+    /// yet), nor after a session that changed nothing (the loaded file is
+    /// still whole and true), and a failure here only means the next open
+    /// checks the whole store.
     pub fn close(&self, data: &dyn StorageFile) {
         let Some(file) = &self.file else {
             return;
@@ -558,7 +623,12 @@ impl PageSums {
         // A close while unwinding (redb panicked on its way out) is no
         // clean close.
         if table.failed || std::thread::panicking() {
-            table.failed = true;
+            self.fail(&mut table);
+            return;
+        }
+        if !table.changed && table.whole_on_disk && table.checked == table.loaded_checked {
+            // Nothing changed the store since the file was loaded, and it
+            // was not spoiled: it still says what it said, and is true.
             return;
         }
         if table.unsynced && data.sync_data().is_err() {
@@ -601,6 +671,16 @@ mod tests {
             .open(&dir.join("s.sums"), OpenMode::OpenOrCreate)
             .expect("sums");
         (data, sums)
+    }
+
+    /// A store of two blocks written through its sums, checked, and closed
+    /// cleanly: its sums file whole.
+    fn closed_cleanly(dir: &Path, store: &Path) {
+        let (data, sums_file) = files(dir);
+        let (sums, _) = PageSums::load(store, &*data, Some(sums_file)).expect("load");
+        sums.write(&*data, 0, &[1; 8192]).expect("write");
+        sums.note_checked();
+        sums.close(&*data);
     }
 
     #[test]
@@ -666,9 +746,11 @@ mod tests {
     }
 
     #[test]
-    fn a_clean_close_is_loaded_once_and_a_crash_after_the_load_leaves_nothing_to_trust() {
+    fn a_clean_close_is_trusted_until_the_store_changes_and_a_crash_after_that_leaves_nothing_to_trust()
+     {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = dir.path().join("s.redb");
+        let sums_bytes = || std::fs::read(dir.path().join("s.sums")).expect("read sums");
         {
             let (data, sums_file) = files(dir.path());
             let (sums, _) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
@@ -677,30 +759,76 @@ mod tests {
             sums.note_checked();
             sums.close(&*data);
         }
+        let closed = sums_bytes();
+        // A session that only reads, closed: the file is not written.
         {
             let (data, sums_file) = files(dir.path());
             let (sums, loaded) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
             assert_eq!(loaded, Loaded::Checked);
+            sums.read(&*data, 0, &mut [0; 8192]).expect("read");
+            assert!(sums.whole_on_disk());
+            sums.close(&*data);
+        }
+        assert_eq!(
+            sums_bytes(),
+            closed,
+            "a session that changed nothing wrote nothing"
+        );
+        // One that only reads, then crashes: nothing changed, still whole.
+        {
+            let (data, sums_file) = files(dir.path());
+            let (sums, _) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
+            sums.read(&*data, 0, &mut [0; 4096]).expect("read");
+        }
+        {
+            let (data, sums_file) = files(dir.path());
+            let (sums, loaded) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
+            assert_eq!(loaded, Loaded::Checked, "a crash that changed nothing");
             assert_eq!(sums.known_blocks(), (2, 2));
             sums.write(&*data, 0, &[2; 4096]).expect("write");
+            assert!(!sums.whole_on_disk(), "spoiled before the write");
+            assert_eq!(
+                &sums_bytes()[..8],
+                &[0; 8],
+                "durably, before the store changed"
+            );
             // Dropped without `close`: a crash.
         }
         let (data, sums_file) = files(dir.path());
         let (_, loaded) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
-        assert_eq!(loaded, Loaded::None, "spoiled at the last open");
+        assert_eq!(
+            loaded,
+            Loaded::None,
+            "spoiled by the last session's first write"
+        );
+    }
+
+    #[test]
+    fn a_mismatch_met_by_a_session_that_wrote_nothing_spoils_the_sums() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.redb");
+        closed_cleanly(dir.path(), &store);
+        {
+            let (data, sums_file) = files(dir.path());
+            let (sums, loaded) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
+            assert_eq!(loaded, Loaded::Checked);
+            data.write_at(5000, &[0])
+                .expect("damage behind the sums' back");
+            sums.read(&*data, BLOCK_BYTES, &mut [0; 4096])
+                .expect_err("damaged");
+            assert!(!sums.whole_on_disk());
+            sums.close(&*data);
+        }
+        let (data, sums_file) = files(dir.path());
+        let (_, loaded) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
+        assert_eq!(loaded, Loaded::None, "the next open checks the whole store");
     }
 
     #[test]
     fn sums_of_another_store_or_after_a_mismatch_are_not_used() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = dir.path().join("s.redb");
-        {
-            let (data, sums_file) = files(dir.path());
-            let (sums, _) = PageSums::load(&store, &*data, Some(sums_file)).expect("load");
-            sums.write(&*data, 0, &[1; 8192]).expect("write");
-            sums.note_checked();
-            sums.close(&*data);
-        }
+        closed_cleanly(dir.path(), &store);
         // The store's first block replaced behind the sums' back.
         let (data, _) = files(dir.path());
         data.write_at(0, &[3; 16]).expect("replace");

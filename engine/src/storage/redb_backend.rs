@@ -14,12 +14,19 @@ pub struct RedbBackend {
     file: Box<dyn StorageFile>,
     /// A sum per block, checked on every read (the state store's).
     sums: Option<Arc<PageSums>>,
+    /// Whether dropping this backend writes the sums back (a clean close):
+    /// not for a read-only handle, whose store another handle may write.
+    closes_sums: bool,
 }
 
 impl RedbBackend {
     /// Wraps `file`; redb takes ownership of its contents.
     pub fn new(file: Box<dyn StorageFile>) -> Self {
-        RedbBackend { file, sums: None }
+        RedbBackend {
+            file,
+            sums: None,
+            closes_sums: false,
+        }
     }
 
     /// Wraps `file`, checking every read against `sums` and keeping them
@@ -29,13 +36,25 @@ impl RedbBackend {
         RedbBackend {
             file,
             sums: Some(sums),
+            closes_sums: true,
+        }
+    }
+
+    /// Wraps `file` for a read-only handle: every read checked against
+    /// `sums`; dropping it writes nothing back (the writable handle's close
+    /// does, if one was opened).
+    pub(crate) fn reading(file: Box<dyn StorageFile>, sums: Arc<PageSums>) -> Self {
+        RedbBackend {
+            file,
+            sums: Some(sums),
+            closes_sums: false,
         }
     }
 }
 
 impl Drop for RedbBackend {
     fn drop(&mut self) {
-        if let Some(sums) = &self.sums {
+        if let Some(sums) = self.sums.as_ref().filter(|_| self.closes_sums) {
             sums.close(&*self.file);
         }
     }

@@ -27,8 +27,8 @@ pub struct DiskUsage {
     /// The state store file.
     pub state_bytes: u64,
     /// The state store's page sums (`state.redb.sums`: written at a clean
-    /// close, spoiled, its length kept, while an engine has the database
-    /// open).
+    /// close, spoiled, its length kept, once an engine that has the
+    /// database open writes the store).
     pub page_sums_bytes: u64,
     /// All of the above.
     pub total_bytes: u64,

@@ -139,7 +139,7 @@ impl Wal {
         let mut writer = Writer::new(found.active, Arc::clone(&space), found.offset, epoch);
         writer.before_first_write(FirstWrite {
             sync_log: found.syncs_deferred,
-            then: None,
+            then: Vec::new(),
         });
         let wal = Wal::assemble(
             storage,
@@ -191,7 +191,8 @@ impl Wal {
     }
 
     /// Runs `then` before the first write of records, after the syncs
-    /// recovery left to it (if any), on the thread that leads that flush;
+    /// recovery left to it (if any) and the steps added before it, on the
+    /// thread that leads that flush;
     /// an error fails the flush and poisons the log. For the caller's own
     /// step before records of this open's epoch may land (the database
     /// makes its manifest's sequence reach the epoch). Call it before the

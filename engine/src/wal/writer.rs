@@ -87,21 +87,22 @@ pub struct Writer {
 }
 
 /// What an open leaves to the first write of its log: the syncs recovery
-/// deferred (a log that ended at its clean shutdown) and the caller's own
-/// step (the database makes its manifest's new epoch durable).
+/// deferred (a log that ended at its clean shutdown) and the callers' own
+/// steps (the database makes its manifest's new epoch durable; the state
+/// store, opened without a sync, its file).
 #[derive(Default)]
 pub struct FirstWrite {
     /// Sync the live segments and the WAL directory first.
     pub sync_log: bool,
-    /// Then this, once.
-    pub then: Option<Box<dyn FnOnce() -> Result<()> + Send>>,
+    /// Then these, in order, once.
+    pub then: Vec<Box<dyn FnOnce() -> Result<()> + Send>>,
 }
 
 impl std::fmt::Debug for FirstWrite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FirstWrite")
             .field("sync_log", &self.sync_log)
-            .field("then", &self.then.is_some())
+            .field("then", &self.then.len())
             .finish()
     }
 }
@@ -130,13 +131,10 @@ impl Writer {
         self.first_write = first;
     }
 
-    /// Adds the caller's step to what runs before the first write.
+    /// Adds the caller's step to what runs before the first write, after
+    /// the steps added before it.
     pub fn then_before_first_write(&mut self, then: Box<dyn FnOnce() -> Result<()> + Send>) {
-        assert!(
-            self.first_write.then.is_none(),
-            "one step before the first write"
-        );
-        self.first_write.then = Some(then);
+        self.first_write.then.push(then);
     }
 
     /// The leader's flush: encode, write, rotate as needed, sync once per
@@ -153,7 +151,7 @@ impl Writer {
         if first.sync_log && !planted(&ctx.options, PlantedBug::FirstWriteSkipsOpenSyncs) {
             ctx.sync_log_for_first_write(&self.active)?;
         }
-        if let Some(then) = first.then {
+        for then in first.then {
             then()?;
         }
         self.buf.clear();
