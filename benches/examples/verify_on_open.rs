@@ -50,6 +50,7 @@ fn one_run(engine: &Engine, n: u64, worker: usize) {
             name: "state".into(),
             bytes,
             extends: None,
+            inline: false,
         }],
     };
     engine.save_checkpoint(save).expect("a checkpoint");

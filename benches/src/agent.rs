@@ -64,6 +64,7 @@ pub fn initial_state(parts: usize, part_bytes_each: usize, salt: u64) -> Vec<Par
                 part_bytes_each,
             ),
             extends: None,
+            inline: false,
         })
         .collect()
 }

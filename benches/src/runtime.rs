@@ -176,6 +176,7 @@ impl AgentRuns {
                     name: part.into(),
                     bytes,
                     extends: None,
+                    inline: false,
                 }],
             })
         };

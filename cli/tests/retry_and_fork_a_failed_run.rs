@@ -56,6 +56,7 @@ fn failed_db() -> tempfile::TempDir {
                     name: "state".into(),
                     bytes: state.to_vec(),
                     extends: None,
+                    inline: false,
                 }],
             })
             .unwrap();

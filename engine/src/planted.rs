@@ -218,6 +218,10 @@ pub enum PlantedBug {
     /// writable handle: they read the store as it was at open (and pages
     /// the writable handle may since have reused).
     ReadOnlyHandleOutlivesWrite,
+    /// A checkpoint part given in append form on a base the metadata holds
+    /// inline is saved as its new bytes alone, as if the base were empty:
+    /// the inline path of an append loses the base.
+    InlineAppendDropsBase,
 }
 
 impl PlantedBug {
@@ -235,7 +239,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 35] = [
+    pub const ENGINE: [PlantedBug; 36] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -271,6 +275,7 @@ impl PlantedBug {
         PlantedBug::LookCountsStoredCopies,
         PlantedBug::SharedReadOutlivesCommit,
         PlantedBug::ReadOnlyHandleOutlivesWrite,
+        PlantedBug::InlineAppendDropsBase,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -298,7 +303,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 58] = [
+    pub const ALL: [PlantedBug; 59] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -357,6 +362,7 @@ impl PlantedBug {
         PlantedBug::PgStaleWriteAsCommitted,
         PlantedBug::FirstWriteSkipsOpenSyncs,
         PlantedBug::ReadOnlyHandleOutlivesWrite,
+        PlantedBug::InlineAppendDropsBase,
     ];
 
     /// The bug's command-line name.
@@ -420,6 +426,7 @@ impl PlantedBug {
             PlantedBug::PgStaleWriteAsCommitted => "pg-stale-write-as-committed",
             PlantedBug::FirstWriteSkipsOpenSyncs => "first-write-skips-open-syncs",
             PlantedBug::ReadOnlyHandleOutlivesWrite => "read-only-handle-outlives-write",
+            PlantedBug::InlineAppendDropsBase => "inline-append-drops-base",
         }
     }
 

@@ -96,6 +96,11 @@ _PARTS_PER_SAVE = 1000
 #: below the engine's 64 MiB limit on a checkpoint.
 _BYTES_PER_SAVE = 48 * 1024 * 1024
 _FRAME = struct.Struct("<I")
+#: The parts the engine is asked to hold in a checkpoint's metadata when
+#: they fit (1 KiB): the records, new with every put, and a generation's
+#: plan. A load of a thread scans its records, which then lie in the run's
+#: metadata rows side by side instead of one blob each.
+_HELD_INLINE = ["e", "plan"]
 
 
 def _thread_key(thread_id: str) -> str:
@@ -449,6 +454,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
             thread.run,
             _thread_bytes(thread.thread_id),
             [("e", _frames(records), None), *parts],
+            _HELD_INLINE,
         )
         if version != thread.version + 1:
             thread.loaded = False
@@ -825,7 +831,10 @@ class ActumSaver(BaseCheckpointSaver[str]):
                     # The generation is complete once it holds this many.
                     parts = [*parts, ("plan", str(len(batches)).encode(), None)]
                 version, _ = calls.save(
-                    name, _thread_bytes(thread.thread_id), [("e", _frames(batch), None), *parts]
+                    name,
+                    _thread_bytes(thread.thread_id),
+                    [("e", _frames(batch), None), *parts],
+                    _HELD_INLINE,
                 )
                 if version != number + 1:
                     raise RuntimeError(

@@ -238,21 +238,29 @@ impl ThreadBooks {
     /// creating the run with `input` first if it does not exist (a run that
     /// exists with another input raises `RunInputMismatch`). Returns the
     /// checkpoint's version and the bytes it wrote (parts whose bytes the
-    /// engine held already are not written again).
+    /// engine held already are not written again). The parts named in
+    /// `inline` ask to be held in the checkpoint's metadata if they fit
+    /// (`Part::held_inline`): small parts that change with every save.
+    #[pyo3(signature = (name, input, parts, inline=Vec::new()))]
     fn save(
         &self,
         py: Python<'_>,
         name: &str,
         input: Vec<u8>,
         parts: Vec<PartIn>,
+        inline: Vec<String>,
     ) -> PyResult<(u64, u64)> {
         let engine = self.engine()?;
         let run = run_id(py, name)?;
         let parts: Vec<Part> = parts
             .into_iter()
-            .map(|(name, bytes, base)| match base {
-                None => Part::whole(name, bytes),
-                Some((version, of)) => Part::append(name, PartBase::new(version, of), bytes),
+            .map(|(name, bytes, base)| {
+                let held = inline.contains(&name);
+                let part = match base {
+                    None => Part::whole(name, bytes),
+                    Some((version, of)) => Part::append(name, PartBase::new(version, of), bytes),
+                };
+                if held { part.held_inline() } else { part }
             })
             .collect();
         py.detach(|| {

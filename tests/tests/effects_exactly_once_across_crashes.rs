@@ -51,6 +51,7 @@ fn run_shop_agent(engine: &Engine, guard: &Guard, bank: &mut Bank, shipped: &mut
                     name: "cursor".into(),
                     bytes: vec![index + 1],
                     extends: None,
+                    inline: false,
                 }],
             })
             .unwrap();

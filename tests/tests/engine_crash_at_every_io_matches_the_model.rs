@@ -117,11 +117,13 @@ fn save(run: &str, worker: &str, big: u8) -> Command {
                 name: "messages".into(),
                 bytes: vec![big; 12 * 1024],
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "cursor".into(),
                 bytes: vec![big, 0, 0, 0],
                 extends: None,
+                inline: false,
             },
         ],
     })

@@ -58,7 +58,7 @@ op.effect_settled.compensated         0702723102733100020401aa01cce05d03016e
 op.effect_settled.confirmed_stored    070272310273310002056162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f8080808001e05d03016e
 op.effect_settled.compensated_stored  07027231027331000206016162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f80808080010001cce05d03016e
 op.blob_put                           08606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f02dead
-op.checkpoint_saved                   09000302723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f0200046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02027172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f90c80172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f909164c86503
+op.checkpoint_saved                   09000402723102060304706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f020000046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02027172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f90c80172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f909164000473746570909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf03000103732037c86503
 op.decision_recorded                  0a02723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
 op.wait_opened.approval               0b0272310273320200b0b1b2b3b4b5b6b7b8b9babbbcbdbebfc0c1c2c3c4c5c6c7c8c9cacbcccdcecf0766696e616e636501c03ef02e03037768790000
 op.wait_opened.signal                 0b0272310273320201047061696400f02e03037768790000
@@ -89,12 +89,12 @@ op.shared_set.cleared_by_operator     1507646e633a633432030003bb9401036f70730000
 op.run_version_moved                  170272310673686f7040310673686f7040320988a40105086f70732d616e6e610f763220726f756e6473207269676874
 op.run_retried                        180272310af0ab010501027231047368697000020103086f70732d616e6e6109726573746f636b6564
 op.run_forked                         19086f726465722d31620272310102d8b301086f70732d616e6e610e61207365636f6e64206f72646572
-payload.two_ops                       0b020302723103f02e09882704027231030ad836
-payload.no_ops                        0b00
+payload.two_ops                       0c020302723103f02e09882704027231030ad836
+payload.no_ops                        0c00
 row.run                               931ba2220272310407101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f02613102743101027031e807d00f0102773103b81704
 row.run.bare                          a53e15bb0272320001202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f02613202743200dc0bdc0b0001
 row.effect                            f6aa6e9d0272310273310002037061790080b89929303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f037768790106726566756e640201020100c03e030501a846
-row.checkpoint                        86507de9000302723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f0200046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02027172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f90c80172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f909164c86503
+row.checkpoint                        e3f56fec000402723102060304706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f020000046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02027172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f90c80172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f909164000473746570909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf03000103732037c86503
 row.decision                          a394c08102723105909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeaf026f6b017264c801ac02b06d03
 row.audit.created                     5cc219fc0198750000026131101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f0179
 row.audit.transitioned                20019d0702987501030101050179
@@ -244,7 +244,22 @@ fn undo_entry() -> EffectEntry {
     }
 }
 
+/// The fixture's metadata: two parts in blobs (`checkpoint_meta_in_blobs`)
+/// and a third held inline (layout 4).
 fn checkpoint_meta() -> CheckpointMeta {
+    let mut meta = checkpoint_meta_in_blobs();
+    meta.parts.push(PartRef {
+        name: "step".into(),
+        digest: digest(0x90),
+        size_bytes: 3,
+        chunks: Vec::new(),
+        inline: Some(b"s 7".to_vec()),
+    });
+    meta
+}
+
+/// The fixture's metadata as layouts 1 to 3 held it: its parts in blobs.
+fn checkpoint_meta_in_blobs() -> CheckpointMeta {
     CheckpointMeta {
         run: run_id(),
         version: 2,
@@ -255,6 +270,7 @@ fn checkpoint_meta() -> CheckpointMeta {
                 digest: digest(0x50),
                 size_bytes: 2,
                 chunks: Vec::new(),
+                inline: None,
             },
             // A part saved in append form: two chunks (sizes adding up to
             // the whole), the chunk list's digest first.
@@ -272,6 +288,7 @@ fn checkpoint_meta() -> CheckpointMeta {
                         size_bytes: 100,
                     },
                 ],
+                inline: None,
             },
         ],
         saved_ms: 13_000,
@@ -1403,7 +1420,7 @@ const LAYOUT_1_ROW: &str = "1ce9ce6202723102060204706c616e505152535455565758595a
 
 #[test]
 fn checkpoint_metadata_of_layout_1_still_decodes_from_old_payloads_and_rows() {
-    let mut whole = checkpoint_meta();
+    let mut whole = checkpoint_meta_in_blobs();
     whole.parts[1].chunks.clear();
     let op = unhex(LAYOUT_1_OP).unwrap();
     let expected = Op::CheckpointSaved {
@@ -1434,7 +1451,7 @@ const LAYOUT_2_ROW: &str = "c29e20f4000202723102060204706c616e505152535455565758
 
 #[test]
 fn checkpoint_metadata_of_layout_2_still_decodes_from_old_payloads_and_rows() {
-    let meta = checkpoint_meta();
+    let meta = checkpoint_meta_in_blobs();
     let op = unhex(LAYOUT_2_OP).unwrap();
     // The marker, then layout byte 2.
     assert_eq!(op[..3], [9, 0, 2]);
@@ -1446,6 +1463,33 @@ fn checkpoint_metadata_of_layout_2_still_decodes_from_old_payloads_and_rows() {
         std::slice::from_ref(&expected)
     );
     let row = unhex(LAYOUT_2_ROW).unwrap();
+    assert_eq!(
+        decode_row::<CheckpointMeta>(RowTable::Checkpoint, &row),
+        Ok(meta)
+    );
+}
+
+/// The checkpoint metadata of payload version 11 and state schemas 11 to 13
+/// (layout 3: parts in blobs, a chunked part's digest naming its chunk
+/// list), as the table above held them before version 12: still decoded, as
+/// the same metadata with no part held inline.
+const LAYOUT_3_OP: &str = "09000302723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f0200046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02027172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f90c80172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f909164c86503";
+const LAYOUT_3_ROW: &str = "86507de9000302723102060204706c616e505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f0200046d736773707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8fac02027172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f90c80172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f909164c86503";
+
+#[test]
+fn checkpoint_metadata_of_layout_3_still_decodes_from_old_payloads_and_rows() {
+    let meta = checkpoint_meta_in_blobs();
+    let op = unhex(LAYOUT_3_OP).unwrap();
+    // The marker, then layout byte 3.
+    assert_eq!(op[..3], [9, 0, 3]);
+    let expected = Op::CheckpointSaved { meta: meta.clone() };
+    assert_eq!(Op::decode(&op).unwrap(), expected);
+    let payload = [&[11u8, 1][..], &op].concat();
+    assert_eq!(
+        decode_ops(&payload).unwrap(),
+        std::slice::from_ref(&expected)
+    );
+    let row = unhex(LAYOUT_3_ROW).unwrap();
     assert_eq!(
         decode_row::<CheckpointMeta>(RowTable::Checkpoint, &row),
         Ok(meta)

@@ -183,6 +183,7 @@ fn a_late_fact_is_recorded_even_when_its_follow_up_checkpoint_is_refused() {
                 name: "receipt".into(),
                 bytes: receipt,
                 extends: None,
+                inline: false,
             }],
         })]
     };

@@ -93,7 +93,7 @@ fn a_record_in_an_unknown_payload_version_is_refused_naming_version_file_and_off
         version: 2,
         at_ms: START_MS,
     }]);
-    payload[0] = 12;
+    payload[0] = 13;
     let err = logged_then_reopened(&payload);
     let Error::UnsupportedPayload {
         file,
@@ -113,12 +113,12 @@ fn a_record_in_an_unknown_payload_version_is_refused_naming_version_file_and_off
     assert!(*offset > 0, "the record's offset: {err}");
     assert_eq!(
         (*lsn, *found, *supported),
-        (Lsn(2), 12, &[1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11][..])
+        (Lsn(2), 13, &[1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12][..])
     );
     let message = err.to_string();
     assert!(
         message.contains(
-            "record payload version 12; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"
+            "record payload version 13; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"
         ),
         "{message}"
     );

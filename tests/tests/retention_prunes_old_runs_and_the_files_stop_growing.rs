@@ -37,11 +37,13 @@ fn save(run: &str, guard: &actum::books::Guard) -> Command {
                 name: "plan".into(),
                 bytes: vec![7; 2_048],
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "notes".into(),
                 bytes: format!("the notes of {run}").repeat(32).into_bytes(),
                 extends: None,
+                inline: false,
             },
         ],
     })
@@ -274,7 +276,7 @@ fn a_store_of_schema_12_keeps_its_blob_rows_and_prunes_them_where_they_are() {
         .unwrap()
         .unwrap()
         .value();
-    assert_eq!(version, 13);
+    assert_eq!(version, actum::state::STATE_SCHEMA_VERSION);
 }
 
 /// `verify` holds the blob stream to its index: a `live` count one byte

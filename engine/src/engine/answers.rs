@@ -62,6 +62,10 @@ pub struct SavedCheckpoint {
     /// Parts whose blob was already stored (not written again), counting an
     /// append of no new bytes.
     pub blobs_reused: usize,
+    /// Parts of at most `CHECKPOINT_INLINE_BYTES_MAX` held in the
+    /// checkpoint's metadata itself, in no blob (written with each
+    /// checkpoint that has them, never shared).
+    pub parts_inline: usize,
 }
 
 /// What `record_decision` did.

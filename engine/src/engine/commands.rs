@@ -398,6 +398,13 @@ impl Engine {
 
     /// Saves a checkpoint; parts already stored (same digest) are not
     /// written again, and a part in append form writes only its new bytes.
+    /// A part that asks ([`Part::held_inline`]) and is at most
+    /// [`CHECKPOINT_INLINE_BYTES_MAX`] bytes is held in the checkpoint's
+    /// metadata instead of a blob (`parts_inline`): a run's small parts that
+    /// change with each checkpoint load from its metadata rows, side by side.
+    ///
+    /// [`CHECKPOINT_INLINE_BYTES_MAX`]: crate::books::CHECKPOINT_INLINE_BYTES_MAX
+    /// [`Part::held_inline`]: crate::books::Part::held_inline
     ///
     /// ```
     /// use actum::books::{Part, SaveCheckpoint};
@@ -415,12 +422,15 @@ impl Engine {
     /// let save = |outline: &[u8], draft: &[u8]| SaveCheckpoint { run: run.clone(),
     ///     guard: lease.guard.clone(), schema_version: 1,
     ///     parts: vec![Part::whole("outline", outline.to_vec()),
-    ///         Part::whole("draft", draft.to_vec())] };
+    ///         Part::whole("draft", draft.to_vec()),
+    ///         Part::whole("cursor", outline.len().to_le_bytes()).held_inline()] };
     /// let first = engine.save_checkpoint(save(b"3 sections", b"intro"))?;
     /// assert_eq!((first.version, first.blobs_written, first.blobs_reused), (1, 2, 0));
     /// // The outline did not change: it is stored once, and only the draft is written.
     /// let second = engine.save_checkpoint(save(b"3 sections", b"intro, body"))?;
     /// assert_eq!((second.version, second.blobs_written, second.blobs_reused), (2, 1, 1));
+    /// // The cursor asked to be held in each checkpoint's metadata: no blob.
+    /// assert_eq!((first.parts_inline, second.parts_inline), (1, 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -463,12 +473,14 @@ impl Engine {
                 blobs_written,
                 bytes_written,
                 blobs_reused,
+                parts_inline,
             } => Ok(SavedCheckpoint {
                 run,
                 version,
                 blobs_written,
                 bytes_written,
                 blobs_reused,
+                parts_inline,
             }),
             other => unexpected(&other, "save_checkpoint"),
         }

@@ -263,6 +263,7 @@ impl Engine {
             .or_else(|| self.planted_any_digest(&view, cmd))
             .or_else(|| self.planted_drop_args(cmd))
             .or_else(|| self.planted_drop_base(cmd))
+            .or_else(|| self.planted_drop_inline_base(&view, cmd))
             .or_else(|| self.planted_blind_set(&view, cmd));
         let unpaused = self
             .planted_unpause(&view, cmd)
@@ -393,6 +394,30 @@ impl Engine {
         let mut save = save.clone();
         for part in &mut save.parts {
             part.extends = None;
+        }
+        Some(Command::SaveCheckpoint(save))
+    }
+
+    /// Planted `InlineAppendDropsBase`: a part given in append form on a
+    /// base held inline is decided as if given whole, as its new bytes alone.
+    fn planted_drop_inline_base(&self, books: &dyn BooksRead, cmd: &Command) -> Option<Command> {
+        if !self.planted(PlantedBug::InlineAppendDropsBase) {
+            return None;
+        }
+        let Command::SaveCheckpoint(save) = cmd else {
+            return None;
+        };
+        let held_inline = |base: &crate::books::PartBase| {
+            books
+                .checkpoint_at(&save.run, base.version)
+                .and_then(|meta| meta.parts.into_iter().find(|p| p.name == base.name))
+                .is_some_and(|p| p.inline.is_some())
+        };
+        let mut save = save.clone();
+        for part in &mut save.parts {
+            if part.extends.as_ref().is_some_and(held_inline) {
+                part.extends = None;
+            }
         }
         Some(Command::SaveCheckpoint(save))
     }

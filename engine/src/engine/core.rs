@@ -919,11 +919,13 @@ mod tests {
                     name: "plan".into(),
                     bytes: b"same".to_vec(),
                     extends: None,
+                    inline: false,
                 },
                 Part {
                     name: "cursor".into(),
                     bytes: step.as_bytes().to_vec(),
                     extends: None,
+                    inline: false,
                 },
             ];
             run(&mut b, save("r", &g, 1, parts));

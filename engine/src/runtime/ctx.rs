@@ -1571,6 +1571,7 @@ impl RunCtx<'_> {
                 name: part_name.to_string(),
                 bytes: bytes.to_vec(),
                 extends: None,
+                inline: false,
             }],
         }
     }

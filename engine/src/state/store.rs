@@ -110,15 +110,18 @@ pub const METRIC_KEY_PREFIX: &str = "metric.";
 /// Version 13 keeps new blobs as records of the blob stream
 /// (`books_blob_chunks`, `books_blob_index`, `books_blob_stream`;
 /// `blob_stream.rs`) instead of rows of `books_blobs`, whose rows a store
-/// written before is still read, counted and deleted from.
-pub const STATE_SCHEMA_VERSION: u64 = 13;
+/// written before is still read, counted and deleted from. Version 14
+/// writes checkpoint rows in metadata layout 4, which holds parts of at
+/// most `CHECKPOINT_INLINE_BYTES_MAX` in the row itself; rows of older
+/// layouts are read beside them.
+pub const STATE_SCHEMA_VERSION: u64 = 14;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited, had a budget or compensated), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 13] =
-    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 14] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -596,15 +599,8 @@ impl StateStore {
     /// A new read transaction of its own, with no table opened yet: of the
     /// writable handle, or of the read-only one while the store is on it.
     pub(crate) fn own_read(&self) -> Result<Arc<SharedRead>> {
-        let begun = |db: &dyn Fn() -> std::result::Result<ReadTransaction, redb::TransactionError>| {
-            self.note(guarded(&self.path, "begin read", db))
-        };
         if let Some(db) = self.db.get().filter(|_| !self.keep_read_only) {
-            return Ok(Arc::new(SharedRead {
-                txn: Some(begun(&|| db.begin_read())?),
-                tables: ReadTables::default(),
-                _era: None,
-            }));
+            return self.begin_shared(None, || db.begin_read());
         }
         // Begun under the lock the switch to the writable handle takes, so
         // every transaction of the read-only handle is begun before the
@@ -613,17 +609,23 @@ impl StateStore {
         let Some(era) = era.as_ref() else {
             drop(era);
             let db = self.db.get().expect("set before the read-only handle goes");
-            return Ok(Arc::new(SharedRead {
-                txn: Some(begun(&|| db.begin_read())?),
-                tables: ReadTables::default(),
-                _era: None,
-            }));
+            return self.begin_shared(None, || db.begin_read());
         };
         let read_only = era.db.as_ref().expect("open until dropped");
+        self.begin_shared(Some(Arc::clone(era)), || read_only.begin_read())
+    }
+
+    /// A read transaction begun by `begin` (on the handle `era` holds, if
+    /// `Some`), as a reader shares it.
+    fn begin_shared(
+        &self,
+        era: Option<Arc<ReadEra>>,
+        begin: impl FnOnce() -> std::result::Result<ReadTransaction, redb::TransactionError>,
+    ) -> Result<Arc<SharedRead>> {
         Ok(Arc::new(SharedRead {
-            txn: Some(begun(&|| read_only.begin_read())?),
+            txn: Some(self.note(guarded(&self.path, "begin read", begin))?),
             tables: ReadTables::default(),
-            _era: Some(Arc::clone(era)),
+            _era: era,
         }))
     }
 
@@ -1191,17 +1193,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(14));
-        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("version 14");
+        set_schema_version(&storage, &path, Some(15));
+        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("version 15");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 14, supported: 13 } if file == &path
+                Error::UnsupportedFormat { file, found: 15, supported: 14 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 13"),
+            err.to_string().contains("this build reads version 14"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));

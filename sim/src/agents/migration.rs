@@ -68,6 +68,7 @@ pub fn encode(schema: u32, state: &AgentState, workflow: Workflow) -> Vec<Part> 
         name: STATE_PART.into(),
         bytes,
         extends: None,
+        inline: false,
     })
     .chain(plan)
     .collect()
@@ -133,6 +134,7 @@ pub fn migrate(
         name: STATE_PART.into(),
         bytes,
         extends: None,
+        inline: false,
     })
     .chain(plan)
     .collect())

@@ -124,6 +124,9 @@ pub struct AgentReport {
     pub migrations: u64,
     /// Checkpoint parts acknowledged in append form (schema 1's notes).
     pub appended_parts: u64,
+    /// Of those, the parts whose base was kept in blobs, not held inline
+    /// in its metadata (notes past `CHECKPOINT_INLINE_BYTES_MAX`).
+    pub appended_on_blobs: u64,
     /// Virtual time the run covered, in ms.
     pub simulated_ms: u64,
     /// How many times each invariant was checked.
@@ -189,6 +192,7 @@ impl AgentReport {
         self.redeploys += other.redeploys;
         self.migrations += other.migrations;
         self.appended_parts += other.appended_parts;
+        self.appended_on_blobs += other.appended_on_blobs;
         self.simulated_ms += other.simulated_ms;
         for (name, count) in &other.checks {
             *self.checks.entry(name).or_default() += count;
@@ -208,7 +212,8 @@ impl AgentReport {
              exhausted, {} raised), {} child runs started ({} results taken), {} sagas ended \
              ({} undos begun, {} left stuck, {} settled by a person), {} customer holds ({} \
              tries found it held), {} compare-and-set races lost, {} runs pruned ({} kept), {} mixed-up guards refused, {} redeploys to checkpoint \
-             schema 2 ({} checkpoints migrated), {} checkpoint parts saved in append form",
+             schema 2 ({} checkpoints migrated), {} checkpoint parts saved in append form ({} on a \
+             base in blobs)",
             self.runs,
             self.completed,
             self.failed,
@@ -258,7 +263,8 @@ impl AgentReport {
             self.mixed_guards_refused,
             self.redeploys,
             self.migrations,
-            self.appended_parts
+            self.appended_parts,
+            self.appended_on_blobs
         )
     }
 }

@@ -256,11 +256,14 @@ impl Job {
             run: self.run.clone(),
             guard: self.guard.clone(),
             schema_version: self.schema,
-            parts: appends::in_append_form(
-                migration::encode(self.schema, &self.state, self.workflow),
+            parts: appends::held(
+                appends::in_append_form(
+                    migration::encode(self.schema, &self.state, self.workflow),
+                    &self.run,
+                    &self.state,
+                    self.notes_base.as_ref(),
+                ),
                 &self.run,
-                &self.state,
-                self.notes_base.as_ref(),
             ),
         }
     }

@@ -400,16 +400,19 @@ impl AgentState {
                 name: "cursor".into(),
                 bytes: cursor,
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "notes".into(),
                 bytes: self.notes.clone(),
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "plan".into(),
                 bytes: plan,
                 extends: None,
+                inline: false,
             },
         ]
     }

@@ -431,7 +431,8 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
     };
     // A checkpoint whose messages part was saved in append form: the new
     // chunk's blob, then the metadata naming both chunks and the digest of
-    // their list (payload version 11, metadata layout 3).
+    // their list (metadata layout 3 in payload version 11, layout 4 with
+    // no part held inline since version 12).
     let (first, second) = (b"hello; ".to_vec(), b"how are you?".to_vec());
     let chunk = |bytes: &[u8]| actum::books::ChunkRef {
         digest: digest_of(bytes),
@@ -454,12 +455,32 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
                     ),
                     size_bytes: (first.len() + second.len()) as u64,
                     chunks: vec![chunk(&first), chunk(&second)],
+                    inline: None,
                 }],
                 saved_ms: 1_700_000_015_000,
                 token: FencingToken(3),
             },
         },
     ]);
+    // A checkpoint whose small part is held in its metadata, no blob
+    // (payload version 12, metadata layout 4).
+    let step = b"step 3".to_vec();
+    let held_inline = Op::CheckpointSaved {
+        meta: actum::books::CheckpointMeta {
+            run: RunId::new("run-1").expect("a valid run name"),
+            version: 3,
+            schema_version: 1,
+            parts: vec![actum::books::PartRef {
+                name: "cursor".to_string(),
+                digest: digest_of(&step),
+                size_bytes: step.len() as u64,
+                chunks: Vec::new(),
+                inline: Some(step.clone()),
+            }],
+            saved_ms: 1_700_000_016_000,
+            token: FencingToken(3),
+        },
+    };
     let budgets = encode_ops(&[budget_set.clone(), reserved.clone(), settled.clone()]);
     let list = encode_ops(&[transitioned.clone(), acquired.clone(), released.clone()]);
     let waits = encode_ops(&[opened.clone(), received.clone(), ended.clone()]);
@@ -487,6 +508,7 @@ fn op_inputs() -> Vec<(&'static str, Vec<u8>)> {
         ("run-retried", retried.encode()),
         ("run-forked", forked.encode()),
         ("checkpoint-chunked-list", chunked),
+        ("checkpoint-inline", held_inline.encode()),
         ("transitioned", transitioned.encode()),
         ("lease-acquired", acquired.encode()),
         ("effect-resent", resent.encode()),

@@ -4,17 +4,18 @@
 //! they return re-encodes to bytes that decode to an equal value. (Postcard
 //! accepts some non-minimal varints, so the re-encoding need not equal the
 //! input byte for byte; the value is what must survive.) The re-encoding
-//! is no longer than the input, but for checkpoint metadata read in layout
-//! 1, which is written in layout 2: an empty marker and a layout byte more,
-//! and an empty chunk list per part.
+//! is no longer than the input, but for checkpoint metadata read in an
+//! older layout, which is written in layout 4: from layout 1, an empty
+//! marker and a layout byte more, and an empty chunk list and an empty
+//! inline option per part; from layouts 2 and 3, the inline option.
 
 use actum::books::{Op, decode_ops, encode_ops};
 
-/// The bytes an op's re-encoding may add to its input: what layout 2 adds
+/// The bytes an op's re-encoding may add to its input: what layout 4 adds
 /// to checkpoint metadata of layout 1.
 fn growth_bytes_max(op: &Op) -> usize {
     match op {
-        Op::CheckpointSaved { meta } => 2 + meta.parts.len(),
+        Op::CheckpointSaved { meta } => 2 + 2 * meta.parts.len(),
         _ => 0,
     }
 }

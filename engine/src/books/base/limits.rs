@@ -52,6 +52,16 @@ pub const CHECKPOINT_PARTS_MAX: usize = 1024;
 /// many blobs per part however long the chain of appends.
 pub const CHECKPOINT_PART_CHUNKS_MAX: usize = 64;
 
+/// Largest checkpoint part, in bytes, the metadata holds itself instead of
+/// a blob when the part asks (`Part::held_inline`; metadata layout 4). A
+/// blob costs an index entry and a record header (about 80 bytes) and, at a
+/// load, a look-up wherever the blob store put it; a run's metadata rows lie
+/// side by side, so a load of many small parts (a journal of small records,
+/// one per checkpoint) reads a few leaves. Such a part is not shared by
+/// digest: an unchanged one is written again with each checkpoint, up to
+/// this many bytes, which is why a part must ask.
+pub const CHECKPOINT_INLINE_BYTES_MAX: usize = 1024;
+
 /// Largest recorded model output, in bytes.
 pub const DECISION_OUTPUT_BYTES_MAX: usize = 4 * 1024 * 1024;
 
@@ -108,6 +118,8 @@ const _: () = assert!(CHECKPOINT_PART_BYTES_MAX <= CHECKPOINT_TOTAL_BYTES_MAX);
 
 // An append needs room for its base (at least one chunk) and its new bytes.
 const _: () = assert!(CHECKPOINT_PART_CHUNKS_MAX >= 2);
+
+const _: () = assert!(CHECKPOINT_INLINE_BYTES_MAX <= CHECKPOINT_PART_BYTES_MAX);
 
 const _: () = assert!(NAME_LEN_BYTES_MAX <= TEXT_LEN_BYTES_MAX);
 

@@ -158,6 +158,7 @@ mod tests {
                     name: "m".into(),
                     bytes: b"x".to_vec(),
                     extends: None,
+                    inline: false,
                 }],
             ),
             transition("r", &g, RunState::Completed),
@@ -184,11 +185,13 @@ mod tests {
                 name: "m".into(),
                 bytes: b"x".to_vec(),
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "n".into(),
                 bytes: b"x".to_vec(),
                 extends: None,
+                inline: false,
             },
         ];
         let batch = Command::Batch(vec![

@@ -956,6 +956,7 @@ mod tests {
                     name: "m".into(),
                     bytes: vec![1; 100],
                     extends: None,
+                    inline: false,
                 }],
             ),
         );

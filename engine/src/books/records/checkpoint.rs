@@ -6,11 +6,17 @@
 //! saved in append form, as a list of chunks (each a blob) whose
 //! concatenation is the part; the metadata names the chunks and a digest of
 //! the chunk list (layout 3; layout 2 named the whole bytes), which a load
-//! checks again.
+//! checks again. A part that asks (`Part::held_inline`) and is at most
+//! `CHECKPOINT_INLINE_BYTES_MAX` is held in the metadata itself (layout 4),
+//! with no blob: a load of a run's small parts reads its metadata rows,
+//! which lie side by side, and not one blob per part wherever the blob
+//! store put it.
 //!
 //! **Invariant:** a chunked part's chunk sizes add up to its size, and it has
-//! from 2 to `CHECKPOINT_PART_CHUNKS_MAX` chunks; the metadata decodes from
-//! both its layouts (docs/FORMAT.md, "Checkpoint metadata").
+//! from 2 to `CHECKPOINT_PART_CHUNKS_MAX` chunks; a part held inline has no
+//! chunks, its size is its bytes' length, at most
+//! `CHECKPOINT_INLINE_BYTES_MAX`; the metadata decodes from every layout
+//! (docs/FORMAT.md, "Checkpoint metadata").
 
 use std::fmt;
 
@@ -20,7 +26,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::books::base::digest::Digest;
 use crate::books::base::ids::{FencingToken, RunId};
-use crate::books::base::limits::CHECKPOINT_PART_CHUNKS_MAX;
+use crate::books::base::limits::{CHECKPOINT_INLINE_BYTES_MAX, CHECKPOINT_PART_CHUNKS_MAX};
 use crate::error::{Error, Result};
 
 /// One named part of a checkpoint, as the caller hands it in
@@ -36,6 +42,15 @@ pub struct Part {
     /// an earlier checkpoint of the same run, followed by `bytes`; only the
     /// new bytes are written. A loaded part is always whole (`None`).
     pub extends: Option<PartBase>,
+    /// Asks the save to hold the part's whole value in the checkpoint's
+    /// metadata, in no blob, if it is at most `CHECKPOINT_INLINE_BYTES_MAX`
+    /// (else it is stored as if not asked). For a small part that changes
+    /// with every checkpoint (a journal entry, a cursor): a load reads it
+    /// from the run's metadata rows, which lie side by side, not from a blob
+    /// wherever the blob store put it; but it is never shared by digest, so
+    /// an unchanged one is written again with each checkpoint. A loaded
+    /// part has it `false`.
+    pub inline: bool,
 }
 
 impl Part {
@@ -45,6 +60,7 @@ impl Part {
             name: name.into(),
             bytes: bytes.into(),
             extends: None,
+            inline: false,
         }
     }
 
@@ -55,6 +71,17 @@ impl Part {
             name: name.into(),
             bytes: bytes.into(),
             extends: Some(base),
+            inline: false,
+        }
+    }
+
+    /// This part, asking to be held in the checkpoint's metadata if its
+    /// whole value fits (`inline`).
+    #[must_use]
+    pub fn held_inline(self) -> Part {
+        Part {
+            inline: true,
+            ..self
         }
     }
 }
@@ -103,26 +130,51 @@ pub struct PartRef {
     /// `CHECKPOINT_PART_CHUNKS_MAX` of them). Since payload version 10 and
     /// state schema 10.
     pub chunks: Vec<ChunkRef>,
+    /// The part's bytes when the metadata holds them itself: a part of at
+    /// most `CHECKPOINT_INLINE_BYTES_MAX`, stored in no blob (`chunks` is
+    /// empty and `digest` is still the digest of the bytes, which a load
+    /// checks). `None` for a part stored in blobs. Since payload version 12
+    /// and state schema 14 (metadata layout 4).
+    pub inline: Option<Vec<u8>>,
 }
 
 impl PartRef {
     /// The blobs the part is stored in, in order: its chunks, or the one
-    /// blob of the whole part.
+    /// blob of the whole part; none for a part held inline.
     pub fn blobs(&self) -> impl Iterator<Item = ChunkRef> + '_ {
-        let whole = self.chunks.is_empty().then_some(ChunkRef {
+        let whole = (self.chunks.is_empty() && self.inline.is_none()).then_some(ChunkRef {
             digest: self.digest,
             size_bytes: self.size_bytes,
         });
         whole.into_iter().chain(self.chunks.iter().copied())
     }
 
-    /// How many blobs a load of the part reads.
+    /// How many blobs a load of the part reads (none if it is held inline).
     pub fn chunk_count(&self) -> usize {
+        if self.inline.is_some() {
+            return 0;
+        }
         self.chunks.len().max(1)
     }
 
-    /// Why the chunk list cannot be this part's, if it cannot.
-    fn chunk_problem(&self) -> Option<String> {
+    /// Why the chunk list, or the bytes held inline, cannot be this part's,
+    /// if they cannot.
+    fn problem(&self) -> Option<String> {
+        if let Some(bytes) = &self.inline {
+            let fits = bytes.len() <= CHECKPOINT_INLINE_BYTES_MAX;
+            return (!self.chunks.is_empty() || bytes.len() as u64 != self.size_bytes || !fits)
+                .then(|| {
+                    format!(
+                        "part {} holds {} bytes inline for a size of {}, with {} chunks; an \
+                         inline part has no chunks and at most {CHECKPOINT_INLINE_BYTES_MAX} \
+                         bytes, its size",
+                        self.name,
+                        bytes.len(),
+                        self.size_bytes,
+                        self.chunks.len()
+                    )
+                });
+        }
         if self.chunks.is_empty() {
             return None;
         }
@@ -162,6 +214,29 @@ impl From<PartRefV1> for PartRef {
             digest: old.digest,
             size_bytes: old.size_bytes,
             chunks: Vec::new(),
+            inline: None,
+        }
+    }
+}
+
+/// A part as layouts 2 and 3 of the metadata recorded it (payload versions
+/// 10 and 11, state schemas 10 to 13): in blobs, whole or in chunks.
+#[derive(Deserialize)]
+struct PartRefV3 {
+    name: String,
+    digest: Digest,
+    size_bytes: u64,
+    chunks: Vec<ChunkRef>,
+}
+
+impl From<PartRefV3> for PartRef {
+    fn from(old: PartRefV3) -> PartRef {
+        PartRef {
+            name: old.name,
+            digest: old.digest,
+            size_bytes: old.size_bytes,
+            chunks: old.chunks,
+            inline: None,
         }
     }
 }
@@ -185,18 +260,24 @@ pub struct CheckpointMeta {
 }
 
 /// The layout this build writes. Layout 1 (payload versions 1 to 9, state
-/// schemas 1 to 9) began with the run id; layouts 2 and 3 begin with an
+/// schemas 1 to 9) began with the run id; layouts 2 to 4 begin with an
 /// empty string, which no run id is, then this number, so a decoder tells
 /// them apart by their first field. Layouts 2 and 3 encode alike; a chunked
 /// part's digest names its whole bytes in layout 2 and its chunk list in
 /// layout 3 (`digest_of_chunks`), so an append need not read its base.
-pub const META_LAYOUT: u8 = 3;
+/// Layout 4 is layout 3 whose parts end with the bytes held inline
+/// (`PartRef::inline`).
+pub const META_LAYOUT: u8 = 4;
+
+/// The layout whose parts are all in blobs, chunked parts carrying the
+/// digest of their chunk list; it still decodes.
+const META_LAYOUT_CHUNK_DIGEST: u8 = 3;
 
 /// The layout whose chunked parts carry the digest of their whole bytes; it
 /// still decodes.
 const META_LAYOUT_WHOLE_DIGEST: u8 = 2;
 
-/// Fields a layout-2 or layout-3 metadata encodes: the empty marker, the
+/// Fields a metadata of layout 2 to 4 encodes: the empty marker, the
 /// layout, and the six fields of the struct.
 const META_FIELDS_V2: usize = 8;
 
@@ -235,38 +316,52 @@ impl<'de> Visitor<'de> for MetaVisitor {
     type Value = CheckpointMeta;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("checkpoint metadata, layout 1, 2 or 3")
+        f.write_str("checkpoint metadata, layout 1 to 4")
     }
 
     fn visit_seq<A: SeqAccess<'de>>(
         self,
         mut seq: A,
     ) -> std::result::Result<CheckpointMeta, A::Error> {
-        // Layout 1 begins with the run id, layouts 2 and 3 with an empty
+        // Layout 1 begins with the run id, layouts 2 to 4 with an empty
         // marker.
         let first: String = field(&mut seq, 0)?;
-        let layout_1 = !first.is_empty();
-        let run = if layout_1 {
+        let layout = if first.is_empty() {
+            field(&mut seq, 1)?
+        } else {
+            1
+        };
+        let run = if layout == 1 {
             RunId::new(first).map_err(de::Error::custom)?
         } else {
-            let layout: u8 = field(&mut seq, 1)?;
-            if layout != META_LAYOUT && layout != META_LAYOUT_WHOLE_DIGEST {
+            if ![
+                META_LAYOUT_WHOLE_DIGEST,
+                META_LAYOUT_CHUNK_DIGEST,
+                META_LAYOUT,
+            ]
+            .contains(&layout)
+            {
                 return Err(de::Error::custom(format!(
-                    "checkpoint metadata layout {layout}; this build reads layouts 1, \
-                     {META_LAYOUT_WHOLE_DIGEST} and {META_LAYOUT}"
+                    "checkpoint metadata layout {layout}; this build reads layouts 1 to \
+                     {META_LAYOUT}"
                 )));
             }
             field(&mut seq, 2)?
         };
         let version: u64 = field(&mut seq, 3)?;
         let schema_version: u32 = field(&mut seq, 4)?;
-        let parts: Vec<PartRef> = if layout_1 {
-            let old: Vec<PartRefV1> = field(&mut seq, 5)?;
-            old.into_iter().map(PartRef::from).collect()
-        } else {
-            field(&mut seq, 5)?
+        let parts: Vec<PartRef> = match layout {
+            1 => {
+                let old: Vec<PartRefV1> = field(&mut seq, 5)?;
+                old.into_iter().map(PartRef::from).collect()
+            }
+            META_LAYOUT => field(&mut seq, 5)?,
+            _ => {
+                let old: Vec<PartRefV3> = field(&mut seq, 5)?;
+                old.into_iter().map(PartRef::from).collect()
+            }
         };
-        if let Some(problem) = parts.iter().find_map(PartRef::chunk_problem) {
+        if let Some(problem) = parts.iter().find_map(PartRef::problem) {
             return Err(de::Error::custom(format!(
                 "checkpoint {version} of run {run}: {problem}"
             )));
@@ -342,6 +437,7 @@ mod tests {
                 })),
                 size_bytes: 5,
                 chunks: vec![chunk(b"he"), chunk(b"llo")],
+                inline: None,
             }],
             saved_ms: 7,
             token: FencingToken(3),
@@ -370,9 +466,10 @@ mod tests {
                 digest: digest_of(b"p"),
                 size_bytes: 1,
                 chunks: Vec::new(),
+                inline: None,
             }]
         );
-        // What this build writes is layout 3, which round-trips.
+        // What this build writes is layout 4, which round-trips.
         let now = postcard::to_stdvec(&meta).unwrap();
         assert_eq!(now[..2], [0, META_LAYOUT]);
         assert_eq!(postcard::from_bytes::<CheckpointMeta>(&now).unwrap(), meta);
@@ -400,17 +497,73 @@ mod tests {
         }
         let mut other_layout = bytes.clone();
         other_layout[1] = META_LAYOUT + 1;
-        let err = postcard::from_bytes::<CheckpointMeta>(&other_layout).unwrap_err();
-        assert!(!err.to_string().is_empty());
-        // Layout 2 encodes alike and still decodes.
-        let mut layout_2 = bytes.clone();
-        layout_2[1] = META_LAYOUT_WHOLE_DIGEST;
+        assert!(postcard::from_bytes::<CheckpointMeta>(&other_layout).is_err());
+        // Layouts 2 and 3 encode as layout 4 without the inline option (a
+        // `None`, one zero byte, ends each part), and still decode.
         assert_eq!(
-            postcard::from_bytes::<CheckpointMeta>(&layout_2).unwrap(),
-            meta
+            bytes[bytes.len() - 2..],
+            [7, 3],
+            "saved_ms and token end it"
         );
+        let none_at = bytes.len() - 3;
+        assert_eq!(bytes[none_at], 0, "the part's inline option is None");
+        let old = [&bytes[..none_at], &bytes[none_at + 1..]].concat();
+        for layout in [META_LAYOUT_WHOLE_DIGEST, META_LAYOUT_CHUNK_DIGEST] {
+            let mut old = old.clone();
+            old[1] = layout;
+            assert_eq!(postcard::from_bytes::<CheckpointMeta>(&old).unwrap(), meta);
+        }
         for cut in 0..bytes.len() {
             assert!(postcard::from_bytes::<CheckpointMeta>(&bytes[..cut]).is_err());
+        }
+    }
+
+    fn held(bytes: &[u8]) -> CheckpointMeta {
+        CheckpointMeta {
+            run: RunId::new("r").unwrap(),
+            version: 1,
+            schema_version: 1,
+            parts: vec![PartRef {
+                name: "cursor".into(),
+                digest: digest_of(bytes),
+                size_bytes: bytes.len() as u64,
+                chunks: Vec::new(),
+                inline: Some(bytes.to_vec()),
+            }],
+            saved_ms: 7,
+            token: FencingToken(3),
+        }
+    }
+
+    #[test]
+    fn a_part_held_inline_round_trips_names_no_blob_and_must_fit() {
+        let meta = held(b"step 4");
+        let bytes = postcard::to_stdvec(&meta).unwrap();
+        assert_eq!(bytes[..2], [0, META_LAYOUT]);
+        assert_eq!(
+            postcard::from_bytes::<CheckpointMeta>(&bytes).unwrap(),
+            meta
+        );
+        assert_eq!(meta.parts[0].blobs().count(), 0);
+        assert_eq!(meta.parts[0].chunk_count(), 0);
+        // The largest that fits decodes; one byte more, a size that is not
+        // the bytes' length, or chunks beside the bytes are refused.
+        let largest = held(&[7; CHECKPOINT_INLINE_BYTES_MAX]);
+        let encoded = postcard::to_stdvec(&largest).unwrap();
+        assert_eq!(
+            postcard::from_bytes::<CheckpointMeta>(&encoded).unwrap(),
+            largest
+        );
+        let too_big = held(&[7; CHECKPOINT_INLINE_BYTES_MAX + 1]);
+        let mut other_size = meta.clone();
+        other_size.parts[0].size_bytes = 5;
+        let mut with_chunks = meta.clone();
+        with_chunks.parts[0].chunks = chunked().parts[0].chunks.clone();
+        with_chunks.parts[0].size_bytes = 5;
+        for bad in [too_big, other_size, with_chunks] {
+            let bytes = postcard::to_stdvec(&bad).unwrap();
+            assert!(postcard::from_bytes::<CheckpointMeta>(&bytes).is_err());
+            assert!(bad.parts[0].problem().is_some_and(|p| p.contains("inline")));
         }
     }
 }

@@ -9,6 +9,12 @@
 //! [`CHECKPOINT_PART_CHUNKS_MAX`] chunks the save stores the whole value as
 //! one blob again, so a load reads a bounded number of blobs.
 //!
+//! A part that asks for it (`Part::inline`) and whose whole value is at
+//! most [`CHECKPOINT_INLINE_BYTES_MAX`] is held in the metadata itself, in
+//! no blob: an append on such a base writes the base's bytes and the new
+//! ones again (inline if asked and they still fit, else as one blob), which
+//! costs at most that many bytes and reads no blob.
+//!
 //! Invariants: a run's checkpoint versions are 1, 2, 3, ... with no gaps;
 //! every digest a checkpoint names (each chunk of a chunked part) is in the
 //! blob table before the checkpoint is (the blob ops precede the checkpoint
@@ -20,8 +26,8 @@ use std::collections::BTreeSet;
 use crate::books::base::digest::{Digest, digest_of, digest_of_chunks};
 use crate::books::base::ids::{RunId, validate_name};
 use crate::books::base::limits::{
-    CHECKPOINT_PART_BYTES_MAX, CHECKPOINT_PART_CHUNKS_MAX, CHECKPOINT_PARTS_MAX,
-    CHECKPOINT_TOTAL_BYTES_MAX, check_size,
+    CHECKPOINT_INLINE_BYTES_MAX, CHECKPOINT_PART_BYTES_MAX, CHECKPOINT_PART_CHUNKS_MAX,
+    CHECKPOINT_PARTS_MAX, CHECKPOINT_TOTAL_BYTES_MAX, check_size,
 };
 use crate::books::records::checkpoint::{
     CheckpointMeta, ChunkRef, LoadedCheckpoint, Part, PartBase, PartRef, check_schema,
@@ -83,13 +89,14 @@ fn check_whole_sizes(run: &RunId, refs: &[PartRef]) -> Result<()> {
 
 /// The blobs one save writes, and the tallies its answer reports: each part
 /// stores one blob (its whole bytes, its new chunk, or its compacted
-/// value) or reuses one already stored.
+/// value), reuses one already stored, or is held inline.
 #[derive(Default)]
 struct BlobPlan {
     ops: Vec<Op>,
     written: BTreeSet<Digest>,
     bytes_written: u64,
     blobs_reused: usize,
+    inlined: usize,
 }
 
 impl BlobPlan {
@@ -111,10 +118,35 @@ impl BlobPlan {
             size_bytes: bytes.len() as u64,
         }
     }
+
+    /// Part `name` with the whole value `bytes`: held inline if `inline`
+    /// asks and it is at most `CHECKPOINT_INLINE_BYTES_MAX`, else stored as
+    /// one blob (or reusing it).
+    fn whole(&mut self, state: &dyn BooksRead, name: &str, bytes: &[u8], inline: bool) -> PartRef {
+        if inline && bytes.len() <= CHECKPOINT_INLINE_BYTES_MAX {
+            self.inlined += 1;
+            return PartRef {
+                name: name.to_owned(),
+                digest: digest_of(bytes),
+                size_bytes: bytes.len() as u64,
+                chunks: Vec::new(),
+                inline: Some(bytes.to_vec()),
+            };
+        }
+        let blob = self.store(state, bytes);
+        PartRef {
+            name: name.to_owned(),
+            digest: blob.digest,
+            size_bytes: blob.size_bytes,
+            chunks: Vec::new(),
+            inline: None,
+        }
+    }
 }
 
-/// Decides `SaveCheckpoint`: one blob op per part whose blob the books lack
-/// (each digest once), then the metadata op.
+/// Decides `SaveCheckpoint`: one blob op per part stored in a blob the books
+/// lack (each digest once), then the metadata op, which holds the small
+/// parts itself.
 pub(crate) fn decide_save(
     state: &dyn BooksRead,
     cmd: &SaveCheckpoint,
@@ -130,22 +162,17 @@ pub(crate) fn decide_save(
     let mut refs = Vec::with_capacity(cmd.parts.len());
     for part in &cmd.parts {
         let part_ref = match &part.extends {
-            None => {
-                let blob = plan.store(state, &part.bytes);
-                PartRef {
-                    name: part.name.clone(),
-                    digest: blob.digest,
-                    size_bytes: blob.size_bytes,
-                    chunks: Vec::new(),
-                }
-            }
+            None => plan.whole(state, &part.name, &part.bytes, part.inline),
             Some(base) => append_ref(state, &mut plan, &cmd.run, part, base)?,
         };
         assert!(part_ref.chunk_count() <= CHECKPOINT_PART_CHUNKS_MAX);
         refs.push(part_ref);
     }
     check_whole_sizes(&cmd.run, &refs)?;
-    assert_eq!(plan.ops.len() + plan.blobs_reused, cmd.parts.len());
+    assert_eq!(
+        plan.ops.len() + plan.blobs_reused + plan.inlined,
+        cmd.parts.len()
+    );
     let meta = CheckpointMeta {
         run: cmd.run.clone(),
         version,
@@ -160,6 +187,7 @@ pub(crate) fn decide_save(
         blobs_written: plan.ops.len(),
         bytes_written: plan.bytes_written,
         blobs_reused: plan.blobs_reused,
+        parts_inline: plan.inlined,
     };
     let mut ops = plan.ops;
     ops.push(Op::CheckpointSaved { meta });
@@ -189,7 +217,8 @@ fn base_of(state: &dyn BooksRead, run: &RunId, part: &Part, base: &PartBase) -> 
 
 /// The metadata of `part` saved in append form on `base`: the base's blobs
 /// then a chunk of the new bytes, or, past the chunk limit, the whole value
-/// stored as one blob.
+/// stored as one blob; on a base held inline, the whole value (inline if
+/// asked and it fits).
 fn append_ref(
     state: &dyn BooksRead,
     plan: &mut BlobPlan,
@@ -204,6 +233,14 @@ fn append_ref(
         usize::try_from(size_bytes).unwrap_or(usize::MAX),
         CHECKPOINT_PART_BYTES_MAX,
     )?;
+    if let Some(base_bytes) = &base_ref.inline {
+        // The base is in its metadata: the whole value is at most the
+        // inline limit plus the new bytes, and no blob is read.
+        let mut whole = base_bytes.clone();
+        whole.extend_from_slice(&part.bytes);
+        assert_eq!(whole.len() as u64, size_bytes);
+        return Ok(plan.whole(state, &part.name, &whole, part.inline));
+    }
     if part.bytes.is_empty() {
         // Nothing new: the part is its base, under its own name.
         plan.blobs_reused += 1;
@@ -215,13 +252,7 @@ fn append_ref(
     if base_ref.size_bytes == 0 {
         // An empty base adds no bytes: the part is its new bytes, whole,
         // with no empty chunk in front.
-        let blob = plan.store(state, &part.bytes);
-        return Ok(PartRef {
-            name: part.name.clone(),
-            digest: blob.digest,
-            size_bytes: blob.size_bytes,
-            chunks: Vec::new(),
-        });
+        return Ok(plan.whole(state, &part.name, &part.bytes, part.inline));
     }
     if base_ref.chunk_count() + 1 > CHECKPOINT_PART_CHUNKS_MAX {
         // Past the chunk limit the value is stored whole: the one append in
@@ -229,14 +260,8 @@ fn append_ref(
         // checked on the way).
         let mut whole = read_part(state, run, base.version, &base_ref)?;
         whole.extend_from_slice(&part.bytes);
-        let blob = plan.store(state, &whole);
-        assert_eq!(blob.size_bytes, size_bytes);
-        return Ok(PartRef {
-            name: part.name.clone(),
-            digest: blob.digest,
-            size_bytes,
-            chunks: Vec::new(),
-        });
+        assert_eq!(whole.len() as u64, size_bytes);
+        return Ok(plan.whole(state, &part.name, &whole, part.inline));
     }
     // The digest names the chunk list (layout 3), so the base is not read:
     // an append costs its new bytes, whatever the value's size.
@@ -248,6 +273,7 @@ fn append_ref(
         digest: chunk_list_digest(&chunks),
         size_bytes,
         chunks,
+        inline: None,
     })
 }
 
@@ -286,9 +312,10 @@ pub fn load_parts(
     Ok(LoadedCheckpoint { meta, parts })
 }
 
-/// The bytes of `part` of checkpoint `version` of `run`: its blob, or its
-/// chunks in order. A missing or damaged blob is `Inconsistent`, naming
-/// the run, the version, the part and the blob.
+/// The bytes of `part` of checkpoint `version` of `run`: those held inline,
+/// its blob, or its chunks in order. A missing or damaged blob, or inline
+/// bytes that do not match the digest, is `Inconsistent`, naming the run,
+/// the version, the part and the blob or digest.
 fn read_part(
     state: &(impl BooksRead + ?Sized),
     run: &RunId,
@@ -301,6 +328,15 @@ fn read_part(
             part.name
         ),
     };
+    if let Some(held) = &part.inline {
+        if digest_of(held) != part.digest || held.len() as u64 != part.size_bytes {
+            return Err(inconsistent(format!(
+                "(held inline, {}) does not match its digest or size",
+                part.digest.short()
+            )));
+        }
+        return Ok(held.clone());
+    }
     let capacity = usize::try_from(part.size_bytes).map_or(0, |s| s.min(CHECKPOINT_PART_BYTES_MAX));
     let mut bytes = Vec::with_capacity(capacity);
     let count = part.chunk_count();
@@ -356,16 +392,19 @@ mod tests {
                 name: "messages".into(),
                 bytes: vec![7u8; 1_000_000],
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "plan".into(),
                 bytes: b"step 3 of 5".to_vec(),
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "cursor".into(),
                 bytes: 3u64.to_le_bytes().to_vec(),
                 extends: None,
+                inline: false,
             },
         ]
     }
@@ -378,6 +417,7 @@ mod tests {
                 name: "cursor".into(),
                 bytes: expected.to_le_bytes().to_vec(),
                 extends: None,
+                inline: false,
             }];
             let d = b.ok(save("r", &g, 1, parts));
             assert!(
@@ -459,11 +499,13 @@ mod tests {
                 name: "a".into(),
                 bytes: b"same".to_vec(),
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "b".into(),
                 bytes: b"same".to_vec(),
                 extends: None,
+                inline: false,
             },
         ];
         let d = b.ok(save("r", &g, 1, parts));
@@ -484,6 +526,7 @@ mod tests {
             name: "huge".into(),
             bytes: vec![0; CHECKPOINT_PART_BYTES_MAX + 1],
             extends: None,
+            inline: false,
         }];
         let err = b.run(save("r", &g, 1, parts)).unwrap_err();
         assert!(matches!(&err, Error::TooLarge { size_bytes, max_bytes, .. }
@@ -494,6 +537,7 @@ mod tests {
                 name: format!("p{i}"),
                 bytes: vec![],
                 extends: None,
+                inline: false,
             })
             .collect();
         assert!(matches!(
@@ -511,11 +555,13 @@ mod tests {
                 name: "a".into(),
                 bytes: vec![1],
                 extends: None,
+                inline: false,
             },
             Part {
                 name: "a".into(),
                 bytes: vec![2],
                 extends: None,
+                inline: false,
             },
         ];
         assert!(matches!(
@@ -803,5 +849,167 @@ mod tests {
         let stored = messages_or(&b, 2, "notes");
         assert!(stored.chunks.is_empty(), "{stored:?}");
         assert_eq!(stored.digest, digest_of(b"first"));
+    }
+
+    #[test]
+    fn small_parts_that_ask_are_held_inline_and_written_with_each_checkpoint() {
+        let (mut b, g) = books_with_leased_run("r");
+        let held = |mut parts: Vec<Part>| {
+            parts[1] = parts[1].clone().held_inline();
+            parts[2] = parts[2].clone().held_inline();
+            parts
+        };
+        let first = b.ok(save("r", &g, 1, held(big_state())));
+        // The megabyte is a blob; the plan and the cursor are held inline.
+        assert_eq!(
+            first
+                .ops
+                .iter()
+                .filter(|op| matches!(op, Op::BlobPut { .. }))
+                .count(),
+            1
+        );
+        assert!(matches!(
+            first.answer,
+            Answer::CheckpointSaved {
+                blobs_written: 1,
+                bytes_written: 1_000_000,
+                blobs_reused: 0,
+                parts_inline: 2,
+                ..
+            }
+        ));
+        // Saved again unchanged: the blob is reused, the small parts are
+        // written again in the only op, the metadata's.
+        let second = b.ok(save("r", &g, 1, held(big_state())));
+        assert_eq!(second.ops.len(), 1);
+        let Answer::CheckpointSaved {
+            blobs_reused,
+            parts_inline,
+            bytes_written,
+            ..
+        } = second.answer
+        else {
+            panic!("{:?}", second.answer)
+        };
+        assert_eq!((blobs_reused, parts_inline, bytes_written), (1, 2, 0));
+        let loaded = load_latest(&b.mem, &rid("r"), 1).unwrap().unwrap();
+        assert_eq!(loaded.parts, big_state(), "loaded whole, not asking");
+        let cursor = &loaded.meta.parts[2];
+        assert_eq!(cursor.inline.as_deref(), Some(&3u64.to_le_bytes()[..]));
+        assert_eq!(cursor.blobs().count(), 0);
+        // Asking does not hold a part past the limit.
+        let over = Part::whole("big", vec![1; CHECKPOINT_INLINE_BYTES_MAX + 1]).held_inline();
+        let d = b.ok(save("r", &g, 1, vec![over]));
+        assert!(matches!(
+            d.answer,
+            Answer::CheckpointSaved {
+                blobs_written: 1,
+                parts_inline: 0,
+                ..
+            }
+        ));
+        assert!(b.mem.blob_reference_problems().is_empty());
+    }
+
+    #[test]
+    fn bytes_held_inline_that_do_not_match_their_digest_are_reported_not_returned() {
+        let (mut b, g) = books_with_leased_run("r");
+        let mut parts = big_state();
+        parts[1] = parts[1].clone().held_inline();
+        b.ok(save("r", &g, 1, parts));
+        let mut meta = b.mem.checkpoint_latest(&rid("r")).unwrap();
+        assert!(load_parts(&b.mem, meta.clone()).is_ok());
+        meta.parts[1].inline = Some(b"step 4 of 5".to_vec());
+        let err = load_parts(&b.mem, meta).unwrap_err();
+        assert!(matches!(err, Error::Inconsistent { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("checkpoint 1 of run r: part plan (held inline"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_append_on_a_base_held_inline_stays_inline_while_it_fits_then_is_one_blob() {
+        let (mut b, g) = books_with_leased_run("r");
+        let d = b.ok(save(
+            "r",
+            &g,
+            1,
+            vec![Part::whole("notes", b"a;".to_vec()).held_inline()],
+        ));
+        assert_eq!(d.ops.len(), 1, "no blob: {:?}", d.ops);
+        let mut expected = b"a;".to_vec();
+        let note = vec![b'n'; 300];
+        let mut inline_until = 0;
+        for version in 1..=5u64 {
+            let part = Part::append("notes", PartBase::new(version, "notes"), note.clone());
+            let d = b.ok(save("r", &g, 1, vec![part.held_inline()]));
+            expected.extend_from_slice(&note);
+            let stored = messages_or(&b, version + 1, "notes");
+            assert_eq!(stored.size_bytes, expected.len() as u64);
+            assert!(stored.chunks.is_empty(), "{stored:?}");
+            if expected.len() <= CHECKPOINT_INLINE_BYTES_MAX {
+                // Base and new bytes, written again in the metadata.
+                assert_eq!(stored.inline.as_deref(), Some(&expected[..]));
+                assert!(matches!(
+                    d.answer,
+                    Answer::CheckpointSaved {
+                        parts_inline: 1,
+                        ..
+                    }
+                ));
+                inline_until = version + 1;
+            } else if stored.inline.is_some() {
+                panic!(
+                    "version {} holds {} bytes inline",
+                    version + 1,
+                    expected.len()
+                );
+            } else {
+                // Past the limit, the whole value once as a blob; the next
+                // append chunks on it.
+                assert_eq!(saved_bytes(&d), expected.len() as u64);
+                break;
+            }
+        }
+        assert_eq!(
+            inline_until, 4,
+            "2 + 3 x 300 bytes fit in 1,024; 2 + 4 x 300 do not"
+        );
+        let part = Part::append("notes", PartBase::new(5, "notes"), note.clone());
+        let d = b.ok(save("r", &g, 1, vec![part]));
+        expected.extend_from_slice(&note);
+        assert_eq!(saved_bytes(&d), 300);
+        assert_eq!(messages_or(&b, 6, "notes").chunks.len(), 2);
+        // Nothing new on an inline base: the base's bytes, stored as a blob
+        // if not asked, held again if asked.
+        let same = Part::append("again", PartBase::new(2, "notes"), Vec::new());
+        let d = b.ok(save("r", &g, 1, vec![same.clone()]));
+        assert!(matches!(
+            d.answer,
+            Answer::CheckpointSaved {
+                blobs_written: 1,
+                parts_inline: 0,
+                ..
+            }
+        ));
+        let d = b.ok(save("r", &g, 1, vec![same.held_inline()]));
+        assert!(matches!(
+            d.answer,
+            Answer::CheckpointSaved {
+                parts_inline: 1,
+                ..
+            }
+        ));
+        let loaded = load_latest(&b.mem, &rid("r"), 1).unwrap().unwrap();
+        assert_eq!(
+            loaded.parts,
+            [Part::whole("again", [&b"a;"[..], &note].concat())]
+        );
+        let sixth = load_parts(&b.mem, b.mem.checkpoint_at(&rid("r"), 6).unwrap()).unwrap();
+        assert_eq!(sixth.parts, [Part::whole("notes", expected)]);
+        assert!(b.mem.blob_reference_problems().is_empty());
     }
 }

@@ -151,6 +151,7 @@ mod tests {
             name: "state".into(),
             bytes: bytes.to_vec(),
             extends: None,
+            inline: false,
         }]
     }
 

@@ -149,6 +149,9 @@ pub enum Answer {
         bytes_written: u64,
         /// Parts whose blob was already stored.
         blobs_reused: usize,
+        /// Parts held in the metadata itself (at most
+        /// `CHECKPOINT_INLINE_BYTES_MAX` each), in no blob.
+        parts_inline: usize,
     },
     /// The model call was journaled.
     DecisionRecorded {

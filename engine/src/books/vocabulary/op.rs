@@ -438,18 +438,20 @@ impl Op {
 /// layout 2, whose parts may be stored as chunks (`PartRef::chunks`: a part
 /// saved in append form), and version 11 checkpoint metadata in layout 3,
 /// where a chunked part's digest names its chunk list instead of its whole
-/// bytes (so an append need not read its base), so that an older build
-/// refuses a log holding them by name instead of as damage.
-pub const PAYLOAD_VERSION: u8 = 11;
+/// bytes (so an append need not read its base), and version 12 checkpoint
+/// metadata in layout 4, whose small parts are held in it
+/// (`PartRef::inline`), so that an older build refuses a log holding them
+/// by name instead of as damage.
+pub const PAYLOAD_VERSION: u8 = 12;
 
 /// Every record payload version this build reads, oldest first. A build
 /// that introduces a version keeps reading the ones before it
 /// (docs/FORMAT.md, "Versioning of the payload"). Each version's ops are a
 /// prefix of the next one's, every one encoded alike, except the checkpoint
-/// metadata of versions 10 and 11, whose first field tells its layout from
-/// the older one and whose layout byte tells 2 from 3
+/// metadata of versions 10 to 12, whose first field tells its layout from
+/// the older one and whose layout byte tells 2, 3 and 4 apart
 /// (`records/checkpoint.rs`), so one decoder reads them all.
-pub const PAYLOAD_VERSIONS_READ: [u8; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, PAYLOAD_VERSION];
+pub const PAYLOAD_VERSIONS_READ: [u8; 12] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, PAYLOAD_VERSION];
 
 const _: () = assert!(PAYLOAD_VERSIONS_READ[PAYLOAD_VERSIONS_READ.len() - 1] == PAYLOAD_VERSION);
 

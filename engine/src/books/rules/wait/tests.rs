@@ -152,6 +152,7 @@ fn a_child_that_completes_wakes_its_parent_with_its_last_checkpoint() {
         name: "summary".into(),
         bytes: b"three findings".to_vec(),
         extends: None,
+        inline: false,
     };
     b.ok(save("r:sum", &c, 1, vec![part.clone()]));
     b.ok(save("r:sum", &c, 1, vec![part]));

@@ -230,7 +230,8 @@ fn op() -> impl Strategy<Value = Op> {
                     name(),
                     digest(),
                     any::<u64>(),
-                    proptest::collection::vec((digest(), 0..1_000u64), 0..4)
+                    proptest::collection::vec((digest(), 0..1_000u64), 0..4),
+                    proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40))
                 ),
                 0..3
             ),
@@ -244,9 +245,10 @@ fn op() -> impl Strategy<Value = Op> {
                         schema_version,
                         parts: parts
                             .into_iter()
-                            .map(|(name, digest, size_bytes, chunks)| {
+                            .map(|(name, digest, size_bytes, chunks, held)| {
                                 // A chunked part has two chunks or more, and
-                                // its size is theirs.
+                                // its size is theirs; a part held inline has
+                                // no chunks, and its size is its bytes'.
                                 let chunks: Vec<ChunkRef> = chunks
                                     .into_iter()
                                     .map(|(digest, size_bytes)| ChunkRef { digest, size_bytes })
@@ -257,11 +259,15 @@ fn op() -> impl Strategy<Value = Op> {
                                 } else {
                                     chunks.iter().map(|c| c.size_bytes).sum()
                                 };
+                                let inline = held.filter(|_| chunks.is_empty());
+                                let size_bytes =
+                                    inline.as_ref().map_or(size_bytes, |b| b.len() as u64);
                                 PartRef {
                                     name,
                                     digest,
                                     size_bytes,
                                     chunks,
+                                    inline,
                                 }
                             })
                             .collect(),
@@ -587,7 +593,7 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
     assert_eq!(payload[1..], postcard::to_stdvec(&ops).unwrap());
     assert_eq!(decode_ops(&payload).unwrap(), ops);
     assert_eq!(unsupported_payload_version(&payload), None);
-    for old in [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10] {
+    for old in [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] {
         let mut before = payload.clone();
         before[0] = old;
         assert_eq!(
@@ -596,13 +602,13 @@ fn a_payload_is_its_version_byte_then_the_list_and_other_versions_are_refused() 
             "version {old} is still read"
         );
     }
-    for version in [0u8, 12, 13, 255] {
+    for version in [0u8, 13, 14, 255] {
         let mut other = payload.clone();
         other[0] = version;
         assert_eq!(unsupported_payload_version(&other), Some(version));
         let err = decode_ops(&other).unwrap_err();
         let expected = format!(
-            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"
+            "record payload version {version}; this build reads versions 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12"
         );
         assert!(err.to_string().contains(&expected), "{err}");
     }
