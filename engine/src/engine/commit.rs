@@ -408,10 +408,8 @@ impl Engine {
             return None;
         };
         let held_inline = |base: &crate::books::PartBase| {
-            books
-                .checkpoint_at(&save.run, base.version)
-                .and_then(|meta| meta.parts.into_iter().find(|p| p.name == base.name))
-                .is_some_and(|p| p.inline.is_some())
+            let part = books.checkpoint_part(&save.run, base);
+            part.is_some_and(|p| p.inline.is_some())
         };
         let mut save = save.clone();
         for part in &mut save.parts {

@@ -101,29 +101,49 @@ pub fn held(parts: Vec<Part>, run: &RunId) -> Vec<Part> {
         .collect()
 }
 
-/// How many parts `cmd` saves in append form (itself, or inside a batch),
-/// and how many of those extend a base `model` keeps in blobs (not held
-/// inline in its metadata): the two paths of an append.
-pub fn appended_parts(model: &MemBooks, cmd: &Command) -> (usize, usize) {
+/// A tally of parts saved in append form.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Appended {
+    /// Every part saved in append form.
+    pub all: u64,
+    /// Those that extend a base kept in blobs (not held inline in its
+    /// checkpoint's metadata): the other path of an append.
+    pub on_blobs: u64,
+}
+
+impl std::ops::Add for Appended {
+    type Output = Appended;
+
+    fn add(self, other: Appended) -> Appended {
+        Appended {
+            all: self.all + other.all,
+            on_blobs: self.on_blobs + other.on_blobs,
+        }
+    }
+}
+
+/// The parts `cmd` saves in append form (itself, or inside a batch), by
+/// the kind of base `model` keeps for them.
+pub fn appended_parts(model: &MemBooks, cmd: &Command) -> Appended {
     match cmd {
         Command::SaveCheckpoint(save) => {
-            let in_blobs = |base: &PartBase| {
-                model
-                    .checkpoint_at(&save.run, base.version)
-                    .and_then(|meta| meta.parts.into_iter().find(|p| p.name == base.name))
-                    .is_some_and(|p| p.inline.is_none())
-            };
             let bases = save.parts.iter().filter_map(|p| p.extends.as_ref());
-            let (all, blobs) = bases.fold((0, 0), |(all, blobs), base| {
-                (all + 1, blobs + usize::from(in_blobs(base)))
-            });
-            (all, blobs)
+            bases
+                .map(|base| {
+                    let part = model.checkpoint_part(&save.run, base);
+                    let on_blobs = part.is_some_and(|p| p.inline.is_none());
+                    Appended {
+                        all: 1,
+                        on_blobs: u64::from(on_blobs),
+                    }
+                })
+                .fold(Appended::default(), |a, b| a + b)
         }
         Command::Batch(cmds) => cmds
             .iter()
             .map(|c| appended_parts(model, c))
-            .fold((0, 0), |(all, blobs), (a, b)| (all + a, blobs + b)),
-        _ => (0, 0),
+            .fold(Appended::default(), |a, b| a + b),
+        _ => Appended::default(),
     }
 }
 

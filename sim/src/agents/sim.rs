@@ -360,9 +360,9 @@ impl<'s> Sim<'s> {
             .checked("an approval binds the exact effect it approves");
         check::approval_binds_its_effect(&self.model, cmd, self.clock.now_ms())
             .map_err(|e| self.fail("an approval binds the exact effect it approves", e))?;
-        let (appended, on_blobs) = super::appends::appended_parts(&self.model, cmd);
-        self.report.appended_parts += appended as u64;
-        self.report.appended_on_blobs += on_blobs as u64;
+        let appended = super::appends::appended_parts(&self.model, cmd);
+        self.report.appended_parts += appended.all;
+        self.report.appended_on_blobs += appended.on_blobs;
         if migration::saves_checkpoint(cmd) {
             self.report.checked(MIGRATION_KEEPS_STATE);
             migration::schema_never_goes_back(&self.model, cmd)

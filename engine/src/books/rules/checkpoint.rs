@@ -198,21 +198,19 @@ pub(crate) fn decide_save(
 /// run, the version and the part when there is no such checkpoint or part.
 fn base_of(state: &dyn BooksRead, run: &RunId, part: &Part, base: &PartBase) -> Result<PartRef> {
     let extended = || format!("which part {} of a new checkpoint extends", part.name);
-    let Some(meta) = state.checkpoint_at(run, base.version) else {
-        return Err(Error::NotFound {
-            what: format!("checkpoint {} of run {run}, {}", base.version, extended()),
-        });
-    };
-    assert_eq!(meta.version, base.version);
-    let found = meta.parts.into_iter().find(|p| p.name == base.name);
-    found.ok_or_else(|| Error::NotFound {
-        what: format!(
+    if let Some(found) = state.checkpoint_part(run, base) {
+        return Ok(found);
+    }
+    let what = match state.checkpoint_at(run, base.version) {
+        None => format!("checkpoint {} of run {run}, {}", base.version, extended()),
+        Some(_) => format!(
             "part {} of checkpoint {} of run {run}, {}",
             base.name,
             base.version,
             extended()
         ),
-    })
+    };
+    Err(Error::NotFound { what })
 }
 
 /// The metadata of `part` saved in append form on `base`: the base's blobs
@@ -386,6 +384,15 @@ mod tests {
     use crate::books::fold::apply::apply;
     use crate::books::test_support::*;
 
+    /// How many blobs `decided` writes.
+    fn blob_puts(decided: &Decided) -> usize {
+        let puts = decided
+            .ops
+            .iter()
+            .filter(|op| matches!(op, Op::BlobPut { .. }));
+        puts.count()
+    }
+
     fn big_state() -> Vec<Part> {
         vec![
             Part {
@@ -453,14 +460,7 @@ mod tests {
     fn second_save_of_an_unchanged_big_state_writes_no_blob() {
         let (mut b, g) = books_with_leased_run("r");
         let first = b.ok(save("r", &g, 1, big_state()));
-        assert_eq!(
-            first
-                .ops
-                .iter()
-                .filter(|op| matches!(op, Op::BlobPut { .. }))
-                .count(),
-            3
-        );
+        assert_eq!(blob_puts(&first), 3);
         let second = b.ok(save("r", &g, 1, big_state()));
         assert_eq!(
             second.ops.len(),
@@ -861,14 +861,7 @@ mod tests {
         };
         let first = b.ok(save("r", &g, 1, held(big_state())));
         // The megabyte is a blob; the plan and the cursor are held inline.
-        assert_eq!(
-            first
-                .ops
-                .iter()
-                .filter(|op| matches!(op, Op::BlobPut { .. }))
-                .count(),
-            1
-        );
+        assert_eq!(blob_puts(&first), 1);
         assert!(matches!(
             first.answer,
             Answer::CheckpointSaved {

@@ -12,7 +12,7 @@ use crate::books::base::digest::Digest;
 use crate::books::base::ids::{EffectKey, EffectKind, ResourceId, RunId, SharedKeyId, StepId};
 use crate::books::records::audit::AuditEntry;
 use crate::books::records::budget::BudgetBook;
-use crate::books::records::checkpoint::CheckpointMeta;
+use crate::books::records::checkpoint::{CheckpointMeta, PartBase, PartRef};
 use crate::books::records::coord::{ResourceBook, SharedEntry};
 use crate::books::records::decision::DecisionRecord;
 use crate::books::records::ledger::EffectEntry;
@@ -60,6 +60,18 @@ pub trait BooksRead {
 
     /// The metadata of checkpoint `version` of `run`.
     fn checkpoint_at(&self, run: &RunId, version: u64) -> Option<CheckpointMeta>;
+
+    /// The part `base` names (a part of an earlier checkpoint of `run`), if
+    /// that checkpoint is kept and has it.
+    fn checkpoint_part(&self, run: &RunId, base: &PartBase) -> Option<PartRef> {
+        let meta = self.checkpoint_at(run, base.version)?;
+        assert_eq!(
+            meta.version, base.version,
+            "checkpoint {} of run {run}",
+            base.version
+        );
+        meta.parts.into_iter().find(|p| p.name == base.name)
+    }
 
     /// True if the blob table holds `digest`.
     fn blob_exists(&self, digest: &Digest) -> bool;
