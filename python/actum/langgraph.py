@@ -800,10 +800,10 @@ class ActumSaver(BaseCheckpointSaver[str]):
         read: dict[tuple[str, int, str], bytes] = {}
         for record in records:
             field = "bl" if record["t"] == "p" else "w"
-            moved = []
-            for first, second, ref in record[field]:
+            values = []
+            for _, _, ref in record[field]:
                 if ref[0] == "p":
-                    _, name, typ, listed, version, run = ref
+                    _, name, _, _, version, run = ref
                     data = read.get((run, version, name))
                     if data is None:
                         (data,) = calls.load(run, version, [name])
@@ -812,14 +812,25 @@ class ActumSaver(BaseCheckpointSaver[str]):
                                 f"checkpoint {version} of thread run {run} has no part {name}"
                             )
                         read[(run, version, name)] = data
-                    if len(batches[-1][1]) >= _PARTS_PER_SAVE or size + len(data) > _BYTES_PER_SAVE:
-                        batches.append(([], []))
-                        size = 0
-                    parts = batches[-1][1]
+                    values.append(data)
+            # A record and the parts it names go in one engine checkpoint
+            # (its part names are that checkpoint's).
+            grown = size + sum(len(data) for data in values)
+            if batches[-1][0] and (
+                len(batches[-1][1]) + len(values) > _PARTS_PER_SAVE or grown > _BYTES_PER_SAVE
+            ):
+                batches.append(([], []))
+                size = 0
+            parts = batches[-1][1]
+            fresh = iter(values)
+            moved = []
+            for first, second, ref in record[field]:
+                if ref[0] == "p":
+                    data = next(fresh)
                     part = f"v{len(parts)}"
                     parts.append((part, data, None))
                     size += len(data)
-                    ref = ["p", part, typ, listed]
+                    ref = ["p", part, ref[2], ref[3]]
                 moved.append([first, second, ref])
             batches[-1][0].append({**record, field: moved})
         old = [name for name, _, _ in calls.runs(f"{RUN_PREFIX}{thread.key}.")]

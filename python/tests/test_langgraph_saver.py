@@ -367,3 +367,29 @@ def test_a_task_write_and_the_put_that_appends_it_store_its_items_once(tmp_path)
         assert type(one.pending_writes[0][2]) is list
         two = saver.get_tuple({"configurable": {"thread_id": "once", "checkpoint_id": c2}})
         assert two.checkpoint["channel_values"]["messages"] == first + new
+
+
+def test_a_rewrite_keeps_each_record_with_the_parts_it_names(tmp_path, monkeypatch):
+    # A rewrite packs records and their value parts into engine checkpoints
+    # of at most _PARTS_PER_SAVE parts; a record's parts are named in the
+    # checkpoint that holds the record, so a record never straddles two.
+    import actum.langgraph
+
+    monkeypatch.setattr(actum.langgraph, "_PARTS_PER_SAVE", 3)
+    path = tmp_path / "books"
+    with ActumSaver.from_path(path) as saver:
+        parent = None
+        for i in range(4):
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_versions"] = {"a": i + 1, "b": i + 1}
+            checkpoint["channel_values"] = {"a": bytes([i]) * 2000, "b": bytes([i + 9]) * 2000}
+            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent
+            stored = saver.put(config, checkpoint, {"step": i}, {"a": i + 1, "b": i + 1})
+            parent = stored["configurable"]["checkpoint_id"]
+        before = list(saver.list({"configurable": {"thread_id": "t"}}))
+        saver.copy_thread("t", "copy")
+    with ActumSaver.from_path(path) as saver:
+        after = list(saver.list({"configurable": {"thread_id": "copy"}}))
+        assert [a.checkpoint for a in after] == [b.checkpoint for b in before]
