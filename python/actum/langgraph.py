@@ -102,6 +102,11 @@ _FRAME = struct.Struct("<I")
 #: metadata rows side by side instead of one blob each.
 _HELD_INLINE = ["e", "plan"]
 
+#: How many engine checkpoints a load of a thread's newest checkpoint reads
+#: first, from the newest back (then four times as many each time, until
+#: what the newest names is found).
+_TAIL_ROWS = 2
+
 
 def _thread_key(thread_id: str) -> str:
     return hashlib.sha256(_thread_bytes(thread_id)).hexdigest()[:40]
@@ -175,6 +180,17 @@ class _Thread:
         self.key = _thread_key(thread_id)
         self.lock = threading.Lock()
         self.loaded = False
+        # Whether every record of the live generation is folded; a load of
+        # the newest checkpoint alone folds only the records since the one
+        # that holds its oldest channel value (``tops`` names it).
+        self.full = False
+        # ns -> the id of its newest checkpoint, where only the tail is folded
+        self.tops: dict[str, str] = {}
+        # ns -> the highest checkpoint id put in it (once ``full``)
+        self.highest: dict[str, str] = {}
+        # (ns, channel, version) -> the engine checkpoint whose record holds
+        # its reference (what a put's ``at`` names)
+        self.holders: dict[tuple[str, str, Any], int] = {}
         self.run: str | None = None  # the live generation's run, once written
         self.generation = 0
         self.version = 0  # its newest checkpoint
@@ -192,6 +208,9 @@ class _Thread:
         self.frames: dict[tuple[str, str], _ListCache] = {}
 
     def reset(self) -> None:
+        self.tops.clear()
+        self.highest.clear()
+        self.holders.clear()
         self.checkpoints.clear()
         self.writes.clear()
         self.blobs.clear()
@@ -204,17 +223,24 @@ class _Thread:
         ns = record["ns"]
         if record["t"] == "p":
             # Kept without its value references (folded into ``blobs``
-            # below; a rewrite builds them again from there) and with tuples
+            # below; a rewrite builds them again from there), without ``at``
+            # (the engine checkpoints holding the values of the channels it
+            # did not change: ``holders`` knows them) and with tuples
             # for its two lists: what a thread keeps then holds no list, so
             # Python's collector stops tracking it and its full collections
             # do not walk every thread's history.
             refs = record.pop("bl")
+            record.pop("at", None)
             record["cp"] = tuple(record["cp"])
             record["md"] = tuple(record["md"])
             self.checkpoints.setdefault(ns, {})[record["id"]] = record
+            if record["id"] > self.highest.get(ns, ""):
+                self.highest[ns] = record["id"]
             for channel, ver, ref in refs:
                 located = _located(ref, version)
-                self.blobs[(ns, channel, _hashable(ver))] = located
+                key = (ns, channel, _hashable(ver))
+                self.blobs[key] = located
+                self.holders[key] = version
                 if located[0] == "p" and located[3] is not None:
                     self.lists[(ns, channel)] = located
         elif record["t"] == "w":
@@ -228,6 +254,15 @@ class _Thread:
                 )
         else:
             raise ValueError(f"thread {self.thread_id!r}: unknown record kind {record['t']!r}")
+
+
+def _is_top(record: dict, highest: dict[str, str], written: Any) -> bool:
+    """Whether a put record may be served as its namespace's newest
+    checkpoint from the records from it on: its id is above every id put in
+    its namespace before it (``highest``: ns -> id) and nothing was written
+    to it before it (``written`` holds (ns, id) of the writes so far)."""
+    ns, checkpoint_id = record["ns"], record["id"]
+    return checkpoint_id > highest.get(ns, "") and (ns, checkpoint_id) not in written
 
 
 def _hashable(version: Any) -> Any:
@@ -404,46 +439,119 @@ class ActumSaver(BaseCheckpointSaver[str]):
         return self._books.thread(str(thread_id))
 
     def _load(self, thread: _Thread) -> None:
-        """Reads the thread's live generation (under its lock)."""
-        if thread.loaded:
+        """Reads the whole of the thread's live generation (under its lock)."""
+        if thread.loaded and thread.full:
             return
+        if not thread.loaded:
+            self._live(thread)
+        thread.reset()
+        if thread.run is not None:
+            for version, part in self._books.calls.scan(thread.run, "e", 1):
+                if part is None:
+                    continue
+                for record in _unframe(part, f"checkpoint {version} of thread run {thread.run}"):
+                    thread.fold(record, version)
+        thread.loaded = thread.full = True
+
+    def _load_tail(self, thread: _Thread, ns: str) -> None:
+        """Reads as much of the thread's live generation as its newest
+        checkpoint in ``ns`` needs (under its lock, on a thread not read
+        yet), and folds it: the engine checkpoints from the newest back to
+        that put, and those its ``at`` names for the values it keeps from
+        earlier puts. Only a put record marked ``top`` (its id above every
+        id put in its namespace before it, and no write to it before it)
+        is served so; where the newest put is not marked, a value it names
+        is not found so, or every checkpoint was read, the whole generation
+        is folded."""
+        self._live(thread)
+        thread.reset()
+        if thread.run is None:
+            thread.loaded = thread.full = True
+            return
+        run, calls = thread.run, self._books.calls
+        rows: dict[int, list[dict]] = {}
+        needed: set = set()
+
+        def read(found: list) -> None:
+            for version, part in found:
+                where = f"checkpoint {version} of thread run {run}"
+                rows[version] = [] if part is None else _unframe(part, where)
+
+        def resolve(version: int) -> None:
+            for record in rows[version]:
+                if record["t"] == "p" and record["ns"] == ns:
+                    for channel, ver, _ in record["bl"]:
+                        needed.discard((channel, _hashable(ver)))
+
+        top = None
+        hi, span = thread.version, _TAIL_ROWS
+
+        def back() -> list:
+            nonlocal hi, span
+            found = calls.scan(run, "e", max(1, hi - span + 1), hi)
+            read(found)
+            hi, span = hi - span, span * 4
+            return found
+
+        # Back from the newest checkpoint to the namespace's newest put.
+        while top is None and hi >= 1:
+            for version, _ in reversed(back()):
+                puts = [r for r in rows[version] if r["t"] == "p" and r["ns"] == ns]
+                if puts:
+                    top = puts[-1]
+                    break
+        if top is not None and top.get("top"):
+            versions = self.serde.loads_typed(tuple(top["cp"]))["channel_versions"]
+            needed.update((c, _hashable(v)) for c, v in versions.items())
+            for version in rows:
+                resolve(version)
+            at = top.get("at", {})
+            picks = sorted({at[c] for c, _ in needed if c in at} - rows.keys())
+            if picks:
+                read(calls.pick(run, "e", picks))
+                for version in picks:
+                    resolve(version)
+        if top is not None and (needed or not top.get("top")):
+            thread.loaded = True
+            return self._load(thread)
+        for version in sorted(rows):
+            for record in rows[version]:
+                thread.fold(record, version)
+        thread.loaded = True
+        thread.full = len(rows) == thread.version
+        if not thread.full:
+            thread.tops[ns] = top["id"]
+
+    def _live(self, thread: _Thread) -> None:
+        """Finds the thread's live generation (retiring stale ones) and
+        sets the thread's run, generation and newest version to it: the
+        newest one not cancelled and complete (holding the checkpoints its
+        first one announced in its plan; generation 0 announces none)."""
         calls = self._books.calls
-        runs = calls.runs(f"{RUN_PREFIX}{thread.key}.")
+        expected = _thread_bytes(thread.thread_id)
+        runs = calls.generations(f"{RUN_PREFIX}{thread.key}.", expected)
         live = None
         stale = []
-        for name, state, latest in sorted(runs, key=lambda r: _generation_of(r[0]), reverse=True):
-            if live is None and state != "cancelled" and self._complete(name, latest):
-                live = (name, latest)
+        for name, state, latest, plan, same in sorted(
+            runs, key=lambda r: _generation_of(r[0]), reverse=True
+        ):
+            complete = latest is not None and (plan is None or latest >= int(plan.decode()))
+            if live is None and state != "cancelled" and complete:
+                live = (name, latest, same)
             else:
                 stale.append(name)
         if stale:
             calls.retire(stale)
-        thread.reset()
         if live is None:
             thread.run, thread.generation, thread.version = None, 0, 0
         else:
-            name, latest = live
-            expected = _thread_bytes(thread.thread_id)
-            if calls.input(name) != expected:
+            name, latest, same = live
+            if not same:
                 raise ValueError(
                     f"thread run {name} belongs to another thread id than {thread.thread_id!r} "
                     "(the first 160 bits of their SHA-256 collide)"
                 )
             thread.run, thread.generation, thread.version = name, _generation_of(name), latest
-            for version, part in calls.scan(name, "e", 1):
-                if part is None:
-                    continue
-                for record in _unframe(part, f"checkpoint {version} of thread run {name}"):
-                    thread.fold(record, version)
-        thread.loaded = True
-
-    def _complete(self, name: str, latest: int | None) -> bool:
-        """A generation is complete once it holds the checkpoints its first
-        one announced (generation 0 announces none)."""
-        if latest is None:
-            return False
-        (plan,) = self._books.calls.load(name, 1, ["plan"])
-        return plan is None or latest >= int(plan.decode())
 
     def _save(self, thread: _Thread, records: list[dict], parts: list[tuple[str, bytes, Any]]) -> None:
         """Writes ``records`` (and the value parts they name) as the next
@@ -594,12 +702,18 @@ class ActumSaver(BaseCheckpointSaver[str]):
         configurable = config["configurable"]
         thread = self._open(configurable["thread_id"])
         ns = configurable.get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
         with thread.lock:
-            self._load(thread)
+            if not thread.loaded:
+                self._load_tail(thread, ns)
+            if not thread.full:
+                top = thread.tops.get(ns)
+                if top is not None and checkpoint_id in (None, top):
+                    return self._tuple(thread, ns, top)
+                self._load(thread)
             checkpoints = thread.checkpoints.get(ns)
             if not checkpoints:
                 return None
-            checkpoint_id = get_checkpoint_id(config)
             if checkpoint_id is None:
                 checkpoint_id = max(checkpoints)
             elif checkpoint_id not in checkpoints:
@@ -687,7 +801,20 @@ class ActumSaver(BaseCheckpointSaver[str]):
                 else:
                     ref = self._ref(values[channel], parts)
                 blobs.append([channel, version, ref])
-            self._save(thread, [self._put_record(config, checkpoint, metadata, header, blobs)], parts)
+            record = self._put_record(config, checkpoint, metadata, header, blobs)
+            if _is_top(record, thread.highest, thread.writes):
+                record["top"] = True
+                # Where the values it keeps from earlier puts are: a read
+                # of this checkpoint alone reads those engine checkpoints.
+                at = {}
+                for channel, version in checkpoint["channel_versions"].items():
+                    if channel not in new_versions:
+                        held = thread.holders.get((ns, channel, _hashable(version)))
+                        if held is not None:
+                            at[channel] = held
+                if at:
+                    record["at"] = at
+            self._save(thread, [record], parts)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -754,7 +881,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
             self._books.calls.retire(names)
             thread.reset()
             thread.run, thread.generation, thread.version = None, 0, 0
-            thread.loaded = True
+            thread.loaded = thread.full = True
 
     def _records(self, origin: _Thread, keep: dict[str, set[str]]) -> list[dict]:
         """The records of the checkpoints in ``keep`` (ns -> ids) of
@@ -798,8 +925,18 @@ class ActumSaver(BaseCheckpointSaver[str]):
         batches: list[tuple[list[dict], list[tuple[str, bytes, Any]]]] = [([], [])]
         size = 0
         read: dict[tuple[str, int, str], bytes] = {}
+        highest: dict[str, str] = {}
+        written: set = set()
         for record in records:
             field = "bl" if record["t"] == "p" else "w"
+            if record["t"] == "p":
+                # A rewritten put names all its values itself (no ``at``).
+                record = {k: v for k, v in record.items() if k not in ("top", "at")}
+                if _is_top(record, highest, written):
+                    record["top"] = True
+                highest[record["ns"]] = max(highest.get(record["ns"], ""), record["id"])
+            else:
+                written.add((record["ns"], record["id"]))
             values = []
             for _, _, ref in record[field]:
                 if ref[0] == "p":

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actum::books::{
     BooksRead, CheckpointMeta, CreateRun, Guard, LEASE_TTL_MS_MAX, PRUNE_RUNS_MAX, Part, PartBase,
-    RunId, RunState, SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
+    Run, RunId, RunState, SaveCheckpoint, StepId, ToolClass, Transition, WorkerId, digest_of,
     load_parts,
 };
 use actum::engine::{StepPlan, StepRequest, StepResult, ToolSpec};
@@ -60,6 +60,78 @@ impl ThreadBooks {
             .unwrap_or_else(PoisonError::into_inner)
             .get(run)
             .cloned()
+    }
+
+    /// Part `part` of the checkpoints of thread run `name` that `versions`
+    /// picks (given the run's newest version), in one read.
+    fn parts_of<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        part: &str,
+        versions: impl FnOnce(u64) -> Vec<u64> + Send,
+    ) -> PyResult<Vec<(u64, Option<Bound<'py, PyBytes>>)>> {
+        let engine = self.engine()?;
+        let run = run_id(py, name)?;
+        let found = py
+            .detach(|| {
+                engine.read(|books| {
+                    let latest = books.checkpoint_latest(&run).map_or(0, |m| m.version);
+                    let mut found = Vec::new();
+                    for version in versions(latest) {
+                        let meta = books.checkpoint_at(&run, version).ok_or_else(|| {
+                            Error::Inconsistent {
+                                what: format!(
+                                    "thread run {run} has checkpoint {latest} but not {version}"
+                                ),
+                            }
+                        })?;
+                        found.push((version, read_part(books, &meta, part)?));
+                    }
+                    Ok(found)
+                })
+            })
+            .map_err(|e| error_to_py(py, &e))?;
+        Ok(found
+            .into_iter()
+            .map(|(v, bytes)| (v, bytes.map(|b| PyBytes::new(py, &b))))
+            .collect())
+    }
+
+    /// The thread runs whose names start with `prefix` (which ends with
+    /// `.`, sorting before every name character after it), in name order.
+    fn thread_runs(&self, py: Python<'_>, engine: &Engine, prefix: &str) -> PyResult<Vec<Run>> {
+        let start = prefix.strip_suffix('.').unwrap_or(prefix);
+        let start = run_id(py, start)?;
+        py.detach(|| {
+            let mut found = Vec::new();
+            let mut after = start;
+            // A thread has a run or two: the first page is small (each run
+            // in it is read whole), and the pages grow from there.
+            let mut page_len = 2;
+            loop {
+                let page = engine.runs(None, Some(&after), page_len)?;
+                let Some(last) = page.last() else { break };
+                after = last.id.clone();
+                let full = page.len() == page_len;
+                page_len = (page_len * 4).min(PAGE);
+                let mut past = false;
+                for run in page {
+                    if !run.id.as_str().starts_with(prefix) {
+                        past = true;
+                        break;
+                    }
+                    if run.agent_version == THREAD_AGENT {
+                        found.push(run);
+                    }
+                }
+                if past || !full {
+                    break;
+                }
+            }
+            Ok(found)
+        })
+        .map_err(|e: Error| error_to_py(py, &e))
     }
 
     fn forget(&self, run: &RunId) {
@@ -182,43 +254,76 @@ impl ThreadBooks {
     /// with `.`, which sorts before every name character after it.
     fn runs(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<(String, String, Option<u64>)>> {
         let engine = self.engine()?;
-        let start = prefix.strip_suffix('.').unwrap_or(prefix);
-        let start = run_id(py, start)?;
+        let runs = self.thread_runs(py, &engine, prefix)?;
         py.detach(|| {
-            let mut found = Vec::new();
-            let mut after = start;
-            // A thread has a run or two: the first page is small (each run
-            // in it is read whole), and the pages grow from there.
-            let mut page_len = 4;
-            loop {
-                let page = engine.runs(None, Some(&after), page_len)?;
-                let Some(last) = page.last() else { break };
-                after = last.id.clone();
-                let full = page.len() == page_len;
-                page_len = (page_len * 4).min(PAGE);
-                let mut past = false;
-                for run in page {
-                    if !run.id.as_str().starts_with(prefix) {
-                        past = true;
-                        break;
-                    }
-                    if run.agent_version != THREAD_AGENT {
-                        continue;
-                    }
-                    let latest = engine.read(|b| Ok(b.checkpoint_latest(&run.id)))?;
-                    found.push((
-                        run.id.as_str().to_string(),
-                        run.state.to_string(),
-                        latest.map(|m| m.version),
-                    ));
-                }
-                if past || !full {
-                    break;
-                }
-            }
-            Ok(found)
+            engine.read(|books| {
+                let newest = |run: &RunId| books.checkpoint_latest(run).map(|m| m.version);
+                Ok(runs
+                    .into_iter()
+                    .map(|run| (run.id.to_string(), run.state.to_string(), newest(&run.id)))
+                    .collect())
+            })
         })
         .map_err(|e: Error| error_to_py(py, &e))
+    }
+
+    /// What a read of a thread needs of its runs (those `runs` finds for
+    /// `prefix`), in one read: `(name, state, newest checkpoint version or
+    /// None, part plan of its first checkpoint or None, whether it was
+    /// created with input `input`)`.
+    #[allow(clippy::type_complexity)]
+    fn generations<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: &str,
+        input: &[u8],
+    ) -> PyResult<
+        Vec<(
+            String,
+            String,
+            Option<u64>,
+            Option<Bound<'py, PyBytes>>,
+            bool,
+        )>,
+    > {
+        let engine = self.engine()?;
+        let runs = self.thread_runs(py, &engine, prefix)?;
+        let wanted = digest_of(input);
+        let found = py
+            .detach(|| {
+                engine.read(|books| {
+                    let mut found = Vec::with_capacity(runs.len());
+                    for run in runs {
+                        let newest = books.checkpoint_latest(&run.id).map(|m| m.version);
+                        let plan = match books.checkpoint_at(&run.id, 1) {
+                            Some(first) => read_part(books, &first, "plan")?,
+                            None => None,
+                        };
+                        let same = run.input_digest == wanted;
+                        found.push((
+                            run.id.to_string(),
+                            run.state.to_string(),
+                            newest,
+                            plan,
+                            same,
+                        ));
+                    }
+                    Ok(found)
+                })
+            })
+            .map_err(|e: Error| error_to_py(py, &e))?;
+        Ok(found
+            .into_iter()
+            .map(|(name, state, newest, plan, same)| {
+                (
+                    name,
+                    state,
+                    newest,
+                    plan.map(|b| PyBytes::new(py, &b)),
+                    same,
+                )
+            })
+            .collect())
     }
 
     /// The input a thread run was created with (the thread's id), or None.
@@ -314,40 +419,38 @@ impl ThreadBooks {
     }
 
     /// The part `part` of every checkpoint of the thread run `name` from
-    /// version `from` on, oldest first, in one read: `(version, bytes or
-    /// None)`.
+    /// version `from` on (to version `to`, if given), oldest first, in one
+    /// read: `(version, bytes or None)`.
+    #[pyo3(signature = (name, part, from, to=None))]
     fn scan<'py>(
         &self,
         py: Python<'py>,
         name: &str,
         part: &str,
         from: u64,
+        to: Option<u64>,
     ) -> PyResult<Vec<(u64, Option<Bound<'py, PyBytes>>)>> {
-        let engine = self.engine()?;
-        let run = run_id(py, name)?;
-        let found = py
-            .detach(|| {
-                engine.read(|books| {
-                    let latest = books.checkpoint_latest(&run).map_or(0, |m| m.version);
-                    let mut found = Vec::new();
-                    for version in from.max(1)..=latest {
-                        let meta = books.checkpoint_at(&run, version).ok_or_else(|| {
-                            Error::Inconsistent {
-                                what: format!(
-                                    "thread run {run} has checkpoint {latest} but not {version}"
-                                ),
-                            }
-                        })?;
-                        found.push((version, read_part(books, &meta, part)?));
-                    }
-                    Ok(found)
-                })
-            })
-            .map_err(|e| error_to_py(py, &e))?;
-        Ok(found
-            .into_iter()
-            .map(|(v, bytes)| (v, bytes.map(|b| PyBytes::new(py, &b))))
-            .collect())
+        self.parts_of(py, name, part, |latest| {
+            (from.max(1)..=to.map_or(latest, |to| to.min(latest))).collect()
+        })
+    }
+
+    /// The part `part` of the checkpoints `versions` of the thread run
+    /// `name` (those up to its newest), in the order given, in one read:
+    /// `(version, bytes or None)`.
+    fn pick<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        part: &str,
+        versions: Vec<u64>,
+    ) -> PyResult<Vec<(u64, Option<Bound<'py, PyBytes>>)>> {
+        self.parts_of(py, name, part, |latest| {
+            versions
+                .into_iter()
+                .filter(|v| (1..=latest).contains(v))
+                .collect()
+        })
     }
 
     /// Ends and removes the thread runs `names` (those that exist): each is

@@ -72,8 +72,10 @@ def test_what_a_thread_keeps_in_memory_is_not_tracked_by_the_collector(tmp_path)
         with ActumSaver.from_path(tmp_path / "books") as saver:
             graph = build().compile(checkpointer=saver)
             if reopen:
-                # Read back from the engine: folded from stored records.
+                # Read back from the engine: folded from stored records (all
+                # of them: the history, not only the newest checkpoint).
                 assert graph.get_state(config).values["count"] == 4
+                assert len(list(graph.get_state_history(config))) > 4
             else:
                 graph.invoke({"log": [], "count": 0}, config)
                 graph.invoke({"log": [], "count": 2}, config)
@@ -367,6 +369,199 @@ def test_a_task_write_and_the_put_that_appends_it_store_its_items_once(tmp_path)
         assert type(one.pending_writes[0][2]) is list
         two = saver.get_tuple({"configurable": {"thread_id": "once", "checkpoint_id": c2}})
         assert two.checkpoint["channel_values"]["messages"] == first + new
+
+
+def _fresh_newest(path, thread_id, ns, full):
+    """The newest checkpoint of ``ns`` as a saver opened anew reads it: from
+    the tail of the thread's records, or (``full``) after a list() that
+    folds all of them."""
+    with ActumSaver.from_path(path) as saver:
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+        if full:
+            list(saver.list(config))
+        found = saver.get_tuple(config)
+        thread = _books_of(saver.engine).threads[thread_id]
+        return found, thread.full
+
+
+def _random_move(saver, rng, k, versions, counter):
+    """One random call on thread ``t``; returns the id counter."""
+    ns = rng.choice(["", "", "sub"])
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+    ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+    move = rng.random()
+    if move < 0.6 or not ids:
+        counter += 1
+        # Mostly rising ids; now and then one below the newest.
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = (
+            f"{counter:06d}" if rng.random() < 0.85 else f"{rng.randrange(counter):06d}x"
+        )
+        # Each channel changes in some puts only: a value may lie many
+        # checkpoints back.
+        changed = {c: versions[ns].get(c, 0) + 1 for c in ["a", "b", "c"] if rng.random() < 0.4}
+        versions[ns].update(changed)
+        checkpoint["channel_versions"] = dict(versions[ns])
+        checkpoint["channel_values"] = {
+            c: rng.choice([k, b"v" * 3000, [f"item {i} " * 40 for i in range(k)]]) for c in changed
+        }
+        if ids:
+            config["configurable"]["checkpoint_id"] = rng.choice(ids)
+        saver.put(config, checkpoint, {"step": k, "run_id": f"r{k % 3}"}, changed)
+    elif move < 0.85:
+        # A write to an existing checkpoint, or to one not put yet.
+        target = rng.choice(ids) if rng.random() < 0.8 else f"{counter + 1:06d}"
+        config["configurable"]["checkpoint_id"] = target
+        saver.put_writes(config, [("a", k), ("__error__", f"e{k}")], f"task-{rng.randrange(3)}")
+    elif move < 0.9:
+        saver.prune(["t"], strategy="keep_latest")
+    elif move < 0.95:
+        # Another thread's checkpoints, some with ids below t's, join t.
+        for j in range(2):
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = f"{rng.randrange(counter + 3):06d}u{j}"
+            checkpoint["channel_versions"] = {"a": 1}
+            checkpoint["channel_values"] = {"a": f"from u {j}"}
+            other = {"configurable": {"thread_id": "u", "checkpoint_ns": ns}}
+            saver.put(other, checkpoint, {"step": k, "run_id": "ru"}, {"a": 1})
+        saver.copy_thread("u", "t")
+    else:
+        saver.delete_for_runs([f"r{rng.randrange(3)}"])
+    return counter
+
+
+def _newest(path, ns, full):
+    """The newest checkpoint of ``ns`` of thread ``t`` as a saver opened
+    anew reads it: from the tail of the thread's records, or (``full``)
+    after a list() that folds all of them; and whether all were folded."""
+    with ActumSaver.from_path(path) as saver:
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ns}}
+        if full:
+            list(saver.list(config))
+        found = saver.get_tuple(config)
+        return found, _books_of(saver.engine).threads["t"].full
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_newest_checkpoint_read_from_the_tail_is_the_one_read_from_everything(
+    tmp_path, seed, monkeypatch
+):
+    # Random histories: ids out of order, writes before their checkpoint,
+    # channels left unchanged for many puts, two namespaces, rewrites; read
+    # anew after every few calls, and written on after a read from the tail.
+    # Rewrites spread over many engine checkpoints (two value parts each)
+    # and short first scans make reads from the tail reach into them.
+    import random
+
+    import actum.langgraph
+
+    monkeypatch.setattr(actum.langgraph, "_PARTS_PER_SAVE", 2)
+    monkeypatch.setattr(actum.langgraph, "_TAIL_ROWS", 2)
+
+    rng = random.Random(seed)
+    path = tmp_path / "books"
+    versions: dict[str, dict[str, int]] = {"": {}, "sub": {}}
+    counter = 0
+    for segment in range(5):
+        with ActumSaver.from_path(path) as saver:
+            # A read from the tail first, then calls that need everything.
+            saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+            for k in range(segment * 10, segment * 10 + 10):
+                counter = _random_move(saver, rng, k, versions, counter)
+        for ns in ["", "sub"]:
+            tail, _ = _newest(path, ns, full=False)
+            everything, _ = _newest(path, ns, full=True)
+            assert tail == everything, f"seed {seed}, segment {segment}, ns {ns!r}"
+
+
+class CountingScans:
+    """The engine calls, counting the engine checkpoints scans read."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.rows = 0
+
+    def __getattr__(self, name):
+        return getattr(self.calls, name)
+
+    def scan(self, *args):
+        found = self.calls.scan(*args)
+        self.rows += len(found)
+        return found
+
+    def pick(self, *args):
+        found = self.calls.pick(*args)
+        self.rows += len(found)
+        return found
+
+
+def test_a_resume_reads_the_tail_of_a_long_thread_and_a_write_reads_the_rest(tmp_path):
+    config = {"configurable": {"thread_id": "long"}}
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        graph = build().compile(checkpointer=saver)
+        for turn in range(20):
+            graph.invoke({"log": [f"turn {turn}"], "count": turn}, config)
+        before = graph.get_state(config)
+        versions = saver._books.threads["long"].version
+    assert versions > 60
+    with ActumSaver.from_path(tmp_path / "books") as saver:
+        books = _books_of(saver.engine)
+        books.calls = counting = CountingScans(books.calls)
+        graph = build().compile(checkpointer=saver)
+        assert graph.get_state(config) == before
+        # The newest put and what was written beside it, then the engine
+        # checkpoints its ``at`` names (the values it kept from the turn's
+        # first puts): a handful of the thread's engine checkpoints. (How
+        # many depends on the order LangGraph's background writes landed.)
+        tail = counting.rows
+        assert 2 <= tail <= 6
+        assert not books.threads["long"].full
+        # A write needs the whole thread (the id it may put, the lists it
+        # may extend): it is read then, the tail again with it.
+        graph.invoke({"log": ["once more"], "count": 0}, config)
+        assert books.threads["long"].full
+        assert counting.rows == tail + versions
+        assert graph.get_state(config).values["count"] == 2
+
+
+def test_a_value_kept_from_long_ago_is_read_from_where_the_newest_put_says(tmp_path):
+    # Channel "a" is written by the first put only, "b" by every put: the
+    # newest checkpoint still names a's first version.
+    path = tmp_path / "books"
+    with ActumSaver.from_path(path) as saver:
+        parent = None
+        for i in range(40):
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_versions"] = {"a": 1, "b": i + 1}
+            checkpoint["channel_values"] = {"a": "a" * 2000, "b": i} if i == 0 else {"b": i}
+            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent
+            new = {"a": 1, "b": i + 1} if i == 0 else {"b": i + 1}
+            stored = saver.put(config, checkpoint, {"step": i}, new)
+            parent = stored["configurable"]["checkpoint_id"]
+    with ActumSaver.from_path(path) as saver:
+        books = _books_of(saver.engine)
+        books.calls = counting = CountingScans(books.calls)
+        found = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert found.checkpoint["channel_values"] == {"a": "a" * 2000, "b": 39}
+        # The two newest engine checkpoints, then the first, which holds a.
+        assert counting.rows == 3
+        assert not books.threads["t"].full
+
+
+def test_a_thread_run_made_for_another_thread_id_is_refused(tmp_path):
+    # Thread ids map to run names by the first 160 bits of their SHA-256;
+    # the run keeps the id it was made for, and a read checks it.
+    from actum.langgraph import _run_name, _thread_key
+
+    path = tmp_path / "books"
+    with ActumSaver.from_path(path) as saver:
+        calls = _books_of(saver.engine).calls
+        calls.save(_run_name(_thread_key("t"), 0), b"not t", [("e", b"\x00", None)])
+    with ActumSaver.from_path(path) as saver:
+        with pytest.raises(ValueError, match="another thread id than 't'"):
+            saver.get_tuple({"configurable": {"thread_id": "t"}})
 
 
 def test_a_rewrite_keeps_each_record_with_the_parts_it_names(tmp_path, monkeypatch):
