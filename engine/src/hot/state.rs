@@ -703,13 +703,21 @@ impl HotState {
     ) -> Vec<Run> {
         const CHUNK: usize = 256;
         let wanted = |run: &Run| state.is_none_or(|s| run.state == s);
+        // Every run is wanted without a state to match: the store is read
+        // a page at a time, not 256 runs for a page of two (a LangGraph
+        // thread's runs are such a page, read at every resume).
+        let chunk = if state.is_none() {
+            limit.clamp(1, CHUNK)
+        } else {
+            CHUNK
+        };
         let mut page = Vec::new();
         let mut cursor = after.cloned();
         while page.len() < limit {
-            let stored = cold.with(|books| books.runs_after(cursor.as_ref(), CHUNK));
+            let stored = cold.with(|books| books.runs_after(cursor.as_ref(), chunk));
             // The stored chunk covers ids up to its last; past it, only the
             // runs memory holds (if the chunk is the store's last).
-            let end = (stored.len() == CHUNK).then(|| stored.last().map(|r| r.id.clone()));
+            let end = (stored.len() == chunk).then(|| stored.last().map(|r| r.id.clone()));
             let end = end.flatten();
             let from = cursor.as_ref();
             let in_memory = self
@@ -727,11 +735,10 @@ impl HotState {
                 .collect();
             merged.extend(in_memory.map(|r| (r.id.clone(), r)));
             let exhausted = end.is_none();
-            for (id, run) in merged {
+            for run in merged.into_values() {
                 if page.len() == limit {
                     return page;
                 }
-                cursor = Some(id);
                 if wanted(&run) {
                     page.push(run);
                 }
@@ -739,6 +746,9 @@ impl HotState {
             if exhausted {
                 break;
             }
+            // Every id up to the chunk's last was looked at, the pruned
+            // ones too: a chunk of pruned runs alone moves the cursor on.
+            cursor = end;
         }
         page
     }
