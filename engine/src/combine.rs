@@ -214,7 +214,7 @@ impl<C, R> Combiner<C, R> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 #[expect(clippy::unwrap_used, reason = "tests fail loudly")]
 mod tests {
     use super::*;
@@ -293,7 +293,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 #[allow(clippy::unwrap_used, reason = "tests fail loudly")]
 mod loom_model {
     use super::*;

@@ -40,6 +40,14 @@ use actum::state::StateStore;
 "#
 )]
 
+// Loom's locks panic outside a loom model: the `loom` feature is for this
+// crate's own model tests (engine/Cargo.toml), never for a build others link.
+#[cfg(all(feature = "loom", not(test)))]
+compile_error!(
+    "the `loom` feature is for `cargo test -p actum --features loom --lib loom` only: \
+     it swaps the engine's locks for loom's, which panic outside a loom model"
+);
+
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]

@@ -1,17 +1,17 @@
-//! Synchronisation primitives, switched to loom's under `cfg(loom)` so the
+//! Synchronisation primitives, switched to loom's under the `loom` feature so the
 //! concurrency kernels (group commit, command combining) can be
 //! model-checked exhaustively.
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 #[allow(unused_imports, reason = "not every kernel uses every primitive")]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::thread::{Thread, current, park};
 
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 #[allow(unused_imports, reason = "not every kernel uses every primitive")]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 pub(crate) use std::thread::{Thread, current, park};
 
 /// Work a caller's thread does for the engine as a whole (a checkpoint
@@ -46,7 +46,7 @@ impl GiveWay {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::GiveWay;
 

@@ -184,7 +184,7 @@ impl<T, W, C: Clone> GroupCommit<T, W, C> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use std::sync::Arc;
@@ -254,7 +254,7 @@ mod tests {
     }
 }
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_model {
     use super::*;
     use crate::sync::Arc;

@@ -19,7 +19,7 @@ mod segment;
 mod table;
 mod writer;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests;
 
 pub use log::{FIRST_EPOCH, Wal};
