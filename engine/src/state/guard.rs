@@ -31,6 +31,7 @@ use std::any::Any;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
 use super::store::state_error;
 use crate::error::{Error, Result};
@@ -70,6 +71,50 @@ where
 /// needs redb meets the same damage and reports it).
 pub(crate) fn drop_guarded<T>(handle: T) {
     let _ = panic::catch_unwind(AssertUnwindSafe(move || drop(handle)));
+}
+
+/// Lets go of a redb handle whose store was refused (its pages did not
+/// match their sums, or redb found it corrupt) without closing it through
+/// redb, as a crash would, and frees it. Dropped while this thread unwinds
+/// (a silent unwind of its own, `resume_unwind` calls no panic hook, caught
+/// here), redb's destructor writes nothing to the store and walks no page:
+/// while the thread panics it makes no allocator-state commit and writes no
+/// shutdown header (redb 4's `close_database`); the page sums' close counts
+/// it as no clean close, as after any failed handle. Not for a handle redb panicked in: a lock the panic
+/// poisoned would make its destructor panic again while this unwinds, which
+/// aborts the process; such a handle is kept (`keep_unclosed`). Nor while
+/// the thread already unwinds, for the same reason, nor in a program built
+/// with `panic = "abort"`, where any unwind aborts.
+pub(crate) fn let_go_unclosed(handle: redb::Database) {
+    if std::thread::panicking() || cfg!(panic = "abort") {
+        keep_unclosed(handle);
+        return;
+    }
+    let unwound = panic::catch_unwind(AssertUnwindSafe(move || {
+        let _dropped_while_unwinding = handle;
+        panic::resume_unwind(Box::new(LettingGo));
+    }));
+    debug_assert!(
+        unwound.is_err_and(|payload| payload.is::<LettingGo>()),
+        "the handle is let go by an unwind of its own"
+    );
+}
+
+/// The payload of the unwind that lets a refused store's handle go.
+struct LettingGo;
+
+/// The redb handles met with a panic, kept open and never closed or
+/// dropped (a panic poisoned a lock their destructor takes): one per such
+/// store, until the process ends. Reachable, so a leak checker sees kept
+/// handles, not lost ones.
+static UNCLOSED: Mutex<Vec<redb::Database>> = Mutex::new(Vec::new());
+
+/// Keeps `handle` unclosed until the process ends (`UNCLOSED`).
+pub(crate) fn keep_unclosed(handle: redb::Database) {
+    UNCLOSED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(handle);
 }
 
 /// The text of a panic's payload (`panic!` with a format gives a
@@ -189,6 +234,40 @@ mod tests {
         // Here redb finds both copies of its primary state damaged.
         let checked = db.check_integrity();
         assert!(!matches!(checked, Ok(true)), "the full check sees it: {checked:?}");
+    }
+
+    /// A database with a commit redb has not yet made durable (its close
+    /// would): the file's bytes then, and the database.
+    fn with_a_pending_commit(path: &Path) -> (Vec<u8>, redb::Database) {
+        const TABLE: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("t");
+        let db = redb::Database::create(path).expect("create");
+        let mut txn = db.begin_write().expect("begin");
+        txn.set_durability(redb::Durability::None).expect("durability");
+        txn.open_table(TABLE)
+            .expect("table")
+            .insert("k", 7)
+            .expect("insert");
+        txn.commit().expect("commit");
+        (std::fs::read(path).expect("read"), db)
+    }
+
+    #[test]
+    fn a_handle_let_go_is_freed_and_writes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state.redb");
+        // The control: redb's own close makes the pending commit durable.
+        let (before, db) = with_a_pending_commit(&path);
+        drop(db);
+        assert_ne!(std::fs::read(&path).expect("read"), before, "a close writes");
+        std::fs::remove_file(&path).expect("remove");
+        let (before, db) = with_a_pending_commit(&path);
+        let_go_unclosed(db);
+        assert!(
+            std::fs::read(&path).expect("read") == before,
+            "a handle let go writes nothing"
+        );
+        // Freed: redb holds a lock on the file while a handle is open.
+        drop(redb::Database::open(&path).expect("the file is free again"));
     }
 
     #[test]

@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use redb::{Durability, ReadTransaction, ReadableDatabase, TableDefinition, WriteTransaction};
 
 use super::books_tables::ReadTables;
-use super::guard::{RedbPanicked, drop_guarded, guard, guarded};
+use super::guard::{
+    RedbPanicked, drop_guarded, guard, guarded, keep_unclosed, let_go_unclosed,
+};
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
 use crate::storage::page_sums::{Loaded, PageSums};
@@ -497,10 +499,11 @@ impl StateStore {
                 Err(error) => {
                     // Never closed: its close commits, and the readers of
                     // the read-only handle are not pinned.
-                    UNCLOSED
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(db);
+                    if self.panicked().is_some() {
+                        keep_unclosed(db);
+                    } else {
+                        let_go_unclosed(db);
+                    }
                     return Err(error);
                 }
             }
@@ -784,11 +787,6 @@ fn open_writable(
     opened.map_err(|e| sums.corrupt_or(e))
 }
 
-/// The redb handles of stores refused or met with a panic, kept open and
-/// never closed (see `Drop for StateStore`): one per such open, until the
-/// process ends.
-static UNCLOSED: Mutex<Vec<redb::Database>> = Mutex::new(Vec::new());
-
 impl Drop for StateStore {
     fn drop(&mut self) {
         // The shared read (if no reader holds it, and none can: the engine
@@ -805,20 +803,19 @@ impl Drop for StateStore {
         let Some(db) = self.db.take() else {
             return;
         };
-        if self.refused || self.panicked().is_some() {
-            // redb's close commits its allocator state, walking the pages
-            // that made it panic: a second panic while unwinding from the
-            // first aborts the process, past any guard; and after a failed
-            // page check it would write redb's in-memory repair back. The
-            // handle is let go unclosed instead, as a crash would leave it;
-            // the log holds every record, and the next open checks the
-            // pages again. The handle stays reachable in `UNCLOSED` until
-            // the process ends (never dropped), so a leak checker sees a
-            // kept handle, not a lost one.
-            UNCLOSED
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(db);
+        // redb's close commits its allocator state, walking the pages that
+        // made it panic: a second panic while unwinding from the first
+        // aborts the process, past any guard; and after a failed page check
+        // it would write redb's in-memory repair back. The handle is let go
+        // unclosed instead, as a crash would leave it; the log holds every
+        // record, and the next open checks the pages again. A refused
+        // store's handle is freed so (`let_go_unclosed`); one redb panicked
+        // in is kept until the process ends (a lock its destructor takes
+        // may be poisoned).
+        if self.panicked().is_some() {
+            keep_unclosed(db);
+        } else if self.refused {
+            let_go_unclosed(db);
         } else {
             drop_guarded(db);
         }
@@ -1151,6 +1148,55 @@ mod tests {
             panic!("refused at open");
         };
         assert!(matches!(err, Error::Corrupt { .. } | Error::StateStore { .. }), "{err}");
+    }
+
+    /// How many of this process's open files are `path` (Linux's
+    /// `/proc/self/fd`).
+    #[cfg(target_os = "linux")]
+    fn open_files(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("list open files")
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|target| target == path)
+            .count()
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_refused_store_is_let_go_its_file_closed_and_its_damage_left_as_found() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let storage: Arc<dyn Storage> = Arc::new(FsStorage::new());
+        let path = dir.path().join("state.redb");
+        store_with_rows(&storage, &path, 2_000);
+        assert_eq!(open_files(&path), 0, "closed cleanly");
+        // A row's value damaged, and no sums: the open's whole check is
+        // redb's own, which finds the damage (not an I/O error).
+        let mut bytes = std::fs::read(&path).expect("read the store");
+        let needle = (MARK + 1_234).to_le_bytes();
+        for i in 0..bytes.len() - 8 {
+            if bytes[i..i + 8] == needle {
+                bytes[i] ^= 0x40;
+            }
+        }
+        std::fs::write(&path, &bytes).expect("damage");
+        std::fs::write(sums_path(&path), b"").expect("lose the sums");
+        let Err(err) = StateStore::open(&storage, &path, PageCheck::AtOpen) else {
+            panic!("the damage is found at open");
+        };
+        assert!(
+            matches!(err, Error::Corrupt { .. } | Error::StateStore { .. }),
+            "{err}"
+        );
+        // Let go, not kept: its file is closed (it stayed open for the
+        // process's life while refused handles were kept).
+        assert_eq!(open_files(&path), 0, "the refused handle was freed");
+        // And nothing redb repaired in memory was written back: the next
+        // open finds the same damage.
+        assert!(
+            StateStore::open(&storage, &path, PageCheck::AtOpen).is_err(),
+            "still refused"
+        );
+        assert_eq!(open_files(&path), 0, "freed again");
     }
 
     fn set_schema_version(storage: &Arc<dyn Storage>, path: &Path, version: Option<u64>) {
