@@ -339,21 +339,26 @@ fn read_part(
     let mut bytes = Vec::with_capacity(capacity);
     let count = part.chunk_count();
     for (index, chunk) in part.blobs().enumerate() {
-        let which = if part.chunks.is_empty() {
-            format!("(blob {})", chunk.digest.short())
-        } else {
-            format!(
-                "chunk {} of {count} (blob {})",
-                index + 1,
-                chunk.digest.short()
-            )
+        // Named only when something is wrong: a load of a long list of
+        // chunks formats nothing.
+        let which = || {
+            if part.chunks.is_empty() {
+                format!("(blob {})", chunk.digest.short())
+            } else {
+                format!(
+                    "chunk {} of {count} (blob {})",
+                    index + 1,
+                    chunk.digest.short()
+                )
+            }
         };
         let blob = state
             .blob(&chunk.digest)
-            .ok_or_else(|| inconsistent(format!("{which} is missing")))?;
+            .ok_or_else(|| inconsistent(format!("{} is missing", which())))?;
         if digest_of(&blob) != chunk.digest || blob.len() as u64 != chunk.size_bytes {
             return Err(inconsistent(format!(
-                "{which} does not match its digest or size"
+                "{} does not match its digest or size",
+                which()
             )));
         }
         bytes.extend_from_slice(&blob);
