@@ -137,12 +137,17 @@ def replay_puts(saver, threads_calls: list[list[tuple]], writers: int) -> float:
     for n, calls in enumerate(threads_calls):
         per[n % writers].append(calls)
     ready = threading.Barrier(writers + 1)
+    failed: list[BaseException] = []
 
     def writer(batches):
         ready.wait()
-        for calls in batches:
-            for config, checkpoint, metadata, versions in calls:
-                saver.put(config, checkpoint, metadata, versions)
+        try:
+            for calls in batches:
+                for config, checkpoint, metadata, versions in calls:
+                    saver.put(config, checkpoint, metadata, versions)
+        except BaseException as e:  # a writer's failure fails the replay
+            failed.append(e)
+            raise
 
     workers = [threading.Thread(target=writer, args=(b,)) for b in per]
     for w in workers:
@@ -151,7 +156,10 @@ def replay_puts(saver, threads_calls: list[list[tuple]], writers: int) -> float:
     t0 = time.perf_counter()
     for w in workers:
         w.join()
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {writers} writers failed") from failed[0]
+    return took
 
 
 def open_saver(kind: str, where: Path):

@@ -47,7 +47,7 @@ class StubSave:
     def __getattr__(self, name: str):
         return getattr(self.calls, name)
 
-    def save(self, name: str, _input: bytes, _parts: list) -> tuple[int, int]:
+    def save(self, name: str, _input: bytes, _parts: list, _inline: list) -> tuple[int, int]:
         with self.lock:
             self.versions[name] = self.versions.get(name, 0) + 1
             return self.versions[name], 0
