@@ -438,18 +438,29 @@ class ActumSaver(BaseCheckpointSaver[str]):
         with its lock held by the caller."""
         return self._books.thread(str(thread_id))
 
-    def _load(self, thread: _Thread) -> None:
-        """Reads the whole of the thread's live generation (under its lock)."""
+    def _load(self, thread: _Thread, known: dict[int, list[dict]] | None = None) -> None:
+        """Reads the whole of the thread's live generation (under its lock).
+        ``known`` holds the records of engine checkpoints a tail read of it
+        just read (version -> records, not folded yet): those from some
+        version to the newest are not read again."""
         if thread.loaded and thread.full:
             return
         if not thread.loaded:
             self._live(thread)
         thread.reset()
         if thread.run is not None:
-            for version, part in self._books.calls.scan(thread.run, "e", 1):
+            run = thread.run
+            held = thread.version + 1
+            while known and held - 1 in known:
+                held -= 1
+            found = self._books.calls.scan(run, "e", 1, held - 1) if held > 1 else []
+            for version, part in found:
                 if part is None:
                     continue
-                for record in _unframe(part, f"checkpoint {version} of thread run {thread.run}"):
+                for record in _unframe(part, f"checkpoint {version} of thread run {run}"):
+                    thread.fold(record, version)
+            for version in range(held, thread.version + 1):
+                for record in known[version]:  # type: ignore[index]
                     thread.fold(record, version)
         thread.loaded = thread.full = True
 
@@ -513,7 +524,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
                     resolve(version)
         if top is not None and (needed or not top.get("top")):
             thread.loaded = True
-            return self._load(thread)
+            return self._load(thread, rows)
         for version in sorted(rows):
             for record in rows[version]:
                 thread.fold(record, version)

@@ -524,22 +524,40 @@ def test_a_resume_reads_the_tail_of_a_long_thread_and_a_write_reads_the_rest(tmp
         assert graph.get_state(config).values["count"] == 2
 
 
+def _put_chain(path, puts) -> int:
+    """Puts ``puts`` (each a checkpoint id, None for a fresh one, its
+    channel versions and values, and its new versions) in order on thread
+    "t", each the child of the one before; returns how many engine
+    checkpoints the thread took."""
+    with ActumSaver.from_path(path) as saver:
+        parent = None
+        for i, (checkpoint_id, versions, values, new) in enumerate(puts):
+            checkpoint = empty_checkpoint()
+            if checkpoint_id is not None:
+                checkpoint["id"] = checkpoint_id
+            checkpoint["channel_versions"] = versions
+            checkpoint["channel_values"] = values
+            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent
+            stored = saver.put(config, checkpoint, {"step": i}, new)
+            parent = stored["configurable"]["checkpoint_id"]
+        return saver._books.threads["t"].version
+
+
 def test_a_value_kept_from_long_ago_is_read_from_where_the_newest_put_says(tmp_path):
     # Channel "a" is written by the first put only, "b" by every put: the
     # newest checkpoint still names a's first version.
     path = tmp_path / "books"
-    with ActumSaver.from_path(path) as saver:
-        parent = None
-        for i in range(40):
-            checkpoint = empty_checkpoint()
-            checkpoint["channel_versions"] = {"a": 1, "b": i + 1}
-            checkpoint["channel_values"] = {"a": "a" * 2000, "b": i} if i == 0 else {"b": i}
-            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-            if parent:
-                config["configurable"]["checkpoint_id"] = parent
-            new = {"a": 1, "b": i + 1} if i == 0 else {"b": i + 1}
-            stored = saver.put(config, checkpoint, {"step": i}, new)
-            parent = stored["configurable"]["checkpoint_id"]
+    _put_chain(
+        path,
+        [
+            (None, {"a": 1, "b": i + 1}, {"a": "a" * 2000, "b": i}, {"a": 1, "b": i + 1})
+            if i == 0
+            else (None, {"a": 1, "b": i + 1}, {"b": i}, {"b": i + 1})
+            for i in range(40)
+        ],
+    )
     with ActumSaver.from_path(path) as saver:
         books = _books_of(saver.engine)
         books.calls = counting = CountingScans(books.calls)
@@ -548,6 +566,29 @@ def test_a_value_kept_from_long_ago_is_read_from_where_the_newest_put_says(tmp_p
         # The two newest engine checkpoints, then the first, which holds a.
         assert counting.rows == 3
         assert not books.threads["t"].full
+
+
+def test_a_resume_that_must_read_the_whole_thread_reads_each_engine_checkpoint_once(tmp_path):
+    # The newest put's id is below an earlier one's (ids out of order), so
+    # it is not marked top: the tail read falls back to the whole thread,
+    # and the rows it read on the way are not read again.
+    path = tmp_path / "books"
+    versions = _put_chain(
+        path,
+        [
+            (f"id-{i + 1 if i < 29 else 0:03}", {"b": i + 1}, {"b": i}, {"b": i + 1})
+            for i in range(30)
+        ],
+    )
+    with ActumSaver.from_path(path) as saver:
+        books = _books_of(saver.engine)
+        books.calls = counting = CountingScans(books.calls)
+        found = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        # The highest id, not the newest put.
+        assert found.checkpoint["id"] == "id-029"
+        assert found.checkpoint["channel_values"] == {"b": 28}
+        assert books.threads["t"].full
+        assert counting.rows == versions
 
 
 def test_a_thread_run_made_for_another_thread_id_is_refused(tmp_path):
