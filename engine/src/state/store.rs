@@ -499,11 +499,7 @@ impl StateStore {
                 Err(error) => {
                     // Never closed: its close commits, and the readers of
                     // the read-only handle are not pinned.
-                    if self.panicked().is_some() {
-                        keep_unclosed(db);
-                    } else {
-                        let_go_unclosed(db);
-                    }
+                    self.abandon(db);
                     return Err(error);
                 }
             }
@@ -704,6 +700,18 @@ impl StateStore {
         })
     }
 
+    /// Ends a handle without closing it (its close would commit): freed
+    /// during a silent unwind (`let_go_unclosed`), or kept until the
+    /// process ends when redb panicked in this store (a lock its destructor
+    /// takes may be poisoned: `keep_unclosed`).
+    fn abandon(&self, db: redb::Database) {
+        if self.panicked().is_some() {
+            keep_unclosed(db);
+        } else {
+            let_go_unclosed(db);
+        }
+    }
+
     /// One transaction applying `first..=last` (empty when `first` is past
     /// `last`) and recording `last`.
     fn commit(
@@ -809,13 +817,10 @@ impl Drop for StateStore {
         // it would write redb's in-memory repair back. The handle is let go
         // unclosed instead, as a crash would leave it; the log holds every
         // record, and the next open checks the pages again. A refused
-        // store's handle is freed so (`let_go_unclosed`); one redb panicked
-        // in is kept until the process ends (a lock its destructor takes
-        // may be poisoned).
-        if self.panicked().is_some() {
-            keep_unclosed(db);
-        } else if self.refused {
-            let_go_unclosed(db);
+        // store's handle is freed so; one redb panicked in is kept until
+        // the process ends (`abandon`).
+        if self.panicked().is_some() || self.refused {
+            self.abandon(db);
         } else {
             drop_guarded(db);
         }
