@@ -31,8 +31,9 @@ fi
 
 # The engine's scenario tests, once more on PostgreSQL: the same tests, the
 # books in a database of the server's instead of a directory (the
-# binaries below open their engines through tests/support's `open_fs`,
-# which ACTUM_TEST_BACKEND=postgres points at the server).
+# modules of tests/tests/scenarios.rs below open their engines through
+# tests/support's `open_fs`, which ACTUM_TEST_BACKEND=postgres points at the
+# server).
 SCENARIOS_ON_BOTH_BACKENDS=(
     coordination_resources_and_shared_keys effects_exactly_once_across_crashes
     engine_concurrent_commits fencing_and_engine_derived_keys
@@ -50,8 +51,8 @@ if [ "${1:-}" != "--python-only" ]; then
     # --workspace, not -p actum-tests: the same feature set as the build
     # above (tokio's features differ for actum-tests alone), so nothing is
     # compiled a second time.
-    ACTUM_TEST_BACKEND=postgres cargo test --workspace \
-        $(printf -- '--test %s ' "${SCENARIOS_ON_BOTH_BACKENDS[@]}")
+    ACTUM_TEST_BACKEND=postgres cargo test --workspace --test scenarios -- \
+        $(printf -- '%s:: ' "${SCENARIOS_ON_BOTH_BACKENDS[@]}")
 fi
 
 start=$SECONDS

@@ -6,7 +6,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -11,7 +11,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
-mod support;
+use crate::support;
 
 use actum::books::{RunId, RunState};
 use actum::engine::{Engine, EngineOptions};

@@ -4,7 +4,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
-mod support;
+use crate::support;
 
 use actum::books::RunId;
 use actum::engine::{Engine, EngineOptions};

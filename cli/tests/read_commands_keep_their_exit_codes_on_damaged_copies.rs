@@ -10,7 +10,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;

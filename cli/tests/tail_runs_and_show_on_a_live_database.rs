@@ -5,7 +5,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};

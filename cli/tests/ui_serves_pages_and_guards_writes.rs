@@ -8,7 +8,7 @@
 
 #![expect(clippy::unwrap_used, reason = "a test fails loudly")]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

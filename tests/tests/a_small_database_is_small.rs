@@ -6,7 +6,7 @@
 //! close") and compacts the state store ("Compaction at close"), and a
 //! crash at any I/O call of that close loses nothing.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;

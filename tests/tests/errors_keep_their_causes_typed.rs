@@ -6,7 +6,7 @@
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -12,7 +12,7 @@
 //! is the reference):
 //!
 //! ```text
-//! ACTUM_BLESS_GOLDEN=1 cargo test -p actum-tests --test golden_bytes_pin_the_formats
+//! ACTUM_BLESS_GOLDEN=1 cargo test -p actum-tests --test scenarios golden_bytes_pin_the_formats::
 //! ```
 //!
 //! Fixture values need not be states the books can reach: every field

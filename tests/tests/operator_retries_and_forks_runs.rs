@@ -7,7 +7,7 @@
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -16,7 +16,7 @@ use actum::books::{
 use actum::db::Db;
 use actum::{Engine, EngineOptions, Error, FsStorage, Lsn, ManualClock, Storage};
 
-mod support;
+use crate::support;
 use support::*;
 
 fn logged_then_reopened(payload: &[u8]) -> Error {

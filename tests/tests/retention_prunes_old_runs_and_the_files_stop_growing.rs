@@ -13,7 +13,7 @@
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

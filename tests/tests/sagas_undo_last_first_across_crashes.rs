@@ -9,7 +9,7 @@
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 
 #![expect(clippy::unwrap_used, reason = "tests fail loudly")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

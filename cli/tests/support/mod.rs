@@ -1,9 +1,9 @@
 //! Helpers shared by the `actum` command's tests: a database with known
 //! contents built through the engine API, the built binary run on it, and
 //! a hash of every file of a directory to prove a command changed nothing.
-//! Included with `mod support;`; not every test uses every helper.
+//! A module of the one test binary (`commands.rs`); its tests reach it as
+//! `crate::support`.
 
-#![allow(dead_code, reason = "each test binary uses a different subset")]
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use std::collections::BTreeMap;

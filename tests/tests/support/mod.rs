@@ -1,10 +1,9 @@
 //! Helpers shared by the engine scenario and crash tests: opening an engine
 //! on the real file system with a manual clock, a reference model
 //! (`MemBooks` driven through the same decide/apply), and short command
-//! constructors. Included with `mod support;`; not every test uses every
-//! helper.
+//! constructors. A module of the one test binary (`scenarios.rs`); its
+//! tests reach it as `crate::support`.
 
-#![allow(dead_code, reason = "each test binary uses a different subset")]
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use std::path::Path;
