@@ -188,6 +188,11 @@ pub enum PlantedBug {
     /// open checks pages as they are read, not all at once) damage at rest
     /// is read as data.
     PageSumsUnchecked,
+    /// A state store refused at open (its whole check found damage) keeps
+    /// its redb handle until the process ends instead of letting it go, as
+    /// every refused store did before handles were let go: its file stays
+    /// open and its memory is never freed.
+    KeepRefusedStore,
     /// The PostgreSQL backend decides a command on a snapshot read in a
     /// transaction of its own, then applies its ops in another: the lease
     /// and the ledger it checked may have changed in between.
@@ -226,7 +231,7 @@ pub enum PlantedBug {
 
 impl PlantedBug {
     /// The bugs of the storage core, which the storage campaign catches.
-    pub const STORAGE: [PlantedBug; 9] = [
+    pub const STORAGE: [PlantedBug; 10] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -236,6 +241,7 @@ impl PlantedBug {
         PlantedBug::RepairCutDoesNotLast,
         PlantedBug::PageSumsUnchecked,
         PlantedBug::FirstWriteSkipsOpenSyncs,
+        PlantedBug::KeepRefusedStore,
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
@@ -303,7 +309,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 59] = [
+    pub const ALL: [PlantedBug; 60] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -363,6 +369,7 @@ impl PlantedBug {
         PlantedBug::FirstWriteSkipsOpenSyncs,
         PlantedBug::ReadOnlyHandleOutlivesWrite,
         PlantedBug::InlineAppendDropsBase,
+        PlantedBug::KeepRefusedStore,
     ];
 
     /// The bug's command-line name.
@@ -427,6 +434,7 @@ impl PlantedBug {
             PlantedBug::FirstWriteSkipsOpenSyncs => "first-write-skips-open-syncs",
             PlantedBug::ReadOnlyHandleOutlivesWrite => "read-only-handle-outlives-write",
             PlantedBug::InlineAppendDropsBase => "inline-append-drops-base",
+            PlantedBug::KeepRefusedStore => "keep-refused-store",
         }
     }
 

@@ -454,7 +454,7 @@ fn storage_campaign(args: &Args) -> bool {
     println!(
         "actum-sim: all {} seeds kept every invariant: acknowledged appends survive, nothing \
          unacknowledged is half-visible, recovery is idempotent, redb's committed state \
-         survives, damage gives an error",
+         survives, damage gives an error, a refused open leaves no file open",
         args.seed_count
     );
     true

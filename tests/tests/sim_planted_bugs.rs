@@ -110,3 +110,11 @@ fn a_first_write_that_skips_the_syncs_an_open_left_is_caught() {
         "every acknowledged append survives",
     );
 }
+
+#[test]
+fn a_refused_store_that_keeps_its_handle_is_caught() {
+    assert_caught(
+        PlantedBug::KeepRefusedStore,
+        "a refused open leaves no file open",
+    );
+}

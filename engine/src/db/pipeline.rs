@@ -145,8 +145,10 @@ impl Pipeline {
             PageCheck::Off
         };
         let unchecked = planted(&options.db.wal, PlantedBug::PageSumsUnchecked);
+        let keep_refused = planted(&options.db.wal, PlantedBug::KeepRefusedStore);
         #[cfg_attr(not(feature = "planted-bugs"), expect(unused_mut, reason = "planted only"))]
-        let mut state = StateStore::open_with(&storage, &state_path, check, unchecked)?;
+        let mut state =
+            StateStore::open_with(&storage, &state_path, check, unchecked, keep_refused)?;
         #[cfg(feature = "planted-bugs")]
         if planted(&options.db.wal, PlantedBug::SharedReadOutlivesCommit) {
             state.plant_stale_shared_read();

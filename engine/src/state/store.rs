@@ -166,6 +166,9 @@ pub struct StateStore {
     /// that (over pages known to be damaged) into a file that is to be
     /// examined. The store is let go unclosed instead.
     refused: bool,
+    /// The planted `KeepRefusedStore`: an abandoned handle is kept until
+    /// the process ends, not let go (false outside the simulator's tests).
+    keep_refused: bool,
     /// The read transaction the engine's readers share until the next
     /// commit ([`StateStore::shared_read`]).
     shared: Mutex<Option<Arc<SharedRead>>>,
@@ -272,17 +275,19 @@ impl StateStore {
     /// whose block does not match the sum kept for it fails naming the file
     /// and the block's offset (`storage::page_sums`).
     pub fn open(storage: &Arc<dyn Storage>, path: &Path, check: PageCheck) -> Result<StateStore> {
-        Self::open_with(storage, path, check, false)
+        Self::open_with(storage, path, check, false, false)
     }
 
     /// [`StateStore::open`]; with `unchecked`, a read whose block does not
     /// match its sum is handed to redb as it is (the planted
-    /// `PageSumsUnchecked`).
+    /// `PageSumsUnchecked`); with `keep_refused`, a refused store's handle
+    /// is kept, not let go (the planted `KeepRefusedStore`).
     pub(crate) fn open_with(
         storage: &Arc<dyn Storage>,
         path: &Path,
         check: PageCheck,
         unchecked: bool,
+        keep_refused: bool,
     ) -> Result<StateStore> {
         let exists = storage
             .exists(path)
@@ -360,6 +365,7 @@ impl StateStore {
             durable_lsn: AtomicU64::new(0),
             panicked: Mutex::new(None),
             refused: false,
+            keep_refused,
             shared: Mutex::new(None),
             stale_shared_read: false,
             keep_read_only: false,
@@ -705,7 +711,7 @@ impl StateStore {
     /// process ends when redb panicked in this store (a lock its destructor
     /// takes may be poisoned: `keep_unclosed`).
     fn abandon(&self, db: redb::Database) {
-        if self.panicked().is_some() {
+        if self.panicked().is_some() || self.keep_refused {
             keep_unclosed(db);
         } else {
             let_go_unclosed(db);

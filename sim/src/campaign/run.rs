@@ -349,6 +349,10 @@ impl World {
         let reopened = self.open().map(|(_, observed)| observed);
         check::corruption_is_detected(&self.model, &reopened, &what, clean)
             .map_err(|e| self.fail("damage gives an error, never wrong data", e))?;
+        if let Err(error) = &reopened {
+            check::refused_open_leaves_no_file_open(&self.disk.open_files(), error, &what)
+                .map_err(|e| self.fail("a refused open leaves no file open", e))?;
+        }
         self.report.rot_detected = reopened.is_err();
         if reopened.is_err() && target.ends_with(".wal") {
             self.repair(&what)?;

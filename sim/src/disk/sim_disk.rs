@@ -229,6 +229,29 @@ impl SimDisk {
             .collect()
     }
 
+    /// The files some handle still holds open, by canonical path (a file
+    /// removed since it was opened as `inode N`), and how many handles
+    /// each. Handles a crash killed are not counted. Not an I/O call.
+    pub fn open_files(&self) -> BTreeMap<String, u32> {
+        let state = self.lock();
+        let mut paths: BTreeMap<_, String> = BTreeMap::new();
+        for (path, inode) in state.namespace.files() {
+            paths.entry(inode).or_insert(path);
+        }
+        state
+            .inodes
+            .iter()
+            .filter(|(_, inode)| inode.open_handles > 0)
+            .map(|(id, inode)| {
+                let name = paths
+                    .get(id)
+                    .cloned()
+                    .unwrap_or_else(|| format!("inode {}", id.0));
+                (name, inode.open_handles)
+            })
+            .collect()
+    }
+
     /// Bytes used by live files (their visible lengths).
     pub fn used_bytes(&self) -> u64 {
         self.lock().used_bytes()
