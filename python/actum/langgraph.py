@@ -206,6 +206,10 @@ class _Thread:
         # (ns, channel) -> the list put last: its items, their frames, and
         # (when it was hashed) a SHA-256 state after its bytes.
         self.frames: dict[tuple[str, str], _ListCache] = {}
+        # (ns, checkpoint id) -> its checkpoint, decoded by a tail read and
+        # not yet handed out: the first ``_tuple`` of it takes it (a dict
+        # LangGraph may change, so handed out once).
+        self.decoded: dict[tuple[str, str], Any] = {}
 
     def reset(self) -> None:
         self.tops.clear()
@@ -216,12 +220,15 @@ class _Thread:
         self.blobs.clear()
         self.lists.clear()
         self.frames.clear()
+        self.decoded.clear()
 
     def fold(self, record: dict, version: int) -> None:
         """Applies one record (and keeps it: the caller gives it up); part
         references in it are to ``version``."""
         ns = record["ns"]
         if record["t"] == "p":
+            # A put of an id read before replaces what was decoded of it.
+            self.decoded.pop((ns, record["id"]), None)
             # Kept without its value references (folded into ``blobs``
             # below; a rewrite builds them again from there), without ``at``
             # (the engine checkpoints holding the values of the channels it
@@ -512,7 +519,8 @@ class ActumSaver(BaseCheckpointSaver[str]):
                     top = puts[-1]
                     break
         if top is not None and top.get("top"):
-            versions = self.serde.loads_typed(tuple(top["cp"]))["channel_versions"]
+            decoded = self.serde.loads_typed(tuple(top["cp"]))
+            versions = decoded["channel_versions"]
             needed.update((c, _hashable(v)) for c, v in versions.items())
             for version in rows:
                 resolve(version)
@@ -532,6 +540,7 @@ class ActumSaver(BaseCheckpointSaver[str]):
         thread.full = len(rows) == thread.version
         if not thread.full:
             thread.tops[ns] = top["id"]
+            thread.decoded[(ns, top["id"])] = decoded
 
     def _live(self, thread: _Thread) -> None:
         """Finds the thread's live generation (retiring stale ones) and
@@ -672,7 +681,9 @@ class ActumSaver(BaseCheckpointSaver[str]):
 
     def _tuple(self, thread: _Thread, ns: str, checkpoint_id: str) -> CheckpointTuple:
         record = thread.checkpoints[ns][checkpoint_id]
-        checkpoint: Checkpoint = self.serde.loads_typed(tuple(record["cp"]))
+        checkpoint: Checkpoint | None = thread.decoded.pop((ns, checkpoint_id), None)
+        if checkpoint is None:
+            checkpoint = self.serde.loads_typed(tuple(record["cp"]))
         values = {}
         for channel, ver in checkpoint["channel_versions"].items():
             ref = thread.blobs.get((ns, channel, _hashable(ver)))

@@ -5,6 +5,7 @@
 //! **Invariant:** every helper goes through the `Storage` seam, like the
 //! engine itself.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,6 +99,8 @@ pub(super) fn garbage(len: usize, seed: u64) -> Vec<u8> {
 pub(crate) struct RecordingStorage {
     inner: FsStorage,
     log: Arc<Mutex<Vec<String>>>,
+    /// Bytes read, by file name (not in the log: reads do not order).
+    read: Arc<Mutex<BTreeMap<String, u64>>>,
     fail_next_sync: Arc<AtomicBool>,
 }
 
@@ -105,6 +108,11 @@ impl RecordingStorage {
     /// The operations recorded so far, emptying the record.
     pub(crate) fn take_log(&self) -> Vec<String> {
         std::mem::take(&mut *self.log.lock().expect("log"))
+    }
+
+    /// The bytes read so far, by file name, emptying the tally.
+    pub(crate) fn take_reads(&self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut *self.read.lock().expect("reads"))
     }
 
     /// Makes the next `sync_data` on any file fail with an I/O error.
@@ -124,6 +132,7 @@ struct RecordingFile {
     inner: Box<dyn StorageFile>,
     name: String,
     log: Arc<Mutex<Vec<String>>>,
+    read: Arc<Mutex<BTreeMap<String, u64>>>,
     fail_next_sync: Arc<AtomicBool>,
 }
 
@@ -138,6 +147,12 @@ impl RecordingFile {
 
 impl StorageFile for RecordingFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        *self
+            .read
+            .lock()
+            .expect("reads")
+            .entry(self.name.clone())
+            .or_default() += buf.len() as u64;
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
@@ -174,6 +189,7 @@ impl Storage for RecordingStorage {
             inner,
             name: file_name(path),
             log: self.log.clone(),
+            read: self.read.clone(),
             fail_next_sync: self.fail_next_sync.clone(),
         }))
     }

@@ -446,7 +446,7 @@ impl StateStore {
     /// as after any crash, rows unchanged (docs/DURABILITY.md, "Compaction
     /// at close").
     pub fn compact_if_free(&mut self, min_free_bytes: u64) -> Result<()> {
-        if min_free_bytes == 0 || self.refused || self.panicked().is_some() {
+        if min_free_bytes == 0 || self.refused || self.has_panicked() {
             return Ok(());
         }
         // (The sums hold one entry per block of the file.)
@@ -706,12 +706,21 @@ impl StateStore {
         })
     }
 
+    /// Whether redb panicked in this store (what `panicked` reports,
+    /// without building the error).
+    fn has_panicked(&self) -> bool {
+        self.panicked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
     /// Ends a handle without closing it (its close would commit): freed
     /// during a silent unwind (`let_go_unclosed`), or kept until the
     /// process ends when redb panicked in this store (a lock its destructor
     /// takes may be poisoned: `keep_unclosed`).
     fn abandon(&self, db: redb::Database) {
-        if self.panicked().is_some() || self.keep_refused {
+        if self.has_panicked() || self.keep_refused {
             keep_unclosed(db);
         } else {
             let_go_unclosed(db);
@@ -825,7 +834,7 @@ impl Drop for StateStore {
         // record, and the next open checks the pages again. A refused
         // store's handle is freed so; one redb panicked in is kept until
         // the process ends (`abandon`).
-        if self.panicked().is_some() || self.refused {
+        if self.has_panicked() || self.refused {
             self.abandon(db);
         } else {
             drop_guarded(db);

@@ -232,6 +232,11 @@ impl Iterator for WalIter {
     type Item = Result<(Lsn, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        // Nothing at or after `from` is durable (an open after a clean
+        // close replays nothing): no record below it is read to get there.
+        if self.from > self.end {
+            return None;
+        }
         // Skipping records below `from` is bounded by one segment's records.
         while !self.failed && self.next_lsn <= self.end {
             match self.read_one() {

@@ -32,8 +32,14 @@ use crate::ids::{DatabaseId, Lsn, SegmentId};
 use crate::planted::{PlantedBug, planted};
 use crate::storage::Storage;
 
-/// How much of a segment recovery reads at a time.
+/// How much of a segment recovery reads at a time, at most.
 const READ_CHUNK_BYTES: u64 = 1 << 20;
+
+/// How much of a segment recovery reads first: each later read of the same
+/// segment reads twice as much, up to `READ_CHUNK_BYTES`. A look at a
+/// segment's first record slot (the prepared segment after the active one)
+/// reads this much, not a megabyte, and a short log little more.
+const FIRST_READ_BYTES: u64 = 16 << 10;
 
 /// What the manifest says about the log recovery opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,11 +90,15 @@ struct Stop {
     damaged_lsn: Lsn,
 }
 
-/// A segment's bytes, read on demand in bounded chunks.
+/// A segment's bytes, read on demand in bounded chunks, each read twice
+/// the size of the one before (from `FIRST_READ_BYTES` to
+/// `READ_CHUNK_BYTES`).
 struct Window<'a> {
     file: &'a SegmentFile,
     chunk: Vec<u8>,
     chunk_at: u64,
+    /// The size of the next read (a record longer than it is read whole).
+    next_read: u64,
 }
 
 impl<'a> Window<'a> {
@@ -97,6 +107,7 @@ impl<'a> Window<'a> {
             file,
             chunk: Vec::new(),
             chunk_at: 0,
+            next_read: FIRST_READ_BYTES,
         }
     }
 
@@ -110,7 +121,8 @@ impl<'a> Window<'a> {
         };
         let chunk_end = self.chunk_at + self.chunk.len() as u64;
         if offset < self.chunk_at || end > chunk_end {
-            let want = len.max(READ_CHUNK_BYTES).min(self.file.size_bytes - offset);
+            let want = len.max(self.next_read).min(self.file.size_bytes - offset);
+            self.next_read = (self.next_read * 2).min(READ_CHUNK_BYTES);
             self.chunk
                 .resize(usize::try_from(want).expect("a chunk fits in memory"), 0);
             self.file
