@@ -227,6 +227,10 @@ pub enum PlantedBug {
     /// inline is saved as its new bytes alone, as if the base were empty:
     /// the inline path of an append loses the base.
     InlineAppendDropsBase,
+    /// A run's claim row (`books_live_claims`, what an open files a live
+    /// run by) is written only when the run becomes live, not when its row
+    /// changes after: an open files the run as it was then.
+    StaleLiveClaims,
 }
 
 impl PlantedBug {
@@ -245,7 +249,7 @@ impl PlantedBug {
     ];
 
     /// The bugs of the engine, which the agent campaign catches.
-    pub const ENGINE: [PlantedBug; 36] = [
+    pub const ENGINE: [PlantedBug; 37] = [
         PlantedBug::ResendWithFreshKey,
         PlantedBug::ProceedBeforeDurable,
         PlantedBug::AcceptStaleToken,
@@ -282,6 +286,7 @@ impl PlantedBug {
         PlantedBug::SharedReadOutlivesCommit,
         PlantedBug::ReadOnlyHandleOutlivesWrite,
         PlantedBug::InlineAppendDropsBase,
+        PlantedBug::StaleLiveClaims,
     ];
 
     /// The bugs of the runtime, and of what only the runtime family uses
@@ -309,7 +314,7 @@ impl PlantedBug {
     ];
 
     /// Every plantable bug.
-    pub const ALL: [PlantedBug; 60] = [
+    pub const ALL: [PlantedBug; 61] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::AcceptBadChecksum,
         PlantedBug::SkipSegmentDirSync,
@@ -370,6 +375,7 @@ impl PlantedBug {
         PlantedBug::ReadOnlyHandleOutlivesWrite,
         PlantedBug::InlineAppendDropsBase,
         PlantedBug::KeepRefusedStore,
+        PlantedBug::StaleLiveClaims,
     ];
 
     /// The bug's command-line name.
@@ -434,6 +440,7 @@ impl PlantedBug {
             PlantedBug::FirstWriteSkipsOpenSyncs => "first-write-skips-open-syncs",
             PlantedBug::ReadOnlyHandleOutlivesWrite => "read-only-handle-outlives-write",
             PlantedBug::InlineAppendDropsBase => "inline-append-drops-base",
+            PlantedBug::StaleLiveClaims => "stale-live-claims",
             PlantedBug::KeepRefusedStore => "keep-refused-store",
         }
     }

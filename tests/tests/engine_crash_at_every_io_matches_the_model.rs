@@ -69,6 +69,7 @@ fn options() -> EngineOptions {
         // Closes compact whenever a sixteenth of the state store is free
         // (after a session that wrote a sixteenth of it).
         compact_at_close_free_bytes: 1,
+        check_live_claims: true,
     }
 }
 

@@ -547,3 +547,22 @@ fn an_append_that_drops_a_base_held_inline_is_caught() {
         "{invariant}"
     );
 }
+
+#[test]
+fn a_claim_row_left_stale_is_caught_by_the_open_that_checks_it() {
+    // A run's claim row (what an open files a live run by, without its run
+    // row) written only when the run becomes live says "not leased" of a
+    // run a worker leased since: the simulator's engines check every claim
+    // row against its run row at open (`check_live_claims`), so the next
+    // snapshot or recovery fails, naming the run (seeds 5, 1001, 2000,
+    // 3000, 4000, 5003, 6001, 7000, 8000, 9000 of blocks of 100).
+    let (_, invariant) = caught(PlantedBug::StaleLiveClaims);
+    assert!(
+        [
+            "a snapshot of the live database holds its books at its LSN",
+            "recovery succeeds without faults"
+        ]
+        .contains(&invariant.as_str()),
+        "{invariant}"
+    );
+}

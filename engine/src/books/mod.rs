@@ -52,7 +52,7 @@ pub use records::ledger::{
 };
 pub use records::retention::BlobRefs;
 pub use records::run::{
-    Run, RunState, claim_order, claimable, claimable_from_ms, transition_allowed,
+    Run, RunState, claim_order, claimable, claimable_from_ms, may_park, transition_allowed,
 };
 pub use records::saga::{SagaBook, SagaNext};
 pub use records::wait::{

@@ -201,3 +201,131 @@ fn the_first_append_after_a_clean_open_makes_what_the_open_read_durable_first() 
     );
     engine.close().expect("close");
 }
+
+/// The claim rows (`books_live_claims`) of the 20 live runs in the state
+/// store at `dir`, as `(key, claim)`.
+fn claim_rows(dir: &std::path::Path) -> Vec<(String, crate::state::LiveClaim)> {
+    use crate::state::rows::{LIVE_CLAIMS_TABLE, RowTable, decode_row};
+    use redb::{ReadableDatabase, ReadableTable};
+    let db = redb::Database::create(dir.join("state.redb")).expect("redb");
+    let txn = db.begin_read().expect("read");
+    let table = txn.open_table(LIVE_CLAIMS_TABLE).expect("claims table");
+    table
+        .iter()
+        .expect("iter")
+        .map(|item| {
+            let (key, value) = item.expect("row");
+            let claim = decode_row(RowTable::LiveClaim, value.value()).expect("a claim row");
+            (key.value().to_string(), claim)
+        })
+        .collect()
+}
+
+#[test]
+fn an_open_files_parked_runs_by_their_claim_rows_and_refuses_one_that_disagrees() {
+    use crate::state::LiveClaim;
+    use crate::state::rows::{LIVE_CLAIMS_TABLE, RowTable, encode_row};
+    let clock = Arc::new(ManualClock::new(1_700_000_100_000));
+    let worker = crate::books::WorkerId::new("w").expect("worker");
+    let checked = EngineOptions {
+        check_live_claims: true,
+        ..EngineOptions::default()
+    };
+    let unchecked = EngineOptions {
+        check_live_claims: false,
+        ..EngineOptions::default()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = Arc::new(RecordingStorage::default());
+    a_closed_database_with_runs(&storage, dir.path());
+    let disk: Arc<dyn Storage> = storage.clone();
+    // One claim row per live run, written with its row: pending, unleased,
+    // claimable since it was created.
+    let rows = claim_rows(dir.path());
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    for (key, claim) in &rows {
+        assert_eq!(claim.run, *key);
+        assert_eq!(claim.agent_version, "1");
+        assert!(!claim.leased && !claim.parks);
+        assert_eq!(claim.from_ms, Some(1_700_000_000_000));
+    }
+    // A claim row that says another thing than its run's row (here: another
+    // agent version) is what an open that does not check files the run by,
+    // the run rows unread (a claim of it then meets the engine's assertion
+    // that memory and the claim index agree); an open that checks refuses,
+    // naming the run.
+    let db = redb::Database::create(dir.path().join("state.redb")).expect("redb");
+    let txn = db.begin_write().expect("write");
+    {
+        let mut table = txn.open_table(LIVE_CLAIMS_TABLE).expect("claims table");
+        let (key, claim) = rows[3].clone();
+        let stale = LiveClaim {
+            agent_version: "2".into(),
+            ..claim
+        };
+        let row = encode_row(RowTable::LiveClaim, &stale);
+        table.insert(key.as_str(), row.as_slice()).expect("insert");
+    }
+    txn.commit().expect("commit");
+    drop(db);
+    let err = Engine::open_with(disk.clone(), clock.clone(), dir.path(), checked.clone())
+        .expect_err("a stale claim");
+    let text = err.to_string();
+    assert!(text.contains("live claim row of run run-") && text.contains("\"2\""), "{text}");
+    let engine = Engine::open_with(disk, clock.clone(), dir.path(), unchecked)
+        .expect("an open that does not check");
+    let claim = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine.claim_next_of(&worker, 60_000, &["2".to_string()])
+    }));
+    let panic = claim.expect_err("filed under version 2, its row says 1");
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("run {} is indexed under its agent version", rows[3].0)),
+        "{message}"
+    );
+    drop(engine);
+    // With claim rows that agree, every run is filed, as an open that read
+    // the run rows would: a worker claims them all.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = Arc::new(RecordingStorage::default());
+    a_closed_database_with_runs(&storage, dir.path());
+    let disk: Arc<dyn Storage> = storage.clone();
+    let engine = Engine::open_with(disk, clock, dir.path(), checked).expect("reopen");
+    let mut claimed = 0;
+    while engine.claim_next(&worker, 60_000).expect("claim").is_some() {
+        claimed += 1;
+    }
+    assert_eq!(claimed, 20);
+}
+
+#[test]
+fn a_store_from_before_the_claim_rows_opens_by_its_run_rows() {
+    use crate::state::rows::LIVE_CLAIMS_TABLE;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = Arc::new(RecordingStorage::default());
+    a_closed_database_with_runs(&storage, dir.path());
+    // As a store written before schema 15 is: no claims table.
+    let db = redb::Database::create(dir.path().join("state.redb")).expect("redb");
+    let txn = db.begin_write().expect("write");
+    assert!(txn.delete_table(LIVE_CLAIMS_TABLE).expect("delete"));
+    txn.commit().expect("commit");
+    drop(db);
+    let disk: Arc<dyn Storage> = storage.clone();
+    let clock = Arc::new(ManualClock::new(1_700_000_100_000));
+    let engine = Engine::open_with(disk, clock, dir.path(), EngineOptions::default())
+        .expect("reopen");
+    let worker = crate::books::WorkerId::new("w").expect("worker");
+    let mut claimed = 0;
+    while engine.claim_next(&worker, 60_000).expect("claim").is_some() {
+        claimed += 1;
+    }
+    assert_eq!(claimed, 20, "every run filed from its run row");
+    // The claims wrote the runs' rows again, and their claim rows with them.
+    engine.close().expect("close");
+    let rows = claim_rows(dir.path());
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    assert!(rows.iter().all(|(_, claim)| claim.leased), "{rows:?}");
+}

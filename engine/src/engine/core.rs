@@ -223,6 +223,7 @@ impl Engine {
         let cold = ColdReader::new(recovering.state());
         let hot = HotState::load(
             &cold,
+            options.check_live_claims,
             planted(&options.db.wal, PlantedBug::ParkAtOpenUnindexed),
             planted(&options.db.wal, PlantedBug::ClaimAgentsInTurn),
         );
@@ -474,6 +475,7 @@ impl Engine {
         let planted = CheckpointBugs {
             shared_blobs_go: self.planted(PlantedBug::PruneSharedBlobs),
             cleaner_loses_moves: self.planted(PlantedBug::CleanerLosesMoves),
+            stale_live_claims: self.planted(PlantedBug::StaleLiveClaims),
         };
         let metrics = self.counter_totals();
         let written = self
@@ -730,6 +732,9 @@ pub(crate) struct CheckpointBugs {
     /// `CleanerLosesMoves`: the blob stream's cleaner leaves a moved
     /// record's index entry behind.
     pub(crate) cleaner_loses_moves: bool,
+    /// `StaleLiveClaims`: a run's claim row is written only when it becomes
+    /// live.
+    pub(crate) stale_live_claims: bool,
 }
 
 /// Applies `ops` to the books in `txn` (a checkpoint's records): on an
@@ -754,6 +759,7 @@ pub(crate) fn apply_ops<'a>(
         .collect();
     let mut books = RedbBooks::writer_of_fresh(txn, path, &fresh);
     books.cleaner_loses_moves = planted.cleaner_loses_moves;
+    books.stale_live_claims = planted.stale_live_claims;
     let mut overlay = Overlay::new(&books);
     let mut give_way = crate::sync::GiveWay::default();
     for op in ops {

@@ -73,6 +73,13 @@ pub struct EngineOptions {
     /// Default [`COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT`], 1 MiB. Its cost
     /// grows with the file (docs/DURABILITY.md, "Compaction at close").
     pub compact_at_close_free_bytes: u64,
+    /// At open, read each live run's row beside its claim row
+    /// (`books_live_claims`, what the open files a parked run by, so it
+    /// need not read the run rows) and refuse the open (`Inconsistent`,
+    /// naming the run) if they disagree. On in builds with debug assertions
+    /// and in the simulator, off by default in release builds: it reads the
+    /// rows the claim rows are there to spare (docs/DURABILITY.md, "Open").
+    pub check_live_claims: bool,
 }
 
 impl Default for EngineOptions {
@@ -92,6 +99,7 @@ impl Default for EngineOptions {
             retention: super::retention::Retention::default(),
             operator_channel: false,
             compact_at_close_free_bytes: COMPACT_AT_CLOSE_FREE_BYTES_DEFAULT,
+            check_live_claims: cfg!(debug_assertions),
         }
     }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::books::{BooksRead, MemBooks, Run, RunId};
 use crate::error::{Error, Result};
-use crate::state::{RedbBooks, SharedRead, StateStore, read_books};
+use crate::state::{LiveClaim, RedbBooks, SharedRead, StateStore, read_books};
 
 /// Lazy reads of the state store.
 pub(crate) struct ColdReader<'a> {
@@ -173,9 +173,28 @@ impl<'a> ColdReader<'a> {
         }
     }
 
-    /// The ids of the runs the state store lists as live.
-    pub(crate) fn live_runs(&self) -> Vec<RunId> {
-        self.with(|books| books.live_run_ids())
+    /// The runs the state store lists as live, each with its claim row if
+    /// it has one.
+    pub(crate) fn live_claims(&self) -> Vec<(RunId, Option<LiveClaim>)> {
+        self.with(|books| books.live_run_claims())
+    }
+
+    /// Whether `claim`, the claim row of the live run `id`, says what the
+    /// run's row says (reading that row, which the claim row is there to
+    /// spare: `EngineOptions::check_live_claims`); a disagreement, or no
+    /// row, fails the reader, naming the run.
+    pub(crate) fn claim_agrees(&self, id: &RunId, claim: &LiveClaim) -> bool {
+        let found = self.run(id).map(|run| LiveClaim::of(&run));
+        if found.as_ref() == Some(claim) {
+            return true;
+        }
+        self.fail(Error::Inconsistent {
+            what: format!(
+                "the state store's live claim row of run {id} says {claim:?}, its run row \
+                 {found:?}"
+            ),
+        });
+        false
     }
 
     /// Every table of the state store, as a `MemBooks`.

@@ -246,12 +246,7 @@ pub(crate) struct HotState {
     pub(crate) parked: BTreeMap<RunId, ClaimSlot>,
 }
 
-/// True for a run that may wait out of memory: waiting for a person or a
-/// tool, with no lease (a wait releases it), so nothing happens to it
-/// until something from outside does or its wait's deadline comes.
-fn parks(run: &Run) -> bool {
-    matches!(run.state, RunState::WaitingHuman | RunState::WaitingTool) && run.lease.is_none()
-}
+use crate::books::may_park as parks;
 
 impl HotState {
     /// The hot books of a state store: every run it lists as live that
@@ -263,12 +258,46 @@ impl HotState {
     /// (`unindexed`: the planted `ParkAtOpenUnindexed`, which parks a run
     /// no wait holds without its claim index entry; `in_turn`: the planted
     /// `ClaimAgentsInTurn`, see [`ClaimIndex::new`].)
-    pub(crate) fn load(cold: &ColdReader<'_>, unindexed: bool, in_turn: bool) -> HotState {
+    ///
+    /// A live run is filed from its claim row (`LiveClaim`), not its run
+    /// row, unless it holds a lease or has no claim row (a store written
+    /// before schema 15); with `check_claims` (`check_live_claims`) the run
+    /// row is read too and must agree, else the open fails
+    /// (`Inconsistent`).
+    pub(crate) fn load(
+        cold: &ColdReader<'_>,
+        check_claims: bool,
+        unindexed: bool,
+        in_turn: bool,
+    ) -> HotState {
         let mut hot = HotState {
             claims: ClaimIndex::new(in_turn),
             ..HotState::default()
         };
-        for id in cold.live_runs() {
+        for (id, claim) in cold.live_claims() {
+            if let Some(claim) = claim.filter(|c| !c.leased)
+                && (!check_claims || cold.claim_agrees(&id, &claim))
+            {
+                let waits = claim
+                    .parks
+                    .then(|| {
+                        cold.with(|books| {
+                            use crate::books::BooksRead;
+                            books.waits(&id)
+                        })
+                    })
+                    .flatten();
+                let from_ms = match claim.parks {
+                    true => wake_ms(waits.as_ref()),
+                    false => claim.from_ms,
+                };
+                hot.park(
+                    id,
+                    &claim.agent_version,
+                    from_ms.filter(|_| !unindexed || claim.parks),
+                );
+                continue;
+            }
             let Some(run) = cold.run(&id) else {
                 continue;
             };

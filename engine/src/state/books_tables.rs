@@ -28,9 +28,9 @@ use serde::de::DeserializeOwned;
 
 use super::rows::{
     AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BLOBS_TABLE, BUDGETS_TABLE,
-    CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
-    RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_audit_row,
-    decode_row, effect_kind_code, effect_row_key,
+    CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_CLAIMS_TABLE,
+    LIVE_RUNS_TABLE, LiveClaim, RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE,
+    WAITS_TABLE, decode_audit_row, decode_row, effect_kind_code, effect_row_key,
 };
 use super::blob_stream::{
     BLOB_CHUNKS_TABLE, BLOB_INDEX_TABLE, BLOB_STREAM_TABLE, BlobLookup, BlobReader, BlobWriter,
@@ -83,6 +83,8 @@ pub struct RedbBooks<'a> {
     pub(crate) fresh_effects: Option<&'a BTreeSet<&'a EffectKey>>,
     /// The planted `CleanerLosesMoves` (set by a checkpoint's writer).
     pub(crate) cleaner_loses_moves: bool,
+    /// The planted `StaleLiveClaims` (set by a checkpoint's writer).
+    pub(crate) stale_live_claims: bool,
 }
 
 /// Opens `$def` in the view's transaction (a write view keeps it open in
@@ -334,6 +336,7 @@ pub(crate) type ReadTable<K, V> = OnceLock<Option<ReadOnlyTable<K, V>>>;
 pub(crate) struct ReadTables {
     runs: ReadTable<&'static str, &'static [u8]>,
     live_runs: ReadTable<&'static str, ()>,
+    live_claims: ReadTable<&'static str, &'static [u8]>,
     effects: ReadTable<(&'static str, &'static str, u8, u32), &'static [u8]>,
     blobs: ReadTable<&'static [u8], &'static [u8]>,
     checkpoints: ReadTable<(&'static str, u64), &'static [u8]>,
@@ -382,6 +385,7 @@ pub(crate) type OpenTable<'a, K, V> = Option<Table<'a, K, V>>;
 pub(crate) struct OpenTables<'a> {
     pub(crate) runs: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) live_runs: OpenTable<'a, &'static str, ()>,
+    pub(crate) live_claims: OpenTable<'a, &'static str, &'static [u8]>,
     pub(crate) effects: OpenTable<'a, (&'static str, &'static str, u8, u32), &'static [u8]>,
     pub(crate) blobs: OpenTable<'a, &'static [u8], &'static [u8]>,
     pub(crate) checkpoints: OpenTable<'a, (&'static str, u64), &'static [u8]>,
@@ -450,6 +454,7 @@ impl<'a> RedbBooks<'a> {
             read_tables,
             fresh_effects: None,
             cleaner_loses_moves: false,
+            stale_live_claims: false,
         }
     }
 
@@ -467,6 +472,7 @@ impl<'a> RedbBooks<'a> {
             read_tables: None,
             fresh_effects: None,
             cleaner_loses_moves: false,
+            stale_live_claims: false,
         }
     }
 
@@ -631,6 +637,36 @@ impl<'a> RedbBooks<'a> {
                     ));
                     None
                 }
+            })
+            .collect()
+    }
+
+    /// The runs the live-runs table lists, in id order, each with its row
+    /// of the live claims table if it has one (a store written before
+    /// schema 15 has none until the run's row is written again).
+    pub(crate) fn live_run_claims(&self) -> Vec<(RunId, Option<LiveClaim>)> {
+        let ids = self.live_run_ids();
+        let rows = with_table!(self, LIVE_CLAIMS_TABLE => live_claims, "list live claims", |t| {
+            t.iter().and_then(|iter| {
+                iter.map(|item| item.map(|(k, v)| (k.value().to_string(), v.value().to_vec())))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+        })
+        .unwrap_or_default();
+        // Both tables are in id order: one pass over each.
+        let mut rows = rows.into_iter().peekable();
+        ids.into_iter()
+            .map(|id| {
+                while rows.next_if(|(key, _)| key.as_str() < id.as_str()).is_some() {}
+                let claim = rows
+                    .next_if(|(key, _)| key == id.as_str())
+                    .and_then(|(key, bytes)| {
+                        let what = format!("the live claim of run {key}");
+                        let claim: LiveClaim = self.decode(RowTable::LiveClaim, &bytes, &what)?;
+                        let same = claim.run == key;
+                        self.keyed(claim, same, || format!("the live claim row of run {key}"))
+                    });
+                (id, claim)
             })
             .collect()
     }

@@ -19,7 +19,8 @@ use super::books_tables::{OpenTables, RedbBooks, Txn, blob_writer, open_in};
 use super::guard::guard;
 use super::rows::{
     AUDIT_TABLE, BLOB_HOLDERS_TABLE, BLOB_REFS_TABLE, BUDGETS_TABLE,
-    CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_RUNS_TABLE,
+    CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE, ENDED_TABLE, LIVE_CLAIMS_TABLE,
+    LIVE_RUNS_TABLE, LiveClaim,
     RESOURCES_TABLE, RUNS_TABLE, RowTable, SAGAS_TABLE, SHARED_TABLE, WAITS_TABLE, decode_row,
     effect_row_key, encode_audit_row, encode_row,
 };
@@ -64,7 +65,8 @@ impl RedbBooks<'_> {
         self.runs_read.borrow_mut().clear();
         let path = self.path;
         self.write_with("write a checkpoint's rows", |txn, tables| {
-            write_all(txn, tables, path, writes, self.cleaner_loses_moves)
+            let bugs = (self.cleaner_loses_moves, self.stale_live_claims);
+            write_all(txn, tables, path, writes, bugs)
         });
     }
 }
@@ -75,7 +77,7 @@ fn write_all<'a>(
     tables: &mut OpenTables<'a>,
     path: &Path,
     writes: Writes,
-    loses_moves: bool,
+    (loses_moves, stale_claims): (bool, bool),
 ) -> Result<(), redb::Error> {
     let Writes {
         runs,
@@ -108,7 +110,7 @@ fn write_all<'a>(
     }
     for run in runs.values() {
         give_way.unit();
-        put_run(txn, tables, run)?;
+        put_run(txn, tables, run, stale_claims)?;
     }
     for entry in effects.values() {
         give_way.unit();
@@ -200,12 +202,16 @@ fn write_all<'a>(
     Ok(())
 }
 
-/// Writes `run`'s row and keeps [`LIVE_RUNS_TABLE`] in step with it:
-/// listed while it is not terminal, removed when it is.
+/// Writes `run`'s row and keeps [`LIVE_RUNS_TABLE`] and
+/// [`LIVE_CLAIMS_TABLE`] in step with it: listed, with its claim row,
+/// while it is not terminal, removed when it is. (`stale_claim`: the
+/// planted `StaleLiveClaims`, which writes the claim row only when the run
+/// becomes live.)
 fn put_run<'a>(
     txn: &'a WriteTransaction,
     tables: &mut OpenTables<'a>,
     run: &Run,
+    stale_claim: bool,
 ) -> Result<(), redb::Error> {
     let id = run.id.as_str();
     let row = encode_row(RowTable::Run, run);
@@ -215,11 +221,17 @@ fn put_run<'a>(
     let live = open_in(txn, &mut tables.live_runs, LIVE_RUNS_TABLE)?;
     if run.state.is_terminal() {
         live.remove(id)?;
+        open_in(txn, &mut tables.live_claims, LIVE_CLAIMS_TABLE)?.remove(id)?;
         // A run that is over is written once, when it ends: its time in
         // the index is when a prune may take it.
         open_in(txn, &mut tables.ended, ENDED_TABLE)?.insert((run.updated_ms, id), ())?;
     } else {
         let was_live = live.insert(id, ())?.is_some();
+        if !(stale_claim && was_live) {
+            let claim = encode_row(RowTable::LiveClaim, &LiveClaim::of(run));
+            let claims = open_in(txn, &mut tables.live_claims, LIVE_CLAIMS_TABLE)?;
+            claims.insert(id, claim.as_slice())?;
+        }
         // A run that existed and was not live was over: an operator's retry
         // brought it back, so it leaves the index of ended runs.
         if !was_live
@@ -251,6 +263,7 @@ fn delete_run_rows<'a>(
         open_in(txn, &mut tables.ended, ENDED_TABLE)?.remove((ended_ms, r))?;
     }
     open_in(txn, &mut tables.live_runs, LIVE_RUNS_TABLE)?.remove(r)?;
+    open_in(txn, &mut tables.live_claims, LIVE_CLAIMS_TABLE)?.remove(r)?;
     // Step names are printable ASCII below `~`, so this range is the run's.
     open_in(txn, &mut tables.effects, EFFECTS_TABLE)?
         .retain_in((r, "", 0u8, 0u32)..(r, "~", 0u8, 0u32), |_, _| false)?;
@@ -335,7 +348,8 @@ impl BooksWrite for RedbBooks<'_> {
     fn put_run(&mut self, run: Run) {
         self.assert_writable("put_run");
         self.runs_read.borrow_mut().remove(&run.id);
-        self.write_with("write run", |txn, tables| put_run(txn, tables, &run));
+        let stale = self.stale_live_claims;
+        self.write_with("write run", |txn, tables| put_run(txn, tables, &run, stale));
     }
 
     fn put_effect(&mut self, entry: EffectEntry) {

@@ -24,6 +24,7 @@ mod store;
 pub use books_snapshot::read_books;
 pub use books_tables::RedbBooks;
 pub use guard::RedbPanicked;
+pub use rows::LiveClaim;
 pub(crate) use guard::{drop_guarded, guarded};
 pub(crate) use store::SharedRead;
 pub use store::{

@@ -22,16 +22,59 @@
 //! bytes, or a row of another table, is an `Err`.
 
 use redb::TableDefinition;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
-use crate::books::{AuditEntry, EffectKey, EffectKind};
+use crate::books::{AuditEntry, EffectKey, EffectKind, Run, claimable_from_ms, may_park};
+
+/// A live run as an open files it (a row of [`LIVE_CLAIMS_TABLE`]): what
+/// `HotState::load` would otherwise read the run's whole row for. Derived
+/// from the run's row alone ([`LiveClaim::of`]), in the transaction that
+/// writes it, so the two never disagree (an open in a build with debug
+/// assertions checks that they do not).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveClaim {
+    /// The run's id (the key; a row under another key is `Corrupt`).
+    pub run: String,
+    /// Its agent version: the claim index is kept per version.
+    pub agent_version: String,
+    /// Whether it holds a lease: the open loads such a run whole, to
+    /// release it.
+    pub leased: bool,
+    /// Whether it may wait out of memory for something from outside
+    /// (`may_park`): its claimable instant is its open wait's deadline, in
+    /// its wait book, which the open reads.
+    pub parks: bool,
+    /// When it may be claimed, from its row alone (`claimable_from_ms` with
+    /// no wait); `None` for a run that parks or cannot be claimed.
+    pub from_ms: Option<u64>,
+}
+
+impl LiveClaim {
+    /// The claim row of the live run `run`.
+    pub fn of(run: &Run) -> LiveClaim {
+        LiveClaim {
+            run: run.id.as_str().to_string(),
+            agent_version: run.agent_version.clone(),
+            leased: run.lease.is_some(),
+            parks: may_park(run),
+            from_ms: claimable_from_ms(run, None),
+        }
+    }
+}
 
 /// Runs, by run id.
 pub const RUNS_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("books_runs");
 /// The ids of the runs that are not terminal: what an open loads into
 /// memory. The value is empty.
 pub const LIVE_RUNS_TABLE: TableDefinition<&str, ()> = TableDefinition::new("books_live_runs");
+/// What an open needs of each live run without reading its row, by run id:
+/// a [`LiveClaim`] row, written with the run's row while the run is live
+/// and removed with it from [`LIVE_RUNS_TABLE`]. Added in schema version
+/// 15; a live run of a store written before, until its row is written
+/// again, has none here and is read from its run row.
+pub const LIVE_CLAIMS_TABLE: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("books_live_claims");
 /// Ledger entries, by (run, step, kind code, attempt); see [`effect_row_key`].
 pub const EFFECTS_TABLE: TableDefinition<(&str, &str, u8, u32), &[u8]> =
     TableDefinition::new("books_effects");
@@ -118,6 +161,8 @@ pub enum RowTable {
     /// [`AUDIT_TABLE`] since schema 12: the audit entries one checkpoint
     /// appended to one run, in one row ([`encode_audit_row`]).
     AuditChunk = 12,
+    /// [`LIVE_CLAIMS_TABLE`] (schema 15).
+    LiveClaim = 13,
 }
 
 /// Bytes of a row's checksum.

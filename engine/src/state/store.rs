@@ -115,15 +115,19 @@ pub const METRIC_KEY_PREFIX: &str = "metric.";
 /// written before is still read, counted and deleted from. Version 14
 /// writes checkpoint rows in metadata layout 4, which holds parts of at
 /// most `CHECKPOINT_INLINE_BYTES_MAX` in the row itself; rows of older
-/// layouts are read beside them.
-pub const STATE_SCHEMA_VERSION: u64 = 14;
+/// layouts are read beside them. Version 15 adds the live claims table
+/// (`books_live_claims`): what an open needs of each live run, written
+/// with its row, so the open does not read the run rows; a live run of an
+/// older store has no claim row until its row is written again, and is
+/// read from its run row.
+pub const STATE_SCHEMA_VERSION: u64 = 15;
 
 /// Every schema version this build opens, oldest first. An older store
 /// lacks only tables added since, which read as empty (no run of it ever
 /// waited, had a budget or compensated), so it is opened as is; its next commit records
 /// the current version, after which an older build refuses it by name.
-pub const STATE_SCHEMA_VERSIONS_READ: [u64; 14] =
-    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, STATE_SCHEMA_VERSION];
+pub const STATE_SCHEMA_VERSIONS_READ: [u64; 15] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, STATE_SCHEMA_VERSION];
 
 /// redb's page cache for the state store. redb's default (1 GiB) lets the
 /// cache grow with the file, so resident memory grew with history (585 MiB
@@ -1259,17 +1263,17 @@ mod tests {
                 .map(|v| v.value());
             assert_eq!(version, Some(STATE_SCHEMA_VERSION));
         }
-        set_schema_version(&storage, &path, Some(15));
-        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("version 15");
+        set_schema_version(&storage, &path, Some(16));
+        let err = StateStore::open(&storage, &path, PageCheck::AtOpen).expect_err("version 16");
         assert!(
             matches!(
                 &err,
-                Error::UnsupportedFormat { file, found: 15, supported: 14 } if file == &path
+                Error::UnsupportedFormat { file, found: 16, supported: 15 } if file == &path
             ),
             "{err}"
         );
         assert!(
-            err.to_string().contains("this build reads version 14"),
+            err.to_string().contains("this build reads version 15"),
             "{err}"
         );
         set_schema_version(&storage, &path, Some(u64::MAX));

@@ -192,6 +192,8 @@ impl<'s> Sim<'s> {
             // free (after a session that wrote a sixteenth of it) compacts
             // it, under the simulator's faults.
             compact_at_close_free_bytes: 1,
+            // Every open checks the claim rows against the run rows.
+            check_live_claims: true,
         }
     }
 

@@ -166,6 +166,13 @@ pub fn claimable_from_ms(run: &Run, wake_ms: Option<u64>) -> Option<u64> {
     }
 }
 
+/// True for a run that may wait out of memory: waiting for a person or a
+/// tool, with no lease (a wait releases it), so nothing happens to it
+/// until something from outside does or its wait's deadline comes.
+pub fn may_park(run: &Run) -> bool {
+    matches!(run.state, RunState::WaitingHuman | RunState::WaitingTool) && run.lease.is_none()
+}
+
 /// True if a worker may claim `run` at `now_ms` (see [`claimable_from_ms`]).
 pub fn claimable(run: &Run, wake_ms: Option<u64>, now_ms: u64) -> bool {
     claimable_from_ms(run, wake_ms).is_some_and(|from_ms| from_ms <= now_ms)
