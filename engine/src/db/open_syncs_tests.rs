@@ -272,6 +272,12 @@ fn an_open_files_parked_runs_by_their_claim_rows_and_refuses_one_that_disagrees(
         .expect_err("a stale claim");
     let text = err.to_string();
     assert!(text.contains("live claim row of run run-") && text.contains("\"2\""), "{text}");
+    // `actum verify` holds every claim row to its run's row.
+    let report = crate::verify::verify_dir(disk.clone(), dir.path()).expect("verify");
+    assert!(report.damaged(), "{report:?}");
+    let found = report.damage().map(|f| f.what.clone()).collect::<Vec<_>>();
+    let expected = format!("the live claim row of run {} says", rows[3].0);
+    assert!(found.iter().any(|what| what.contains(&expected)), "{found:?}");
     let engine = Engine::open_with(disk, clock.clone(), dir.path(), unchecked)
         .expect("an open that does not check");
     let claim = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

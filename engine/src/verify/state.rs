@@ -2,9 +2,10 @@
 //! (`check_integrity`, through the engine's own `StateStore::open`), its
 //! schema version and `applied_lsn` held against the manifest and the log,
 //! then every row of every books table decoded and its CRC checked
-//! (`read_books`), and the blob reference counts held to the references
+//! (`read_books`), the blob reference counts held to the references
 //! (no blob a reference names is missing, no counted blob is named by no
-//! run).
+//! run), and every live claim row held to its run's row (an open files a
+//! live run by its claim row without reading the run row).
 //!
 //! **Invariant:** redb is only ever given the read-only view, so a repair
 //! it makes while checking stays in memory; a panic inside redb on damaged
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use redb::{ReadTransaction, ReadableTableMetadata, TableDefinition, TableError};
 
 use super::report::{Area, Status, VerifyReport};
+use crate::books::{BooksRead, MemBooks, RunId};
 use crate::db::STATE_FILE;
 use crate::error::{Error, Result};
 use crate::ids::Lsn;
@@ -24,7 +26,7 @@ use crate::manifest::Manifest;
 use crate::state::blob_stream::BLOB_INDEX_TABLE;
 use crate::state::rows::{
     AUDIT_TABLE, BLOBS_TABLE, BUDGETS_TABLE, CHECKPOINTS_TABLE, DECISIONS_TABLE, EFFECTS_TABLE,
-    RUNS_TABLE, WAITS_TABLE,
+    LIVE_CLAIMS_TABLE, LiveClaim, RUNS_TABLE, RowTable, WAITS_TABLE, decode_row,
 };
 use crate::state::{PageCheck, StateStore, drop_guarded, guarded, read_books};
 use crate::storage::Storage;
@@ -111,10 +113,14 @@ fn check_store(
     let txn = store.read()?;
     let read = store.note(read_books(&txn, path).and_then(|books| {
         let rows = row_count(&txn, path)?;
-        Ok((books, rows))
+        let claims = claim_problem(&txn, path, &books)?;
+        Ok((books, rows, claims))
     }));
     drop_guarded(txn);
-    let (books, rows) = read?;
+    let (books, rows, claims) = read?;
+    if let Some(what) = claims {
+        return Ok(Err(Damage(what)));
+    }
     // Every blob reference names a stored blob, and every counted blob is
     // named as often as its count says: no dangling reference, no leak.
     let problems = books.blob_reference_problems();
@@ -125,6 +131,43 @@ fn check_store(
         ))));
     }
     Ok(Ok(rows))
+}
+
+/// The first live claim row that does not say what its run's row says
+/// (`LiveClaim::of`), or names a run that is not live, if one does. A store
+/// written before schema 15 has none, which is no damage.
+fn claim_problem(txn: &ReadTransaction, path: &Path, books: &MemBooks) -> Result<Option<String>> {
+    let rows = guarded(path, "read live claims", || {
+        match txn.open_table(LIVE_CLAIMS_TABLE) {
+            Ok(table) => table
+                .range::<&str>(..)
+                .and_then(|iter| {
+                    iter.map(|item| item.map(|(k, v)| (k.value().to_string(), v.value().to_vec())))
+                        .collect::<std::result::Result<Vec<_>, _>>()
+                })
+                .map_err(redb::Error::from),
+            Err(TableError::TableDoesNotExist(_)) => Ok(Vec::new()),
+            Err(e) => Err(redb::Error::from(e)),
+        }
+    })?;
+    for (key, bytes) in rows {
+        let claim: LiveClaim = match decode_row(RowTable::LiveClaim, &bytes) {
+            Ok(claim) => claim,
+            Err(why) => return Ok(Some(format!("the live claim row of run {key}: {why}"))),
+        };
+        let run = RunId::new(key.as_str()).ok().and_then(|id| books.run(&id));
+        let expected = run
+            .filter(|run| !run.state.is_terminal())
+            .map(|run| LiveClaim::of(&run));
+        if expected.as_ref() != Some(&claim) {
+            return Ok(Some(format!(
+                "the live claim row of run {key} says {claim:?}, but its run row gives \
+                 {expected:?} (None: no live run of that id); an open would file the run by \
+                 the claim row"
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// How many rows the books tables hold.
