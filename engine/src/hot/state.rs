@@ -33,6 +33,7 @@
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::books::may_park;
 use crate::books::{
     AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
     EffectEntry, EffectKey, EffectKind, MemBooks, ResourceBook, ResourceId, Run, RunId, RunState,
@@ -40,6 +41,7 @@ use crate::books::{
 };
 use crate::error::Result;
 use crate::ids::Lsn;
+use crate::state::LiveClaim;
 
 use super::claims::{ClaimIndex, ClaimSlot};
 use super::cold::ColdReader;
@@ -246,8 +248,6 @@ pub(crate) struct HotState {
     pub(crate) parked: BTreeMap<RunId, ClaimSlot>,
 }
 
-use crate::books::may_park as parks;
-
 impl HotState {
     /// The hot books of a state store: every run it lists as live that
     /// holds a lease (the open releases those leases, which changes the
@@ -275,51 +275,45 @@ impl HotState {
             ..HotState::default()
         };
         for (id, claim) in cold.live_claims() {
-            if let Some(claim) = claim.filter(|c| !c.leased)
-                && (!check_claims || cold.claim_agrees(&id, &claim))
-            {
-                let waits = claim
-                    .parks
-                    .then(|| {
-                        cold.with(|books| {
-                            use crate::books::BooksRead;
-                            books.waits(&id)
-                        })
-                    })
-                    .flatten();
-                let from_ms = match claim.parks {
-                    true => wake_ms(waits.as_ref()),
-                    false => claim.from_ms,
-                };
-                hot.park(
-                    id,
-                    &claim.agent_version,
-                    from_ms.filter(|_| !unindexed || claim.parks),
-                );
-                continue;
-            }
-            let Some(run) = cold.run(&id) else {
-                continue;
+            // An unleased run is filed by its claim row; a leased one, or
+            // one without a claim row, is read from its run row.
+            let claim = match claim.filter(|c| !c.leased) {
+                Some(claim) => {
+                    if check_claims && !cold.claim_agrees(&id, &claim) {
+                        continue;
+                    }
+                    claim
+                }
+                None => {
+                    let Some(run) = cold.run(&id) else {
+                        continue;
+                    };
+                    if run.lease.is_some() {
+                        hot.bring_in(run, cold);
+                        continue;
+                    }
+                    LiveClaim::of(&run)
+                }
             };
-            if run.lease.is_none() {
-                // Only a waiting run's wait can move its claimable instant.
-                let waits = parks(&run)
-                    .then(|| {
-                        cold.with(|books| {
-                            use crate::books::BooksRead;
-                            books.waits(&id)
-                        })
+            // Only a waiting run's wait can move its claimable instant.
+            let waits = claim
+                .parks
+                .then(|| {
+                    cold.with(|books| {
+                        use crate::books::BooksRead;
+                        books.waits(&id)
                     })
-                    .flatten();
-                let from_ms = claimable_from_ms(&run, wake_ms(waits.as_ref()));
-                hot.park(
-                    id,
-                    &run.agent_version,
-                    from_ms.filter(|_| !unindexed || parks(&run)),
-                );
-            } else {
-                hot.bring_in(run, cold);
-            }
+                })
+                .flatten();
+            let from_ms = match claim.parks {
+                true => wake_ms(waits.as_ref()),
+                false => claim.from_ms,
+            };
+            hot.park(
+                id,
+                &claim.agent_version,
+                from_ms.filter(|_| !unindexed || claim.parks),
+            );
         }
         hot
     }
@@ -633,7 +627,7 @@ impl HotState {
                     "a terminal run is never claimable"
                 );
                 gone += 1;
-            } else if parks(&hot.run) && hot.last_lsn <= lsn && !still_held {
+            } else if may_park(&hot.run) && hot.last_lsn <= lsn && !still_held {
                 // Its claim index entry, if any, stays where it is.
                 let hot = self.runs.remove(&id).expect("looked up above");
                 assert_eq!(
