@@ -81,13 +81,29 @@ def probe(kind: str, where: Path, restarts: int, threads: int) -> dict[str, floa
     return {part: round(statistics.median(ms), 2) for part, ms in times.items()}
 
 
+def untimed(kind: str, where: Path, restarts: int, threads: int, read: bool) -> None:
+    for k in range(restarts):
+        tid = f"thread-{(threads // 2 + k) % threads}"
+        with bench.open_saver(kind, where) as saver:
+            if read:
+                config = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+                assert saver.get_tuple(config) is not None, f"{tid} of {where} is empty"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("dir", help="the --dir of a finished langgraph_savers.py run")
     p.add_argument("--restarts", type=int, default=15)
     p.add_argument("--threads", type=int, default=200, help="the bench run's --threads")
+    p.add_argument("--untimed", choices=("open", "get"),
+                   help="only open (and read a thread: get) and close, RESTARTS times, untimed")
+    p.add_argument("--saver", choices=("actum", "sqlite"), default="actum",
+                   help="the saver --untimed opens")
     args = p.parse_args()
     root = Path(args.dir)
+    if args.untimed:
+        untimed(args.saver, root / args.saver, args.restarts, args.threads, args.untimed == "get")
+        return 0
     for kind in ("sqlite", "actum"):
         if not (root / kind).exists():
             print(f"resume_probe: no {root / kind}: run langgraph_savers.py --dir {root} first",

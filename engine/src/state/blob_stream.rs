@@ -42,7 +42,7 @@
 //! the records the index names. Damage to either is an error naming the
 //! chunk, the offset or the digest, never a panic.
 
-use redb::{ReadableTable, Table, TableDefinition};
+use redb::{AccessGuard, ReadableTable, Table, TableDefinition};
 
 use crate::books::Digest;
 
@@ -123,9 +123,15 @@ fn damaged(what: String) -> redb::Error {
     redb::Error::Corrupted(what)
 }
 
+/// The chunk a read of the stream used last, kept for the next read of
+/// the same record: a record's header and its first bytes share a chunk,
+/// and one look-up of it serves both.
+type LastChunk<'c> = Option<(u64, AccessGuard<'c, &'static [u8]>)>;
+
 /// The `len` bytes of the stream at `at`, gathered from their chunks.
-fn read_span(
-    chunks: &impl ReadableTable<u64, &'static [u8]>,
+fn read_span<'c>(
+    chunks: &'c impl ReadableTable<u64, &'static [u8]>,
+    last: &mut LastChunk<'c>,
     at: u64,
     len: u64,
 ) -> Result<Vec<u8>, redb::Error> {
@@ -138,10 +144,13 @@ fn read_span(
     while pos < stop {
         let k = pos / CHUNK_BYTES;
         let within = usize::try_from(pos % CHUNK_BYTES).expect("below CHUNK_BYTES");
-        let chunk = chunks.get(k)?.ok_or_else(|| {
-            damaged(format!("blob stream chunk {k} (offset {pos}) is missing"))
-        })?;
-        let bytes = chunk.value();
+        if last.as_ref().is_none_or(|(held, _)| *held != k) {
+            let chunk = chunks.get(k)?.ok_or_else(|| {
+                damaged(format!("blob stream chunk {k} (offset {pos}) is missing"))
+            })?;
+            *last = Some((k, chunk));
+        }
+        let bytes = last.as_ref().map(|(_, chunk)| chunk.value()).unwrap_or_default();
         let want = usize::try_from((stop - pos).min(CHUNK_BYTES)).expect("below CHUNK_BYTES");
         let take = want.min(bytes.len().saturating_sub(within));
         if take == 0 {
@@ -157,11 +166,12 @@ fn read_span(
 }
 
 /// The header of the record at `at`: its blob's length and digest.
-fn read_header(
-    chunks: &impl ReadableTable<u64, &'static [u8]>,
+fn read_header<'c>(
+    chunks: &'c impl ReadableTable<u64, &'static [u8]>,
+    last: &mut LastChunk<'c>,
     at: u64,
 ) -> Result<(u64, Digest), redb::Error> {
-    let header = read_span(chunks, at, RECORD_HEADER)?;
+    let header = read_span(chunks, last, at, RECORD_HEADER)?;
     let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
     let digest = Digest(header[4..].try_into().expect("32 bytes"));
     Ok((u64::from(len), digest))
@@ -173,7 +183,8 @@ pub fn read_record(
     digest: &Digest,
     at: u64,
 ) -> Result<Vec<u8>, redb::Error> {
-    let (len, named) = read_header(chunks, at)?;
+    let mut last = None;
+    let (len, named) = read_header(chunks, &mut last, at)?;
     if named != *digest {
         return Err(damaged(format!(
             "the blob record at offset {at} holds blob {}, not blob {} its index entry names",
@@ -181,7 +192,7 @@ pub fn read_record(
             digest.short()
         )));
     }
-    read_span(chunks, at + RECORD_HEADER, len)
+    read_span(chunks, &mut last, at + RECORD_HEADER, len)
 }
 
 /// Where a blob is kept.
@@ -311,7 +322,7 @@ impl BlobWriter<'_, '_> {
             }
             return Ok(());
         };
-        let (len, named) = read_header(&*self.chunks, at)?;
+        let (len, named) = read_header(&*self.chunks, &mut None, at)?;
         if named != *digest {
             return Err(damaged(format!(
                 "the blob record at offset {at} holds blob {}, not blob {} its index entry names",
@@ -339,7 +350,7 @@ impl BlobWriter<'_, '_> {
     fn clean(&mut self, stream: &mut Stream, mut budget: u64) -> Result<(), redb::Error> {
         while budget > 0 && stream.head < stream.end && stream.dead()?.saturating_mul(2) > stream.live {
             let at = stream.head;
-            let (len, digest) = read_header(&*self.chunks, at)?;
+            let (len, digest) = read_header(&*self.chunks, &mut None, at)?;
             let size = RECORD_HEADER + len;
             let next = at.checked_add(size).filter(|next| *next <= stream.end).ok_or_else(|| {
                 damaged(format!(
@@ -349,7 +360,7 @@ impl BlobWriter<'_, '_> {
             })?;
             let indexed = self.index.get(digest.0.as_slice())?.map(|v| v.value());
             if indexed == Some(at) {
-                let bytes = read_span(&*self.chunks, at + RECORD_HEADER, len)?;
+                let bytes = read_span(&*self.chunks, &mut None, at + RECORD_HEADER, len)?;
                 let moved = self.append(stream, &digest, &bytes)?;
                 if !self.loses_moves {
                     self.index.insert(digest.0.as_slice(), moved)?;

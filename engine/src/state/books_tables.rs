@@ -146,7 +146,7 @@ macro_rules! named_row {
             .get($key)
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
-        let $value: $ty = view.decode($table, &bytes, &$what)?;
+        let $value: $ty = view.decode($table, &bytes, || $what)?;
         let same = $named;
         view.keyed($value, same, || $row)
     }};
@@ -534,7 +534,7 @@ impl<'a> RedbBooks<'a> {
         &self,
         table: RowTable,
         bytes: &[u8],
-        what: &str,
+        what: impl FnOnce() -> String,
     ) -> Option<T> {
         match decode_row(table, bytes) {
             Ok(value) => Some(value),
@@ -542,7 +542,7 @@ impl<'a> RedbBooks<'a> {
                 self.fail(Error::corrupt(
                     self.path,
                     0,
-                    format!("the stored {what} is damaged: {e}"),
+                    format!("the stored {} is damaged: {e}", what()),
                 ));
                 None
             }
@@ -586,7 +586,7 @@ impl<'a> RedbBooks<'a> {
         rows.iter()
             .filter_map(|bytes| {
                 let entry: EffectEntry =
-                    self.decode(RowTable::Effect, bytes, &format!("effect of run {run}"))?;
+                    self.decode(RowTable::Effect, bytes, || format!("effect of run {run}"))?;
                 let same = entry.key.run() == run;
                 self.keyed(entry, same, || format!("an effect read as run {run}'s"))
             })
@@ -608,7 +608,7 @@ impl<'a> RedbBooks<'a> {
         .unwrap_or_default();
         rows.iter()
             .filter_map(|(key, bytes)| {
-                let run: Run = self.decode(RowTable::Run, bytes, &format!("run {key}"))?;
+                let run: Run = self.decode(RowTable::Run, bytes, || format!("run {key}"))?;
                 let same = run.id.as_str() == key;
                 self.keyed(run, same, || format!("the row of run {key}"))
             })
@@ -646,29 +646,34 @@ impl<'a> RedbBooks<'a> {
     /// schema 15 has none until the run's row is written again).
     pub(crate) fn live_run_claims(&self) -> Vec<(RunId, Option<LiveClaim>)> {
         let ids = self.live_run_ids();
-        let rows = with_table!(self, LIVE_CLAIMS_TABLE => live_claims, "list live claims", |t| {
+        let mut claims: Vec<Option<LiveClaim>> = vec![None; ids.len()];
+        // Both tables are in id order: one pass over each, each claim row
+        // decoded where it lies (an open reads every one).
+        with_table!(self, LIVE_CLAIMS_TABLE => live_claims, "list live claims", |t| {
             t.iter().and_then(|iter| {
-                iter.map(|item| item.map(|(k, v)| (k.value().to_string(), v.value().to_vec())))
-                    .collect::<std::result::Result<Vec<_>, _>>()
+                let mut at = 0;
+                for item in iter {
+                    let (key, value) = item?;
+                    let key = key.value();
+                    while ids.get(at).is_some_and(|id| id.as_str() < key) {
+                        at += 1;
+                    }
+                    if let Some(slot) = claims.get_mut(at).filter(|_| ids[at].as_str() == key) {
+                        *slot = self
+                            .decode(RowTable::LiveClaim, value.value(), || {
+                                format!("the live claim of run {key}")
+                            })
+                            .and_then(|claim: LiveClaim| {
+                                let same = claim.run == key;
+                                self.keyed(claim, same, || format!("the live claim row of run {key}"))
+                            });
+                        at += 1;
+                    }
+                }
+                Ok(())
             })
-        })
-        .unwrap_or_default();
-        // Both tables are in id order: one pass over each.
-        let mut rows = rows.into_iter().peekable();
-        ids.into_iter()
-            .map(|id| {
-                while rows.next_if(|(key, _)| key.as_str() < id.as_str()).is_some() {}
-                let claim = rows
-                    .next_if(|(key, _)| key == id.as_str())
-                    .and_then(|(key, bytes)| {
-                        let what = format!("the live claim of run {key}");
-                        let claim: LiveClaim = self.decode(RowTable::LiveClaim, &bytes, &what)?;
-                        let same = claim.run == key;
-                        self.keyed(claim, same, || format!("the live claim row of run {key}"))
-                    });
-                (id, claim)
-            })
-            .collect()
+        });
+        ids.into_iter().zip(claims).collect()
     }
 
     /// Up to `max` runs that ended at or before `before_ms`, oldest first,
@@ -726,7 +731,7 @@ impl<'a> RedbBooks<'a> {
         rows.iter()
             .filter_map(|bytes| {
                 let record: DecisionRecord =
-                    self.decode(RowTable::Decision, bytes, &format!("decision of run {run}"))?;
+                    self.decode(RowTable::Decision, bytes, || format!("decision of run {run}"))?;
                 let same = record.run == *run;
                 self.keyed(record, same, || format!("a decision read as run {run}'s"))
             })
@@ -788,7 +793,7 @@ impl BooksRead for RedbBooks<'_> {
         .unwrap_or_default();
         let mut claimable: Vec<(u64, Run)> = all
             .iter()
-            .filter_map(|bytes| self.decode::<Run>(RowTable::Run, bytes, "run (scan)"))
+            .filter_map(|bytes| self.decode::<Run>(RowTable::Run, bytes, || "run (scan)".to_string()))
             .filter_map(|run| {
                 let wake = crate::books::wake_ms(self.waits(&run.id).as_ref());
                 crate::books::claimable_from_ms(&run, wake)
@@ -813,7 +818,7 @@ impl BooksRead for RedbBooks<'_> {
             .get(k)
             .map(|g| g.map(|v| v.value().to_vec())))
         .flatten()?;
-        let entry: EffectEntry = self.decode(RowTable::Effect, &bytes, &format!("effect {key}"))?;
+        let entry: EffectEntry = self.decode(RowTable::Effect, &bytes, || format!("effect {key}"))?;
         let same = entry.key == *key;
         self.keyed(entry, same, || format!("the row of effect {key}"))
     }
@@ -831,7 +836,7 @@ impl BooksRead for RedbBooks<'_> {
         let entry: EffectEntry = self.decode(
             RowTable::Effect,
             &bytes,
-            &format!("latest effect of {run}/{step}"),
+            || format!("latest effect of {run}/{step}"),
         )?;
         let same = entry.key.run() == run && entry.key.step() == step && entry.key.kind() == kind;
         self.keyed(entry, same, || {
@@ -844,7 +849,7 @@ impl BooksRead for RedbBooks<'_> {
         let meta: CheckpointMeta = self.decode(
             RowTable::Checkpoint,
             &bytes,
-            &format!("latest checkpoint of run {run}"),
+            || format!("latest checkpoint of run {run}"),
         )?;
         let same = meta.run == *run && meta.version == version;
         self.keyed(meta, same, || {
@@ -860,7 +865,7 @@ impl BooksRead for RedbBooks<'_> {
         let meta: CheckpointMeta = self.decode(
             RowTable::Checkpoint,
             &bytes,
-            &format!("checkpoint {version} of run {run}"),
+            || format!("checkpoint {version} of run {run}"),
         )?;
         let same = meta.run == *run && meta.version == version;
         self.keyed(meta, same, || {
@@ -885,7 +890,7 @@ impl BooksRead for RedbBooks<'_> {
         let record: DecisionRecord = self.decode(
             RowTable::Decision,
             &bytes,
-            &format!("decision {position} of run {run}"),
+            || format!("decision {position} of run {run}"),
         )?;
         let same = record.run == *run && record.position == position;
         self.keyed(record, same, || {
