@@ -754,7 +754,7 @@ impl Sim<'_> {
             self.answer_open_waits(lets_expire)?;
             self.resume_paused()?;
             if reader.below(8) == 0 {
-                self.check_live_snapshot()?;
+                self.check_live_snapshot_counted()?;
             }
             self.clock.advance_ms(CALM_TICK_MS);
             let mut acted = false;
