@@ -33,11 +33,11 @@
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::books::may_park;
 use crate::books::{
     AuditEntry, BlobRefs, BooksWrite, BudgetBook, CheckpointMeta, DecisionRecord, Digest,
     EffectEntry, EffectKey, EffectKind, MemBooks, ResourceBook, ResourceId, Run, RunId, RunState,
-    SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook, Writes, claimable_from_ms, wake_ms,
+    SagaBook, SharedEntry, SharedKeyId, StepId, WaitBook, Writes, claimable_from_ms, may_park,
+    wake_ms,
 };
 use crate::error::Result;
 use crate::ids::Lsn;

@@ -177,8 +177,7 @@ impl Sim<'_> {
             if self.dead || self.disk.is_powered_off() {
                 self.crash("during the step above")?;
             } else if reader.below(16) == 0 {
-                let disk = self.disk.clone();
-                disk.quietly(|| self.check_live_snapshot())?;
+                self.live_read(true)?;
             }
         }
         Ok(())
@@ -754,7 +753,7 @@ impl Sim<'_> {
             self.answer_open_waits(lets_expire)?;
             self.resume_paused()?;
             if reader.below(8) == 0 {
-                self.check_live_snapshot_counted()?;
+                self.live_read(false)?;
             }
             self.clock.advance_ms(CALM_TICK_MS);
             let mut acted = false;

@@ -104,10 +104,10 @@ pub struct Sim<'s> {
     pub(crate) unanswered: Vec<actum::operator::Request>,
     /// Decides which operator's answers are lost on their way back.
     pub(crate) answer_rng: Rng,
-    /// The disk's call count when a live read last found the snapshot
-    /// whole (`check_live_snapshot`); `None` since a crash. No call since
-    /// then means the same files and the same process: the read would read
-    /// what it read, and is not made again.
+    /// The disk's call count after the last live read passed (`live_read`);
+    /// `None` since a crash. No call since then means the same files and
+    /// the same process: the snapshot would read what it read, and is not
+    /// taken again.
     live_read_at: Option<u64>,
 }
 
@@ -675,19 +675,21 @@ impl<'s> Sim<'s> {
             }
         }
         self.note(|| format!("   an operator's snapshot at LSN {durable} holds the live books"));
-        self.live_read_at = Some(calls);
         Ok(())
     }
 
-    /// `check_live_snapshot` where the disk counts its reads (the calm
-    /// phase): the next one is skipped if the process makes no call in
-    /// between, its own reads aside.
-    pub(crate) fn check_live_snapshot_counted(&mut self) -> Result<(), AgentFailure> {
-        let before = self.disk.ops_count();
-        self.check_live_snapshot()?;
-        if self.live_read_at == Some(before) {
-            self.live_read_at = Some(self.disk.ops_count());
+    /// An operator's read of the live database (`check_live_snapshot`):
+    /// `quietly` in the fault phase, where the disk must not count it. Once
+    /// it passed, the disk's call count after it (its own reads aside) is
+    /// what the next read compares with.
+    pub(crate) fn live_read(&mut self, quietly: bool) -> Result<(), AgentFailure> {
+        if quietly {
+            let disk = self.disk.clone();
+            disk.quietly(|| self.check_live_snapshot())?;
+        } else {
+            self.check_live_snapshot()?;
         }
+        self.live_read_at = Some(self.disk.ops_count());
         Ok(())
     }
 
