@@ -468,6 +468,7 @@ impl HotState {
             runs,
             effects,
             blobs,
+            blob_order: _,
             checkpoints,
             decisions,
             audit,

@@ -1056,6 +1056,61 @@ mod tests {
         }
     }
 
+    /// A checkpoint writes its new blobs to the stream in the order they
+    /// were put, not by digest: the blobs of one save, and of a thread's
+    /// saves one after another, lie side by side, so reading them back
+    /// touches few chunks (docs/PERFORMANCE.md, "A resume's page reads").
+    #[test]
+    fn a_checkpoint_writes_its_blobs_to_the_stream_in_the_order_they_were_put() {
+        use crate::books::{BooksWrite, Overlay, digest_of};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let db = redb::Database::create(&path).unwrap();
+        // Ten blobs whose put order is not their digests' order.
+        let blobs: Vec<(Digest, Vec<u8>)> = (0u8..10)
+            .map(|k| vec![k; 100 + usize::from(k)])
+            .map(|bytes| (digest_of(&bytes), bytes))
+            .collect();
+        let mut sorted: Vec<Digest> = blobs.iter().map(|(d, _)| *d).collect();
+        sorted.sort();
+        assert_ne!(
+            sorted,
+            blobs.iter().map(|(d, _)| *d).collect::<Vec<_>>(),
+            "the test needs a put order other than the digest order"
+        );
+        let txn = db.begin_write().unwrap();
+        {
+            let books = RedbBooks::writer(&txn, &path);
+            let mut overlay = Overlay::new(&books);
+            for (digest, bytes) in &blobs {
+                overlay.put_blob(*digest, bytes.clone());
+            }
+            // A blob put again, and one deleted and put again, keep their
+            // first place.
+            overlay.put_blob(blobs[2].0, blobs[2].1.clone());
+            overlay.delete_blob(&blobs[5].0);
+            overlay.put_blob(blobs[5].0, blobs[5].1.clone());
+            books.put_writes(overlay.into_writes());
+            books.finish().unwrap();
+        }
+        txn.commit().unwrap();
+        let txn = db.begin_read().unwrap();
+        let index = txn.open_table(BLOB_INDEX_TABLE).unwrap();
+        let offsets: Vec<u64> = blobs
+            .iter()
+            .map(|(digest, _)| index.get(digest.0.as_slice()).unwrap().unwrap().value())
+            .collect();
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]),
+            "stream offsets in put order: {offsets:?}"
+        );
+        let view = RedbBooks::reader(&txn, &path);
+        for (digest, bytes) in &blobs {
+            assert_eq!(crate::books::BooksRead::blob(&view, digest).as_deref(), Some(bytes.as_slice()));
+        }
+        view.finish().unwrap();
+    }
+
     /// A store written before schema 12 holds one row per audit entry
     /// (table 5); a checkpoint since writes one row per run (table 12)
     /// beside them. Both are read as one journal, from any seq, by the

@@ -82,7 +82,8 @@ fn write_all<'a>(
     let Writes {
         runs,
         effects,
-        blobs,
+        mut blobs,
+        blob_order,
         checkpoints,
         decisions,
         audit,
@@ -118,6 +119,17 @@ fn write_all<'a>(
         let table = open_in(txn, &mut tables.effects, EFFECTS_TABLE)?;
         table.insert(effect_row_key(&entry.key), row.as_slice())?;
     }
+    // In the order they were first put, not by digest: the blobs one save
+    // wrote lie side by side in the stream, so a read of them touches few
+    // of its chunks (docs/PERFORMANCE.md).
+    for digest in &blob_order {
+        let Some(bytes) = blobs.remove(digest) else {
+            continue;
+        };
+        give_way.unit();
+        blob_writer(txn, tables, loses_moves)?.put(digest, &bytes)?;
+    }
+    debug_assert!(blobs.is_empty(), "every blob put is in the put order");
     for (digest, bytes) in &blobs {
         give_way.unit();
         blob_writer(txn, tables, loses_moves)?.put(digest, bytes)?;

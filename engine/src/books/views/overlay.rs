@@ -39,6 +39,9 @@ pub struct Overlay<'a> {
     /// cost two small ones.
     effects: BTreeMap<EffectKey, Box<EffectEntry>>,
     blobs: BTreeMap<Digest, Vec<u8>>,
+    /// The digests of `blobs` in the order they were first put (a digest
+    /// deleted and put again may be listed twice).
+    blob_order: Vec<Digest>,
     checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
     decisions: BTreeMap<(RunId, u64), DecisionRecord>,
     audit: BTreeMap<RunId, Vec<AuditEntry>>,
@@ -70,6 +73,7 @@ impl<'a> Overlay<'a> {
             runs: BTreeMap::new(),
             effects: BTreeMap::new(),
             blobs: BTreeMap::new(),
+            blob_order: Vec::new(),
             checkpoints: BTreeMap::new(),
             decisions: BTreeMap::new(),
             audit: BTreeMap::new(),
@@ -121,6 +125,10 @@ pub struct Writes {
     pub effects: BTreeMap<EffectKey, Box<EffectEntry>>,
     /// Blobs, by digest.
     pub blobs: BTreeMap<Digest, Vec<u8>>,
+    /// The digests of `blobs` in the order they were first put (one may be
+    /// listed twice, or be no longer in `blobs`): the order they are
+    /// written to the state store's blob stream in.
+    pub blob_order: Vec<Digest>,
     /// Checkpoint metadata, by (run, version).
     pub checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
     /// Decisions, by (run, position).
@@ -159,6 +167,7 @@ impl Overlay<'_> {
             runs: self.runs,
             effects: self.effects,
             blobs: self.blobs,
+            blob_order: self.blob_order,
             checkpoints: self.checkpoints,
             decisions: self.decisions,
             audit: self.audit,
@@ -440,7 +449,10 @@ impl BooksWrite for Overlay<'_> {
 
     fn put_blob(&mut self, digest: Digest, bytes: Vec<u8>) {
         self.blobs_deleted.remove(&digest);
-        self.blobs.entry(digest).or_insert(bytes);
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.blobs.entry(digest) {
+            slot.insert(bytes);
+            self.blob_order.push(digest);
+        }
     }
 
     fn put_checkpoint(&mut self, meta: CheckpointMeta) {
