@@ -53,6 +53,7 @@ from langgraph.prebuilt import ToolNode
 from actum.langgraph import ActumSaver
 
 KB = "lorem ipsum dolor sit amet " * 40  # ~1 KB
+MESSAGES = 1 + 8 * 4  # a finished thread's: the input, then four turns of eight
 RESUME_PAIRS = 25  # resumes timed per saver, each beside one of the other's
 
 
@@ -82,7 +83,7 @@ def build():
         return {"messages": [AIMessage(f"draft {len(state['messages'])}: {KB}")]}
 
     def route(state: MessagesState):
-        return END if len(state["messages"]) >= 1 + 8 * 4 else "planner"
+        return END if len(state["messages"]) >= MESSAGES else "planner"
 
     builder = StateGraph(MessagesState)
     builder.add_node("planner", planner)
@@ -99,18 +100,33 @@ def build():
     return builder
 
 
+def sqlite_files(path: Path) -> list[Path]:
+    """A SQLite database's file and its ``-wal`` and ``-shm``."""
+    return [path] + [Path(str(path) + s) for s in ("-wal", "-shm")]
+
+
+def thread_id(i: int) -> str:
+    return f"thread-{i}"
+
+
+def resumed_thread(k: int, threads: int) -> str:
+    """The thread the ``k``-th resume reads: from the middle of the
+    workload's, another each time."""
+    return thread_id((threads // 2 + k) % threads)
+
+
 def clear(path: Path) -> None:
     """Removes a database an earlier run left at ``path``: a directory
-    (ActumSaver's), or a file with its ``-wal`` and ``-shm`` (SqliteSaver's)."""
+    (ActumSaver's), or SqliteSaver's files."""
     if path.is_dir():
         shutil.rmtree(path)
-    for p in (path, Path(str(path) + "-wal"), Path(str(path) + "-shm")):
+    for p in sqlite_files(path):
         p.unlink(missing_ok=True)
 
 
 def disk_bytes(path: Path) -> int:
     if path.is_file():
-        paths = [path] + [Path(str(path) + s) for s in ("-wal", "-shm")]
+        paths = sqlite_files(path)
     else:
         paths = [p for p in path.rglob("*") if p.is_file()]
     return sum(p.stat().st_blocks * 512 for p in paths if p.exists())
@@ -211,7 +227,7 @@ def run(kind: str, threads: int, root: Path) -> dict:
     with open_saver(kind, where) as saver:
         pass
     empty = disk_bytes(where) if kind != "memory" else 0
-    graph_threads = [f"thread-{i}" for i in range(threads)]
+    graph_threads = [thread_id(i) for i in range(threads)]
     start = time.perf_counter()
     with open_saver(kind, where) as saver:
         timed = Timed(saver)
@@ -248,7 +264,7 @@ def resume_once(kind: str, where: Path, tid: str) -> float:
     with open_saver(kind, where) as saver:
         state = build().compile(checkpointer=saver).get_state(config)
         took = (time.perf_counter() - t0) * 1000
-        assert len(state.values["messages"]) == 1 + 8 * 4, f"{kind}: {tid} is short"
+        assert len(state.values["messages"]) == MESSAGES, f"{kind}: {tid} is short"
     return took
 
 
@@ -260,7 +276,7 @@ def resume_pairs(root: Path, threads: int, pairs: int) -> tuple[dict[str, list[f
     took: dict[str, list[float]] = {"sqlite": [], "actum": []}
     ratios = []
     for k in range(pairs):
-        tid = f"thread-{(threads // 2 + k) % threads}"
+        tid = resumed_thread(k, threads)
         kinds = ("sqlite", "actum") if k % 2 == 0 else ("actum", "sqlite")
         got = {kind: resume_once(kind, root / kind, tid) for kind in kinds}
         for kind, ms in got.items():

@@ -53,7 +53,7 @@ def probe(kind: str, where: Path, restarts: int, threads: int) -> dict[str, floa
     times: dict[str, list[float]] = {part: [] for part in PARTS}
     for k in range(restarts):
         # From the middle of the bench's threads, as the bench picks them.
-        tid = f"thread-{(threads // 2 + k) % threads}"
+        tid = bench.resumed_thread(k, threads)
         config = {"configurable": {"thread_id": tid}}
         spent: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -83,7 +83,7 @@ def probe(kind: str, where: Path, restarts: int, threads: int) -> dict[str, floa
 
 def untimed(kind: str, where: Path, restarts: int, threads: int, read: bool) -> None:
     for k in range(restarts):
-        tid = f"thread-{(threads // 2 + k) % threads}"
+        tid = bench.resumed_thread(k, threads)
         with bench.open_saver(kind, where) as saver:
             if read:
                 config = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}

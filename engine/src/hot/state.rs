@@ -468,7 +468,6 @@ impl HotState {
             runs,
             effects,
             blobs,
-            blob_order: _,
             checkpoints,
             decisions,
             audit,

@@ -82,8 +82,7 @@ fn write_all<'a>(
     let Writes {
         runs,
         effects,
-        mut blobs,
-        blob_order,
+        blobs,
         checkpoints,
         decisions,
         audit,
@@ -121,15 +120,7 @@ fn write_all<'a>(
     }
     // In the order they were first put, not by digest: the blobs one save
     // wrote lie side by side in the stream, so a read of them touches few
-    // of its chunks (docs/PERFORMANCE.md).
-    for digest in &blob_order {
-        let Some(bytes) = blobs.remove(digest) else {
-            continue;
-        };
-        give_way.unit();
-        blob_writer(txn, tables, loses_moves)?.put(digest, &bytes)?;
-    }
-    debug_assert!(blobs.is_empty(), "every blob put is in the put order");
+    // of its chunks (docs/PERFORMANCE.md, "A resume's page reads").
     for (digest, bytes) in &blobs {
         give_way.unit();
         blob_writer(txn, tables, loses_moves)?.put(digest, bytes)?;

@@ -123,12 +123,9 @@ pub struct Writes {
     pub runs: BTreeMap<RunId, Run>,
     /// Ledger entries, by key (boxed: see the overlay's field).
     pub effects: BTreeMap<EffectKey, Box<EffectEntry>>,
-    /// Blobs, by digest.
-    pub blobs: BTreeMap<Digest, Vec<u8>>,
-    /// The digests of `blobs` in the order they were first put (one may be
-    /// listed twice, or be no longer in `blobs`): the order they are
-    /// written to the state store's blob stream in.
-    pub blob_order: Vec<Digest>,
+    /// Blobs, each once, in the order they were first put: the order a
+    /// checkpoint appends them to the state store's blob stream in.
+    pub blobs: Vec<(Digest, Vec<u8>)>,
     /// Checkpoint metadata, by (run, version).
     pub checkpoints: BTreeMap<(RunId, u64), CheckpointMeta>,
     /// Decisions, by (run, position).
@@ -159,6 +156,21 @@ pub struct Writes {
     pub blob_refs_added: BTreeMap<RunId, BTreeSet<Digest>>,
 }
 
+/// The blobs of `by_digest` in `order` (a digest listed twice, or no longer
+/// held, is taken once or not at all); `put_blob` lists every digest it
+/// holds, so nothing is left over.
+fn in_put_order(
+    mut by_digest: BTreeMap<Digest, Vec<u8>>,
+    order: Vec<Digest>,
+) -> Vec<(Digest, Vec<u8>)> {
+    let blobs: Vec<_> = order
+        .into_iter()
+        .filter_map(|digest| by_digest.remove(&digest).map(|bytes| (digest, bytes)))
+        .collect();
+    debug_assert!(by_digest.is_empty(), "put_blob lists every blob it holds");
+    blobs
+}
+
 impl Overlay<'_> {
     /// What the overlay wrote, to be written to the base's owner as is:
     /// applying the same ops again would only recompute it.
@@ -166,8 +178,7 @@ impl Overlay<'_> {
         Writes {
             runs: self.runs,
             effects: self.effects,
-            blobs: self.blobs,
-            blob_order: self.blob_order,
+            blobs: in_put_order(self.blobs, self.blob_order),
             checkpoints: self.checkpoints,
             decisions: self.decisions,
             audit: self.audit,
